@@ -1,0 +1,33 @@
+# syncfabric: `make demo` runs the main job, `make test` runs the test suite. Both set up what they need first.
+VENV    ?= .venv
+PYTHON  ?= python3
+JOBS    ?= auto
+PYTEST_ARGS ?=
+STAMP   := $(VENV)/.syncfabric-setup
+
+export AMARANTH_USE_YOSYS := builtin
+
+.PHONY: setup demo test test-slow test-all clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	sh scripts/setup.sh "$(VENV)" "$(PYTHON)" test
+	@touch $@
+
+demo: setup
+	$(VENV)/bin/syncfabric demo
+
+# The default suite: everything except the long sweeps (marked slow), in parallel.
+test: setup
+	$(VENV)/bin/python -m pytest -n $(JOBS) -m "not slow and not fpga" $(PYTEST_ARGS)
+
+# Long sweeps and full vector counts (e.g. 100,000 random ALU beats per dtype/op on both simulators).
+test-slow: setup
+	$(VENV)/bin/python -m pytest -n $(JOBS) -m slow $(PYTEST_ARGS)
+
+test-all: setup
+	$(VENV)/bin/python -m pytest -n $(JOBS) $(PYTEST_ARGS)
+
+clean:
+	rm -rf build .pytest_cache .hypothesis

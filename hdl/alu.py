@@ -1,0 +1,144 @@
+"""The reduction ALU: element-wise sum/max/min of two operand vectors, fp32/fp16/bf16/int32, full rate.
+
+One input beat carries two operand vectors of ``lanes`` x 32 bits, the element type and the operator; one output
+beat carries the reduced vector. Element type and operator may change on every beat. The arithmetic is exactly
+:func:`syncfabric.sim.golden.arith.reduce_elements` (IEEE round-to-nearest-even with subnormals, canonical NaN,
+wrapping int32, signed compares).
+
+Pipeline (latency 4, one beat per cycle)::
+
+    S1  register 1   float adders: unpack/swap/exponent difference      max/min/int32 results computed here
+    S2  register 2   float adders: align + add/subtract                 ... and delayed
+    S3  register 3   float adders: normalise                            ... and delayed
+    S4  register 4   float adders: round/pack; dtype/op select -> output register (o.payload comes from flops)
+
+Flow control: one pipeline enable ``en = ~o.valid | o.ready`` advances every stage at once and is also
+``i.ready``. Each stage carries a valid bit, so bubbles flow through, and a stalled output holds every stage
+in place: no beat is lost or duplicated, and the pipeline still accepts a beat each cycle while ``o.ready`` is
+high.
+
+Datapath per 32-bit lane: one fp32 adder, two fp16 adders, two bf16 adders (all from
+:class:`~syncfabric.hdl.common.fp.FloatAdder`), max/min selectors for each float format, an int32 adder and a
+signed comparator; the result is picked by dtype/op. This is the simple, obviously-correct arrangement; sharing
+one wide adder between the formats (an fp32 datapath split into two 16-bit halves) would save area and is left
+as a later optimisation. The reserved op code 3 behaves as ``min``.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..sim.golden.types import DType, ReduceOp, FLOAT_FORMATS
+from .common.fp import FloatAdder, float_max_min
+from .common.layouts import alu_operands_layout, alu_result_layout
+
+__all__ = ["ReductionAlu"]
+
+
+class ReductionAlu(wiring.Component):
+    """Pipelined element-wise reduction of two ``lanes`` x 32-bit operand vectors (see the module docstring).
+
+    Ports: ``i`` (stream of :func:`alu_operands_layout` beats), ``o`` (stream of :func:`alu_result_layout`
+    beats, in input order, the input ``tag`` copied through). :attr:`latency` cycles from an accepted input
+    beat to its output beat when the output is not stalled.
+    """
+
+    #: Cycles from ``i`` handshake to ``o.valid`` of the same beat (when ``o`` is not stalled).
+    latency = FloatAdder.latency + 1
+
+    def __init__(self, lanes=16, tag_width=0):
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, not {lanes}")
+        self.lanes = lanes
+        self.tag_width = tag_width
+        super().__init__({
+            "i": In(stream.Signature(alu_operands_layout(lanes, tag_width))),
+            "o": Out(stream.Signature(alu_result_layout(lanes, tag_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        stages = self.latency
+        fp32, fp16, bf16 = FLOAT_FORMATS[DType.FP32], FLOAT_FORMATS[DType.FP16], FLOAT_FORMATS[DType.BF16]
+
+        # ---- flow control -----------------------------------------------------------------------------------
+        en = Signal()
+        m.d.comb += [
+            en.eq(~self.o.valid | self.o.ready),
+            self.i.ready.eq(en),
+        ]
+
+        def delay(value, count, name, reset_less=True):
+            """``value`` after ``count`` enabled register stages. Only the valid bits need a reset."""
+            for k in range(count):
+                reg = Signal(value.shape(), name=f"{name}_d{k + 1}", reset_less=reset_less)
+                with m.If(en):
+                    m.d.sync += reg.eq(value)
+                value = reg
+            return value
+
+        valid = delay(self.i.valid, stages, "valid", reset_less=False)
+        tag = delay(self.i.payload.tag, stages, "tag")
+        # dtype/op reach the select mux in front of the last register together with the adder results.
+        dtype = delay(self.i.payload.dtype, stages - 1, "dtype")
+        op = delay(self.i.payload.op, stages - 1, "op")
+
+        # ---- datapath -------------------------------------------------------------------------------------
+        a, b = self.i.payload.a, self.i.payload.b
+        in_dtype, in_op = self.i.payload.dtype, self.i.payload.op
+        is_max = in_op == ReduceOp.MAX
+        float_sum = op == ReduceOp.SUM          # op as it reaches S4
+        result = Signal(32 * self.lanes)
+        lane_results = []
+        for lane in range(self.lanes):
+            a32, b32 = a[32 * lane:32 * lane + 32], b[32 * lane:32 * lane + 32]
+            halves = [(a32[16 * h:16 * h + 16], b32[16 * h:16 * h + 16]) for h in range(2)]
+
+            def adder(fmt, x, y, name):
+                unit = FloatAdder(fmt.exp_bits, fmt.frac_bits)
+                m.submodules[f"{name}_l{lane}"] = unit
+                m.d.comb += [unit.a.eq(x), unit.b.eq(y), unit.en.eq(en)]
+                return unit.result
+
+            sum32 = adder(fp32, a32, b32, "add_fp32")
+            sum16 = Cat(*(adder(fp16, x, y, f"add_fp16_h{h}") for h, (x, y) in enumerate(halves)))
+            sumbf = Cat(*(adder(bf16, x, y, f"add_bf16_h{h}") for h, (x, y) in enumerate(halves)))
+
+            # Everything that is not a float sum is one compare or one add: done in S1, then delayed.
+            signed_a, signed_b = a32.as_signed(), b32.as_signed()
+            int_pick_a = Mux(is_max, signed_a >= signed_b, signed_a <= signed_b)
+            int_result = Mux(in_op == ReduceOp.SUM, (a32 + b32)[:32], Mux(int_pick_a, a32, b32))
+            other = Signal(32, name=f"other_l{lane}")
+            with m.Switch(in_dtype):
+                with m.Case(DType.FP32):
+                    m.d.comb += other.eq(float_max_min(a32, b32, fp32.exp_bits, fp32.frac_bits, is_max))
+                with m.Case(DType.FP16):
+                    m.d.comb += other.eq(Cat(*(float_max_min(x, y, fp16.exp_bits, fp16.frac_bits, is_max)
+                                               for x, y in halves)))
+                with m.Case(DType.BF16):
+                    m.d.comb += other.eq(Cat(*(float_max_min(x, y, bf16.exp_bits, bf16.frac_bits, is_max)
+                                               for x, y in halves)))
+                with m.Case(DType.INT32):
+                    m.d.comb += other.eq(int_result)
+            other = delay(other, stages - 1, f"other_l{lane}")
+
+            lane_result = Signal(32, name=f"result_l{lane}")
+            with m.If(float_sum & (dtype == DType.FP32)):
+                m.d.comb += lane_result.eq(sum32)
+            with m.Elif(float_sum & (dtype == DType.FP16)):
+                m.d.comb += lane_result.eq(sum16)
+            with m.Elif(float_sum & (dtype == DType.BF16)):
+                m.d.comb += lane_result.eq(sumbf)
+            with m.Else():
+                m.d.comb += lane_result.eq(other)
+            lane_results.append(lane_result)
+        m.d.comb += result.eq(Cat(*lane_results))
+
+        # ---- output register (the end of S4) ----------------------------------------------------------------
+        data = delay(result, 1, "data")
+        m.d.comb += [
+            self.o.valid.eq(valid),
+            self.o.payload.data.eq(data),
+            self.o.payload.tag.eq(tag),
+        ]
+        return m

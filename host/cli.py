@@ -1,0 +1,89 @@
+"""The ``syncfabric`` command line.
+
+``syncfabric run``   one collective end to end on emulated NPUs, every byte checked against the golden model;
+``syncfabric demo``  the main job: ``run`` with the defaults below on Verilator.
+"""
+
+import argparse
+import json
+import sys
+
+from ..sim.golden.types import DType, ReduceOp
+
+__all__ = ["main", "parse_size"]
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(text):
+    """Bytes in a size such as ``4096``, ``64K``, ``64KiB`` or ``1M`` (binary units)."""
+    s = str(text).strip().lower()
+    num = s.rstrip("kmgib")
+    unit = s[len(num):]
+    if not num.isdigit() or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 4096, 64K, 1MiB)")
+    return int(num) * _UNITS[unit]
+
+
+def _add_run_args(p, defaults):
+    p.add_argument("--collective", default=defaults["collective"],
+                   choices=["allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce"],
+                   help="collective to run (default %(default)s)")
+    p.add_argument("--topology", default=defaults["topology"],
+                   help="ring:N, bidir-ring:N, torus:LxVxH or switch:N (default %(default)s)")
+    p.add_argument("--algorithm", default=None, help="algorithm (default: the topology's default)")
+    p.add_argument("--bytes", type=parse_size, default=defaults["bytes"],
+                   help="bytes per endpoint buffer, nccl-tests convention (default %(default)s)")
+    p.add_argument("--dtype", default="fp32", type=str.lower, choices=[d.name.lower() for d in DType])
+    p.add_argument("--op", default="sum", type=str.lower, choices=[o.name.lower() for o in ReduceOp])
+    p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce")
+    p.add_argument("--chunk-bytes", type=parse_size, default=64 * 1024, help="chunk size (default 64KiB)")
+    p.add_argument("--backend", default=defaults["backend"], choices=["golden", "verilator", "icarus"],
+                   help="golden: the numpy model only; verilator/icarus: reductions on the ALU RTL "
+                        "(default %(default)s)")
+    p.add_argument("--lanes", type=int, default=16, help="ALU lanes of 32 bits (default 16 = 64 B beats)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the random input data (default 1)")
+    p.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE ('-' for stdout)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _cmd_run(args):
+    from .run import run_collective, format_summary
+
+    try:
+        result = run_collective(collective=args.collective, topology=args.topology, algorithm=args.algorithm,
+                                nbytes=args.bytes, dtype=args.dtype, op=args.op, root=args.root,
+                                chunk_bytes=args.chunk_bytes, backend=args.backend, lanes=args.lanes,
+                                seed=args.seed, progress=not args.quiet)
+    except ValueError as exc:
+        print(f"syncfabric run: error: {exc}", file=sys.stderr)
+        return 2
+    print(format_summary(result))
+    if args.json == "-":
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    elif args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0 if result["mismatches"] == 0 else 1
+
+
+def main(argv=None):
+    """Entry point of the ``syncfabric`` command."""
+    parser = argparse.ArgumentParser(prog="syncfabric", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_defaults = {"collective": "allreduce", "topology": "ring:4", "bytes": 64 * 1024, "backend": "verilator"}
+    demo_defaults = {"collective": "allreduce", "topology": "ring:8", "bytes": 256 * 1024, "backend": "verilator"}
+    p_run = sub.add_parser("run", help="run one collective end to end and check every byte")
+    _add_run_args(p_run, run_defaults)
+    p_run.set_defaults(func=_cmd_run)
+    p_demo = sub.add_parser("demo", help="the main job: an 8-NPU ring all-reduce checked against the golden model")
+    _add_run_args(p_demo, demo_defaults)
+    p_demo.set_defaults(func=_cmd_run)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

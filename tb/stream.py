@@ -13,13 +13,15 @@ from cocotb.triggers import Event, ReadOnly, RisingEdge
 __all__ = ["StreamSource", "StreamSink"]
 
 
+def _stream_signals(dut, name):
+    return (getattr(dut, f"{name}__valid"), getattr(dut, f"{name}__ready"), getattr(dut, f"{name}__payload"))
+
+
 class StreamSource:
     """Drives a stream input of the design. ``idle`` is the probability of inserting an idle cycle before a beat."""
 
     def __init__(self, dut, name, clk, *, idle=0.0, rng=None):
-        self.valid = getattr(dut, f"{name}__valid")
-        self.ready = getattr(dut, f"{name}__ready")
-        self.payload = getattr(dut, f"{name}__payload")
+        self.valid, self.ready, self.payload = _stream_signals(dut, name)
         self.clk = clk
         self.idle = idle
         self.rng = rng or random.Random(0)
@@ -64,9 +66,7 @@ class StreamSink:
     """Accepts a stream output of the design. ``backpressure`` is the probability of deasserting ready."""
 
     def __init__(self, dut, name, clk, *, backpressure=0.0, rng=None):
-        self.valid = getattr(dut, f"{name}__valid")
-        self.ready = getattr(dut, f"{name}__ready")
-        self.payload = getattr(dut, f"{name}__payload")
+        self.valid, self.ready, self.payload = _stream_signals(dut, name)
         self.clk = clk
         self.backpressure = backpressure
         self.rng = rng or random.Random(1)

@@ -10,7 +10,21 @@ import enum
 __all__ = ["DType", "ReduceOp", "DTYPE_BYTES", "dtype_bytes"]
 
 
-class DType(enum.IntEnum):
+class _Parsable(enum.IntEnum):
+    @classmethod
+    def parse(cls, name):
+        """Return the member named ``name`` (case-insensitive, e.g. ``"fp16"``, ``"sum"``) or the member itself,
+        with a clear error listing the valid names otherwise."""
+        if isinstance(name, cls):
+            return name
+        try:
+            return cls[str(name).upper()]
+        except KeyError:
+            raise ValueError(f"unknown {cls._what} {name!r}; expected one of "
+                             f"{', '.join(m.name.lower() for m in cls)}") from None
+
+
+class DType(_Parsable):
     """Element type of a payload (2-bit code in descriptors and ALU beats)."""
 
     FP32 = 0
@@ -18,35 +32,17 @@ class DType(enum.IntEnum):
     BF16 = 2
     INT32 = 3
 
-    @classmethod
-    def parse(cls, name):
-        """Return the DType named ``name`` (case-insensitive, e.g. ``"fp16"``), with a clear error otherwise."""
-        if isinstance(name, cls):
-            return name
-        try:
-            return cls[str(name).upper()]
-        except KeyError:
-            raise ValueError(f"unknown dtype {name!r}; expected one of "
-                             f"{', '.join(m.name.lower() for m in cls)}") from None
 
-
-class ReduceOp(enum.IntEnum):
+class ReduceOp(_Parsable):
     """Element-wise reduction operator (2-bit code)."""
 
     SUM = 0
     MAX = 1
     MIN = 2
 
-    @classmethod
-    def parse(cls, name):
-        """Return the ReduceOp named ``name`` (case-insensitive, e.g. ``"sum"``), with a clear error otherwise."""
-        if isinstance(name, cls):
-            return name
-        try:
-            return cls[str(name).upper()]
-        except KeyError:
-            raise ValueError(f"unknown reduction op {name!r}; expected one of "
-                             f"{', '.join(m.name.lower() for m in cls)}") from None
+
+DType._what = "dtype"
+ReduceOp._what = "reduction op"
 
 
 DTYPE_BYTES = {DType.FP32: 4, DType.FP16: 2, DType.BF16: 2, DType.INT32: 4}

@@ -189,3 +189,12 @@ def test_bf16_rounding_from_float32():
     assert int(bf16_from_float32(np.float32(np.nan))) == FLOAT_FORMATS[DType.BF16].canonical_nan
     big = np.array([0x7F7FFFFF], dtype=np.uint32).view(np.float32)       # fp32 max rounds up to bf16 inf
     assert int(bf16_from_float32(big)[0]) == 0x7F80
+
+
+def test_dtype_and_op_names_parse_with_clear_errors():
+    assert DType.parse("BF16") is DType.BF16 and ReduceOp.parse("max") is ReduceOp.MAX
+    assert DType.parse(DType.INT32) is DType.INT32
+    with pytest.raises(ValueError, match="unknown dtype 'fp8'; expected one of fp32, fp16, bf16, int32"):
+        DType.parse("fp8")
+    with pytest.raises(ValueError, match="unknown reduction op 'prod'"):
+        ReduceOp.parse("prod")

@@ -25,7 +25,7 @@ from ..sim.golden.chunking import buffer_counts, normalize_collective
 from ..sim.golden.executor import execute
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
 
-__all__ = ["JobSpec", "job_spec", "make_inputs", "run_golden", "run_collective", "format_summary",
+__all__ = ["job_spec", "make_inputs", "run_golden", "run_collective", "format_summary",
            "count_for_bytes"]
 
 BACKENDS = ("golden", "verilator", "icarus")
@@ -60,8 +60,6 @@ def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0,
             "count": count, "dtype": dtype.name.lower(), "op": op.name.lower(), "root": root,
             "chunk_bytes": chunk_bytes, "seed": seed, "lanes": lanes}
 
-
-JobSpec = dict
 
 
 def make_inputs(spec):

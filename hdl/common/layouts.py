@@ -5,7 +5,7 @@ values with ``layout.const({...}).as_value().value`` and ``layout.from_bits(int)
 the RTL. Enumerated fields take their codes from :mod:`syncfabric.sim.golden.types`.
 """
 
-from amaranth.hdl import unsigned
+from amaranth.hdl import Shape, unsigned
 from amaranth.lib import data
 
 from ...sim.golden.types import DType, ReduceOp
@@ -41,12 +41,41 @@ def alu_result_layout(lanes=16, tag_width=0):
     })
 
 
+def _flat_fields(layout):
+    """``{name: (offset, width)}`` when every field is a plain unsigned value, else None."""
+    out = {}
+    for name, field in layout:
+        shape = field.shape
+        if not isinstance(shape, Shape) or shape.signed:
+            return None
+        out[name] = (field.offset, field.width)
+    return out
+
+
 def pack(layout, fields):
-    """Integer bit pattern of ``fields`` (a dict) in ``layout``; enum members are accepted for code fields."""
-    return layout.const({k: int(v) for k, v in fields.items()}).as_value().value
+    """Integer bit pattern of ``fields`` (a dict; missing fields are 0) in ``layout``; enum members are accepted
+    for code fields. Out-of-range values and unknown names raise ``ValueError``. Fast enough for million-beat
+    testbenches: flat layouts are packed by shifts, others through ``layout.const``."""
+    flat = _flat_fields(layout)
+    if flat is None:
+        return layout.const({k: int(v) for k, v in fields.items()}).as_value().value
+    bits = 0
+    for name, value in fields.items():
+        if name not in flat:
+            raise ValueError(f"{name!r} is not a field of this layout ({', '.join(flat)})")
+        offset, width = flat[name]
+        value = int(value)
+        if not 0 <= value < (1 << width):
+            raise ValueError(f"field {name}={value} does not fit in {width} bits")
+        bits |= value << offset
+    return bits
 
 
 def unpack(layout, bits):
     """Dict of integer field values of the bit pattern ``bits`` in ``layout``."""
-    view = layout.from_bits(int(bits))
-    return {name: int(getattr(view, name)) for name, _ in layout}
+    flat = _flat_fields(layout)
+    bits = int(bits)
+    if flat is None:
+        view = layout.from_bits(bits)
+        return {name: int(getattr(view, name)) for name, _ in layout}
+    return {name: (bits >> offset) & ((1 << width) - 1) for name, (offset, width) in flat.items()}

@@ -25,7 +25,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from cocotb.utils import get_sim_time
 
-from ...hdl.common.layouts import alu_operands_layout, alu_result_layout
+from ...hdl.common.layouts import alu_operands_layout, alu_result_layout, pack, unpack
 from ...sim.golden.arith import reduce_elements
 from ...sim.golden.types import DType, ReduceOp
 from ..harness import tb_params
@@ -34,11 +34,6 @@ from . import COMBOS, combo_name, elements_per_beat, random_operands
 
 Beat = collections.namedtuple("Beat", "bits expected dtype op tag")
 CLOCK_NS = 10
-
-
-def _fields(layout):
-    """``{name: (offset, width)}`` of a struct layout, so beats are packed by the very layout the RTL uses."""
-    return {name: (field.offset, field.width) for name, field in layout}
 
 
 class AluTB:
@@ -52,8 +47,8 @@ class AluTB:
         self.seed = int(params.get("seed", cocotb.RANDOM_SEED))
         self.rng = np.random.default_rng(self.seed)
         self.cycle_rng = random.Random(self.seed)
-        self.in_fields = _fields(alu_operands_layout(self.lanes, self.tag_width))
-        self.out_fields = _fields(alu_result_layout(self.lanes, self.tag_width))
+        self.in_layout = alu_operands_layout(self.lanes, self.tag_width)
+        self.out_layout = alu_result_layout(self.lanes, self.tag_width)
         self.log = dut._log
         self.expected = collections.deque()
         self.checked = collections.Counter()
@@ -71,13 +66,6 @@ class AluTB:
         await RisingEdge(self.dut.clk)
 
     # ---- stimulus -------------------------------------------------------------------------------------------
-    def _pack(self, **values):
-        bits = 0
-        for name, value in values.items():
-            offset, width = self.in_fields[name]
-            bits |= (int(value) & ((1 << width) - 1)) << offset
-        return bits
-
     def beats(self, per_combo, batch=512):
         """``per_combo`` beats of every dtype/op pair in random order, with their golden results.
 
@@ -99,8 +87,8 @@ class AluTB:
                     made[k] = (a[row].tobytes(), b[row].tobytes(), r[row].tobytes(), dtype, op)
             for a, b, r, dtype, op in made:
                 tag = self.sent & ((1 << self.tag_width) - 1)
-                bits = self._pack(a=int.from_bytes(a, "little"), b=int.from_bytes(b, "little"),
-                                  dtype=dtype, op=op, tag=tag)
+                bits = pack(self.in_layout, {"a": int.from_bytes(a, "little"), "b": int.from_bytes(b, "little"),
+                                             "dtype": dtype, "op": op, "tag": tag})
                 self.sent += 1
                 yield Beat(bits, int.from_bytes(r, "little"), dtype, op, tag)
 
@@ -125,11 +113,9 @@ class AluTB:
         sink = StreamSink(self.dut, "o", self.dut.clk, backpressure=1.0 - ready_prob,
                           rng=random.Random(self.seed + 1))
         cocotb.start_soon(sink.run())
-        data_off, data_w = self.out_fields["data"]
-        tag_off, tag_w = self.out_fields["tag"]
         while True:
-            bits = await sink.recv()
-            self.check((bits >> data_off) & ((1 << data_w) - 1), (bits >> tag_off) & ((1 << tag_w) - 1))
+            out = unpack(self.out_layout, await sink.recv())
+            self.check(out["data"], out["tag"])
 
     def check(self, data, tag):
         """The output beat must be the golden result of the oldest input beat not yet checked."""
@@ -146,8 +132,8 @@ class AluTB:
         dtype = DType(beat.dtype)
         width = 32 if dtype in (DType.FP32, DType.INT32) else 16
         mask = (1 << width) - 1
-        a = (beat.bits >> self.in_fields["a"][0]) & ((1 << 32 * self.lanes) - 1)
-        b = (beat.bits >> self.in_fields["b"][0]) & ((1 << 32 * self.lanes) - 1)
+        operands = unpack(self.in_layout, beat.bits)
+        a, b = operands["a"], operands["b"]
         lines = []
         for k in range(32 * self.lanes // width):
             got, want = (data >> (width * k)) & mask, (beat.expected >> (width * k)) & mask
@@ -212,7 +198,6 @@ async def full_rate_and_latency(dut):
             delivered.append((cycle, dut.o__payload.value.to_unsigned()))
         await RisingEdge(dut.clk)
     assert [c for c, _ in delivered] == [c + latency for c in accepted], delivered[:3]
-    data_off, data_w = tb.out_fields["data"]
     for beat, (_, bits) in zip(beats, delivered):
-        assert (bits >> data_off) & ((1 << data_w) - 1) == beat.expected, combo_name(beat.dtype, beat.op)
+        assert unpack(tb.out_layout, bits)["data"] == beat.expected, combo_name(beat.dtype, beat.op)
     tb.log.info("%d beats in %d consecutive cycles, latency %d", n, n, latency)

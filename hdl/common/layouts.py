@@ -10,7 +10,10 @@ from amaranth.lib import data
 
 from ...sim.golden.types import DType, ReduceOp
 
-__all__ = ["DTYPE_SHAPE", "OP_SHAPE", "alu_operands_layout", "alu_result_layout", "pack", "unpack"]
+__all__ = ["DTYPE_SHAPE", "OP_SHAPE", "alu_operands_layout", "alu_result_layout", "pack", "unpack",
+           "DESCRIPTOR_BYTES", "COMPLETION_BYTES", "descriptor_layout", "completion_layout", "DescFlags",
+           "packet_header_layout", "HEADER_CRC_BYTES", "flit_layout", "credit_layout", "pack_bytes",
+           "unpack_bytes", "program_entry_layout", "MAX_PHASES"]
 
 #: 2-bit fields holding a :class:`DType` / :class:`ReduceOp` code.
 DTYPE_SHAPE = unsigned(max(DType).bit_length())
@@ -79,3 +82,150 @@ def unpack(layout, bits):
         view = layout.from_bits(bits)
         return {name: int(getattr(view, name)) for name, _ in layout}
     return {name: (bits >> offset) & ((1 << width) - 1) for name, (offset, width) in flat.items()}
+
+
+# -- command interface (NPU memory) -------------------------------------------------------------------------
+
+#: A descriptor is one 64-byte record in the submission ring; a completion one 32-byte record in the completion
+#: ring. Both are little-endian: field bit 0 is bit 0 of the record's first byte.
+DESCRIPTOR_BYTES = 64
+COMPLETION_BYTES = 32
+
+
+class DescFlags:
+    """Bits of a descriptor's ``flags`` field."""
+
+    IN_PLACE = 1 << 0   #: the result overwrites the source buffer (``dst`` must equal ``src``)
+    NULL = 1 << 1       #: null contribution (partial all-reduce); not implemented yet: rejected (BAD_FLAGS)
+    #: Flags this engine accepts; any other bit set gives a BAD_FLAGS completion.
+    SUPPORTED = IN_PLACE
+
+
+def descriptor_layout():
+    """A collective command (``DESCRIPTOR_BYTES``). ``count`` is per rank as in NCCL (see docs/programs.md
+    section 2); ``src``/``dst`` are byte addresses in NPU memory; ``cookie`` is returned in the completion."""
+    return data.StructLayout({
+        "collective": unsigned(8),   # Collective code
+        "algorithm": unsigned(8),    # Algorithm code, 0 = the program loaded for this collective
+        "dtype": unsigned(8),        # DType code
+        "op": unsigned(8),           # ReduceOp code
+        "flags": unsigned(8),        # DescFlags
+        "comm": unsigned(8),         # communicator id
+        "root": unsigned(16),        # root rank of broadcast / reduce
+        "tag": unsigned(32),         # carried in every packet header (low 16 bits) and the completion
+        "count": unsigned(32),       # elements per rank
+        "src": unsigned(64),
+        "dst": unsigned(64),
+        "cookie": unsigned(64),
+        "reserved": unsigned(192),
+    })
+
+
+def completion_layout():
+    """A completion record (``COMPLETION_BYTES``), written to the completion ring when a command finishes or is
+    rejected. ``status`` is a :class:`~syncfabric.sim.golden.types.Status`; ``detail`` says which check failed
+    or which step faulted; ``cycles`` from descriptor fetch to completion; ``seq`` counts completions from 1
+    (the driver's validity check: a zeroed ring slot has seq 0)."""
+    return data.StructLayout({
+        "cookie": unsigned(64),
+        "tag": unsigned(32),
+        "status": unsigned(8),
+        "collective": unsigned(8),
+        "sq_index": unsigned(16),
+        "cycles": unsigned(32),
+        "detail": unsigned(32),
+        "seq": unsigned(32),
+        "reserved": unsigned(32),
+    })
+
+
+# -- link ---------------------------------------------------------------------------------------------------
+
+def packet_header_layout():
+    """The header of a link packet. It travels on the link's header lanes beside the packet's first flit (a
+    sideband, like AXI-Stream TUSER), so the payload flits carry only payload. ``vc`` is the FSM (virtual
+    channel) whose landing buffer the message goes to; ``length`` is the whole message's payload bytes and
+    ``offset`` the byte offset of this packet's payload in it; ``last`` marks the message's last packet;
+    ``poison`` says the payload derives from data that failed a check upstream (CRC, header mismatch), so every
+    rank the error reaches reports it instead of completing with wrong data."""
+    return data.StructLayout({
+        "dst": unsigned(9),
+        "src": unsigned(9),
+        "vc": unsigned(5),
+        "tag": unsigned(16),
+        "chunk": unsigned(16),
+        "phase": unsigned(3),
+        "key": unsigned(12),
+        "length": unsigned(20),
+        "offset": unsigned(20),
+        "last": unsigned(1),
+        "poison": unsigned(1),
+    })
+
+
+#: The CRC of a packet covers its header zero-extended to this many bytes, then every payload flit in full
+#: (the transmitter zeroes the bytes of a message's last flit beyond its length).
+HEADER_CRC_BYTES = 16
+
+
+def flit_layout(beat_bytes=64):
+    """One link flit: a beat of payload, the packet header (meaningful on the first flit of a packet), the
+    first/last markers and the packet's CRC-32 (meaningful on the last flit). A header-only packet (an empty
+    message) is one flit with ``first`` and ``last`` set and no payload."""
+    return data.StructLayout({
+        "data": unsigned(8 * beat_bytes),
+        "hdr": packet_header_layout(),
+        "first": unsigned(1),
+        "last": unsigned(1),
+        "crc": unsigned(32),
+    })
+
+
+def credit_layout():
+    """One cycle of the credit return path (receiver -> transmitter): at most one landing-buffer beat and one
+    message-header entry freed, each with its virtual channel."""
+    return data.StructLayout({
+        "beat": unsigned(1),
+        "beat_vc": unsigned(5),
+        "hdr": unsigned(1),
+        "hdr_vc": unsigned(5),
+    })
+
+
+def pack_bytes(layout, fields, nbytes=None):
+    """``fields`` packed into ``layout`` as little-endian bytes (``nbytes`` long, default the layout's size)."""
+    n = nbytes if nbytes is not None else (layout.size + 7) // 8
+    return pack(layout, fields).to_bytes(n, "little")
+
+
+def unpack_bytes(layout, raw):
+    """Inverse of :func:`pack_bytes`."""
+    return unpack(layout, int.from_bytes(bytes(raw), "little"))
+
+
+# -- program table ------------------------------------------------------------------------------------------
+
+#: Phases a program may have (the torus all-reduce has 4).
+MAX_PHASES = 4
+
+
+def program_entry_layout():
+    """One program table entry: which program (in the instruction memory) runs a collective on a communicator.
+    ``phase_start``/``phase_len`` locate each phase's steps in the instruction memory; ``store_start`` is the
+    index (within the last phase) of the first of its trailing STOREs, where a chunk leaves its FSM for the
+    terminal partition and the RX DMA. Written by the driver from a golden
+    :class:`~syncfabric.sim.golden.program.Program` (``syncfabric.host.programs``)."""
+    return data.StructLayout({
+        "valid": unsigned(1),
+        "comm": unsigned(4),
+        "collective": unsigned(4),
+        "algorithm": unsigned(4),
+        "n_phases": unsigned(3),
+        "n_blocks": unsigned(11),
+        "n_slots": unsigned(11),
+        "segments": unsigned(10),
+        "root": unsigned(9),
+        "store_start": unsigned(11),
+        "phase_start": data.ArrayLayout(unsigned(10), MAX_PHASES),
+        "phase_len": data.ArrayLayout(unsigned(11), MAX_PHASES),
+    })

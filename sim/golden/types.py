@@ -78,3 +78,71 @@ FLOAT_FORMATS = {
 }
 
 __all__ += ["FloatFormat", "FLOAT_FORMATS"]
+
+
+class Collective(_Parsable):
+    """Collective opcode of a descriptor (8-bit field). 0 is reserved so an all-zero descriptor is invalid."""
+
+    ALLREDUCE = 1
+    REDUCE_SCATTER = 2
+    ALLGATHER = 3
+    ALLTOALL = 4
+    BROADCAST = 5
+    REDUCE = 6
+    BARRIER = 7
+
+    @property
+    def golden_name(self):
+        """The collective's name in :mod:`.chunking` / the program generators (e.g. ``"reduce_scatter"``)."""
+        return self.name.lower()
+
+
+class Algorithm(_Parsable):
+    """Algorithm code of a loaded program (8-bit field). 0 in a descriptor means "the program loaded for this
+    collective on this communicator, whatever its algorithm"."""
+
+    DEFAULT = 0
+    RING = 1
+    BIDIR_RING = 2
+    HIERARCHICAL = 3
+    HALVING_DOUBLING = 4
+    DIRECT = 5
+
+    @classmethod
+    def parse(cls, name):
+        if isinstance(name, str):
+            name = name.replace("-", "_")
+        return super().parse(name)
+
+    @property
+    def golden_name(self):
+        """The algorithm's name in :mod:`.algorithms` (e.g. ``"bidir-ring"``)."""
+        return self.name.lower().replace("_", "-")
+
+
+class Status(enum.IntEnum):
+    """Completion status codes (8-bit field of a completion record). 1-15: the descriptor was rejected before
+    anything moved (nothing was written to memory); 16 and up: a fault while the collective ran."""
+
+    OK = 0
+    BAD_COLLECTIVE = 1      #: unknown collective opcode
+    BAD_ALGORITHM = 2       #: no program loaded for this collective on the communicator, or another algorithm
+    BAD_DTYPE = 3           #: unknown element type
+    BAD_OP = 4              #: unknown reduction operator
+    ZERO_COUNT = 5          #: element count is zero
+    MISALIGNED = 6          #: an address is not a multiple of the element size
+    OUT_OF_WINDOW = 7       #: a buffer is not inside one registered memory window
+    BAD_COMM = 8            #: communicator id out of range or not configured
+    SRAM_TOO_SMALL = 9      #: a chunk of this program does not fit a chunk buffer / landing buffer
+    BAD_FLAGS = 10          #: a flag this engine does not implement
+    BAD_ROOT = 11           #: root rank out of range
+    AXI_ERROR = 16          #: a DMA burst got a SLVERR/DECERR response
+    LINK_CRC = 17           #: a packet of this collective failed its CRC check
+    PROTOCOL = 18           #: a message did not match the step waiting for it (header mismatch)
+    ILLEGAL_INSTRUCTION = 19  #: the program holds a word that is not a valid step
+
+
+Collective._what = "collective"
+Algorithm._what = "algorithm"
+
+__all__ += ["Collective", "Algorithm", "Status"]

@@ -1,0 +1,136 @@
+"""Elaboration parameters of an ACE engine (plain Python: the driver, the golden model and the docs read them).
+
+The design point of the ACE paper (section IV-I) is 4 MiB of SRAM, 16 FSMs and 64 B datapaths; tests use
+smaller configurations of the same RTL (``AceConfig.small()``).
+"""
+
+from dataclasses import dataclass, asdict, replace
+
+__all__ = ["AceConfig"]
+
+
+def _pow2(x):
+    return x > 0 and x & (x - 1) == 0
+
+
+@dataclass(frozen=True)
+class AceConfig:
+    """Parameters of one engine.
+
+    beat_bytes      width of SRAM, ALU, AXI and link flits (bytes; a power of two >= 8).
+    packet_bytes    payload bytes per link packet (multiple of beat_bytes).
+    chunk_bytes     size of one chunk buffer's payload (the largest chunk working set; the effective chunk size
+                    is a register, at most this).
+    n_buffers       chunk buffers; each is one SRAM bank (1 read + 1 write port, beat wide). SRAM size =
+                    n_buffers * buffer_bytes.
+    max_blocks      largest ``n_blocks`` of a program (sets the buffer slack for rounding blocks up to beats).
+    n_fsms          FSMs of the control unit (= virtual channels on every link).
+    n_ports         link ports (each with a TX and an RX side).
+    landing_beats   per (RX port, FSM) landing buffer in beats; a message may be at most half of it.
+    landing_headers per (RX port, FSM) message headers the landing buffer holds (power of two).
+    n_cmds          collectives in flight at once (command table entries).
+    n_comms         communicators.
+    n_windows       registered memory windows.
+    imem_words      instruction memory (64-bit words), shared by all loaded programs.
+    n_programs      program table entries (one per (communicator, collective) loaded).
+    max_ranks       largest group size (routing table entries).
+    dma_max_burst   beats per AXI burst (<= 256).
+    dma_outstanding read bursts in flight.
+    addr_width      AXI address width.
+    """
+
+    beat_bytes: int = 64
+    packet_bytes: int = 256
+    chunk_bytes: int = 65536
+    n_buffers: int = 52
+    max_blocks: int = 32
+    n_fsms: int = 16
+    n_ports: int = 2
+    landing_beats: int = 256
+    landing_headers: int = 4
+    n_cmds: int = 4
+    n_comms: int = 4
+    n_windows: int = 4
+    imem_words: int = 1024
+    n_programs: int = 16
+    max_ranks: int = 16
+    dma_max_burst: int = 16
+    dma_outstanding: int = 4
+    addr_width: int = 48
+
+    def __post_init__(self):
+        errors = []
+        if not _pow2(self.beat_bytes) or self.beat_bytes < 8:
+            errors.append(f"beat_bytes={self.beat_bytes} must be a power of two >= 8")
+        if self.packet_bytes % self.beat_bytes or self.packet_bytes <= 0:
+            errors.append(f"packet_bytes={self.packet_bytes} must be a positive multiple of beat_bytes")
+        if self.chunk_bytes % self.beat_bytes or self.chunk_bytes <= 0:
+            errors.append(f"chunk_bytes={self.chunk_bytes} must be a positive multiple of beat_bytes")
+        for name in ("n_buffers", "max_blocks", "n_fsms", "n_ports", "n_cmds", "n_comms", "n_windows",
+                     "imem_words", "n_programs", "max_ranks", "dma_outstanding"):
+            if getattr(self, name) < 1:
+                errors.append(f"{name} must be >= 1")
+        if self.n_fsms > 32:
+            errors.append("n_fsms must be <= 32 (5-bit virtual channel field)")
+        if self.n_ports > 8:
+            errors.append("n_ports must be <= 8 (3-bit port field of the instruction word)")
+        if self.max_ranks > 512:
+            errors.append("max_ranks must be <= 512 (9-bit rank fields)")
+        if not 1 <= self.dma_max_burst <= 256:
+            errors.append("dma_max_burst must be in 1..256")
+        if self.landing_beats < 4 or not _pow2(self.landing_beats):
+            errors.append("landing_beats must be a power of two >= 4")
+        if self.landing_headers < 2 or not _pow2(self.landing_headers):
+            errors.append("landing_headers must be a power of two >= 2")
+        if not _pow2(self.n_fsms):
+            errors.append("n_fsms must be a power of two")
+        if errors:
+            raise ValueError("bad ACE configuration: " + "; ".join(errors))
+
+    # -- derived sizes --------------------------------------------------------------------------------------
+    @property
+    def lanes(self):
+        """32-bit ALU lanes (one beat per cycle)."""
+        return self.beat_bytes // 4
+
+    @property
+    def chunk_beats(self):
+        return self.chunk_bytes // self.beat_bytes
+
+    @property
+    def buffer_beats(self):
+        """Beats of one chunk buffer: a full chunk plus one beat per block of rounding slack."""
+        return self.chunk_beats + self.max_blocks
+
+    @property
+    def buffer_bytes(self):
+        return self.buffer_beats * self.beat_bytes
+
+    @property
+    def sram_bytes(self):
+        return self.n_buffers * self.buffer_bytes
+
+    @property
+    def packet_beats(self):
+        return self.packet_bytes // self.beat_bytes
+
+    @property
+    def max_message_beats(self):
+        """Largest message (block) the landing buffers accept: half a landing buffer, so that a sender can
+        stream the next message while the previous one is consumed."""
+        return self.landing_beats // 2
+
+    def as_dict(self):
+        return asdict(self)
+
+    def replace(self, **kw):
+        return replace(self, **kw)
+
+    @classmethod
+    def small(cls, **kw):
+        """A configuration small enough for quick simulation: 16 B beats, 1 KiB chunks, 4 FSMs, 8 buffers."""
+        base = dict(beat_bytes=16, packet_bytes=64, chunk_bytes=1024, n_buffers=8, max_blocks=32, n_fsms=4,
+                    n_ports=2, landing_beats=64, landing_headers=4, n_cmds=4, n_comms=2, n_windows=4, imem_words=256,
+                    n_programs=8, max_ranks=16, dma_max_burst=8, dma_outstanding=4, addr_width=32)
+        base.update(kw)
+        return cls(**base)

@@ -1,0 +1,490 @@
+"""DMA engines of the ACE: :class:`DmaReader` streams byte ranges of NPU memory in over AXI4, :class:`DmaWriter`
+streams beats out to byte ranges.
+
+Both take commands ``{addr, length}`` for ANY byte address and ``length`` >= 1 bytes, and move
+``ceil(length / W)`` stream beats per command (``W = cfg.beat_bytes``), aligned to the START OF THE RANGE: byte 0
+of beat 0 is the byte at ``addr``. AXI is beat-aligned, so each engine has a barrel shifter that combines two
+consecutive AXI beats into one stream beat (reader) or one stream beat into two AXI beats (writer).
+
+AXI use: one ID (0), INCR bursts of full beats (``AxSIZE = log2(W)``), at most ``cfg.dma_max_burst`` beats,
+never crossing a 4 KiB boundary (an AXI rule), up to ``cfg.dma_outstanding`` bursts in flight per engine.
+Responses other than OKAY are reported per command (``err``).
+
+Timing (checked in tests/hdl/test_dma.py): both engines move one beat per cycle in steady state and take a new
+command every cycle; the reader loses one cycle per command whose ``addr`` is not beat-aligned (it must hold the
+first AXI beat before it can emit a stream beat), the writer one per command that touches one more AXI beat than
+it has stream beats. Latencies in cycles between handshakes, with an always-ready slave and consumer: command ->
+AR/AW 2; reader R -> ``data`` 3 (4 for an unaligned command's first beat), so command -> first beat 6; writer
+command -> first ``data`` beat taken 2, ``data`` -> W 1, last ``data`` beat -> ``done`` 3 + the slave's B latency.
+
+``length`` = 0 is not a valid command (the engines would stream garbage).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ..common.axi import AXI4ReadSignature, AXI4WriteSignature, AxiBurst
+from .config import AceConfig
+
+__all__ = ["LENGTH_BITS", "COUNTER_BITS", "dma_cmd_layout", "dma_read_data_layout", "dma_write_data_layout",
+           "dma_done_layout", "DmaReader", "DmaWriter"]
+
+#: Width of a command's ``length`` field (bytes; up to 16 MiB - 1 per command).
+LENGTH_BITS = 24
+#: Counter width of the statistics outputs.
+COUNTER_BITS = 32
+#: AxCACHE = normal non-cacheable bufferable: lets an interconnect merge or buffer the DMA's traffic.
+_AXCACHE = 0b0011
+#: AXI bursts must not cross 4 KiB boundaries.
+_PAGE_BITS = 12
+
+
+def dma_cmd_layout(cfg: AceConfig):
+    """A DMA command: ``length`` (>= 1) bytes from byte address ``addr``."""
+    return data.StructLayout({"addr": unsigned(cfg.addr_width), "length": unsigned(LENGTH_BITS)})
+
+
+def dma_read_data_layout(cfg: AceConfig):
+    """A beat out of :class:`DmaReader`: ``last`` on a command's last beat, ``err`` on it if any read failed."""
+    return data.StructLayout({"data": unsigned(8 * cfg.beat_bytes), "last": 1, "err": 1})
+
+
+def dma_write_data_layout(cfg: AceConfig):
+    """A beat into :class:`DmaWriter` (``last`` is informational: the writer counts beats by ``length``)."""
+    return data.StructLayout({"data": unsigned(8 * cfg.beat_bytes), "last": 1})
+
+
+def dma_done_layout():
+    """A write command's completion: ``err`` if any of its write responses was not OKAY."""
+    return data.StructLayout({"err": 1})
+
+
+def _check_cfg(cfg):
+    if cfg.beat_bytes > (1 << _PAGE_BITS):
+        raise ValueError("beat_bytes must be <= 4096 (a burst may not cross a 4 KiB page)")
+
+
+def _beats_bits(cfg):
+    """Width of beat counts of one command: ceil((W - 1 + 2**LENGTH_BITS - 1) / W) fits."""
+    return LENGTH_BITS - exact_log2(cfg.beat_bytes) + 1
+
+
+class _BurstSplitter(wiring.Component):
+    """Cuts a run of ``beats`` beat-aligned AXI beats from ``addr`` into bursts of at most ``dma_max_burst``
+    beats that do not cross a 4 KiB page. ``burst`` is combinational from the splitter's state (the owner
+    registers the address channel); a new run is taken in the cycle the previous run's last burst goes."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        super().__init__({
+            "run": In(stream.Signature(data.StructLayout({
+                "addr": unsigned(cfg.addr_width), "beats": unsigned(_beats_bits(cfg))}))),
+            "burst": Out(stream.Signature(data.StructLayout({
+                "addr": unsigned(cfg.addr_width), "len": unsigned(8), "last": 1}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        lw = exact_log2(cfg.beat_bytes)
+        addr = Signal(cfg.addr_width)
+        left = Signal(_beats_bits(cfg))
+
+        # Beats to the end of the page; a power of two page over a power of two beat: never 0.
+        page_beats = 1 << (_PAGE_BITS - lw)
+        to_page = Signal(range(page_beats + 1))
+        m.d.comb += to_page.eq(page_beats - addr[lw:_PAGE_BITS])
+        limit = Signal(range(max(cfg.dma_max_burst, page_beats) + 1))
+        m.d.comb += limit.eq(Mux(to_page < cfg.dma_max_burst, to_page, cfg.dma_max_burst))
+        n = Signal(range(max(cfg.dma_max_burst, 1) + 1))
+        m.d.comb += n.eq(Mux(left < limit, left, limit))
+
+        m.d.comb += [
+            self.burst.valid.eq(left != 0),
+            self.burst.payload.addr.eq(addr),
+            self.burst.payload.len.eq(n - 1),
+            self.burst.payload.last.eq(n == left),
+            self.run.ready.eq((left == 0) | (self.burst.ready & self.burst.payload.last)),
+        ]
+        with m.If(self.burst.valid & self.burst.ready):
+            m.d.sync += [
+                addr.eq(addr + (n << lw)),
+                left.eq(left - n),
+            ]
+        with m.If(self.run.valid & self.run.ready):
+            m.d.sync += [
+                addr.eq(Cat(Const(0, lw), self.run.payload.addr[lw:])),
+                left.eq(self.run.payload.beats),
+            ]
+        return m
+
+
+def _meta_layout(cfg):
+    """What the realigners need of a command: byte offset of ``addr`` in its beat, stream beats, whether the
+    range touches one AXI beat more than it has stream beats, and ``(length - 1) % W`` (bytes of the last
+    stream beat - 1); the writer also needs ``(addr + length - 1) % W`` (last byte lane of the last AXI beat)."""
+    lw = exact_log2(cfg.beat_bytes)
+    return data.StructLayout({"off": unsigned(lw), "beats": unsigned(_beats_bits(cfg)), "extra": 1,
+                              "tail": unsigned(lw), "end": unsigned(lw)})
+
+
+def _split_command(m, cfg, cmd, splitter, meta_fifo):
+    """Accept ``cmd`` into the burst splitter and the realigner's command FIFO in the same cycle."""
+    lw = exact_log2(cfg.beat_bytes)
+    w = cfg.beat_bytes
+    c = cmd.payload
+    off = c.addr[:lw]
+    axi_beats = (off + c.length + (w - 1))[lw:]
+    stream_beats = (c.length + (w - 1))[lw:]
+    meta = _meta_layout(cfg)(meta_fifo.w_data)
+    m.d.comb += [
+        splitter.run.payload.addr.eq(c.addr),
+        splitter.run.payload.beats.eq(axi_beats),
+        splitter.run.valid.eq(cmd.valid & meta_fifo.w_rdy),
+        meta_fifo.w_en.eq(cmd.valid & splitter.run.ready),
+        cmd.ready.eq(splitter.run.ready & meta_fifo.w_rdy),
+        meta.off.eq(off),
+        meta.beats.eq(stream_beats),
+        meta.extra.eq(axi_beats != stream_beats),
+        meta.tail.eq((c.length - 1)[:lw]),
+        meta.end.eq((off + c.length - 1)[:lw]),
+    ]
+
+
+def _byte_mask(w, keep):
+    """Bit mask of a beat keeping byte lanes ``j`` with ``keep(j)`` true."""
+    return Cat(*(keep(j).replicate(8) for j in range(w)))
+
+
+def _counter_members():
+    return {"beats": Out(COUNTER_BITS), "bytes": Out(COUNTER_BITS), "bursts": Out(COUNTER_BITS),
+            "busy": Out(COUNTER_BITS)}
+
+
+class DmaReader(wiring.Component):
+    """Reads byte ranges over AXI4 and streams them realigned to the range start.
+
+    Ports
+    -----
+    cmd : In(stream.Signature(dma_cmd_layout(cfg)))
+        Read ``length`` >= 1 bytes from byte address ``addr`` (any alignment). Accepted while earlier commands
+        are still streaming (up to ``dma_outstanding + 2`` commands queued for the realigner).
+    data : Out(stream.Signature(dma_read_data_layout(cfg)))
+        ``ceil(length / W)`` beats per command, in command order; byte 0 of the first beat is the byte at
+        ``addr``, bytes beyond ``length`` in the last beat are zero; ``last`` marks the last beat of a command,
+        ``err`` (on that beat only) says some RRESP of the command was not OKAY. Registered.
+    axi : Out(AXI4ReadSignature(cfg.addr_width, 8 * W))
+        AR/R master. ARID 0, INCR, ARSIZE log2(W), ARLEN < dma_max_burst, no 4 KiB crossing. An AR is issued only
+        once buffer space for its whole burst is reserved (``dma_outstanding * dma_max_burst`` beats), so
+        RREADY is constantly high; at most ``dma_outstanding`` bursts are in flight.
+    beats, bytes, bursts, busy : Out(32)
+        Stream beats and payload bytes delivered, AR bursts issued, cycles with a command in progress.
+    """
+
+    def __init__(self, cfg: AceConfig):
+        _check_cfg(cfg)
+        self.cfg = cfg
+        w = cfg.beat_bytes
+        super().__init__({
+            "cmd": In(stream.Signature(dma_cmd_layout(cfg))),
+            "data": Out(stream.Signature(dma_read_data_layout(cfg))),
+            "axi": Out(AXI4ReadSignature(cfg.addr_width, 8 * w)),
+            **_counter_members(),
+        })
+
+    @property
+    def buffer_beats(self):
+        """Beats of the R buffer (the credit pool bursts are reserved from)."""
+        return self.cfg.dma_outstanding * self.cfg.dma_max_burst
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        w = cfg.beat_bytes
+        lw = exact_log2(w)
+        dw = 8 * w
+        axi = self.axi
+        depth = self.buffer_beats
+        meta_layout = _meta_layout(cfg)
+
+        m.submodules.split = split = _BurstSplitter(cfg)
+        # Small control queues read combinationally (LUT RAM); the beat buffer has a registered read (block RAM).
+        m.submodules.meta = meta_fifo = SyncFIFO(width=meta_layout.size, depth=cfg.dma_outstanding + 2)
+        m.submodules.rbuf = rbuf = SyncFIFOBuffered(width=dw + 1, depth=depth)
+        _split_command(m, cfg, self.cmd, split, meta_fifo)
+
+        # -- AR: issue a burst once its beats are reserved in rbuf and fewer than dma_outstanding are in flight.
+        reserved = Signal(range(depth + 1))     # beats reserved by issued bursts and not yet popped from rbuf
+        in_flight = Signal(range(cfg.dma_outstanding + 1))
+        burst_beats = split.burst.payload.len + 1
+        pop = Signal()
+        ar_free = ~axi.arvalid | axi.arready
+        m.d.comb += split.burst.ready.eq(ar_free & (reserved + burst_beats <= depth) &
+                                         (in_flight < cfg.dma_outstanding))
+        take_burst = split.burst.valid & split.burst.ready
+        with m.If(take_burst):
+            m.d.sync += [
+                axi.arvalid.eq(1),
+                axi.araddr.eq(split.burst.payload.addr),
+                axi.arlen.eq(split.burst.payload.len),
+            ]
+        with m.Elif(axi.arready):
+            m.d.sync += axi.arvalid.eq(0)
+        m.d.comb += [
+            axi.arid.eq(0),
+            axi.arsize.eq(lw),
+            axi.arburst.eq(AxiBurst.INCR),
+            axi.arlock.eq(0),
+            axi.arcache.eq(_AXCACHE),
+            axi.arprot.eq(0),
+        ]
+        m.d.sync += reserved.eq(reserved + Mux(take_burst, burst_beats, 0) - pop)
+        r_last = axi.rvalid & axi.rready & axi.rlast
+        m.d.sync += in_flight.eq(in_flight + take_burst - r_last)
+
+        # -- R: every beat has a reserved slot in rbuf, so RREADY never needs to drop.
+        m.d.comb += [
+            axi.rready.eq(1),
+            rbuf.w_en.eq(axi.rvalid),
+            rbuf.w_data.eq(Cat(axi.rdata, axi.rresp != 0)),
+        ]
+
+        # -- Realigner: stream beat k = AXI beats k and k+1 of the command shifted down by `off` bytes.
+        head = rbuf.r_data[:dw]
+        head_err = rbuf.r_data[dw]
+        nxt = meta_layout(meta_fifo.r_data)
+        act = Signal()
+        loaded = Signal()       # the first AXI beat is in `prev` (always true when off == 0)
+        off = Signal(lw)
+        left = Signal(_beats_bits(cfg))
+        extra = Signal()
+        tail = Signal(lw)
+        prev = Signal(dw)
+        err_acc = Signal()
+        out_bytes = Signal(range(w + 1))   # payload bytes of the beat on `data` (for the byte counter)
+
+        adv = ~self.data.valid | self.data.ready
+        is_last = left == 1
+        # The last stream beat needs an AXI beat of its own only if the range spills into one more AXI beat.
+        need = (off == 0) | ~is_last | extra
+        emit = Signal()
+        # Plain expressions rather than an m.If chain: Icarus does not evaluate a comb process whose inputs
+        # never change after time 0, which would leave `pop` (and so the credit count) X.
+        m.d.comb += [
+            emit.eq(act & loaded & adv & (~need | rbuf.r_rdy)),
+            # Loading the first AXI beat into `prev` does not need the output register.
+            pop.eq(act & rbuf.r_rdy & (~loaded | (adv & need))),
+        ]
+        finish = emit & is_last
+        take_meta = (~act | finish) & meta_fifo.r_rdy
+        m.d.comb += [rbuf.r_en.eq(pop), meta_fifo.r_en.eq(take_meta)]
+
+        cur = Mux(need, head, 0)
+        shifted = Cat(prev, cur).bit_select(Cat(Const(0, 3), off), dw)
+        word = Mux(off == 0, cur, shifted)
+        mask = _byte_mask(w, lambda j: Mux(is_last, j <= tail, 1))
+        err = err_acc | (need & head_err)
+        with m.If(adv):
+            m.d.sync += self.data.valid.eq(emit)
+        with m.If(emit):
+            m.d.sync += [
+                self.data.payload.data.eq(word & mask),
+                self.data.payload.last.eq(is_last),
+                self.data.payload.err.eq(is_last & err),
+                out_bytes.eq(Mux(is_last, tail + 1, w)),
+                prev.eq(cur),
+                err_acc.eq(err),
+                left.eq(left - 1),
+            ]
+        with m.If(act & ~loaded & pop):
+            m.d.sync += [prev.eq(head), err_acc.eq(head_err), loaded.eq(1)]
+        with m.If(finish):
+            m.d.sync += act.eq(0)
+        with m.If(take_meta):
+            m.d.sync += [
+                act.eq(1),
+                loaded.eq(nxt.off == 0),
+                off.eq(nxt.off),
+                left.eq(nxt.beats),
+                extra.eq(nxt.extra),
+                tail.eq(nxt.tail),
+                err_acc.eq(0),
+            ]
+
+        # -- Statistics.
+        busy = split.burst.valid | axi.arvalid | (in_flight != 0) | (meta_fifo.level != 0) | act | self.data.valid
+        with m.If(self.data.valid & self.data.ready):
+            m.d.sync += [self.beats.eq(self.beats + 1), self.bytes.eq(self.bytes + out_bytes)]
+        with m.If(axi.arvalid & axi.arready):
+            m.d.sync += self.bursts.eq(self.bursts + 1)
+        with m.If(busy):
+            m.d.sync += self.busy.eq(self.busy + 1)
+        return m
+
+
+class DmaWriter(wiring.Component):
+    """Writes streamed beats to byte ranges over AXI4, realigning them with byte strobes.
+
+    Ports
+    -----
+    cmd : In(stream.Signature(dma_cmd_layout(cfg)))
+        Write ``length`` >= 1 bytes at byte address ``addr`` (any alignment). Several commands may be in flight.
+    data : In(stream.Signature(dma_write_data_layout(cfg)))
+        ``ceil(length / W)`` beats per command, aligned to the range start (byte 0 of beat 0 goes to ``addr``);
+        bytes beyond ``length`` in the last beat are ignored (strobed off). ``last`` is not used.
+    done : Out(stream.Signature(dma_done_layout()))
+        One entry per command, in command order, once every B response of the command has arrived; ``err`` if
+        any BRESP was not OKAY. Registered.
+    axi : Out(AXI4WriteSignature(cfg.addr_width, 8 * W))
+        AW/W/B master. AWID 0, INCR, AWSIZE log2(W), AWLEN < dma_max_burst, no 4 KiB crossing; AW runs ahead of
+        W by up to ``dma_outstanding`` bursts, at most ``dma_outstanding`` bursts await their B response.
+        WSTRB covers exactly the bytes of [addr, addr + length).
+    beats, bytes, bursts, busy : Out(32)
+        Stream beats and payload bytes taken, AW bursts issued, cycles with a command in progress.
+    """
+
+    def __init__(self, cfg: AceConfig):
+        _check_cfg(cfg)
+        self.cfg = cfg
+        w = cfg.beat_bytes
+        super().__init__({
+            "cmd": In(stream.Signature(dma_cmd_layout(cfg))),
+            "data": In(stream.Signature(dma_write_data_layout(cfg))),
+            "done": Out(stream.Signature(dma_done_layout())),
+            "axi": Out(AXI4WriteSignature(cfg.addr_width, 8 * w)),
+            **_counter_members(),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        w = cfg.beat_bytes
+        lw = exact_log2(w)
+        dw = 8 * w
+        axi = self.axi
+        meta_layout = _meta_layout(cfg)
+        n_out = cfg.dma_outstanding
+
+        m.submodules.split = split = _BurstSplitter(cfg)
+        m.submodules.meta = meta_fifo = SyncFIFO(width=meta_layout.size, depth=n_out + 2)
+        # Lengths of generated bursts, for WLAST; and "last burst of its command" flags awaiting a B response.
+        m.submodules.wlen = wlen = SyncFIFO(width=8, depth=n_out)
+        m.submodules.bq = bq = SyncFIFO(width=1, depth=n_out)
+        _split_command(m, cfg, self.cmd, split, meta_fifo)
+
+        # -- AW: a burst goes as soon as the AW register is free and both queues have room; W need not wait.
+        aw_free = ~axi.awvalid | axi.awready
+        m.d.comb += split.burst.ready.eq(aw_free & wlen.w_rdy & bq.w_rdy)
+        take_burst = split.burst.valid & split.burst.ready
+        m.d.comb += [
+            wlen.w_en.eq(take_burst),
+            wlen.w_data.eq(split.burst.payload.len),
+            bq.w_en.eq(take_burst),
+            bq.w_data.eq(split.burst.payload.last),
+        ]
+        with m.If(take_burst):
+            m.d.sync += [
+                axi.awvalid.eq(1),
+                axi.awaddr.eq(split.burst.payload.addr),
+                axi.awlen.eq(split.burst.payload.len),
+            ]
+        with m.Elif(axi.awready):
+            m.d.sync += axi.awvalid.eq(0)
+        m.d.comb += [
+            axi.awid.eq(0),
+            axi.awsize.eq(lw),
+            axi.awburst.eq(AxiBurst.INCR),
+            axi.awlock.eq(0),
+            axi.awcache.eq(_AXCACHE),
+            axi.awprot.eq(0),
+        ]
+
+        # -- W realigner: AXI beat j = stream beats j-1 and j shifted up by `off` bytes (zero outside the range).
+        nxt = meta_layout(meta_fifo.r_data)
+        act = Signal()
+        first = Signal()        # the next AXI beat is the command's first
+        off = Signal(lw)
+        left = Signal(_beats_bits(cfg))     # stream beats still to take
+        extra = Signal()
+        tail = Signal(lw)
+        end = Signal(lw)
+        prev = Signal(dw)
+        burst_left = Signal(9)              # beats left in the current burst; 0: next burst's length from wlen
+
+        adv = ~axi.wvalid | axi.wready
+        need = left != 0
+        burst_ok = (burst_left != 0) | wlen.r_rdy
+        last_axi = (left == 0) | ((left == 1) & ~extra)
+        go = act & adv & burst_ok
+        emit = go & (~need | self.data.valid)
+        finish = emit & last_axi
+        take_meta = (~act | finish) & meta_fifo.r_rdy
+        blen = Mux(burst_left != 0, burst_left, wlen.r_data + 1)
+        m.d.comb += [
+            # ready does not depend on valid: a stream beat is taken whenever the next AXI beat needs one.
+            self.data.ready.eq(go & need),
+            wlen.r_en.eq(emit & (burst_left == 0)),
+            meta_fifo.r_en.eq(take_meta),
+        ]
+
+        cur = Mux(need, self.data.payload.data, 0)
+        shift = Signal(lw + 1)
+        m.d.comb += shift.eq(w - off)
+        word = Cat(prev, cur).bit_select(Cat(Const(0, 3), shift), dw)
+        strb = Cat(*((~first | (j >= off)) & (~last_axi | (j <= end)) for j in range(w)))
+        with m.If(adv):
+            m.d.sync += axi.wvalid.eq(emit)
+        with m.If(emit):
+            m.d.sync += [
+                axi.wdata.eq(word),
+                axi.wstrb.eq(strb),
+                axi.wlast.eq(blen == 1),
+                burst_left.eq(blen - 1),
+                prev.eq(cur),
+                first.eq(0),
+                left.eq(left - need),
+            ]
+        with m.If(finish):
+            m.d.sync += act.eq(0)
+        with m.If(take_meta):
+            m.d.sync += [
+                act.eq(1),
+                first.eq(1),
+                off.eq(nxt.off),
+                left.eq(nxt.beats),
+                extra.eq(nxt.extra),
+                tail.eq(nxt.tail),
+                end.eq(nxt.end),
+                prev.eq(0),
+            ]
+
+        # -- B: one response per burst, in order (single ID); a command is done with its last burst's response.
+        b_err = Signal()
+        b_take = axi.bvalid & axi.bready
+        m.d.comb += [
+            axi.bready.eq(bq.r_rdy & (~self.done.valid | self.done.ready)),
+            bq.r_en.eq(b_take),
+        ]
+        err = b_err | (axi.bresp != 0)
+        with m.If(self.done.ready):
+            m.d.sync += self.done.valid.eq(0)
+        with m.If(b_take):
+            m.d.sync += b_err.eq(err)
+            with m.If(bq.r_data[0]):
+                m.d.sync += [self.done.valid.eq(1), self.done.payload.err.eq(err), b_err.eq(0)]
+
+        # -- Statistics.
+        took = self.data.valid & self.data.ready
+        busy = (split.burst.valid | axi.awvalid | (meta_fifo.level != 0) | act | axi.wvalid | (bq.level != 0) |
+                self.done.valid)
+        with m.If(took):
+            m.d.sync += [self.beats.eq(self.beats + 1),
+                         self.bytes.eq(self.bytes + Mux(left == 1, tail + 1, w))]
+        with m.If(axi.awvalid & axi.awready):
+            m.d.sync += self.bursts.eq(self.bursts + 1)
+        with m.If(busy):
+            m.d.sync += self.busy.eq(self.busy + 1)
+        return m

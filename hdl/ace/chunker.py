@@ -1,0 +1,402 @@
+"""The chunker's arithmetic: a command's chunk geometry, and the size and addresses of one block of one chunk.
+
+Bit-exact with :class:`~syncfabric.sim.golden.chunking.Decomposition` (docs/programs.md sections 1-2) for a
+chunk of ``chunk_beats`` beats (``chunk_bytes = chunk_beats * beat_bytes``). Per command (``S`` segments,
+``count`` elements per segment of ``eb = 1 << elem_shift`` bytes, ``n_blocks`` blocks per chunk)::
+
+    m               = n_blocks / S                  sub-blocks per segment
+    seg_chunk_beats = chunk_beats // S              per-segment share of a full chunk
+    E               = seg_chunk_beats * W / eb      elements per segment of a full chunk
+    n_chunks        = ceil(count / E)
+    chunk c         = elements [c*E, min((c+1)*E, count)) of every segment, cb_c bytes, ceil(cb_c / W) beats
+    sub-block j     = beats [first, first + beats) with q, rem = divmod(n_beats, m),
+                      first = j*q + min(j, rem), beats = q + (j < rem); bytes clipped to cb_c (may be empty)
+    block b         = segment b // m, sub-block b % m
+    address         = base + (segmented ? segment * count * eb : 0) + c*E*eb + min(first*W, cb_c)
+
+:class:`CommandGeometry` divides once per command (one :class:`SeqDivider`, used five times in sequence) and
+stores everything a lookup needs in a :func:`geometry_layout` struct, which the engine keeps in its command
+table. :class:`BlockGeometry` then answers a (chunk, block) lookup with one cycle of latency and no division:
+it needs only shifts (``W`` and ``eb`` are powers of two, and so is ``m`` when ``S > 1``), a multiply by the
+sub-block index and two address multiplies.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["SeqDivider", "geometry_layout", "geometry_error_layout", "CommandGeometry", "BlockGeometry",
+           "slot_offset", "MAX_CHUNKS"]
+
+#: Most chunks a command may have: chunk indices travel in the 16-bit ``chunk`` field of packet headers.
+MAX_CHUNKS = 1 << 16
+
+_COUNT_BITS = 32        # elements per segment (descriptor field)
+_BLOCK_BITS = 11        # n_blocks <= 1024 (10-bit block field of an instruction, plus one)
+_SEGMENT_BITS = 10      # segments <= 512 ranks
+_BEAT_BITS = 16         # chunk_beats register and every beat count derived from it
+_CHUNK_BITS = 16        # chunk index
+
+
+def _log2(x):
+    assert x > 0 and x & (x - 1) == 0, f"{x} is not a power of two"
+    return x.bit_length() - 1
+
+
+class SeqDivider(wiring.Component):
+    """Restoring sequential unsigned divider: one quotient bit per cycle.
+
+    A cycle with ``start`` high samples ``dividend`` and ``divisor`` (a ``start`` while ``busy`` abandons the
+    division in progress and begins the new one). ``busy`` is high from the next cycle for ``width`` cycles;
+    then ``done`` pulses for one cycle, ``width + 1`` cycles after the ``start`` cycle, with ``quotient`` and
+    ``remainder`` valid; they hold until the next ``start``. A zero divisor raises ``div_zero`` and gives
+    quotient all ones and remainder = dividend (the restoring loop's natural result, as RISC-V's ``divu``).
+    """
+
+    def __init__(self, width):
+        if width < 1:
+            raise ValueError(f"width must be >= 1, got {width}")
+        self.width = width
+        #: Cycles from a ``start`` cycle to its ``done`` cycle.
+        self.latency = width + 1
+        super().__init__({
+            "start": In(1),
+            "dividend": In(width),
+            "divisor": In(width),
+            "busy": Out(1),
+            "done": Out(1),
+            "quotient": Out(width),
+            "remainder": Out(width),
+            "div_zero": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.width
+        rem = Signal(n + 1)     # partial remainder, one bit wider for the shifted value
+        quo = Signal(n)         # dividend bits leave at the top, quotient bits enter at the bottom
+        div = Signal(n)
+        left = Signal(range(n + 1))
+        shifted = Signal(n + 1)
+        trial = Signal(n + 2)   # shifted - divisor; the top bit is the borrow
+        m.d.comb += [
+            shifted.eq(Cat(quo[n - 1], rem[:n])),
+            trial.eq(shifted - div),
+            self.quotient.eq(quo),
+            self.remainder.eq(rem[:n]),
+        ]
+        m.d.sync += self.done.eq(0)
+        with m.If(self.start):
+            m.d.sync += [
+                rem.eq(0), quo.eq(self.dividend), div.eq(self.divisor), left.eq(n),
+                self.busy.eq(1), self.div_zero.eq(self.divisor == 0),
+            ]
+        with m.Elif(self.busy):
+            with m.If(trial[n + 1]):
+                m.d.sync += [rem.eq(shifted), quo.eq(Cat(0, quo[:n - 1]))]
+            with m.Else():
+                m.d.sync += [rem.eq(trial[:n + 1]), quo.eq(Cat(1, quo[:n - 1]))]
+            m.d.sync += left.eq(left - 1)
+            with m.If(left == 1):
+                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+        return m
+
+
+def geometry_layout(cfg):
+    """Per-command chunk geometry: what :class:`CommandGeometry` computes and :class:`BlockGeometry` reads.
+
+    ``m`` sub-blocks per segment, ``m_shift`` = floor(log2 m) and ``m_pow2`` (m is a power of two: then block
+    ``b`` is segment ``b >> m_shift``, sub-block ``b & (m - 1)``); ``seg_chunk_beats`` per-segment beats of a
+    full chunk; ``e_elems`` its elements (E); ``n_chunks``; ``q_full``/``rem_full`` = divmod(seg_chunk_beats,
+    m) (beat split of a full chunk); ``last_bytes`` per-segment bytes of the last chunk and
+    ``q_last``/``rem_last`` = divmod(ceil(last_bytes / W), m); ``slot_beats`` = ceil(seg_chunk_beats / m),
+    the largest block (golden ``slot_bytes / W``).
+    """
+    wide = _BEAT_BITS + _log2(cfg.beat_bytes)     # a full chunk's bytes (or elements, eb >= 1)
+    return data.StructLayout({
+        "m": unsigned(_BLOCK_BITS),
+        "m_shift": unsigned(4),
+        "m_pow2": 1,
+        "seg_chunk_beats": unsigned(_BEAT_BITS),
+        "e_elems": unsigned(wide),
+        "n_chunks": unsigned(_CHUNK_BITS + 1),
+        "q_full": unsigned(_BEAT_BITS),
+        "rem_full": unsigned(_BLOCK_BITS),
+        "last_bytes": unsigned(wide),
+        "q_last": unsigned(_BEAT_BITS),
+        "rem_last": unsigned(_BLOCK_BITS),
+        "slot_beats": unsigned(_BEAT_BITS),
+    })
+
+
+def geometry_error_layout():
+    """Why :class:`CommandGeometry` rejects a command (any bit set = ``bad``).
+
+    ``count_zero``          count == 0.
+    ``blocks_indivisible``  n_blocks % segments != 0, or segments == 0, or n_blocks == 0 (m would be 0).
+    ``chunk_too_small``     seg_chunk_beats == 0: chunk_beats < segments (less than a beat per segment).
+    ``m_not_pow2``          segments > 1 and m not a power of two (BlockGeometry splits block numbers with
+                            shifts; the golden algorithms use m in {1, 2} there).
+    ``too_many_chunks``     n_chunks > MAX_CHUNKS (the chunk index would not fit packet headers).
+    """
+    return data.StructLayout({
+        "count_zero": 1,
+        "blocks_indivisible": 1,
+        "chunk_too_small": 1,
+        "m_not_pow2": 1,
+        "too_many_chunks": 1,
+    })
+
+
+class CommandGeometry(wiring.Component):
+    """A command's chunk geometry, computed sequentially with one :class:`SeqDivider`.
+
+    A cycle with ``start`` high samples ``count``, ``elem_shift`` (log2 of the element bytes), ``n_blocks``,
+    ``segments`` and ``chunk_beats`` and raises ``busy``; ``done`` pulses :attr:`CYCLES` cycles after the
+    ``start`` cycle, with ``result`` (:func:`geometry_layout`), ``error`` (:func:`geometry_error_layout`) and
+    ``bad`` (any error) valid until the next ``start``. When ``bad`` is set, ``result`` may be meaningless.
+    ``start`` is ignored while ``busy``; the ``done`` cycle is idle (``busy`` low) and takes a new ``start``.
+
+    The five divisions, in order: n_blocks / S (m), chunk_beats / S (seg_chunk_beats), (count / k) /
+    seg_chunk_beats with ``k = W / eb`` elements per beat (n_chunks and the tail), seg_chunk_beats / m and
+    last_beats / m. Multiplying or dividing by W and eb is shifting.
+    """
+
+    _DIV_WIDTH = _COUNT_BITS
+    _N_DIVS = 5
+    #: Cycles from a ``start`` cycle to its ``done`` cycle (fixed): one to latch the inputs, then per
+    #: division one to issue it and the divider's latency.
+    CYCLES = 1 + _N_DIVS * (1 + _DIV_WIDTH + 1)
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        super().__init__({
+            "start": In(1),
+            "count": In(_COUNT_BITS),
+            "elem_shift": In(2),
+            "n_blocks": In(_BLOCK_BITS),
+            "segments": In(_SEGMENT_BITS),
+            "chunk_beats": In(_BEAT_BITS),
+            "busy": Out(1),
+            "done": Out(1),
+            "result": Out(geometry_layout(cfg)),
+            "error": Out(geometry_error_layout()),
+            "bad": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        wb = _log2(self.cfg.beat_bytes)
+        g = self.result
+        err = self.error
+        m.submodules.div = div = SeqDivider(self._DIV_WIDTH)
+
+        count = Signal(_COUNT_BITS)
+        eshift = Signal(2)
+        n_blocks = Signal(_BLOCK_BITS)
+        segments = Signal(_SEGMENT_BITS)
+        chunk_beats = Signal(_BEAT_BITS)
+        step = Signal(range(self._N_DIVS))
+
+        # count = a * k + r0 with k = W / eb elements per beat, so count / E = a / seg_chunk_beats
+        kshift = Signal(range(wb + 1))
+        a = Signal(_COUNT_BITS)
+        r0 = Signal(wb)
+        m.d.comb += [
+            kshift.eq(wb - eshift),
+            a.eq(count >> kshift),
+            r0.eq(count - (a << kshift)),
+        ]
+        last_beats = Signal(_BEAT_BITS + 1)
+        m.d.comb += last_beats.eq((g.last_bytes + (self.cfg.beat_bytes - 1)) >> wb)
+        # the division by seg_chunk_beats leaves tail = r * k + r0 elements; zero means the last chunk is full
+        tail = Signal(_BEAT_BITS + wb)
+        n_chunks = Signal(_COUNT_BITS + 1)
+        m.d.comb += [
+            tail.eq((div.remainder << kshift) | r0),
+            n_chunks.eq(div.quotient + (tail != 0)),
+        ]
+
+        operands = [
+            (n_blocks, segments),
+            (chunk_beats, segments),
+            (a, g.seg_chunk_beats),
+            (g.seg_chunk_beats, g.m),
+            (last_beats, g.m),
+        ]
+        assert len(operands) == self._N_DIVS
+        q, r = div.quotient, div.remainder
+
+        m.d.comb += self.bad.eq(err.as_value().any())
+        m.d.sync += self.done.eq(0)
+        with m.FSM(name="geometry"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [
+                        count.eq(self.count), eshift.eq(self.elem_shift), n_blocks.eq(self.n_blocks),
+                        segments.eq(self.segments), chunk_beats.eq(self.chunk_beats),
+                        step.eq(0), err.eq(0),
+                    ]
+                    m.next = "ISSUE"
+            with m.State("ISSUE"):
+                m.d.comb += [self.busy.eq(1), div.start.eq(1)]
+                with m.Switch(step):
+                    for i, (dividend, divisor) in enumerate(operands):
+                        with m.Case(i):
+                            m.d.comb += [div.dividend.eq(dividend), div.divisor.eq(divisor)]
+                m.next = "WAIT"
+            with m.State("WAIT"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(div.done):
+                    m.d.sync += step.eq(step + 1)
+                    m.next = "ISSUE"
+                    with m.Switch(step):
+                        with m.Case(0):
+                            mq = q[:_BLOCK_BITS]
+                            pow2 = (mq != 0) & ((mq & (mq - 1)) == 0)
+                            m.d.sync += [
+                                g.m.eq(mq), g.m_pow2.eq(pow2),
+                                err.blocks_indivisible.eq((r != 0) | div.div_zero | (n_blocks == 0)),
+                                err.m_not_pow2.eq((segments > 1) & ~pow2),
+                                err.count_zero.eq(count == 0),
+                            ]
+                            m.d.sync += g.m_shift.eq(0)
+                            for bit in range(_BLOCK_BITS):      # highest set bit wins
+                                with m.If(mq[bit]):
+                                    m.d.sync += g.m_shift.eq(bit)
+                        with m.Case(1):
+                            scb = q[:_BEAT_BITS]
+                            m.d.sync += [
+                                g.seg_chunk_beats.eq(scb),
+                                g.e_elems.eq((scb << wb) >> eshift),
+                                err.chunk_too_small.eq(scb == 0),
+                            ]
+                        with m.Case(2):
+                            m.d.sync += [
+                                g.n_chunks.eq(n_chunks),
+                                g.last_bytes.eq(Mux(tail != 0, tail << eshift, g.seg_chunk_beats << wb)),
+                                # not a second reason when seg_chunk_beats == 0 made the quotient all ones
+                                err.too_many_chunks.eq((n_chunks > MAX_CHUNKS) & ~div.div_zero),
+                            ]
+                        with m.Case(3):
+                            m.d.sync += [
+                                g.q_full.eq(q), g.rem_full.eq(r),
+                                g.slot_beats.eq(q + (r != 0)),
+                            ]
+                        with m.Case(4):
+                            # done coincides with IDLE so that a new start may come in the done cycle
+                            m.d.sync += [g.q_last.eq(q), g.rem_last.eq(r), self.done.eq(1)]
+                            m.next = "IDLE"
+        return m
+
+
+class BlockGeometry(wiring.Component):
+    """Size and addresses of block ``block`` of chunk ``chunk`` of a command, with :attr:`LATENCY` = 1.
+
+    Inputs: the command's ``geom`` (:func:`geometry_layout`), ``count``, ``elem_shift``, ``chunk``, ``block``
+    (< n_blocks), the send / receive buffer bases ``in_base`` / ``out_base`` and whether each is segmented for
+    this collective (``in_seg``: reduce-scatter, all-to-all; ``out_seg``: all-gather, all-to-all).
+
+    Outputs, registered (valid the cycle after the inputs): ``segment`` and ``sub`` (block = segment*m + sub),
+    ``is_last`` (the last chunk), ``nbytes`` (0 for an empty block), ``beats`` = ceil(nbytes / W),
+    ``first_beat`` (the sub-block's first beat inside the chunk's segment range, before clipping to the
+    payload tail) and the byte addresses ``in_addr`` / ``out_addr`` of the block's first byte, equal to the
+    golden :func:`~syncfabric.sim.golden.chunking.block_buffer_ranges` ``lo * eb`` plus the base, also for an
+    empty block (modulo ``2**addr_width``). The buffer's segment is the block's segment: the engine only looks
+    up blocks whose data the rank has (LOAD/STORE legality is the program's).
+    """
+
+    LATENCY = 1
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        wide = _BEAT_BITS + _log2(cfg.beat_bytes)
+        super().__init__({
+            "geom": In(geometry_layout(cfg)),
+            "count": In(_COUNT_BITS),
+            "elem_shift": In(2),
+            "chunk": In(_CHUNK_BITS),
+            "block": In(_BLOCK_BITS),
+            "in_base": In(cfg.addr_width),
+            "out_base": In(cfg.addr_width),
+            "in_seg": In(1),
+            "out_seg": In(1),
+            "segment": Out(_SEGMENT_BITS),
+            "sub": Out(_BLOCK_BITS),
+            "is_last": Out(1),
+            "nbytes": Out(wide),
+            "beats": Out(_BEAT_BITS),
+            "first_beat": Out(_BEAT_BITS),
+            "in_addr": Out(cfg.addr_width),
+            "out_addr": Out(cfg.addr_width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.cfg.beat_bytes
+        wb = _log2(W)
+        g = self.geom
+        b = self.block
+
+        is_last = Signal()
+        q = Signal(_BEAT_BITS)
+        rem = Signal(_BLOCK_BITS)
+        cb = Signal(_BEAT_BITS + wb)            # bytes of the chunk's segment range
+        m.d.comb += [
+            is_last.eq(self.chunk + 1 == g.n_chunks),
+            q.eq(Mux(is_last, g.q_last, g.q_full)),
+            rem.eq(Mux(is_last, g.rem_last, g.rem_full)),
+            cb.eq(Mux(is_last, g.last_bytes, g.seg_chunk_beats << wb)),
+        ]
+
+        # m is a power of two whenever S > 1 (else CommandGeometry reports bad); with S == 1 every b < m
+        # gives segment 0 and sub-block b either way.
+        seg = Signal(_SEGMENT_BITS)
+        sub = Signal(_BLOCK_BITS)
+        with m.If(g.m_pow2):
+            m.d.comb += [seg.eq(b >> g.m_shift), sub.eq(b & (g.m - 1))]
+        with m.Else():
+            m.d.comb += [seg.eq(0), sub.eq(b)]
+
+        first = Signal(_BEAT_BITS + 1)
+        extra = Signal()
+        lo = Signal(_BEAT_BITS + wb + 1)
+        hi = Signal(_BEAT_BITS + wb + 1)
+        lo_raw = Signal(_BEAT_BITS + wb + 1)
+        hi_raw = Signal(_BEAT_BITS + wb + 2)
+        nbytes = Signal(_BEAT_BITS + wb)
+        m.d.comb += [
+            extra.eq(sub < rem),
+            first.eq(sub * q + Mux(extra, sub, rem)),
+            lo_raw.eq(first << wb),
+            hi_raw.eq((first + q + extra) << wb),
+            lo.eq(Mux(lo_raw < cb, lo_raw, cb)),
+            hi.eq(Mux(hi_raw < cb, hi_raw, cb)),
+            nbytes.eq(hi - lo),
+        ]
+
+        # c * E * eb = c * seg_chunk_beats * W: a 16 x 16 multiply instead of 16 x E
+        chunk_off = Signal(_CHUNK_BITS + _BEAT_BITS + wb)
+        seg_off = Signal(_SEGMENT_BITS + _COUNT_BITS + 3)
+        m.d.comb += [
+            chunk_off.eq((self.chunk * g.seg_chunk_beats) << wb),
+            seg_off.eq((seg * self.count) << self.elem_shift),
+        ]
+        offset = chunk_off + lo
+        m.d.sync += [
+            self.segment.eq(seg),
+            self.sub.eq(sub),
+            self.is_last.eq(is_last),
+            self.nbytes.eq(nbytes),
+            self.beats.eq((nbytes + (W - 1)) >> wb),
+            self.first_beat.eq(first),
+            self.in_addr.eq(self.in_base + Mux(self.in_seg, seg_off, 0) + offset),
+            self.out_addr.eq(self.out_base + Mux(self.out_seg, seg_off, 0) + offset),
+        ]
+        return m
+
+
+def slot_offset(slot, geom):
+    """Beat offset of slot ``slot`` in a chunk buffer: ``slot * geom.slot_beats`` (an Amaranth expression;
+    slots are ``slot_beats`` apart, golden ``slot_bytes``)."""
+    return slot * geom.slot_beats

@@ -21,7 +21,7 @@ it needs only shifts (``W`` and ``eb`` are powers of two, and so is ``m`` when `
 sub-block index and two address multiplies.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const as C, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -44,21 +44,27 @@ def _log2(x):
 
 
 class SeqDivider(wiring.Component):
-    """Restoring sequential unsigned divider: one quotient bit per cycle.
+    """Restoring sequential unsigned divider, radix 4: two quotient bits per cycle.
 
     A cycle with ``start`` high samples ``dividend`` and ``divisor`` (a ``start`` while ``busy`` abandons the
-    division in progress and begins the new one). ``busy`` is high from the next cycle for ``width`` cycles;
-    then ``done`` pulses for one cycle, ``width + 1`` cycles after the ``start`` cycle, with ``quotient`` and
-    ``remainder`` valid; they hold until the next ``start``. A zero divisor raises ``div_zero`` and gives
-    quotient all ones and remainder = dividend (the restoring loop's natural result, as RISC-V's ``divu``).
+    division in progress and begins the new one). ``busy`` is high from the next cycle for ``ceil(width / 2)``
+    cycles; then ``done`` pulses for one cycle, :attr:`latency` cycles after the ``start`` cycle, with
+    ``quotient`` and ``remainder`` valid; they hold until the next ``start``. A zero divisor raises ``div_zero``
+    and gives quotient all ones and remainder = dividend (the restoring loop's natural result, as RISC-V's
+    ``divu``). Each cycle compares the shifted partial remainder with 1, 2 and 3 times the divisor at once.
     """
+
+    @staticmethod
+    def latency_for(width):
+        """Cycles from a ``start`` cycle to its ``done`` cycle for a divider of ``width`` bits."""
+        return (width + 1) // 2 + 1
 
     def __init__(self, width):
         if width < 1:
             raise ValueError(f"width must be >= 1, got {width}")
         self.width = width
         #: Cycles from a ``start`` cycle to its ``done`` cycle.
-        self.latency = width + 1
+        self.latency = self.latency_for(width)
         super().__init__({
             "start": In(1),
             "dividend": In(width),
@@ -73,29 +79,35 @@ class SeqDivider(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.width
-        rem = Signal(n + 1)     # partial remainder, one bit wider for the shifted value
-        quo = Signal(n)         # dividend bits leave at the top, quotient bits enter at the bottom
-        div = Signal(n)
-        left = Signal(range(n + 1))
-        shifted = Signal(n + 1)
-        trial = Signal(n + 2)   # shifted - divisor; the top bit is the borrow
+        N = n + n % 2                  # an even number of dividend bits (a leading zero if n is odd)
+        rem = Signal(N + 2)            # partial remainder (< divisor), room for the shift by two
+        quo = Signal(N)                # dividend bits leave at the top, quotient digits enter at the bottom
+        d1, d2, d3 = Signal(n + 2), Signal(n + 2), Signal(n + 2)     # 1, 2 and 3 times the divisor
+        left = Signal(range(N // 2 + 1))
+        shifted = Signal(N + 2)
+        t1, t2, t3 = Signal(N + 3), Signal(N + 3), Signal(N + 3)     # shifted - k * divisor; top bit: borrow
         m.d.comb += [
-            shifted.eq(Cat(quo[n - 1], rem[:n])),
-            trial.eq(shifted - div),
-            self.quotient.eq(quo),
+            shifted.eq(Cat(quo[N - 2:N], rem[:N])),
+            t1.eq(shifted - d1), t2.eq(shifted - d2), t3.eq(shifted - d3),
+            self.quotient.eq(quo[:n]),
             self.remainder.eq(rem[:n]),
         ]
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
             m.d.sync += [
-                rem.eq(0), quo.eq(self.dividend), div.eq(self.divisor), left.eq(n),
+                rem.eq(0), quo.eq(self.dividend), d1.eq(self.divisor), d2.eq(self.divisor << 1),
+                d3.eq((self.divisor << 1) + self.divisor), left.eq(N // 2),
                 self.busy.eq(1), self.div_zero.eq(self.divisor == 0),
             ]
         with m.Elif(self.busy):
-            with m.If(trial[n + 1]):
-                m.d.sync += [rem.eq(shifted), quo.eq(Cat(0, quo[:n - 1]))]
+            with m.If(~t3[N + 2]):
+                m.d.sync += [rem.eq(t3[:N + 2]), quo.eq(Cat(C(3, 2), quo[:N - 2]))]
+            with m.Elif(~t2[N + 2]):
+                m.d.sync += [rem.eq(t2[:N + 2]), quo.eq(Cat(C(2, 2), quo[:N - 2]))]
+            with m.Elif(~t1[N + 2]):
+                m.d.sync += [rem.eq(t1[:N + 2]), quo.eq(Cat(C(1, 2), quo[:N - 2]))]
             with m.Else():
-                m.d.sync += [rem.eq(trial[:n + 1]), quo.eq(Cat(1, quo[:n - 1]))]
+                m.d.sync += [rem.eq(shifted), quo.eq(Cat(C(0, 2), quo[:N - 2]))]
             m.d.sync += left.eq(left - 1)
             with m.If(left == 1):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]
@@ -166,7 +178,7 @@ class CommandGeometry(wiring.Component):
     _N_DIVS = 5
     #: Cycles from a ``start`` cycle to its ``done`` cycle (fixed): one to latch the inputs, then per
     #: division one to issue it and the divider's latency.
-    CYCLES = 1 + _N_DIVS * (1 + _DIV_WIDTH + 1)
+    CYCLES = 1 + _N_DIVS * (1 + SeqDivider.latency_for(_DIV_WIDTH))
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -6,7 +6,10 @@ smaller configurations of the same RTL (``AceConfig.small()``).
 
 from dataclasses import dataclass, asdict, replace
 
-__all__ = ["AceConfig"]
+__all__ = ["AceConfig", "PROFILES"]
+
+#: Named configurations (:meth:`AceConfig.profile`).
+PROFILES = ("small", "medium", "paper")
 
 
 def _pow2(x):
@@ -111,6 +114,12 @@ class AceConfig:
         return self.n_buffers * self.buffer_bytes
 
     @property
+    def max_slots(self):
+        """Most SRAM slots a program may use per chunk (the all-to-all's two spare slots beyond its blocks);
+        the control unit tracks outstanding LOADs per slot."""
+        return self.max_blocks + 2
+
+    @property
     def packet_beats(self):
         return self.packet_bytes // self.beat_bytes
 
@@ -134,3 +143,22 @@ class AceConfig:
                     n_programs=8, max_ranks=16, dma_max_burst=8, dma_outstanding=4, addr_width=32)
         base.update(kw)
         return cls(**base)
+
+    @classmethod
+    def medium(cls, **kw):
+        """The demonstration configuration: 16 B beats, 4 KiB chunks, 8 FSMs, 16 buffers (80 KiB of SRAM). Its
+        Verilator model builds in minutes where the design point takes a quarter of an hour."""
+        base = dict(beat_bytes=16, packet_bytes=256, chunk_bytes=4096, n_buffers=16, max_blocks=32, n_fsms=8,
+                    n_ports=2, landing_beats=128, landing_headers=4, n_cmds=4, n_comms=4, n_windows=4,
+                    imem_words=512, n_programs=16, max_ranks=16, dma_max_burst=16, dma_outstanding=4,
+                    addr_width=48)
+        base.update(kw)
+        return cls(**base)
+
+    @classmethod
+    def profile(cls, name, **kw):
+        """A named configuration: ``small`` (tests), ``medium`` (the demo) or ``paper`` (the design point)."""
+        makers = {"small": cls.small, "medium": cls.medium, "paper": lambda **k: cls(**k)}
+        if name not in makers:
+            raise ValueError(f"unknown engine configuration {name!r}; expected one of {', '.join(makers)}")
+        return makers[name](**kw)

@@ -20,7 +20,7 @@ from .config import AceConfig
 
 __all__ = ["ace_regmap", "ACE_ID", "ACE_VERSION", "MAP_SIZE", "STALL_CAUSES", "N_PARTITIONS", "TERMINAL_PARTITION",
            "PTAB_BASE", "PTAB_ENTRY_WORDS", "ROUTE_BASE", "ROUTE_VALID", "IMEM_BASE", "COUNTERS", "PORT_COUNTERS",
-           "N_DIMS", "IRQ_CPL", "IRQ_ERROR", "route_index", "ptab_addr", "imem_addr", "registers_markdown"]
+           "N_DIMS", "IRQ_CPL", "IRQ_ERROR", "TX_LOOKAHEAD_DEFAULT", "route_index", "ptab_addr", "imem_addr", "registers_markdown"]
 
 #: Value of the ID register: ``"ACE1"`` in ASCII.
 ACE_ID = 0x41434531
@@ -48,6 +48,9 @@ IMEM_BASE = 0x8000
 
 #: Dimensions described by a COMM_DIMS register.
 N_DIMS = 3
+
+#: Reset value of TX_LOOKAHEAD (flits).
+TX_LOOKAHEAD_DEFAULT = 16
 
 #: Bits of the IRQ register.
 IRQ_CPL = 1 << 0
@@ -169,6 +172,13 @@ def ace_regmap(cfg=None):
                      "unconsumed completion (it waits while the ring is full)."),
         Register("CHUNK_BEATS", 0x070, "rw", init=cfg.chunk_beats,
                  doc=f"Effective chunk size in beats (at most CFG1.chunk_beats = {cfg.chunk_beats})."),
+        Register("TX_LOOKAHEAD", 0x074, "rw", init=TX_LOOKAHEAD_DEFAULT,
+                 doc="Flits an output port may have granted but not yet sent before another message is granted "
+                     "to it: messages are scheduled just in time, so the oldest chunk's forward is chosen over a "
+                     "younger chunk's start. Large values queue messages early (the order of grants)."),
+        Register("FSM_LIMIT", 0x078, "rw", init=cfg.n_fsms,
+                 doc=f"FSMs the dispatcher hands chunks to (1..{cfg.n_fsms}; 0 counts as 1). Every rank of a "
+                     f"communicator must use the same value (a chunk's FSM is its virtual channel)."),
         RegisterArray("PART", 0x080, N_PARTITIONS, 4, (Register(
             "PART", 0, "rw", doc="Chunk buffers of SRAM partition i: 0-3 the program phases, 4 the terminal "
                                   "partition. Reset: the split for one-phase programs (half each for "

@@ -13,7 +13,7 @@ from ...sim.golden.types import DType, ReduceOp
 __all__ = ["DTYPE_SHAPE", "OP_SHAPE", "alu_operands_layout", "alu_result_layout", "pack", "unpack",
            "DESCRIPTOR_BYTES", "COMPLETION_BYTES", "descriptor_layout", "completion_layout", "DescFlags",
            "packet_header_layout", "HEADER_CRC_BYTES", "flit_layout", "credit_layout", "pack_bytes",
-           "unpack_bytes", "program_entry_layout", "MAX_PHASES"]
+           "unpack_bytes", "program_entry_layout", "MAX_PHASES", "LOAD_MASK_BITS"]
 
 #: 2-bit fields holding a :class:`DType` / :class:`ReduceOp` code.
 DTYPE_SHAPE = unsigned(max(DType).bit_length())
@@ -207,13 +207,17 @@ def unpack_bytes(layout, raw):
 
 #: Phases a program may have (the torus all-reduce has 4).
 MAX_PHASES = 4
+#: Bits of a program entry's ``load_mask`` (slots filled by the prefetched LOADs; slots beyond are not tracked).
+LOAD_MASK_BITS = 64
 
 
 def program_entry_layout():
     """One program table entry: which program (in the instruction memory) runs a collective on a communicator.
     ``phase_start``/``phase_len`` locate each phase's steps in the instruction memory; ``store_start`` is the
     index (within the last phase) of the first of its trailing STOREs, where a chunk leaves its FSM for the
-    terminal partition and the RX DMA. Written by the driver from a golden
+    terminal partition and the RX DMA; ``load_end`` the number of LOADs at the head of the first phase, which
+    the TX DMA prefetches as soon as the chunk has a buffer (the FSM starts after them), and ``load_mask`` the
+    slots they fill (a step using such a slot waits until its LOAD is done). Written by the driver from a golden
     :class:`~syncfabric.sim.golden.program.Program` (``syncfabric.host.programs``)."""
     return data.StructLayout({
         "valid": unsigned(1),
@@ -226,6 +230,8 @@ def program_entry_layout():
         "segments": unsigned(10),
         "root": unsigned(9),
         "store_start": unsigned(11),
+        "load_end": unsigned(11),
+        "load_mask": unsigned(LOAD_MASK_BITS),
         "phase_start": data.ArrayLayout(unsigned(10), MAX_PHASES),
         "phase_len": data.ArrayLayout(unsigned(11), MAX_PHASES),
     })

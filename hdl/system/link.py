@@ -69,6 +69,8 @@ class Link(wiring.Component):
     credit_in : In(credit_layout()), credit_out : Out(credit_layout())
     inject : In(1)
         In a cycle that accepts a flit, flips bit 0 of its data (the receiver's CRC check must catch it).
+    stall : In(1)
+        Holds ``tx.ready`` low in this cycle (random backpressure from a testbench); tokens still accrue.
     flits : Out(32)
         Flits accepted.
     busy : Out(32)
@@ -89,6 +91,7 @@ class Link(wiring.Component):
             "credit_in": In(credit_layout()),
             "credit_out": Out(credit_layout()),
             "inject": In(1),
+            "stall": In(1),
             "flits": Out(32),
             "busy": Out(32),
         })
@@ -101,7 +104,7 @@ class Link(wiring.Component):
         # long-run rate is exactly num/den) and at most one flit of burst after idling.
         tokens = Signal(range(den + num), init=den)
         fire = self.tx.valid & self.tx.ready
-        m.d.comb += self.tx.ready.eq(tokens >= den)
+        m.d.comb += self.tx.ready.eq((tokens >= den) & ~self.stall)
         after = tokens - Mux(fire, den, 0) + num
         m.d.sync += tokens.eq(Mux(after > den + num - 1, den + num - 1, after))
 

@@ -1,0 +1,371 @@
+"""Command processor: submission ring, descriptor validation, command table slots, completion ring, interrupt.
+
+NIC style: the driver writes 64-byte descriptors into a ring in NPU memory and the new tail into SQ_TAIL (the
+doorbell). The processor fetches each descriptor with the DMA, looks up the program loaded for its
+(communicator, collective), computes the chunk geometry and checks everything (codes in
+:class:`~syncfabric.sim.golden.types.Status`, checked in the order of docs/engine.md). A rejected descriptor
+gets an error completion at once and nothing is written to memory for it; an accepted one takes a command
+table slot and runs. Completions (32 bytes) go to the completion ring in the order commands finish; the ring
+is never overrun (the processor waits while it is full) and each completion raises IRQ.cpl.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ...sim.golden.types import Collective, DType, ReduceOp, Status
+from ..common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, LOAD_MASK_BITS, DescFlags, MAX_PHASES,
+                              completion_layout, descriptor_layout, program_entry_layout)
+from .chunker import CommandGeometry
+from .control import cmd_entry_layout
+from .units import STATUS_SHAPE, beat_stream, dma_cmd_layout
+
+__all__ = ["CommandProcessor", "SUPPORTED_COLLECTIVES", "PTAB_WORDS"]
+
+#: Collectives this engine runs (the others are rejected with BAD_COLLECTIVE).
+SUPPORTED_COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.ALLGATHER)
+#: 32-bit words per program table entry in the PTAB register window.
+PTAB_WORDS = 8
+
+
+def _w(n):
+    return unsigned(max(1, (n - 1).bit_length()))
+
+
+class CommandProcessor(wiring.Component):
+    """See the module docstring. Register values come in as plain inputs (the engine top wires them from the
+    register bank); ``ptab_*`` is the program table's register window."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        A = cfg.addr_width
+        super().__init__({
+            "enable": In(1),
+            "sq_base": In(64), "sq_size": In(32), "sq_tail": In(32), "sq_head": Out(32),
+            "cq_base": In(64), "cq_size": In(32), "cq_head": In(32), "cq_tail": Out(32),
+            "chunk_beats": In(16),
+            "part": In(data.ArrayLayout(unsigned(8), 5)),
+            "win_base": In(data.ArrayLayout(unsigned(64), cfg.n_windows)),
+            "win_size": In(data.ArrayLayout(unsigned(64), cfg.n_windows)),
+            "comm_cfg": In(data.ArrayLayout(unsigned(32), cfg.n_comms)),
+            "ptab_we": In(PTAB_WORDS),
+            "ptab_addr": In(range(max(2, cfg.n_programs))),
+            "ptab_wdata": In(32 * PTAB_WORDS),
+            "ptab_rdata": Out(32 * PTAB_WORDS),
+            "irq_cpl": Out(1),
+            "irq_err": Out(1),
+            # DMA
+            "rd_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
+            "rd_data": In(beat_stream(cfg, err=True)),
+            "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
+            "wr_data": Out(beat_stream(cfg)),
+            "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
+            # control unit
+            "new_cmd": Out(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
+                                                               "entry": cmd_entry_layout(cfg)}))),
+            "slot_busy": In(cfg.n_cmds),
+            "cmd_done": In(stream.Signature(data.StructLayout({
+                "slot": _w(cfg.n_cmds), "status": STATUS_SHAPE, "detail": unsigned(32)}))),
+            # counters
+            "desc_bytes": Out(64),
+            "cpl_bytes": Out(64),
+            "cmds_ok": Out(32),
+            "cmds_err": Out(32),
+            "cpl_stall": Out(32),
+            "cycles": Out(64),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        W = cfg.beat_bytes
+        NC = cfg.n_cmds
+        desc_l = descriptor_layout()
+        cpl_l = completion_layout()
+        pe_l = program_entry_layout()
+        entry_l = cmd_entry_layout(cfg)
+
+        m.d.sync += self.cycles.eq(self.cycles + 1)
+
+        # ---- program table (register window) ------------------------------------------------------------
+        ptab = Memory(shape=unsigned(32 * PTAB_WORDS), depth=max(2, cfg.n_programs), init=[])
+        m.submodules.ptab = ptab
+        pw = ptab.write_port(granularity=32)
+        pr_csr = ptab.read_port()
+        pr = ptab.read_port()
+        m.d.comb += [pw.addr.eq(self.ptab_addr), pw.data.eq(self.ptab_wdata), pw.en.eq(self.ptab_we),
+                     pr_csr.addr.eq(self.ptab_addr), self.ptab_rdata.eq(pr_csr.data)]
+
+        # ---- descriptor fetch ----------------------------------------------------------------------------
+        desc_bits = Signal(8 * DESCRIPTOR_BYTES)
+        desc = data.View(desc_l, desc_bits)
+        sq_head = self.sq_head
+        n_desc_beats = DESCRIPTOR_BYTES // W if W <= DESCRIPTOR_BYTES else 1
+        beat_i = Signal(range(n_desc_beats + 1))
+        fetch_err = Signal()
+        start_cycle = Signal(32)
+        sq_index = Signal(16)
+
+        # per-slot facts the completion needs
+        s_cookie = [Signal(64, name=f"slot{i}_cookie") for i in range(NC)]
+        s_tag = [Signal(32, name=f"slot{i}_tag") for i in range(NC)]
+        s_coll = [Signal(8, name=f"slot{i}_coll") for i in range(NC)]
+        s_index = [Signal(16, name=f"slot{i}_index") for i in range(NC)]
+        s_start = [Signal(32, name=f"slot{i}_start") for i in range(NC)]
+
+        # ---- completion records -------------------------------------------------------------------------
+        m.submodules.cplq = cplq = fifo.SyncFIFOBuffered(width=cpl_l.size, depth=4)
+        rej = Signal(cpl_l)              # a rejection built by the validator
+        rej_push = Signal()
+        fin = Signal(cpl_l)              # a finished command
+        seq = Signal(32)
+        m.d.comb += [
+            fin.cookie.eq(0), fin.tag.eq(0),
+        ]
+        with m.Switch(self.cmd_done.payload.slot):
+            for i in range(NC):
+                with m.Case(i):
+                    m.d.comb += [fin.cookie.eq(s_cookie[i]), fin.tag.eq(s_tag[i]), fin.collective.eq(s_coll[i]),
+                                 fin.sq_index.eq(s_index[i]), fin.cycles.eq(self.cycles[:32] - s_start[i])]
+        m.d.comb += [fin.status.eq(self.cmd_done.payload.status), fin.detail.eq(self.cmd_done.payload.detail)]
+        # the validator has priority on the queue; a finished command waits a cycle
+        with m.If(rej_push):
+            m.d.comb += [cplq.w_en.eq(1), cplq.w_data.eq(rej)]
+        with m.Elif(self.cmd_done.valid & cplq.w_rdy):
+            m.d.comb += [cplq.w_en.eq(1), cplq.w_data.eq(fin), self.cmd_done.ready.eq(1)]
+
+        # ---- completion writer -----------------------------------------------------------------------------
+        cq_mask = Signal(32)
+        m.d.comb += cq_mask.eq(self.cq_size - 1)
+        cq_full = Signal()
+        m.d.comb += cq_full.eq(((self.cq_tail + 1) & cq_mask) == (self.cq_head & cq_mask))
+        cur = Signal(cpl_l)
+        cpl_beats = max(1, COMPLETION_BYTES // W)
+        wbeat = Signal(range(cpl_beats + 1))
+        cur_bits = Signal(8 * max(COMPLETION_BYTES, W))
+        with m.FSM(name="cpl"):
+            with m.State("IDLE"):
+                with m.If(cplq.r_rdy & (self.cq_size != 0)):
+                    with m.If(cq_full):
+                        m.d.sync += self.cpl_stall.eq(self.cpl_stall + 1)
+                    with m.Else():
+                        rec = data.View(cpl_l, cplq.r_data)
+                        m.d.comb += cplq.r_en.eq(1)
+                        m.d.sync += [cur.eq(cplq.r_data), cur.seq.eq(seq + 1), seq.eq(seq + 1), wbeat.eq(0)]
+                        with m.If(rec.status == Status.OK):
+                            m.d.sync += self.cmds_ok.eq(self.cmds_ok + 1)
+                        with m.Else():
+                            m.d.sync += self.cmds_err.eq(self.cmds_err + 1)
+                        m.next = "CMD"
+            with m.State("CMD"):
+                m.d.comb += [
+                    self.wr_cmd.valid.eq(1),
+                    self.wr_cmd.payload.addr.eq(self.cq_base + (self.cq_tail & cq_mask) * COMPLETION_BYTES),
+                    self.wr_cmd.payload.length.eq(COMPLETION_BYTES),
+                ]
+                with m.If(self.wr_cmd.ready):
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += cur_bits.eq(cur.as_value())
+                with m.Switch(wbeat):
+                    for b in range(cpl_beats):
+                        with m.Case(b):
+                            m.d.comb += self.wr_data.payload.data.eq(cur_bits[8 * W * b:8 * W * (b + 1)])
+                m.d.comb += [self.wr_data.valid.eq(1), self.wr_data.payload.last.eq(wbeat == cpl_beats - 1)]
+                with m.If(self.wr_data.ready):
+                    m.d.sync += wbeat.eq(wbeat + 1)
+                    with m.If(wbeat == cpl_beats - 1):
+                        m.next = "WAIT"
+            with m.State("WAIT"):
+                m.d.comb += self.wr_done.ready.eq(1)
+                with m.If(self.wr_done.valid):
+                    m.d.sync += [
+                        self.cq_tail.eq((self.cq_tail + 1) & cq_mask),
+                        self.cpl_bytes.eq(self.cpl_bytes + COMPLETION_BYTES),
+                    ]
+                    m.d.comb += [self.irq_cpl.eq(1), self.irq_err.eq(cur.status != Status.OK)]
+                    m.next = "IDLE"
+
+        # ---- fetch, look up, validate ---------------------------------------------------------------------
+        m.submodules.geo = geo = CommandGeometry(cfg)
+        sq_mask = Signal(32)
+        m.d.comb += sq_mask.eq(self.sq_size - 1)
+        free_slot = Signal(_w(NC))
+        any_free = Signal()
+        for i in reversed(range(NC)):
+            with m.If(~self.slot_busy[i]):
+                m.d.comb += [free_slot.eq(i), any_free.eq(1)]
+        slot = Signal(_w(NC))
+        pidx = Signal(range(max(2, cfg.n_programs) + 1))
+        found = Signal()
+        prog = Signal(pe_l)
+        code = Signal(STATUS_SHAPE)
+        det = Signal(32)
+        entry = Signal(entry_l)
+
+        coll = desc.collective
+        eshift = Signal(2)
+        m.d.comb += eshift.eq(Mux((desc.dtype == DType.FP16) | (desc.dtype == DType.BF16), 1, 2))
+        comm_ok = Signal()
+        comm_word = Signal(32)
+        with m.Switch(desc.comm):
+            for c in range(cfg.n_comms):
+                with m.Case(c):
+                    m.d.comb += comm_word.eq(self.comm_cfg[c])
+        rank = comm_word[0:9]
+        size = comm_word[9:19]
+        m.d.comb += comm_ok.eq((desc.comm < cfg.n_comms) & comm_word[31] & (size != 0) & (rank < size))
+        in_seg = coll == Collective.REDUCE_SCATTER
+        out_seg = coll == Collective.ALLGATHER
+        nbytes = Signal(40)
+        m.d.comb += nbytes.eq(desc.count << eshift)
+        in_len = Signal(52)
+        out_len = Signal(52)
+        m.d.comb += [in_len.eq(Mux(in_seg, nbytes * size, nbytes)), out_len.eq(Mux(out_seg, nbytes * size, nbytes))]
+
+        def in_window(addr, length):
+            ok = Const(0)
+            for i in range(cfg.n_windows):
+                b, s = self.win_base[i], self.win_size[i]
+                ok = ok | ((s != 0) & (addr >= b) & ((addr + length) <= (b + s)))
+            return ok
+
+        src_ok = Signal()
+        dst_ok = Signal()
+        m.d.comb += [src_ok.eq(in_window(desc.src, in_len)), dst_ok.eq(in_window(desc.dst, out_len))]
+        in_place_ok = Signal()
+        m.d.comb += in_place_ok.eq(Mux(coll == Collective.ALLREDUCE, desc.dst == desc.src,
+                                       Mux(in_seg, desc.src + nbytes * rank == desc.dst,
+                                           desc.dst + nbytes * rank == desc.src)))
+        phases_ok = Signal()
+        m.d.comb += phases_ok.eq((prog.n_phases >= 1) & (prog.n_phases <= MAX_PHASES))
+
+        with m.FSM(name="cmd"):
+            with m.State("IDLE"):
+                with m.If(self.enable & (self.sq_size != 0) & ((sq_head & sq_mask) != (self.sq_tail & sq_mask))
+                          & any_free):
+                    m.d.comb += [
+                        self.rd_cmd.valid.eq(1),
+                        self.rd_cmd.payload.addr.eq(self.sq_base + (sq_head & sq_mask) * DESCRIPTOR_BYTES),
+                        self.rd_cmd.payload.length.eq(DESCRIPTOR_BYTES),
+                    ]
+                    with m.If(self.rd_cmd.ready):
+                        m.d.sync += [beat_i.eq(0), fetch_err.eq(0), start_cycle.eq(self.cycles[:32]),
+                                     sq_index.eq(sq_head & sq_mask), slot.eq(free_slot)]
+                        m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += self.rd_data.ready.eq(1)
+                with m.If(self.rd_data.valid):
+                    with m.Switch(beat_i):
+                        for b in range(n_desc_beats):
+                            with m.Case(b):
+                                lo = 8 * W * b
+                                hi = min(8 * W * (b + 1), 8 * DESCRIPTOR_BYTES)
+                                m.d.sync += desc_bits[lo:hi].eq(self.rd_data.payload.data[:hi - lo])
+                    m.d.sync += [beat_i.eq(beat_i + 1), self.desc_bytes.eq(self.desc_bytes + min(W, DESCRIPTOR_BYTES))]
+                    with m.If(self.rd_data.payload.err):
+                        m.d.sync += fetch_err.eq(1)
+                    with m.If(self.rd_data.payload.last):
+                        m.d.sync += [pidx.eq(0), found.eq(0), sq_head.eq((sq_head + 1) & sq_mask)]
+                        m.next = "LOOKUP"
+            with m.State("LOOKUP"):
+                # scan the program table: read entry pidx (data next cycle)
+                m.d.comb += pr.addr.eq(pidx)
+                m.next = "LOOKUP2"
+            with m.State("LOOKUP2"):
+                pe = data.View(pe_l, pr.data[:pe_l.size])
+                hit = pe.valid & (pe.comm == desc.comm) & (pe.collective == coll) & \
+                    ((desc.algorithm == 0) | (pe.algorithm == desc.algorithm))
+                with m.If(hit):
+                    m.d.sync += [prog.eq(pr.data[:pe_l.size]), found.eq(1)]
+                    m.next = "GEOM"
+                with m.Elif(pidx + 1 >= cfg.n_programs):
+                    m.next = "GEOM"
+                with m.Else():
+                    m.d.sync += pidx.eq(pidx + 1)
+                    m.next = "LOOKUP"
+            with m.State("GEOM"):
+                m.d.comb += [
+                    geo.start.eq(1),
+                    geo.count.eq(desc.count), geo.elem_shift.eq(eshift),
+                    geo.n_blocks.eq(prog.n_blocks), geo.segments.eq(prog.segments),
+                    geo.chunk_beats.eq(self.chunk_beats),
+                ]
+                m.next = "GEOM_WAIT"
+            with m.State("GEOM_WAIT"):
+                with m.If(geo.done):
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                g = geo.result
+                big = (((g.slot_beats * prog.n_slots) > cfg.buffer_beats) | (g.slot_beats > cfg.max_message_beats)
+                       | (prog.n_slots > min(cfg.max_slots, LOAD_MASK_BITS)))
+                with m.If(fetch_err):
+                    m.d.sync += [code.eq(Status.AXI_ERROR), det.eq(0)]
+                with m.Elif((coll == 0) | (coll > max(Collective))):
+                    m.d.sync += [code.eq(Status.BAD_COLLECTIVE), det.eq(coll)]
+                with m.Elif(~Cat(*[coll == c for c in SUPPORTED_COLLECTIVES]).any()):
+                    m.d.sync += [code.eq(Status.BAD_COLLECTIVE), det.eq(coll)]
+                with m.Elif(~comm_ok):
+                    m.d.sync += [code.eq(Status.BAD_COMM), det.eq(desc.comm)]
+                with m.Elif(desc.dtype > max(DType)):
+                    m.d.sync += [code.eq(Status.BAD_DTYPE), det.eq(desc.dtype)]
+                with m.Elif(desc.op > max(ReduceOp)):
+                    m.d.sync += [code.eq(Status.BAD_OP), det.eq(desc.op)]
+                with m.Elif((desc.flags & ~DescFlags.SUPPORTED) != 0):
+                    m.d.sync += [code.eq(Status.BAD_FLAGS), det.eq(desc.flags)]
+                with m.Elif(((desc.flags & DescFlags.IN_PLACE) != 0) & ~in_place_ok):
+                    m.d.sync += [code.eq(Status.BAD_FLAGS), det.eq(desc.flags)]
+                with m.Elif(desc.count == 0):
+                    m.d.sync += [code.eq(Status.ZERO_COUNT), det.eq(0)]
+                with m.Elif(((desc.src | desc.dst) & ((Const(1, 3) << eshift) - 1)[:3]) != 0):
+                    m.d.sync += [code.eq(Status.MISALIGNED), det.eq(Mux((desc.src & ((Const(1, 3) << eshift) - 1)[:3]) != 0, 0, 1))]
+                with m.Elif(desc.root >= size):
+                    m.d.sync += [code.eq(Status.BAD_ROOT), det.eq(desc.root)]
+                with m.Elif(~found | ~phases_ok):
+                    m.d.sync += [code.eq(Status.BAD_ALGORITHM), det.eq(desc.algorithm)]
+                with m.Elif(~src_ok):
+                    m.d.sync += [code.eq(Status.OUT_OF_WINDOW), det.eq(0)]
+                with m.Elif(~dst_ok):
+                    m.d.sync += [code.eq(Status.OUT_OF_WINDOW), det.eq(1)]
+                with m.Elif(geo.bad | big | (self.chunk_beats > cfg.chunk_beats) | (self.chunk_beats == 0)
+                            | (self.part[0] == 0) | (self.part[4] == 0)):
+                    m.d.sync += [code.eq(Status.SRAM_TOO_SMALL), det.eq(g.slot_beats)]
+                with m.Else():
+                    m.d.sync += [code.eq(Status.OK), det.eq(0)]
+                m.d.sync += [
+                    entry.dtype.eq(desc.dtype), entry.op.eq(desc.op), entry.tag.eq(desc.tag[:16]),
+                    entry.comm.eq(desc.comm), entry.rank.eq(rank), entry.count.eq(desc.count),
+                    entry.elem_shift.eq(eshift), entry.src.eq(desc.src), entry.dst.eq(desc.dst),
+                    entry.in_seg.eq(in_seg), entry.out_seg.eq(out_seg), entry.geom.eq(g),
+                    entry.n_phases.eq(prog.n_phases), entry.phase_start.eq(prog.phase_start),
+                    entry.phase_len.eq(prog.phase_len), entry.store_start.eq(prog.store_start),
+                    entry.load_end.eq(prog.load_end), entry.load_mask.eq(prog.load_mask),
+                    entry.n_slots.eq(prog.n_slots),
+                ]
+                m.next = "ISSUE"
+            with m.State("ISSUE"):
+                with m.If(code != Status.OK):
+                    m.d.comb += [
+                        rej_push.eq(cplq.w_rdy),
+                        rej.cookie.eq(desc.cookie), rej.tag.eq(desc.tag), rej.status.eq(code),
+                        rej.collective.eq(coll), rej.sq_index.eq(sq_index),
+                        rej.cycles.eq(self.cycles[:32] - start_cycle), rej.detail.eq(det),
+                    ]
+                    with m.If(cplq.w_rdy):
+                        m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += [
+                        self.new_cmd.valid.eq(1),
+                        self.new_cmd.payload.slot.eq(slot),
+                        self.new_cmd.payload.entry.eq(entry),
+                    ]
+                    with m.If(self.new_cmd.ready):
+                        with m.Switch(slot):
+                            for i in range(NC):
+                                with m.Case(i):
+                                    m.d.sync += [s_cookie[i].eq(desc.cookie), s_tag[i].eq(desc.tag),
+                                                 s_coll[i].eq(coll), s_index[i].eq(sq_index),
+                                                 s_start[i].eq(start_cycle)]
+                        m.next = "IDLE"
+        return m

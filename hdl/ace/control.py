@@ -1,0 +1,815 @@
+"""The control unit: command table, chunk dispatcher, SRAM partitions, FSMs, step decoder and issue arbiter.
+
+Dataflow of a command (see docs/engine.md):
+
+1. The command processor hands a validated command to :class:`ControlUnit` (``new_cmd``); it sits in the
+   command table until all its chunks are done.
+2. The dispatcher walks the commands in order and their chunks in order. Chunk ``s`` of the engine's global
+   chunk sequence goes to FSM ``s mod F`` and needs a free buffer in the phase partition; buffers are taken in
+   sequence order on every rank, which keeps ranks from deadlocking on each other's buffers. The FSM number is
+   also the chunk's virtual channel on every link, so a chunk's messages land in the landing buffer its FSM
+   reads, on every rank.
+3. An FSM runs its chunk's program (the golden library's steps, from the instruction memory) one step at a
+   time: the shared decoder fetches the word and computes the block's length and addresses; the arbiter
+   grants a step when every resource it needs is free (output port + a whole message of credits for SEND,
+   input port + the awaited header for RECV, and for a forward also the forward port and its credits); the
+   unit runs it and reports back. LOADs are posted (the FSM goes on while the TX DMA works), later steps wait
+   for them.
+4. At the first of the program's trailing STOREs the chunk moves to the terminal partition (when it has room)
+   and the store unit drains it to memory while the FSM takes its next chunk. When the last write of the
+   chunk is acknowledged its buffer is freed; when all chunks of a command are done it completes.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ...sim.golden.program import FIELDS, StepOp
+from ...sim.golden.types import Status
+from ..common.layouts import (DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES, credit_layout, flit_layout,
+                              packet_header_layout)
+from .chunker import BlockGeometry, geometry_layout
+from .link import RxPort, TxPort
+from .sram import ChunkSram, sram_read_layout
+from .units import (LoadSequencer, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, beat_stream, dma_cmd_layout, job_layouts,
+                    STATUS_SHAPE)
+
+__all__ = ["ControlUnit", "cmd_entry_layout", "STALL_CAUSES", "TERMINAL"]
+
+#: Index of the terminal partition in the PART registers.
+TERMINAL = 4
+
+#: Reasons an FSM's ready step waits, in the order of the STALL counter array.
+STALL_CAUSES = ("port_busy", "credits", "landing_empty", "dma_busy", "partition_full", "alu_busy",
+                "queue_full", "cpl_ring_full")
+
+_F = {name: (lsb, width) for name, lsb, width in FIELDS}
+
+
+#: Width of the chunk dispatch sequence number the arbiters compare.
+_SEQ_BITS = 10
+
+
+def _w(n):
+    return unsigned(max(1, (n - 1).bit_length()))
+
+
+def cmd_entry_layout(cfg):
+    """What the control unit keeps per command in flight (filled in by the command processor)."""
+    return data.StructLayout({
+        "dtype": DTYPE_SHAPE,
+        "op": OP_SHAPE,
+        "tag": unsigned(16),
+        "comm": unsigned(4),
+        "rank": unsigned(9),
+        "count": unsigned(32),
+        "elem_shift": unsigned(2),
+        "src": unsigned(cfg.addr_width),
+        "dst": unsigned(cfg.addr_width),
+        "in_seg": 1,
+        "out_seg": 1,
+        "geom": geometry_layout(cfg),
+        "n_phases": unsigned(3),
+        "phase_start": data.ArrayLayout(unsigned(10), MAX_PHASES),
+        "phase_len": data.ArrayLayout(unsigned(11), MAX_PHASES),
+        "store_start": unsigned(11),
+        "load_end": unsigned(11),
+        "load_mask": unsigned(LOAD_MASK_BITS),
+        "n_slots": unsigned(11),
+    })
+
+
+def _field(word, name):
+    lsb, width = _F[name]
+    return word[lsb:lsb + width]
+
+
+class ControlUnit(wiring.Component):
+    """The engine's execution core: everything between the command processor and the memory/link ports.
+
+    Ports: ``new_cmd`` (a validated command and the table slot it takes; ``slot_busy`` tells which are free),
+    ``cmd_done`` (slot, status, detail when a command finished), the instruction memory and routing table
+    write/read ports for the register windows, ``part`` (partition sizes), the DMA requests of the load and
+    store units, ``tx<k>``/``tx<k>_credit``/``rx<k>``/``rx<k>_credit`` per link port, and counters.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        fl = flit_layout(cfg.beat_bytes)
+        ports = {}
+        for k in range(cfg.n_ports):
+            ports[f"tx{k}"] = Out(stream.Signature(fl))
+            ports[f"tx{k}_credit"] = In(credit_layout())
+            ports[f"rx{k}"] = In(stream.Signature(fl))
+            ports[f"rx{k}_credit"] = Out(credit_layout())
+        n_causes = len(STALL_CAUSES)
+        super().__init__({
+            "enable": In(1),
+            "part": In(data.ArrayLayout(unsigned(8), 5)),
+            "tx_lookahead": In(16),
+            "fsm_limit": In(6),
+            "new_cmd": In(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
+                                                              "entry": cmd_entry_layout(cfg)}))),
+            "slot_busy": Out(cfg.n_cmds),
+            "cmd_done": Out(stream.Signature(data.StructLayout({
+                "slot": _w(cfg.n_cmds), "status": STATUS_SHAPE, "detail": unsigned(32)}))),
+            "imem_we": In(2),
+            "imem_addr": In(10),
+            "imem_wdata": In(64),
+            "imem_rdata": Out(64),
+            "route_we": In(1),
+            "route_addr": In(16),
+            "route_wdata": In(4),
+            "route_rdata": Out(4),
+            "rd_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
+            "rd_data": In(beat_stream(cfg, err=True)),
+            "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
+            "wr_data": Out(beat_stream(cfg)),
+            "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
+            **ports,
+            # status and counters
+            "idle": Out(1),
+            "chunks_active": Out(8),
+            "payload_rd_bytes": Out(64),
+            "payload_wr_bytes": Out(64),
+            "alu_beats": Out(64),
+            "fsm_busy": Out(64),
+            "stall": Out(data.ArrayLayout(unsigned(32), n_causes)),
+            "tx_flits": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
+            "tx_busy": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
+            "tx_stall": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
+            "rx_flits": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
+            "rx_crc_errs": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
+            "sram_conflict": Out(1),
+        })
+
+    # ------------------------------------------------------------------------------------------------------
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        F, K, NC, NB = cfg.n_fsms, cfg.n_ports, cfg.n_cmds, cfg.n_buffers
+        W = 8 * cfg.beat_bytes
+        rl = sram_read_layout(cfg)
+        BUF = rl.members["buf"]
+        entry_l = cmd_entry_layout(cfg)
+        jobs = job_layouts(cfg)
+
+        # ---- memories written through the register windows ------------------------------------------------
+        imem = Memory(shape=unsigned(64), depth=cfg.imem_words, init=[])
+        m.submodules.imem = imem
+        imem_w = imem.write_port(granularity=32)
+        imem_csr = imem.read_port()
+        imem_dec = imem.read_port()
+        imem_st = imem.read_port()
+        imem_ls = imem.read_port()
+        m.d.comb += [
+            imem_w.addr.eq(self.imem_addr), imem_w.data.eq(self.imem_wdata), imem_w.en.eq(self.imem_we),
+            imem_csr.addr.eq(self.imem_addr), self.imem_rdata.eq(imem_csr.data),
+        ]
+        route = Memory(shape=unsigned(4), depth=cfg.n_comms * cfg.max_ranks, init=[])
+        m.submodules.route = route
+        route_w = route.write_port()
+        route_csr = route.read_port()
+        route_dec = route.read_port()
+        m.d.comb += [
+            route_w.addr.eq(self.route_addr), route_w.data.eq(self.route_wdata), route_w.en.eq(self.route_we),
+            route_csr.addr.eq(self.route_addr), self.route_rdata.eq(route_csr.data),
+        ]
+
+        # ---- command table ----------------------------------------------------------------------------------
+        entries = [Signal(entry_l, name=f"cmd{i}") for i in range(NC)]
+        busy = Signal(NC)
+        dispatched_all = Signal(NC)
+        chunks_done = [Signal(16, name=f"cmd{i}_done") for i in range(NC)]
+        status = [Signal(STATUS_SHAPE, name=f"cmd{i}_status") for i in range(NC)]
+        detail = [Signal(32, name=f"cmd{i}_detail") for i in range(NC)]
+        m.d.comb += self.slot_busy.eq(busy)
+
+        def entry_of(idx, name):
+            """The command table entry ``idx`` (a signal) as a combinational view."""
+            out = Signal(entry_l, name=name)
+            with m.Switch(idx):
+                for i in range(NC):
+                    with m.Case(i):
+                        m.d.comb += out.eq(entries[i])
+            return out
+
+        # errors reported this cycle: (valid, cmd, status, detail) - the first error of a command is kept
+        error_reports = []
+
+        def report(valid, cmd, code, det=0):
+            error_reports.append((valid, cmd, code, det))
+
+        # ---- SRAM -------------------------------------------------------------------------------------------
+        # readers: K send units, K recv units (operands), the store unit; writers: load unit, K recv units
+        m.submodules.sram = sram = ChunkSram(cfg, n_readers=2 * K + 1, n_writers=K + 1)
+        m.d.comb += self.sram_conflict.eq(sram.conflict)
+
+        # ---- link ports and units ------------------------------------------------------------------------
+        txp, rxp, sends, recvs = [], [], [], []
+        for k in range(K):
+            tx = TxPort(cfg)
+            rx = RxPort(cfg)
+            su = SendUnit(cfg)
+            ru = RecvUnit(cfg)
+            m.submodules[f"txport{k}"] = tx
+            m.submodules[f"rxport{k}"] = rx
+            m.submodules[f"send{k}"] = su
+            m.submodules[f"recv{k}"] = ru
+            txp.append(tx), rxp.append(rx), sends.append(su), recvs.append(ru)
+            wiring.connect(m, tx.flit, wiring.flipped(getattr(self, f"tx{k}")))
+            wiring.connect(m, rx.flit, wiring.flipped(getattr(self, f"rx{k}")))
+            m.d.comb += [
+                tx.credit.eq(getattr(self, f"tx{k}_credit")),
+                getattr(self, f"rx{k}_credit").eq(rx.credit),
+                # recv unit <-> landing buffer
+                rx.sel.eq(ru.sel), rx.hdr_pop.eq(ru.hdr_pop), rx.err_clear.eq(ru.err_clear),
+                ru.heads.eq(rx.heads), ru.vc_err.eq(rx.err),
+                ru.land.valid.eq(rx.data.valid), ru.land.payload.eq(rx.data.payload),
+                rx.data.ready.eq(ru.land.ready),
+                # SRAM clients
+                sram.rd[k].eq(su.rd), su.rdata.eq(sram.rdata[k]),
+                sram.rd[K + k].eq(ru.rd), ru.rdata.eq(sram.rdata[K + k]),
+                sram.wr[1 + k].eq(ru.wr),
+                # counters
+                self.tx_flits[k].eq(tx.flits), self.tx_busy[k].eq(tx.busy), self.tx_stall[k].eq(tx.stall),
+                self.rx_flits[k].eq(rx.flits), self.rx_crc_errs[k].eq(rx.crc_errors),
+            ]
+        # TX muxes: port k carries its send unit's messages and the receive units' forwards, in grant order
+        txm = []
+        for k in range(K):
+            mx = TxMux(cfg, k, K)
+            m.submodules[f"txmux{k}"] = mx
+            txm.append(mx)
+            wiring.connect(m, sends[k].msg, mx.send_msg)
+            wiring.connect(m, sends[k].data, mx.send_data)
+            wiring.connect(m, mx.msg, txp[k].msg)
+            wiring.connect(m, mx.data, txp[k].data)
+            for j in range(K):
+                ru = recvs[j]
+                m.d.comb += [
+                    mx.fwd_msg[j].eq(ru.fwd_msg.payload), mx.fwd_msg_valid[j].eq(ru.fwd_msg.valid),
+                    mx.fwd_data[j].eq(ru.fwd_data.payload), mx.fwd_data_valid[j].eq(ru.fwd_data.valid),
+                ]
+        for j in range(K):
+            m.d.comb += [
+                recvs[j].fwd_msg.ready.eq(Cat(*[txm[k].fwd_msg_ready[j] for k in range(K)]).any()),
+                recvs[j].fwd_data.ready.eq(Cat(*[txm[k].fwd_data_ready[j] for k in range(K)]).any()),
+            ]
+
+        m.submodules.load = load = LoadUnit(cfg)
+        m.d.comb += [
+            sram.wr[0].eq(load.wr),
+            self.payload_rd_bytes.eq(load.bytes),
+        ]
+        wiring.connect(m, load.rd_cmd, wiring.flipped(self.rd_cmd))
+        wiring.connect(m, wiring.flipped(self.rd_data), load.rd_data)
+
+        m.submodules.store = store = StoreUnit(cfg)
+        m.d.comb += [
+            sram.rd[2 * K].eq(store.rd), store.rdata.eq(sram.rdata[2 * K]),
+            self.payload_wr_bytes.eq(store.bytes),
+            imem_st.addr.eq(store.imem_addr), store.imem_data.eq(imem_st.data),
+        ]
+        wiring.connect(m, store.wr_cmd, wiring.flipped(self.wr_cmd))
+        wiring.connect(m, store.wr_data, wiring.flipped(self.wr_data))
+        wiring.connect(m, wiring.flipped(self.wr_done), store.wr_done)
+        # the store unit's block geometry
+        m.submodules.store_geo = sgeo = BlockGeometry(cfg)
+        st_entry = entry_of(store.geo_cmd, "st_entry")
+        m.d.comb += [
+            sgeo.geom.eq(st_entry.geom), sgeo.count.eq(st_entry.count), sgeo.elem_shift.eq(st_entry.elem_shift),
+            sgeo.chunk.eq(store.geo_chunk), sgeo.block.eq(store.geo_block),
+            sgeo.in_base.eq(st_entry.src), sgeo.out_base.eq(st_entry.dst),
+            sgeo.in_seg.eq(st_entry.in_seg), sgeo.out_seg.eq(st_entry.out_seg),
+            store.geo_nbytes.eq(sgeo.nbytes), store.geo_beats.eq(sgeo.beats), store.geo_addr.eq(sgeo.out_addr),
+            store.slot_beats.eq(st_entry.geom.slot_beats),
+        ]
+        # the load sequencer and its block geometry
+        m.submodules.loadseq = seqr = LoadSequencer(cfg)
+        m.submodules.load_geo = lgeo = BlockGeometry(cfg)
+        ls_entry = entry_of(seqr.geo_cmd, "ls_entry")
+        m.d.comb += [
+            lgeo.geom.eq(ls_entry.geom), lgeo.count.eq(ls_entry.count), lgeo.elem_shift.eq(ls_entry.elem_shift),
+            lgeo.chunk.eq(seqr.geo_chunk), lgeo.block.eq(seqr.geo_block),
+            lgeo.in_base.eq(ls_entry.src), lgeo.out_base.eq(ls_entry.dst),
+            lgeo.in_seg.eq(ls_entry.in_seg), lgeo.out_seg.eq(ls_entry.out_seg),
+            seqr.geo_nbytes.eq(lgeo.nbytes), seqr.geo_beats.eq(lgeo.beats), seqr.geo_addr.eq(lgeo.in_addr),
+            seqr.slot_beats.eq(ls_entry.geom.slot_beats),
+            imem_ls.addr.eq(seqr.imem_addr), seqr.imem_data.eq(imem_ls.data),
+        ]
+        report(seqr.error.valid, seqr.error.cmd, Status.ILLEGAL_INSTRUCTION)
+        alu_total = 0
+        for ru in recvs:
+            alu_total = alu_total + ru.alu_beats
+        m.d.comb += self.alu_beats.eq(alu_total)
+
+        # ---- buffers and partitions ------------------------------------------------------------------------
+        m.submodules.free = free = fifo.SyncFIFOBuffered(width=BUF.width, depth=NB)
+        init_cnt = Signal(range(NB + 1))
+        with m.If(init_cnt < NB):
+            m.d.comb += [free.w_en.eq(1), free.w_data.eq(init_cnt)]
+            m.d.sync += init_cnt.eq(init_cnt + 1)
+        with m.Elif(store.chunk_done.valid):
+            m.d.comb += [free.w_en.eq(1), free.w_data.eq(store.chunk_done.buf)]
+        used_phase = Signal(8)
+        used_term = Signal(8)
+
+        # ---- per-FSM chunk queues --------------------------------------------------------------------------
+        # seq: the chunk's number in the engine's dispatch order (wrapping); arbiters favour the oldest chunk
+        q_layout = data.StructLayout({"cmd": _w(NC), "chunk": unsigned(16), "buf": BUF, "seq": unsigned(_SEQ_BITS)})
+        queues = []
+        for f in range(F):
+            q = fifo.SyncFIFOBuffered(width=q_layout.size, depth=2)
+            m.submodules[f"fsmq{f}"] = q
+            queues.append(q)
+
+        # ---- dispatcher ------------------------------------------------------------------------------------
+        m.submodules.order = order = fifo.SyncFIFOBuffered(width=_w(NC).width, depth=NC)
+        new_slot = self.new_cmd.payload.slot
+        m.d.comb += [
+            self.new_cmd.ready.eq(order.w_rdy),
+            order.w_en.eq(self.new_cmd.valid),
+            order.w_data.eq(new_slot),
+        ]
+        with m.If(self.new_cmd.valid & self.new_cmd.ready):
+            with m.Switch(new_slot):
+                for i in range(NC):
+                    with m.Case(i):
+                        m.d.sync += [entries[i].eq(self.new_cmd.payload.entry), chunks_done[i].eq(0),
+                                     status[i].eq(0), detail[i].eq(0)]
+        busy_set = Signal(NC)
+        busy_clr = Signal(NC)
+        with m.If(self.new_cmd.valid & self.new_cmd.ready):
+            m.d.comb += busy_set.eq(1 << new_slot)
+        m.d.sync += busy.eq((busy | busy_set) & ~busy_clr)
+
+        d_chunk = Signal(16)
+        d_fsm = Signal(_w(F))
+        d_cmd = order.r_data
+        d_entry = entry_of(d_cmd, "d_entry")
+        q_ready = Signal()
+        with m.Switch(d_fsm):
+            for f in range(F):
+                with m.Case(f):
+                    m.d.comb += q_ready.eq(queues[f].w_rdy)
+        part_free = Signal()
+        m.d.comb += part_free.eq(used_phase < self.part[0])
+        dispatch = Signal()
+        m.d.comb += dispatch.eq(self.enable & order.r_rdy & (init_cnt == NB) & free.r_rdy & part_free & q_ready)
+        # (the prefetch queue has NB entries: one per buffer, it is never full when a buffer is free)
+        dispatch_stall_part = Signal()
+        dispatch_stall_q = Signal()
+        m.d.comb += [
+            dispatch_stall_part.eq(self.enable & order.r_rdy & ~(part_free & free.r_rdy)),
+            dispatch_stall_q.eq(self.enable & order.r_rdy & part_free & free.r_rdy & ~q_ready),
+        ]
+        qin = Signal(q_layout)
+        d_seq = Signal(_SEQ_BITS)
+        m.d.comb += [qin.cmd.eq(d_cmd), qin.chunk.eq(d_chunk), qin.buf.eq(free.r_data), qin.seq.eq(d_seq)]
+        for f in range(F):
+            m.d.comb += [queues[f].w_data.eq(qin), queues[f].w_en.eq(dispatch & (d_fsm == f))]
+        # every dispatched chunk is queued for the load sequencer too (its LOADs go as soon as it has a buffer)
+        pf_layout = data.StructLayout({"cmd": _w(NC), "chunk": unsigned(16), "buf": BUF, "first": unsigned(11),
+                                       "end": unsigned(11)})
+        m.submodules.prefetch = prefetch = fifo.SyncFIFOBuffered(width=pf_layout.size, depth=NB)
+        pf_in = Signal(pf_layout)
+        m.d.comb += [
+            pf_in.cmd.eq(d_cmd), pf_in.chunk.eq(d_chunk), pf_in.buf.eq(free.r_data),
+            pf_in.first.eq(d_entry.phase_start[0]), pf_in.end.eq(d_entry.phase_start[0] + d_entry.load_end),
+            prefetch.w_en.eq(dispatch), prefetch.w_data.eq(pf_in),
+            seqr.entry.valid.eq(prefetch.r_rdy), seqr.entry.payload.eq(prefetch.r_data),
+            prefetch.r_en.eq(seqr.entry.ready),
+        ]
+        dispatched = Signal(NC)
+        with m.If(dispatch):
+            m.d.comb += free.r_en.eq(1)
+            m.d.sync += [d_fsm.eq(Mux(d_fsm + 1 >= self.fsm_limit, 0, d_fsm + 1)), d_seq.eq(d_seq + 1)]
+            with m.If(d_chunk + 1 == d_entry.geom.n_chunks):
+                m.d.sync += d_chunk.eq(0)
+                m.d.comb += [order.r_en.eq(1), dispatched.eq(1 << d_cmd)]
+            with m.Else():
+                m.d.sync += d_chunk.eq(d_chunk + 1)
+        m.d.sync += dispatched_all.eq((dispatched_all | dispatched) & ~busy_set)
+
+        # ---- FSMs ------------------------------------------------------------------------------------------
+        step_l = data.StructLayout({
+            "op": unsigned(3), "reduce": 1, "fwd": 1, "port": unsigned(3), "fwd_port": unsigned(3),
+            "slot": unsigned(10), "block": unsigned(10), "peer": unsigned(9), "key": unsigned(12),
+            "fwd_key": unsigned(12), "nbytes": unsigned(24), "beats": unsigned(16), "addr": unsigned(cfg.addr_width),
+            "sram_addr": rl.members["addr"],
+            "wait": 1,      # the step's slot is still being loaded
+        })
+        IDLE, ADVANCE, FETCH, READY, EXEC, HANDOFF = range(6)
+        st = [Signal(range(6), name=f"fsm{f}_state") for f in range(F)]
+        ctx_cmd = [Signal(_w(NC), name=f"fsm{f}_cmd") for f in range(F)]
+        ctx_chunk = [Signal(16, name=f"fsm{f}_chunk") for f in range(F)]
+        ctx_buf = [Signal(BUF, name=f"fsm{f}_buf") for f in range(F)]
+        ctx_seq = [Signal(_SEQ_BITS, name=f"fsm{f}_seq") for f in range(F)]
+        ctx_phase = [Signal(3, name=f"fsm{f}_phase") for f in range(F)]
+        ctx_pc = [Signal(11, name=f"fsm{f}_pc") for f in range(F)]
+        ctx_stop = [Signal(11, name=f"fsm{f}_stop") for f in range(F)]
+        ctx_status = [Signal(STATUS_SHAPE, name=f"fsm{f}_status") for f in range(F)]
+        # slots of each chunk buffer still to be loaded: set at dispatch from the program's load mask (the
+        # sequencer loads them later) and by LOADs the FSMs issue, cleared when the load unit reports a LOAD done
+        # (or the sequencer skips an empty block). A step waits only for its own slot, so a chunk starts
+        # sending as soon as its first block is in. Programs have at most NMASK slots (checked at validation).
+        NMASK = min(cfg.max_slots, LOAD_MASK_BITS)
+        SBITS = max(1, (NMASK - 1).bit_length())
+        loading = [Signal(NMASK, name=f"buf{b}_loading") for b in range(NB)]
+        step = [Signal(step_l, name=f"fsm{f}_step") for f in range(F)]
+        ctx_entry = [entry_of(ctx_cmd[f], f"fsm{f}_entry") for f in range(F)]
+
+        def stop_of(e, phase):
+            last = phase + 1 == e.n_phases
+            start = Signal(11)
+            length = Signal(11)
+            with m.Switch(phase):
+                for p in range(MAX_PHASES):
+                    with m.Case(p):
+                        m.d.comb += [start.eq(e.phase_start[p]), length.eq(e.phase_len[p])]
+            return start, (start + Mux(last, e.store_start, length))[:11]
+
+        # decoder: one FSM at a time, 4 cycles (pick; fetch word; geometry + route lookup; write back)
+        m.submodules.dec_geo = dgeo = BlockGeometry(cfg)
+        dec_f = Signal(_w(F))
+        dec_state = Signal(2)
+        dec_word = Signal(64)
+        dec_cmd_idx = Signal(_w(NC))
+        dec_entry = entry_of(dec_cmd_idx, "dec_entry")
+        dec_chunk = Signal(16)
+        dec_buf = Signal(BUF)
+        fetch_req = Cat(*[s == FETCH for s in st])
+        pick = Signal(_w(F))
+        pick_any = Signal()
+        self._oldest_first(m, fetch_req, ctx_seq, pick, pick_any)
+        dec_grant = Signal()      # decoder writes back to dec_f this cycle
+        dec_result = Signal(step_l)
+        dec_illegal = Signal()
+        with m.Switch(dec_state):
+            with m.Case(0):
+                with m.If(pick_any):
+                    with m.Switch(pick):
+                        for f in range(F):
+                            with m.Case(f):
+                                m.d.comb += imem_dec.addr.eq(ctx_pc[f])
+                                m.d.sync += [dec_cmd_idx.eq(ctx_cmd[f]), dec_chunk.eq(ctx_chunk[f]),
+                                             dec_buf.eq(ctx_buf[f])]
+                    m.d.sync += [dec_f.eq(pick), dec_state.eq(1)]
+            with m.Case(1):
+                m.d.sync += [dec_word.eq(imem_dec.data), dec_state.eq(2)]
+                m.d.comb += route_dec.addr.eq(dec_entry.comm * cfg.max_ranks + _field(imem_dec.data, "peer"))
+            with m.Case(2):
+                m.d.sync += dec_state.eq(3)
+            with m.Case(3):
+                m.d.comb += dec_grant.eq(1)
+                m.d.sync += dec_state.eq(0)
+        # geometry of the block named by the fetched word (inputs stable during states 2-3)
+        m.d.comb += [
+            dgeo.geom.eq(dec_entry.geom), dgeo.count.eq(dec_entry.count), dgeo.elem_shift.eq(dec_entry.elem_shift),
+            dgeo.chunk.eq(dec_chunk), dgeo.block.eq(_field(dec_word, "block")),
+            dgeo.in_base.eq(dec_entry.src), dgeo.out_base.eq(dec_entry.dst),
+            dgeo.in_seg.eq(dec_entry.in_seg), dgeo.out_seg.eq(dec_entry.out_seg),
+        ]
+        route_q = Signal(4)
+        dec_loading = Signal(NMASK)
+        with m.Switch(dec_buf):
+            for b in range(NB):
+                with m.Case(b):
+                    m.d.comb += dec_loading.eq(loading[b])
+        with m.If(dec_state == 2):
+            m.d.sync += route_q.eq(route_dec.data)
+        w = dec_word
+        op = _field(w, "op")
+        out_port = Signal(3)
+        m.d.comb += out_port.eq(Mux(op == StepOp.SEND, _field(w, "port"), _field(w, "fwd_port")))
+        emits = (op == StepOp.SEND) | ((op == StepOp.RECV) & _field(w, "fwd_en"))
+        m.d.comb += [
+            dec_result.op.eq(op),
+            dec_result.reduce.eq(_field(w, "reduce")),
+            dec_result.fwd.eq(_field(w, "fwd_en")),
+            dec_result.port.eq(_field(w, "port")),
+            dec_result.fwd_port.eq(_field(w, "fwd_port")),
+            dec_result.slot.eq(_field(w, "slot")),
+            dec_result.block.eq(_field(w, "block")),
+            dec_result.peer.eq(_field(w, "peer")),
+            dec_result.key.eq(_field(w, "key")),
+            dec_result.fwd_key.eq(_field(w, "fwd_key")),
+            dec_result.nbytes.eq(dgeo.nbytes),
+            dec_result.beats.eq(dgeo.beats),
+            dec_result.addr.eq(dgeo.in_addr),
+            dec_result.sram_addr.eq(_field(w, "slot") * dec_entry.geom.slot_beats),
+            dec_result.wait.eq((op != StepOp.LOAD) & dec_loading.bit_select(_field(w, "slot")[:SBITS], 1)
+                               & ~(load.done.valid & (load.done.buf == dec_buf)
+                                   & (load.done.slot == _field(w, "slot")))),
+            dec_illegal.eq(
+                ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV))
+                | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K)
+                | (_field(w, "slot") >= dec_entry.n_slots)
+                | (emits & ((route_q[3] == 0) | (route_q[:3] != out_port)))),
+        ]
+        report(dec_grant & dec_illegal, dec_cmd_idx, Status.ILLEGAL_INSTRUCTION, dec_word[:32])
+
+        # issue arbiter
+        # flits granted to each output port and not yet sent: a message is granted to a port only when this
+        # is at most TX_LOOKAHEAD, i.e. just in time, so that the oldest chunk's ready message gets the slot
+        tx_queued = [Signal(17, name=f"tx{k}_queued") for k in range(K)]
+        tx_room = Signal(K)
+        m.d.comb += tx_room.eq(Cat(*[tx_queued[k] <= self.tx_lookahead for k in range(K)]))
+        can = Signal(F)
+        cause_port = Signal(F)
+        cause_cred = Signal(F)
+        cause_land = Signal(F)
+        cause_dma = Signal(F)
+        for f in range(F):
+            s = step[f]
+            beats_ok_at = {}
+            for k in range(K):
+                beats_ok_at[k] = ((txp[k].beat_credits[f] >= s.beats) & (txp[k].hdr_credits[f] >= 1))
+            cred_ok = Signal(name=f"fsm{f}_cred_ok")
+            port_free = Signal(name=f"fsm{f}_port_free")
+            land_ok = Signal(name=f"fsm{f}_land_ok")
+            with m.Switch(s.op):
+                with m.Case(StepOp.LOAD):
+                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(load.job_ready)]
+                with m.Case(StepOp.SEND):
+                    for k in range(K):
+                        with m.If(s.port == k):
+                            m.d.comb += [port_free.eq(sends[k].job_ready & txm[k].order.ready & tx_room[k]),
+                                         cred_ok.eq(beats_ok_at[k]), land_ok.eq(1)]
+                with m.Case(StepOp.RECV):
+                    for k in range(K):
+                        with m.If(s.port == k):
+                            m.d.comb += land_ok.eq(rxp[k].hdr_valid[f])
+                            with m.If(s.fwd):
+                                for j in range(K):
+                                    with m.If(s.fwd_port == j):
+                                        m.d.comb += [port_free.eq(recvs[k].job_ready & txm[j].order.ready
+                                                                  & tx_room[j]),
+                                                     cred_ok.eq(beats_ok_at[j])]
+                            with m.Else():
+                                m.d.comb += [port_free.eq(recvs[k].job_ready), cred_ok.eq(1)]
+            ready = (st[f] == READY) & ~s.wait
+            m.d.comb += [
+                can[f].eq(ready & port_free & cred_ok & land_ok),
+                cause_port[f].eq(ready & ~port_free),
+                cause_cred[f].eq(ready & port_free & ~cred_ok),
+                cause_land[f].eq(ready & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),
+                cause_dma[f].eq(ready & ~land_ok & (s.op == StepOp.LOAD)),
+            ]
+        gsel = Signal(_w(F))
+        gany = Signal()
+        self._oldest_first(m, can, ctx_seq, gsel, gany)
+        g = Signal(step_l)
+        g_cmd = Signal(_w(NC))
+        g_buf = Signal(BUF)
+        g_chunk = Signal(16)
+        g_phase = Signal(3)
+        g_entry = Signal(entry_l)
+        with m.Switch(gsel):
+            for f in range(F):
+                with m.Case(f):
+                    m.d.comb += [g.eq(step[f]), g_cmd.eq(ctx_cmd[f]), g_buf.eq(ctx_buf[f]),
+                                 g_chunk.eq(ctx_chunk[f]), g_phase.eq(ctx_phase[f]), g_entry.eq(ctx_entry[f])]
+        # job fields shared by every unit
+        hdr_out = Signal(packet_header_layout())
+        exp_hdr = Signal(packet_header_layout())
+        m.d.comb += [
+            hdr_out.dst.eq(g.peer), hdr_out.src.eq(g_entry.rank), hdr_out.vc.eq(gsel), hdr_out.tag.eq(g_entry.tag),
+            hdr_out.chunk.eq(g_chunk), hdr_out.phase.eq(g_phase), hdr_out.length.eq(g.nbytes),
+            hdr_out.key.eq(Mux(g.op == StepOp.SEND, g.key, g.fwd_key)),
+            exp_hdr.tag.eq(g_entry.tag), exp_hdr.chunk.eq(g_chunk), exp_hdr.phase.eq(g_phase),
+            exp_hdr.key.eq(g.key), exp_hdr.length.eq(g.nbytes),
+        ]
+        grant_load = gany & (g.op == StepOp.LOAD)
+        grant_send = gany & (g.op == StepOp.SEND)
+        grant_recv = gany & (g.op == StepOp.RECV)
+        # the load unit takes an FSM's LOAD when one is granted, else the sequencer's prefetch
+        fsm_load = grant_load & (g.nbytes != 0)
+        seq_take = Signal()
+        m.d.comb += seq_take.eq(seqr.issue.valid & load.job_ready & ~fsm_load)
+        with m.If(fsm_load):
+            m.d.comb += [
+                load.job.valid.eq(1),
+                load.job.fsm.eq(gsel), load.job.cmd.eq(g_cmd), load.job.buf.eq(g_buf),
+                load.job.sram_addr.eq(g.sram_addr), load.job.beats.eq(g.beats),
+                load.job.addr.eq(g.addr), load.job.nbytes.eq(g.nbytes), load.job.slot.eq(g.slot),
+            ]
+        with m.Else():
+            m.d.comb += [load.job.eq(seqr.issue), load.job.valid.eq(seq_take)]
+        m.d.comb += seqr.take.eq(seq_take)
+        # slots with a LOAD in flight: set when a load is issued, cleared when the load unit reports it done
+        for b in range(NB):
+            new_b = dispatch & (free.r_data == b)
+            set_b = fsm_load & (g_buf == b)
+            clr_b = load.done.valid & (load.done.buf == b)
+            skip_b = seqr.skip.valid & (seqr.skip.buf == b)
+            kept = (loading[b] & ~Mux(clr_b, 1 << load.done.slot[:SBITS], 0)
+                    & ~Mux(skip_b, 1 << seqr.skip.slot[:SBITS], 0))
+            with m.If(new_b):
+                m.d.sync += loading[b].eq(d_entry.load_mask[:NMASK])
+            with m.Else():
+                m.d.sync += loading[b].eq(kept | Mux(set_b, 1 << g.slot[:SBITS], 0))
+        for k in range(K):
+            su, ru = sends[k], recvs[k]
+            m.d.comb += [
+                su.job.valid.eq(grant_send & (g.port == k)),
+                su.job.fsm.eq(gsel), su.job.cmd.eq(g_cmd), su.job.buf.eq(g_buf),
+                su.job.sram_addr.eq(g.sram_addr), su.job.beats.eq(g.beats), su.job.hdr.eq(hdr_out),
+                ru.job.valid.eq(grant_recv & (g.port == k)),
+                ru.job.fsm.eq(gsel), ru.job.cmd.eq(g_cmd), ru.job.buf.eq(g_buf),
+                ru.job.sram_addr.eq(g.sram_addr), ru.job.beats.eq(g.beats),
+                ru.job.reduce.eq(g.reduce), ru.job.dtype.eq(g_entry.dtype), ru.job.op.eq(g_entry.op),
+                ru.job.fwd.eq(g.fwd), ru.job.fwd_port.eq(g.fwd_port),
+                ru.job.exp.eq(exp_hdr), ru.job.fwd_hdr.eq(hdr_out),
+            ]
+            # credits: a whole message is reserved when its step is granted
+            res_here = (grant_send & (g.port == k)) | (grant_recv & g.fwd & (g.fwd_port == k))
+            m.d.comb += [
+                txp[k].reserve.valid.eq(res_here),
+                txp[k].reserve.vc.eq(gsel),
+                txp[k].reserve.beats.eq(g.beats),
+            ]
+            # the port's mux learns the message order at the grant; the port's queue of granted flits grows
+            send_here = grant_send & (g.port == k)
+            fwd_here = grant_recv & g.fwd & (g.fwd_port == k)
+            sent = txp[k].flit.valid & txp[k].flit.ready
+            m.d.sync += tx_queued[k].eq(tx_queued[k] + Mux(send_here | fwd_here, Mux(g.beats == 0, 1, g.beats), 0)
+                                        - sent)
+            m.d.comb += [
+                txm[k].order.valid.eq(send_here | fwd_here),
+                txm[k].order.payload.src.eq(Mux(send_here, 0, 1 + g.port)),
+                txm[k].order.payload.empty.eq(g.beats == 0),
+            ]
+
+        # unit completions -> FSMs
+        for u in sends + recvs:
+            report(u.done.valid & (u.done.status != 0), u.done.cmd, u.done.status)
+        report(load.done.valid & (load.done.status != 0), load.done.cmd, load.done.status)
+
+        # terminal queue and hand-off
+        tq_layout = store.entry.payload.shape()
+        m.submodules.tq = tq = fifo.SyncFIFOBuffered(width=tq_layout.size, depth=NB)
+        m.d.comb += [
+            store.entry.valid.eq(tq.r_rdy),
+            store.entry.payload.eq(tq.r_data),
+            tq.r_en.eq(store.entry.ready),
+        ]
+        handoff_req = Signal(F)
+        buf_loading = Signal(NB)
+        m.d.comb += buf_loading.eq(Cat(*[loading[b].any() for b in range(NB)]))
+        hsel = Signal(_w(F))
+        hany = Signal()
+        term_free = Signal()
+        m.d.comb += term_free.eq((used_term < self.part[TERMINAL]) & tq.w_rdy)
+        for f in range(F):
+            m.d.comb += handoff_req[f].eq((st[f] == HANDOFF) & ~buf_loading.bit_select(ctx_buf[f], 1) & term_free)
+        self._oldest_first(m, handoff_req, ctx_seq, hsel, hany)
+        tq_in = Signal(tq_layout)
+        with m.Switch(hsel):
+            for f in range(F):
+                with m.Case(f):
+                    e = ctx_entry[f]
+                    last = (e.n_phases - 1)[:2]
+                    first = Signal(11, name=f"fsm{f}_tfirst")
+                    end = Signal(11, name=f"fsm{f}_tend")
+                    with m.Switch(last):
+                        for p in range(MAX_PHASES):
+                            with m.Case(p):
+                                m.d.comb += [first.eq(e.phase_start[p] + e.store_start),
+                                             end.eq(e.phase_start[p] + e.phase_len[p])]
+                    m.d.comb += [tq_in.cmd.eq(ctx_cmd[f]), tq_in.chunk.eq(ctx_chunk[f]), tq_in.buf.eq(ctx_buf[f]),
+                                 tq_in.first.eq(first), tq_in.end.eq(end), tq_in.status.eq(ctx_status[f])]
+        m.d.comb += [tq.w_en.eq(hany), tq.w_data.eq(tq_in)]
+
+        m.d.sync += [
+            used_phase.eq(used_phase + dispatch - hany),
+            used_term.eq(used_term + hany - store.chunk_done.valid),
+        ]
+
+        # FSM next-state logic
+        for f in range(F):
+            s = st[f]
+            e = ctx_entry[f]
+            # the LOAD of the step's slot completes
+            loaded = (load.done.valid & (load.done.buf == ctx_buf[f]) & (load.done.slot == step[f].slot))
+            unit_done = Signal(name=f"fsm{f}_unit_done")
+            for u in sends + recvs:
+                with m.If(u.done.valid & (u.done.fsm == f)):
+                    m.d.comb += unit_done.eq(1)
+                    with m.If(u.done.status != 0):
+                        m.d.sync += ctx_status[f].eq(u.done.status)
+            with m.Switch(s):
+                with m.Case(IDLE):
+                    with m.If(queues[f].r_rdy):
+                        qv = data.View(q_layout, queues[f].r_data)
+                        m.d.comb += queues[f].r_en.eq(1)
+                        m.d.sync += [ctx_cmd[f].eq(qv.cmd), ctx_chunk[f].eq(qv.chunk), ctx_buf[f].eq(qv.buf),
+                                     ctx_seq[f].eq(qv.seq),
+                                     ctx_phase[f].eq(0), ctx_status[f].eq(0), s.eq(ADVANCE)]
+                        # pc/stop of phase 0 are loaded in ADVANCE (the entry is indexed by ctx_cmd)
+                        m.d.sync += [ctx_pc[f].eq(0x7FF)]
+                with m.Case(ADVANCE):
+                    start, stop = stop_of(e, ctx_phase[f])
+                    with m.If(ctx_pc[f] == 0x7FF):
+                        # entering ctx_phase: load its bounds (phase 0 after the LOADs the sequencer issued)
+                        m.d.sync += [ctx_pc[f].eq(start + Mux(ctx_phase[f] == 0, e.load_end, 0)),
+                                     ctx_stop[f].eq(stop)]
+                    with m.Elif(ctx_pc[f] == ctx_stop[f]):
+                        with m.If(ctx_phase[f] + 1 >= e.n_phases):
+                            m.d.sync += s.eq(HANDOFF)
+                        with m.Else():
+                            m.d.sync += [ctx_phase[f].eq(ctx_phase[f] + 1), ctx_pc[f].eq(0x7FF)]
+                    with m.Else():
+                        m.d.sync += s.eq(FETCH)
+                with m.Case(FETCH):
+                    with m.If(dec_grant & (dec_f == f)):
+                        m.d.sync += step[f].eq(dec_result)
+                        with m.If(dec_illegal):
+                            m.d.sync += [ctx_status[f].eq(Status.ILLEGAL_INSTRUCTION),
+                                         ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
+                        with m.Elif((dec_result.op == StepOp.LOAD) & (dec_result.nbytes == 0)):
+                            m.d.sync += [ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
+                        with m.Else():
+                            m.d.sync += s.eq(READY)
+                with m.Case(READY):
+                    with m.If(loaded):
+                        m.d.sync += step[f].wait.eq(0)
+                    with m.If(gany & (gsel == f)):
+                        with m.If(step[f].op == StepOp.LOAD):
+                            m.d.sync += [ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
+                        with m.Else():
+                            m.d.sync += s.eq(EXEC)
+                with m.Case(EXEC):
+                    with m.If(unit_done):
+                        m.d.sync += [ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
+                with m.Case(HANDOFF):
+                    with m.If(hany & (hsel == f)):
+                        m.d.sync += s.eq(IDLE)
+
+        # ---- command completion --------------------------------------------------------------------------
+        cd = store.chunk_done
+        report(cd.valid & (cd.status != 0), cd.cmd, cd.status)
+        for i in range(NC):
+            with m.If(cd.valid & (cd.cmd == i)):
+                m.d.sync += chunks_done[i].eq(chunks_done[i] + 1)
+            for valid, cmd, code, det in error_reports:
+                with m.If(valid & (cmd == i) & (status[i] == 0)):
+                    m.d.sync += [status[i].eq(code), detail[i].eq(det)]
+        finished = Signal(NC)
+        for i in range(NC):
+            m.d.comb += finished[i].eq(busy[i] & dispatched_all[i] & (chunks_done[i] == entries[i].geom.n_chunks))
+        csel = Signal(_w(NC))
+        cany = Signal()
+        for i in reversed(range(NC)):
+            with m.If(finished[i]):
+                m.d.comb += [csel.eq(i), cany.eq(1)]
+        m.d.comb += [self.cmd_done.valid.eq(cany), self.cmd_done.payload.slot.eq(csel)]
+        with m.Switch(csel):
+            for i in range(NC):
+                with m.Case(i):
+                    m.d.comb += [self.cmd_done.payload.status.eq(status[i]),
+                                 self.cmd_done.payload.detail.eq(detail[i])]
+        with m.If(self.cmd_done.valid & self.cmd_done.ready):
+            m.d.comb += busy_clr.eq(1 << csel)
+
+        # ---- status and counters ---------------------------------------------------------------------------
+        active = Cat(*[s != IDLE for s in st])
+        n_active = sum(a for a in active)
+        m.d.comb += [
+            self.idle.eq((busy == 0) & (used_term == 0) & (active == 0)),
+            self.chunks_active.eq(used_phase + used_term),
+        ]
+        m.d.sync += self.fsm_busy.eq(self.fsm_busy + n_active)
+        causes = {
+            "port_busy": cause_port.any(), "credits": cause_cred.any(), "landing_empty": cause_land.any(),
+            "dma_busy": cause_dma.any(), "partition_full": dispatch_stall_part | Cat(
+                *[(s == HANDOFF) for s in st]).any() & ~term_free,
+            "alu_busy": Const(0), "queue_full": dispatch_stall_q, "cpl_ring_full": Const(0),
+        }
+        for i, name in enumerate(STALL_CAUSES):
+            with m.If(causes[name]):
+                m.d.sync += self.stall[i].eq(self.stall[i] + 1)
+        return m
+
+    @staticmethod
+    def _oldest_first(m, req, seqs, sel, any_):
+        """``sel`` = the requester whose chunk was dispatched first (smallest ``seqs`` in wrapping order: at
+        most a few dozen chunks are in flight, far less than half the sequence space), ``any_`` if there is
+        one. A tree of pairwise comparisons, log2(n) deep."""
+        level = [(req[i], Const(i, len(sel)), seqs[i]) for i in range(len(seqs))]
+        while len(level) > 1:
+            nxt = []
+            for k in range(0, len(level) - 1, 2):
+                (va, ia, sa), (vb, ib, sb) = level[k], level[k + 1]
+                older_b = Signal()
+                m.d.comb += older_b.eq(vb & (~va | (sb - sa)[_SEQ_BITS - 1]))
+                v, i, q = Signal(), Signal(len(sel)), Signal(_SEQ_BITS)
+                m.d.comb += [v.eq(va | vb), i.eq(Mux(older_b, ib, ia)), q.eq(Mux(older_b, sb, sa))]
+                nxt.append((v, i, q))
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        v, i, _ = level[0]
+        m.d.comb += [sel.eq(i), any_.eq(v)]

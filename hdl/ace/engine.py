@@ -1,0 +1,187 @@
+"""The ACE engine top: register bank, command processor, control unit, DMA engines and link ports.
+
+Ports (Verilog names in brackets):
+
+``csr``   register bus from the NPU (``csr__addr``, ``csr__wdata``, ``csr__we``, ``csr__re``, ``csr__rdata``,
+          ``csr__ack``); the register map is :func:`syncfabric.hdl.ace.regs.ace_regmap` (docs/registers.md).
+``irq``   level interrupt: IRQ & irq enables.
+``axi``   AXI4 master to the NPU's memory (``axi__*``): descriptors, completions, payload.
+``tx<k>`` / ``tx<k>_credit``, ``rx<k>`` / ``rx<k>_credit``   link port ``k``: flits out and credits back,
+          flits in and credits out (to a :class:`~syncfabric.hdl.system.link.Link`).
+"""
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.axi import AXI4Signature, connect_axi
+from ..common.csr import CsrBank, CsrSignature
+from ..common.layouts import credit_layout, flit_layout
+from .cmdproc import PTAB_WORDS, CommandProcessor
+from .control import STALL_CAUSES, ControlUnit
+from .dma import DmaReader, DmaWriter
+from .dmamux import ReadMux, WriteMux
+from .regs import ace_regmap
+
+__all__ = ["AceEngine"]
+
+
+class AceEngine(wiring.Component):
+    """One ACE collectives engine configured by ``cfg`` (:class:`~syncfabric.hdl.ace.config.AceConfig`)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.regmap = ace_regmap(cfg)
+        super().__init__(self.signature_of(cfg))
+
+    @classmethod
+    def signature_of(cls, cfg):
+        """The engine's signature for ``cfg`` (also for port holders of a separately built engine)."""
+        fl = flit_layout(cfg.beat_bytes)
+        ports = {}
+        for k in range(cfg.n_ports):
+            ports[f"tx{k}"] = Out(stream.Signature(fl))
+            ports[f"tx{k}_credit"] = In(credit_layout())
+            ports[f"rx{k}"] = In(stream.Signature(fl))
+            ports[f"rx{k}_credit"] = Out(credit_layout())
+        return wiring.Signature({
+            "csr": Out(cls.csr_signature(cfg)),
+            "irq": Out(1),
+            "axi": Out(cls.axi_signature(cfg)),
+            **ports,
+        })
+
+    @staticmethod
+    def csr_signature(cfg):
+        """The register bus of an engine configured by ``cfg`` (wide enough for its register map)."""
+        return CsrSignature(max(16, (ace_regmap(cfg).size - 1).bit_length()))
+
+    @staticmethod
+    def axi_signature(cfg):
+        """The AXI4 master port to NPU memory of an engine configured by ``cfg``."""
+        return AXI4Signature(cfg.addr_width, 8 * cfg.beat_bytes)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        K = cfg.n_ports
+        m.submodules.regs = bank = CsrBank(self.regmap, addr_width=self.csr.addr.shape().width)
+        wiring.connect(m, wiring.flipped(self.csr), bank.bus)
+        m.submodules.cmdproc = cp = CommandProcessor(cfg)
+        m.submodules.control = cu = ControlUnit(cfg)
+        m.submodules.dma_rd = rd = DmaReader(cfg)
+        m.submodules.dma_wr = wr = DmaWriter(cfg)
+        m.submodules.rd_mux = rmux = ReadMux(cfg)
+        m.submodules.wr_mux = wmux = WriteMux(cfg)
+        connect_axi(m, self.axi, read=rd.axi, write=wr.axi)
+
+        # DMA sharing: the command processor has priority on both engines
+        wiring.connect(m, cp.rd_cmd, rmux.a_cmd)
+        wiring.connect(m, rmux.a_data, cp.rd_data)
+        wiring.connect(m, cu.rd_cmd, rmux.b_cmd)
+        wiring.connect(m, rmux.b_data, cu.rd_data)
+        wiring.connect(m, rmux.cmd, rd.cmd)
+        wiring.connect(m, rd.data, rmux.data)
+        wiring.connect(m, cp.wr_cmd, wmux.a_cmd)
+        wiring.connect(m, cp.wr_data, wmux.a_data)
+        wiring.connect(m, wmux.a_done, cp.wr_done)
+        wiring.connect(m, cu.wr_cmd, wmux.b_cmd)
+        wiring.connect(m, cu.wr_data, wmux.b_data)
+        wiring.connect(m, wmux.b_done, cu.wr_done)
+        wiring.connect(m, wmux.cmd, wr.cmd)
+        wiring.connect(m, wmux.data, wr.data)
+        wiring.connect(m, wr.done, wmux.done)
+
+        # command processor <-> control unit
+        wiring.connect(m, cp.new_cmd, cu.new_cmd)
+        wiring.connect(m, cu.cmd_done, cp.cmd_done)
+        m.d.comb += cp.slot_busy.eq(cu.slot_busy)
+
+        # links
+        for k in range(K):
+            wiring.connect(m, getattr(cu, f"tx{k}"), wiring.flipped(getattr(self, f"tx{k}")))
+            wiring.connect(m, wiring.flipped(getattr(self, f"rx{k}")), getattr(cu, f"rx{k}"))
+            m.d.comb += [
+                getattr(cu, f"tx{k}_credit").eq(getattr(self, f"tx{k}_credit")),
+                getattr(self, f"rx{k}_credit").eq(getattr(cu, f"rx{k}_credit")),
+            ]
+
+        # ---- registers -> blocks ---------------------------------------------------------------------------
+        enable = bank.field("CTRL", "enable")
+        m.d.comb += [
+            cp.enable.eq(enable), cu.enable.eq(enable),
+            cp.sq_base.eq(bank.reg("SQ_BASE")), cp.sq_size.eq(bank.reg("SQ_SIZE")),
+            cp.sq_tail.eq(bank.reg("SQ_TAIL")), bank.reg("SQ_HEAD").eq(cp.sq_head),
+            cp.cq_base.eq(bank.reg("CQ_BASE")), cp.cq_size.eq(bank.reg("CQ_SIZE")),
+            cp.cq_head.eq(bank.reg("CQ_HEAD")), bank.reg("CQ_TAIL").eq(cp.cq_tail),
+            cp.chunk_beats.eq(bank.reg("CHUNK_BEATS")),
+            cu.tx_lookahead.eq(bank.reg("TX_LOOKAHEAD")),
+            cu.fsm_limit.eq(bank.reg("FSM_LIMIT")),
+        ]
+        for i in range(5):
+            m.d.comb += [cp.part[i].eq(bank.reg("PART", i)), cu.part[i].eq(bank.reg("PART", i))]
+        for i in range(cfg.n_windows):
+            m.d.comb += [cp.win_base[i].eq(bank.reg("WIN_BASE", i)), cp.win_size[i].eq(bank.reg("WIN_SIZE", i))]
+        for c in range(cfg.n_comms):
+            m.d.comb += cp.comm_cfg[c].eq(bank.reg("COMM_CFG", c))
+        irq_bits = Signal(2)
+        m.d.comb += [
+            irq_bits.eq(Cat(cp.irq_cpl, cp.irq_err)),
+            bank.set("IRQ").eq(irq_bits),
+            self.irq.eq(bank.field("CTRL", "irq_enable") & (bank.reg("IRQ") != 0)),
+        ]
+        n_busy = sum(cu.slot_busy[i] for i in range(cfg.n_cmds))
+        m.d.comb += [
+            bank.field("STATUS", "idle").eq(cu.idle & (cp.sq_head == bank.reg("SQ_TAIL"))),
+            bank.field("STATUS", "cmds_active").eq(n_busy),
+            bank.field("STATUS", "chunks_active").eq(cu.chunks_active),
+        ]
+
+        # windows: the program table (8 words per entry), routing table (1 word per entry), IMEM (2 per word)
+        ptab = bank.window("PTAB")
+        sel_p = ptab.addr[:3]
+        m.d.comb += [
+            cp.ptab_addr.eq(ptab.addr >> 3),
+            cp.ptab_wdata.eq(ptab.wdata.replicate(PTAB_WORDS)),
+            cp.ptab_we.eq(ptab.we << sel_p),
+            ptab.rdata.eq(cp.ptab_rdata.word_select(sel_p, 32)),
+        ]
+        route = bank.window("ROUTE")
+        m.d.comb += [
+            cu.route_addr.eq(route.addr), cu.route_wdata.eq(route.wdata[:4]), cu.route_we.eq(route.we),
+            route.rdata.eq(cu.route_rdata),
+        ]
+        imem = bank.window("IMEM")
+        m.d.comb += [
+            cu.imem_addr.eq(imem.addr >> 1),
+            cu.imem_wdata.eq(imem.wdata.replicate(2)),
+            cu.imem_we.eq(imem.we << imem.addr[0]),
+            imem.rdata.eq(cu.imem_rdata.word_select(imem.addr[0], 32)),
+        ]
+
+        # ---- counters -------------------------------------------------------------------------------------
+        m.d.comb += [
+            bank.reg("CYCLES").eq(cp.cycles),
+            bank.reg("PAYLOAD_RD_BYTES").eq(cu.payload_rd_bytes),
+            bank.reg("PAYLOAD_WR_BYTES").eq(cu.payload_wr_bytes),
+            bank.reg("DESC_RD_BYTES").eq(cp.desc_bytes),
+            bank.reg("CPL_WR_BYTES").eq(cp.cpl_bytes),
+            bank.reg("CMDS_OK").eq(cp.cmds_ok),
+            bank.reg("CMDS_ERR").eq(cp.cmds_err),
+            bank.reg("ALU_BEATS").eq(cu.alu_beats),
+            bank.reg("FSM_BUSY").eq(cu.fsm_busy),
+        ]
+        for k in range(K):
+            m.d.comb += [
+                bank.reg("TX_FLITS", k).eq(cu.tx_flits[k]),
+                bank.reg("TX_BUSY", k).eq(cu.tx_busy[k]),
+                bank.reg("TX_STALL", k).eq(cu.tx_stall[k]),
+                bank.reg("RX_FLITS", k).eq(cu.rx_flits[k]),
+                bank.reg("RX_CRC_ERRS", k).eq(cu.rx_crc_errs[k]),
+            ]
+        for i, name in enumerate(STALL_CAUSES):
+            value = cu.stall[i]
+            if name == "cpl_ring_full":
+                value = cp.cpl_stall
+            m.d.comb += bank.reg("STALL", i).eq(value)
+        return m

@@ -1,0 +1,167 @@
+"""The engine's SRAM: chunk buffers, one bank each, and the beat streamer that reads a slot out of a bank.
+
+Every chunk buffer is its own bank with one read and one write port, one beat wide. A chunk context owns its
+buffer from dispatch to the end of its last STORE and runs one step at a time, so two units never address the
+same bank in the same cycle: the banks need no arbitration, only a crossbar (each client names the buffer it
+works on). This is what lets LOADs, SENDs, RECVs and STOREs of different chunks proceed in the same cycle.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["sram_read_layout", "sram_write_layout", "ChunkSram", "BankStreamer"]
+
+
+def sram_read_layout(cfg):
+    """A read client's request in one cycle: read beat ``addr`` of buffer ``buf`` (data one cycle later)."""
+    return data.StructLayout({
+        "en": 1,
+        "buf": unsigned(max(1, (cfg.n_buffers - 1).bit_length())),
+        "addr": unsigned(max(1, (cfg.buffer_beats - 1).bit_length())),
+    })
+
+
+def sram_write_layout(cfg):
+    """A write client's request in one cycle: write ``data`` to beat ``addr`` of buffer ``buf``."""
+    return data.StructLayout({
+        "en": 1,
+        "buf": unsigned(max(1, (cfg.n_buffers - 1).bit_length())),
+        "addr": unsigned(max(1, (cfg.buffer_beats - 1).bit_length())),
+        "data": unsigned(8 * cfg.beat_bytes),
+    })
+
+
+class ChunkSram(wiring.Component):
+    """``cfg.n_buffers`` banks of ``cfg.buffer_beats`` beats with a crossbar for ``n_readers`` read clients and
+    ``n_writers`` write clients. Read data appears on ``rdata[i]`` one cycle after the request. If two clients
+    of the same kind name one bank in one cycle the lower-numbered one wins and ``conflict`` is raised (the
+    control unit makes this impossible; the flag is for testbenches)."""
+
+    def __init__(self, cfg, n_readers, n_writers):
+        self.cfg = cfg
+        self.n_readers = n_readers
+        self.n_writers = n_writers
+        super().__init__({
+            "rd": In(data.ArrayLayout(sram_read_layout(cfg), n_readers)),
+            "rdata": Out(data.ArrayLayout(unsigned(8 * cfg.beat_bytes), n_readers)),
+            "wr": In(data.ArrayLayout(sram_write_layout(cfg), n_writers)),
+            "conflict": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        width = 8 * cfg.beat_bytes
+        conflicts = []
+        rdata = []
+        for b in range(cfg.n_buffers):
+            mem = Memory(shape=unsigned(width), depth=cfg.buffer_beats, init=[])
+            m.submodules[f"bank{b}"] = mem
+            rp = mem.read_port()
+            wp = mem.write_port()
+            rdata.append(rp.data)
+            # Priority muxes: highest index first so the lowest-numbered client wins.
+            hits = []
+            for i in reversed(range(self.n_readers)):
+                req = self.rd[i]
+                hit = req.en & (req.buf == b)
+                hits.append(hit)
+                with m.If(hit):
+                    m.d.comb += rp.addr.eq(req.addr)
+            if len(hits) > 1:
+                conflicts.append(sum(hits) > 1)
+            whits = []
+            for i in reversed(range(self.n_writers)):
+                req = self.wr[i]
+                hit = req.en & (req.buf == b)
+                whits.append(hit)
+                with m.If(hit):
+                    m.d.comb += [wp.en.eq(1), wp.addr.eq(req.addr), wp.data.eq(req.data)]
+            if len(whits) > 1:
+                conflicts.append(sum(whits) > 1)
+        # Read data: each client takes the bank it named in the previous cycle.
+        for i in range(self.n_readers):
+            sel = Signal.like(self.rd[i].buf, name=f"rsel{i}")
+            m.d.sync += sel.eq(self.rd[i].buf)
+            with m.Switch(sel):
+                for b in range(cfg.n_buffers):
+                    with m.Case(b):
+                        m.d.comb += self.rdata[i].eq(rdata[b])
+        if conflicts:
+            m.d.comb += self.conflict.eq(Cat(*conflicts).any())
+        return m
+
+
+class BankStreamer(wiring.Component):
+    """Reads runs of consecutive beats of a buffer as a stream with backpressure, one run after another.
+
+    ``start`` (a one-cycle pulse with ``buf``, ``addr``, ``beats`` > 0) queues a run; it may come only while
+    ``ready`` is high, which is as soon as every read of the previous run has been issued, so runs follow each
+    other without a gap. ``issued_last`` pulses in the cycle the last read of a run is issued (the slot may be
+    overwritten from the next cycle on). ``o`` carries the beats in order, ``last`` on each run's last beat;
+    ``busy`` is high while any beat is still to be handed over. Reads are issued ahead into a small FIFO so the
+    stream runs at one beat per cycle despite the SRAM's read latency. ``rd``/``rdata`` connect to one read
+    client of :class:`ChunkSram`.
+    """
+
+    DEPTH = 4
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        rl = sram_read_layout(cfg)
+        super().__init__({
+            "start": In(1),
+            "buf": In(rl.members["buf"]),
+            "addr": In(rl.members["addr"]),
+            "beats": In(16),
+            "ready": Out(1),
+            "issued_last": Out(1),
+            "busy": Out(1),
+            "rd": Out(rl),
+            "rdata": In(unsigned(8 * cfg.beat_bytes)),
+            "o": Out(stream.Signature(data.StructLayout({"data": unsigned(8 * cfg.beat_bytes), "last": 1}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = 8 * self.cfg.beat_bytes
+        m.submodules.q = q = fifo.SyncFIFOBuffered(width=W + 1, depth=self.DEPTH)
+        buf = Signal.like(self.buf)
+        addr = Signal.like(self.addr)
+        to_issue = Signal(16)       # reads of the current run not yet issued
+        to_deliver = Signal(17)     # beats of all queued runs not yet handed over
+        inflight = Signal(range(self.DEPTH + 2))
+        issue = Signal()
+        landed = Signal()
+        last_issue = Signal()
+        m.d.comb += [
+            # A read may issue only if its beat will find room in the FIFO.
+            issue.eq((to_issue != 0) & (q.level + inflight < self.DEPTH)),
+            self.rd.en.eq(issue),
+            self.rd.buf.eq(buf),
+            self.rd.addr.eq(addr),
+            self.ready.eq(to_issue == 0),
+            self.issued_last.eq(issue & (to_issue == 1)),
+            self.busy.eq(to_deliver != 0),
+        ]
+        m.d.sync += [landed.eq(issue), last_issue.eq(issue & (to_issue == 1))]
+        took = self.o.valid & self.o.ready
+        m.d.comb += [
+            q.w_en.eq(landed),
+            q.w_data.eq(self.rdata | (last_issue.as_unsigned() << W)),
+            self.o.valid.eq(q.r_rdy),
+            self.o.payload.data.eq(q.r_data[:W]),
+            self.o.payload.last.eq(q.r_data[W]),
+            q.r_en.eq(self.o.ready),
+        ]
+        m.d.sync += [
+            inflight.eq(inflight + issue - landed),
+            to_deliver.eq(to_deliver - took + Mux(self.start, self.beats, 0)),
+        ]
+        with m.If(issue):
+            m.d.sync += [to_issue.eq(to_issue - 1), addr.eq(addr + 1)]
+        with m.If(self.start):
+            m.d.sync += [buf.eq(self.buf), addr.eq(self.addr), to_issue.eq(self.beats)]
+        return m

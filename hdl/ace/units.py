@@ -1,0 +1,702 @@
+"""The engine's execution units: each carries out one kind of program step for the FSMs.
+
+``LoadUnit``   LOAD: TX DMA reads a block from NPU memory into a slot (posted: several in flight).
+``SendUnit``   SEND: a slot -> one message on an output port (one per port).
+``RecvUnit``   RECV: a message from an input port's landing buffer -> slot, reduced with the slot by the ALU if
+               the step says so, and forwarded on another port in the same pass (one per port).
+``StoreUnit``  the terminal partition: runs a chunk's trailing STOREs, RX DMA slot -> NPU memory, then frees
+               the chunk's buffer.
+
+Units take a job in one cycle (a ``valid`` pulse with every parameter the step needs, computed by the control
+unit's decoder) and report ``done`` with the FSM number and a :class:`~syncfabric.sim.golden.types.Status`.
+"""
+
+from amaranth.hdl import Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...sim.golden.program import FIELDS, StepOp
+from ...sim.golden.types import Status
+from ..alu import ReductionAlu
+from ..common.layouts import DTYPE_SHAPE, OP_SHAPE, packet_header_layout
+from .dma import dma_cmd_layout
+from .sram import BankStreamer, sram_read_layout, sram_write_layout
+
+__all__ = ["job_layouts", "LoadUnit", "LoadSequencer", "SendUnit", "RecvUnit", "TxMux", "StoreUnit", "beat_stream", "dma_cmd_layout",
+           "fwd_msg_layout", "fwd_data_layout"]
+
+STATUS_SHAPE = unsigned(8)
+
+
+def _w(n):
+    return unsigned(max(1, (n - 1).bit_length()))
+
+
+def beat_stream(cfg, last=True, err=False):
+    fields = {"data": unsigned(8 * cfg.beat_bytes)}
+    if last:
+        fields["last"] = 1
+    if err:
+        fields["err"] = 1
+    return stream.Signature(data.StructLayout(fields))
+
+
+def job_layouts(cfg):
+    """Job layouts of the units, keyed by unit name."""
+    rl = sram_read_layout(cfg)
+    common = {
+        "valid": 1,
+        "fsm": _w(cfg.n_fsms),
+        "cmd": _w(cfg.n_cmds),
+        "buf": rl.members["buf"],
+        "sram_addr": rl.members["addr"],
+        "beats": unsigned(16),
+    }
+    return {
+        "load": data.StructLayout({**common, "addr": unsigned(cfg.addr_width), "nbytes": unsigned(24),
+                                   "slot": unsigned(10)}),
+        "send": data.StructLayout({**common, "hdr": packet_header_layout()}),
+        "recv": data.StructLayout({
+            **common,
+            "reduce": 1, "dtype": DTYPE_SHAPE, "op": OP_SHAPE,
+            "fwd": 1, "fwd_port": unsigned(3),
+            "exp": packet_header_layout(),      # the header the step waits for (tag, chunk, phase, key, length)
+            "fwd_hdr": packet_header_layout(),  # the header of the forwarded message
+        }),
+    }
+
+
+def done_layout(cfg):
+    """A unit's report that a step retired (``buf``/``slot``: the slot a LOAD filled)."""
+    return data.StructLayout({"valid": 1, "fsm": _w(cfg.n_fsms), "cmd": _w(cfg.n_cmds), "status": STATUS_SHAPE,
+                              "buf": sram_read_layout(cfg).members["buf"], "slot": unsigned(10)})
+
+
+class LoadUnit(wiring.Component):
+    """TX DMA: LOAD jobs -> DMA read commands; read beats -> the job's slot. Jobs queue up (``job_ready``) so
+    an FSM can post its LOADs back to back and the DMA keeps several reads in flight."""
+
+    QUEUE = 4
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        super().__init__({
+            "job": In(job_layouts(cfg)["load"]),
+            "job_ready": Out(1),
+            "rd_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
+            "rd_data": In(beat_stream(cfg, err=True)),
+            "wr": Out(sram_write_layout(cfg)),
+            "done": Out(done_layout(cfg)),
+            "bytes": Out(64),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        jl = job_layouts(cfg)["load"]
+        m.submodules.jobs = jobs = fifo.SyncFIFOBuffered(width=jl.size, depth=self.QUEUE)
+        m.submodules.inflight = inflight = fifo.SyncFIFOBuffered(width=jl.size, depth=self.QUEUE)
+        m.d.comb += [
+            self.job_ready.eq(jobs.w_rdy),
+            jobs.w_en.eq(self.job.valid),
+            jobs.w_data.eq(self.job.as_value()),
+        ]
+        head = data.View(jl, jobs.r_data)
+        m.d.comb += [
+            self.rd_cmd.valid.eq(jobs.r_rdy & inflight.w_rdy),
+            self.rd_cmd.payload.addr.eq(head.addr),
+            self.rd_cmd.payload.length.eq(head.nbytes),
+            jobs.r_en.eq(self.rd_cmd.ready & inflight.w_rdy),
+            inflight.w_en.eq(self.rd_cmd.valid & self.rd_cmd.ready),
+            inflight.w_data.eq(jobs.r_data),
+        ]
+        cur = data.View(jl, inflight.r_data)
+        count = Signal(16)
+        m.d.comb += [
+            self.rd_data.ready.eq(inflight.r_rdy),
+            self.wr.en.eq(self.rd_data.valid & self.rd_data.ready),
+            self.wr.buf.eq(cur.buf),
+            self.wr.addr.eq(cur.sram_addr + count),
+            self.wr.data.eq(self.rd_data.payload.data),
+        ]
+        with m.If(self.rd_data.valid & self.rd_data.ready):
+            m.d.sync += count.eq(count + 1)
+            with m.If(self.rd_data.payload.last):
+                m.d.sync += [count.eq(0), self.bytes.eq(self.bytes + cur.nbytes)]
+                m.d.comb += [
+                    inflight.r_en.eq(1),
+                    self.done.valid.eq(1),
+                    self.done.fsm.eq(cur.fsm),
+                    self.done.cmd.eq(cur.cmd),
+                    self.done.slot.eq(cur.slot),
+                    self.done.buf.eq(cur.buf),
+                    self.done.status.eq(self.rd_data.payload.err * Status.AXI_ERROR),
+                ]
+        return m
+
+
+def fwd_msg_layout():
+    """A forwarded message's header and the output port it leaves on."""
+    return data.StructLayout({"hdr": packet_header_layout(), "port": unsigned(3)})
+
+
+def fwd_data_layout(cfg):
+    """A forwarded beat: data, the message's last beat, and the output port."""
+    return data.StructLayout({"data": unsigned(8 * cfg.beat_bytes), "last": 1, "port": unsigned(3)})
+
+
+class SendUnit(wiring.Component):
+    """SEND: streams ``beats`` beats of a slot to the output port after the message header.
+
+    Pipelined: a job is taken whenever ``job_ready`` (every SRAM read of the previous job has been issued), so
+    the beats of consecutive messages follow each other without a gap; headers wait in a small queue for the
+    port. ``done`` pulses the cycle after the job's last SRAM read is issued: the SEND has retired (the slot
+    may be rewritten) although its beats may still be on their way to the link. An empty message (``beats``
+    = 0) retires the cycle after it is taken.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        super().__init__({
+            "job": In(job_layouts(cfg)["send"]),
+            "job_ready": Out(1),
+            "msg": Out(stream.Signature(packet_header_layout())),
+            "data": Out(beat_stream(cfg)),
+            "rd": Out(sram_read_layout(cfg)),
+            "rdata": In(unsigned(8 * cfg.beat_bytes)),
+            "done": Out(done_layout(cfg)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.streamer = st = BankStreamer(cfg)
+        hl = packet_header_layout()
+        m.submodules.hdrs = hdrs = fifo.SyncFIFOBuffered(width=hl.size, depth=2)
+        cur_fsm = Signal.like(self.job.fsm)
+        cur_cmd = Signal.like(self.job.cmd)
+        take = self.job.valid
+        m.d.comb += [
+            self.job_ready.eq(st.ready & hdrs.w_rdy),
+            st.start.eq(take & (self.job.beats != 0)),
+            st.buf.eq(self.job.buf),
+            st.addr.eq(self.job.sram_addr),
+            st.beats.eq(self.job.beats),
+            self.rd.eq(st.rd),
+            st.rdata.eq(self.rdata),
+            hdrs.w_en.eq(take),
+            hdrs.w_data.eq(self.job.hdr),
+            self.msg.valid.eq(hdrs.r_rdy),
+            self.msg.payload.eq(hdrs.r_data),
+            hdrs.r_en.eq(self.msg.ready),
+            self.data.valid.eq(st.o.valid),
+            self.data.payload.data.eq(st.o.payload.data),
+            self.data.payload.last.eq(st.o.payload.last),
+            st.o.ready.eq(self.data.ready),
+        ]
+        with m.If(take):
+            m.d.sync += [cur_fsm.eq(self.job.fsm), cur_cmd.eq(self.job.cmd)]
+        # done: registered, from the last read of a job or at once for an empty job
+        m.d.sync += [
+            self.done.valid.eq(st.issued_last | (take & (self.job.beats == 0))),
+            self.done.fsm.eq(Mux(take, self.job.fsm, cur_fsm)),
+            self.done.cmd.eq(Mux(take, self.job.cmd, cur_cmd)),
+            self.done.status.eq(0),
+        ]
+        return m
+
+
+class RecvUnit(wiring.Component):
+    """RECV: takes the awaited message of the job's virtual channel from an input port's landing buffer,
+    reduces it with the slot (``reduce``) on the unit's ALU, writes the slot and forwards the result (``fwd``).
+
+    Pipelined in two halves so that consecutive messages stream back to back: the front end reads the landing
+    buffer (and the slot's operand) of one job while the back end writes and forwards the results of the
+    previous one; a third job may wait in a one-entry queue (``job_ready``). Jobs come from different FSMs
+    (an FSM has one step in flight), so the two halves never touch the same chunk buffer.
+
+    The header at the head of the channel must match the step (tag, chunk, phase, key, length); if it does
+    not, the message is drained, the forward (already owed to the next rank, whose credits are reserved)
+    carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL. A poisoned
+    input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC error on the channel is
+    reported as LINK_CRC. The header is popped (its credit returned) when the message's last beat is taken.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        hl = packet_header_layout()
+        W = 8 * cfg.beat_bytes
+        super().__init__({
+            "job": In(job_layouts(cfg)["recv"]),
+            "job_ready": Out(1),
+            # landing buffer of the input port
+            "sel": Out(5),
+            "heads": In(data.ArrayLayout(hl, cfg.n_fsms)),
+            "hdr_pop": Out(1),
+            "land": In(stream.Signature(unsigned(W))),
+            "vc_err": In(cfg.n_fsms),
+            "err_clear": Out(1),
+            # SRAM
+            "rd": Out(sram_read_layout(cfg)),
+            "rdata": In(unsigned(W)),
+            "wr": Out(sram_write_layout(cfg)),
+            # forward
+            "fwd_msg": Out(stream.Signature(fwd_msg_layout())),
+            "fwd_data": Out(stream.Signature(fwd_data_layout(cfg))),
+            "done": Out(done_layout(cfg)),
+            "alu_beats": Out(64),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        W = 8 * cfg.beat_bytes
+        jl = job_layouts(cfg)["recv"]
+        beat_shift = (cfg.beat_bytes - 1).bit_length()
+        m.submodules.alu = alu = ReductionAlu(cfg.lanes)
+        m.submodules.streamer = st = BankStreamer(cfg)
+        m.submodules.bypass = bypass = fifo.SyncFIFOBuffered(width=W, depth=4)
+        # back-end job queue (pushed when the front end takes a job) and status queue (pushed when it ends)
+        be_l = data.StructLayout({"fsm": jl.members["fsm"], "cmd": jl.members["cmd"], "buf": jl.members["buf"],
+                                  "sram_addr": jl.members["sram_addr"], "beats": unsigned(16), "reduce": 1,
+                                  "fwd": 1, "fwd_port": unsigned(3), "fill": 1})
+        m.submodules.beq = beq = fifo.SyncFIFOBuffered(width=be_l.size, depth=2)
+        m.submodules.statq = statq = fifo.SyncFIFOBuffered(width=STATUS_SHAPE.width, depth=2)
+        m.submodules.fwdq = fwdq = fifo.SyncFIFOBuffered(width=fwd_msg_layout().size, depth=2)
+
+        # ---- one-entry job queue ----------------------------------------------------------------------
+        nxt = Signal(jl)
+        nxt_v = Signal()
+        nxt_started = Signal()           # the queued job's operand read has already been started
+        m.d.comb += self.job_ready.eq(~nxt_v)
+        with m.If(self.job.valid):
+            m.d.sync += [nxt.eq(self.job), nxt_v.eq(1), nxt_started.eq(0)]
+
+        # ---- front end ----------------------------------------------------------------------------------
+        fe = Signal(jl)
+        fe_v = Signal()
+        drain = Signal()                 # the header did not match: discard the message
+        rcount = Signal(16)              # landing beats taken
+        in_beats = Signal(16)            # beats to take (the step's, or the arriving message's when draining)
+        fe_status = Signal(STATUS_SHAPE)
+        left = in_beats - rcount
+        land_take = self.land.valid & self.land.ready
+        fe_end = Signal()                # the front end finishes its job this cycle
+        m.d.comb += [
+            self.sel.eq(fe.fsm),
+            fe_end.eq(fe_v & ((left == 0) | ((left == 1) & land_take))),
+        ]
+        vc_err = Signal()
+        m.d.comb += vc_err.eq(self.vc_err.bit_select(fe.fsm, 1))
+
+        # the next job's header check, against the head of its channel (granted only when it is there)
+        head = Signal(packet_header_layout())
+        with m.Switch(nxt.fsm):
+            for f in range(cfg.n_fsms):
+                with m.Case(f):
+                    m.d.comb += head.eq(self.heads[f])
+        mismatch = Signal()
+        m.d.comb += mismatch.eq((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk)
+                                | (head.phase != nxt.exp.phase) | (head.key != nxt.exp.key)
+                                | (head.length != nxt.exp.length))
+        load = Signal()
+        needs_operand = ~mismatch & nxt.reduce & (nxt.beats != 0)
+        prestart = Signal()
+        m.d.comb += [
+            # the operand of the queued job is read ahead, as soon as the current job's reads are issued
+            prestart.eq(nxt_v & ~nxt_started & needs_operand & st.ready),
+            load.eq(nxt_v & (~fe_v | fe_end) & beq.w_rdy & fwdq.w_rdy & (nxt_started | ~needs_operand | st.ready)),
+        ]
+        with m.If(prestart & ~load):
+            m.d.sync += nxt_started.eq(1)
+        with m.If(load):
+            m.d.sync += [
+                fe.eq(nxt), fe_v.eq(1), nxt_v.eq(self.job.valid), rcount.eq(0), drain.eq(mismatch),
+                in_beats.eq(Mux(mismatch, (head.length + cfg.beat_bytes - 1) >> beat_shift, nxt.beats)),
+                fe_status.eq(Mux(mismatch | head.poison, Status.PROTOCOL, 0)),
+            ]
+        with m.Elif(fe_end):
+            m.d.sync += fe_v.eq(0)
+        be_in = Signal(be_l)
+        fwd_in = Signal(fwd_msg_layout())
+        m.d.comb += [
+            be_in.fsm.eq(nxt.fsm), be_in.cmd.eq(nxt.cmd), be_in.buf.eq(nxt.buf), be_in.sram_addr.eq(nxt.sram_addr),
+            be_in.beats.eq(nxt.beats), be_in.reduce.eq(nxt.reduce), be_in.fwd.eq(nxt.fwd),
+            be_in.fwd_port.eq(nxt.fwd_port), be_in.fill.eq(mismatch),
+            beq.w_en.eq(load), beq.w_data.eq(be_in),
+            fwd_in.hdr.eq(nxt.fwd_hdr), fwd_in.hdr.poison.eq(mismatch | head.poison), fwd_in.port.eq(nxt.fwd_port),
+            fwdq.w_en.eq(load & nxt.fwd), fwdq.w_data.eq(fwd_in),
+            # the operand of a reduction streams beside the landing beats
+            st.start.eq(prestart),
+            st.buf.eq(nxt.buf), st.addr.eq(nxt.sram_addr), st.beats.eq(nxt.beats),
+            self.rd.eq(st.rd), st.rdata.eq(self.rdata),
+        ]
+        # landing beats -> the ALU (with the operand) or the bypass queue; drained beats are dropped
+        running = fe_v & (left != 0)
+        with m.If(drain):
+            m.d.comb += self.land.ready.eq(running)
+        with m.Elif(fe.reduce):
+            m.d.comb += [
+                alu.i.valid.eq(running & self.land.valid & st.o.valid),
+                alu.i.payload.a.eq(self.land.payload),
+                alu.i.payload.b.eq(st.o.payload.data),
+                alu.i.payload.dtype.eq(fe.dtype),
+                alu.i.payload.op.eq(fe.op),
+                self.land.ready.eq(running & st.o.valid & alu.i.ready),
+                st.o.ready.eq(running & self.land.valid & alu.i.ready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                bypass.w_en.eq(running & self.land.valid),
+                bypass.w_data.eq(self.land.payload),
+                self.land.ready.eq(running & bypass.w_rdy),
+            ]
+        with m.If(land_take & ~load):     # a load in the job's last-beat cycle restarts the count
+            m.d.sync += rcount.eq(rcount + 1)
+        with m.If(alu.i.valid & alu.i.ready):
+            m.d.sync += self.alu_beats.eq(self.alu_beats + 1)
+        # end of the front end's job: pop its header, report errors of its channel
+        m.d.comb += [
+            self.hdr_pop.eq(fe_end),
+            self.err_clear.eq(fe_end & vc_err),
+            statq.w_en.eq(fe_end),
+            statq.w_data.eq(Mux(vc_err, Status.LINK_CRC, fe_status)),
+        ]
+
+        # ---- back end -----------------------------------------------------------------------------------
+        be = data.View(be_l, beq.r_data)
+        wcount = Signal(16)
+        res_valid = Signal()
+        res_data = Signal(W)
+        res_take = Signal()
+        with m.If(be.fill):
+            m.d.comb += res_valid.eq(1)
+        with m.Elif(be.reduce):
+            m.d.comb += [res_valid.eq(alu.o.valid), res_data.eq(alu.o.payload.data), alu.o.ready.eq(res_take)]
+        with m.Else():
+            m.d.comb += [res_valid.eq(bypass.r_rdy), res_data.eq(bypass.r_data), bypass.r_en.eq(res_take)]
+        pending = beq.r_rdy & (wcount != be.beats)
+        m.d.comb += [
+            res_take.eq(pending & res_valid & (~be.fwd | self.fwd_data.ready)),
+            self.fwd_data.valid.eq(pending & res_valid & be.fwd),
+            self.fwd_data.payload.data.eq(Mux(be.fill, 0, res_data)),
+            self.fwd_data.payload.last.eq(wcount + 1 == be.beats),
+            self.fwd_data.payload.port.eq(be.fwd_port),
+            self.wr.en.eq(res_take & ~be.fill),
+            self.wr.buf.eq(be.buf),
+            self.wr.addr.eq(be.sram_addr + wcount),
+            self.wr.data.eq(res_data),
+            self.fwd_msg.valid.eq(fwdq.r_rdy),
+            self.fwd_msg.payload.eq(fwdq.r_data),
+            fwdq.r_en.eq(self.fwd_msg.ready),
+        ]
+        with m.If(res_take):
+            m.d.sync += wcount.eq(wcount + 1)
+        # the job is done once its results are written and the front end has reported its status
+        finish = beq.r_rdy & (wcount == be.beats) & statq.r_rdy
+        m.d.comb += [beq.r_en.eq(finish), statq.r_en.eq(finish)]
+        with m.If(finish):
+            m.d.sync += wcount.eq(0)
+        m.d.sync += [
+            self.done.valid.eq(finish),
+            self.done.fsm.eq(be.fsm),
+            self.done.cmd.eq(be.cmd),
+            self.done.status.eq(statq.r_data),
+        ]
+        return m
+
+
+class TxMux(wiring.Component):
+    """The messages of one output port from its send unit (source 0) and the forwards of the receive units
+    (source ``1 + j``), in the order the control unit granted them.
+
+    ``order`` takes one entry per granted message (``src``, ``empty``: a header-only message); headers go to
+    the port in that order and, independently, the data beats of the non-empty messages (switching source
+    after a beat with ``last``), which lets the next message's header be taken while the previous message's
+    last beats are still flowing, as :class:`~syncfabric.hdl.ace.link.TxPort` expects. A receive unit's
+    forwards carry their port: the mux takes only those addressed to it.
+    """
+
+    DEPTH = 4
+
+    def __init__(self, cfg, port, n_recv):
+        self.cfg, self.port, self.n_recv = cfg, port, n_recv
+        W = 8 * cfg.beat_bytes
+        n_src = 1 + n_recv
+        super().__init__({
+            "order": In(stream.Signature(data.StructLayout({"src": range(n_src), "empty": 1}))),
+            "send_msg": In(stream.Signature(packet_header_layout())),
+            "send_data": In(beat_stream(cfg)),
+            "fwd_msg": In(data.ArrayLayout(fwd_msg_layout(), n_recv)),
+            "fwd_msg_valid": In(n_recv),
+            "fwd_msg_ready": Out(n_recv),
+            "fwd_data": In(data.ArrayLayout(fwd_data_layout(cfg), n_recv)),
+            "fwd_data_valid": In(n_recv),
+            "fwd_data_ready": Out(n_recv),
+            "msg": Out(stream.Signature(packet_header_layout())),
+            "data": Out(stream.Signature(unsigned(W))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n_src = 1 + self.n_recv
+        sw = max(1, (n_src - 1).bit_length())
+        m.submodules.horder = horder = fifo.SyncFIFOBuffered(width=sw, depth=self.DEPTH)
+        m.submodules.dorder = dorder = fifo.SyncFIFOBuffered(width=sw, depth=self.DEPTH)
+        m.d.comb += [
+            self.order.ready.eq(horder.w_rdy & dorder.w_rdy),
+            horder.w_en.eq(self.order.valid & self.order.ready),
+            horder.w_data.eq(self.order.payload.src),
+            dorder.w_en.eq(self.order.valid & self.order.ready & ~self.order.payload.empty),
+            dorder.w_data.eq(self.order.payload.src),
+        ]
+        hs, ds = horder.r_data, dorder.r_data
+        with m.If(horder.r_rdy):
+            with m.If(hs == 0):
+                m.d.comb += [self.msg.valid.eq(self.send_msg.valid), self.msg.payload.eq(self.send_msg.payload),
+                             self.send_msg.ready.eq(self.msg.ready)]
+            for j in range(self.n_recv):
+                with m.Elif(hs == 1 + j):
+                    mine = self.fwd_msg_valid[j] & (self.fwd_msg[j].port == self.port)
+                    m.d.comb += [self.msg.valid.eq(mine), self.msg.payload.eq(self.fwd_msg[j].hdr),
+                                 self.fwd_msg_ready[j].eq(mine & self.msg.ready)]
+        m.d.comb += horder.r_en.eq(self.msg.valid & self.msg.ready)
+        last = Signal()
+        with m.If(dorder.r_rdy):
+            with m.If(ds == 0):
+                m.d.comb += [self.data.valid.eq(self.send_data.valid), self.data.payload.eq(self.send_data.payload.data),
+                             last.eq(self.send_data.payload.last), self.send_data.ready.eq(self.data.ready)]
+            for j in range(self.n_recv):
+                with m.Elif(ds == 1 + j):
+                    mine = self.fwd_data_valid[j] & (self.fwd_data[j].port == self.port)
+                    m.d.comb += [self.data.valid.eq(mine), self.data.payload.eq(self.fwd_data[j].data),
+                                 last.eq(self.fwd_data[j].last), self.fwd_data_ready[j].eq(mine & self.data.ready)]
+        m.d.comb += dorder.r_en.eq(self.data.valid & self.data.ready & last)
+        return m
+
+
+class LoadSequencer(wiring.Component):
+    """The TX DMA's prefetcher: for every dispatched chunk, in dispatch order, issues the LOADs at the head of
+    its program's first phase (instructions ``first`` to ``end``) as soon as the chunk has its buffer, so that
+    a chunk's data is in SRAM before (or while) its FSM gets to it - ACE loads a chunk when SRAM space allows,
+    not when an FSM is free. ``issue`` is the load job it offers; the control unit takes it (``take``) in a
+    cycle in which no FSM issues a LOAD of its own.
+
+    Per LOAD it needs the block's geometry: it names the command on ``geo_cmd`` and the control unit answers on
+    ``geo_*`` one cycle later (as for :class:`StoreUnit`). An instruction that is not a LOAD is reported on
+    ``error`` (ILLEGAL_INSTRUCTION) and skipped; zero-byte blocks are skipped."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        rl = sram_read_layout(cfg)
+        super().__init__({
+            "entry": In(stream.Signature(data.StructLayout({
+                "cmd": _w(cfg.n_cmds), "chunk": unsigned(16), "buf": rl.members["buf"],
+                "first": unsigned(11), "end": unsigned(11)}))),
+            "imem_addr": Out(10),
+            "imem_data": In(64),
+            "geo_cmd": Out(_w(cfg.n_cmds)),
+            "geo_chunk": Out(16),
+            "geo_block": Out(11),
+            "geo_nbytes": In(24),
+            "geo_beats": In(16),
+            "geo_addr": In(cfg.addr_width),
+            "slot_beats": In(16),
+            "issue": Out(job_layouts(cfg)["load"]),
+            "take": In(1),
+            "error": Out(data.StructLayout({"valid": 1, "cmd": _w(cfg.n_cmds)})),
+            "skip": Out(data.StructLayout({"valid": 1, "buf": rl.members["buf"], "slot": unsigned(10)})),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cur = Signal.like(self.entry.payload)
+        pc = Signal(11)
+        word = Signal(64)
+        fields = {name: (lsb, width) for name, lsb, width in FIELDS}
+
+        def field(name):
+            lsb, width = fields[name]
+            return word[lsb:lsb + width]
+
+        m.d.comb += [
+            self.imem_addr.eq(pc),
+            self.geo_cmd.eq(cur.cmd),
+            self.geo_chunk.eq(cur.chunk),
+            self.geo_block.eq(field("block")),
+            self.issue.cmd.eq(cur.cmd),
+            self.issue.buf.eq(cur.buf),
+            self.issue.slot.eq(field("slot")),
+            self.issue.sram_addr.eq(field("slot") * self.slot_beats),
+            self.issue.beats.eq(self.geo_beats),
+            self.issue.addr.eq(self.geo_addr),
+            self.issue.nbytes.eq(self.geo_nbytes),
+        ]
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.entry.valid):
+                    m.d.comb += self.entry.ready.eq(1)
+                    m.d.sync += [cur.eq(self.entry.payload), pc.eq(self.entry.payload.first)]
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(pc >= cur.end):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "WORD"
+            with m.State("WORD"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += word.eq(self.imem_data)
+                m.next = "GEO"
+            with m.State("GEO"):
+                m.d.comb += self.busy.eq(1)
+                m.next = "ISSUE"
+            with m.State("ISSUE"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(field("op") != StepOp.LOAD):
+                    m.d.comb += [self.error.valid.eq(1), self.error.cmd.eq(cur.cmd)]
+                    m.d.sync += pc.eq(pc + 1)
+                    m.next = "FETCH"
+                with m.Elif(self.geo_nbytes == 0):      # an empty block: nothing to load, the slot is ready
+                    m.d.comb += [self.skip.valid.eq(1), self.skip.buf.eq(cur.buf), self.skip.slot.eq(field("slot"))]
+                    m.d.sync += pc.eq(pc + 1)
+                    m.next = "FETCH"
+                with m.Else():
+                    m.d.comb += self.issue.valid.eq(1)
+                    with m.If(self.take):
+                        m.d.sync += pc.eq(pc + 1)
+                        m.next = "FETCH"
+        return m
+
+
+class StoreUnit(wiring.Component):
+    """The terminal partition's engine: for each chunk handed over by an FSM, runs the program's trailing
+    STOREs (instruction ``pc`` from ``first`` to ``end``): slot -> DMA write to the block's output range. When
+    every write of the chunk is acknowledged the chunk is reported ``chunk_done`` and its buffer is freed.
+
+    Per chunk it needs the command's geometry: it names the command on ``cmd_sel`` and the control unit
+    answers on ``geo_*`` (block geometry computed by the control unit's second BlockGeometry)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        rl = sram_read_layout(cfg)
+        super().__init__({
+            "entry": In(stream.Signature(data.StructLayout({
+                "cmd": _w(cfg.n_cmds), "chunk": unsigned(16), "buf": rl.members["buf"],
+                "first": unsigned(10), "end": unsigned(11), "status": STATUS_SHAPE}))),
+            # instruction fetch (synchronous read: word valid the cycle after imem_addr)
+            "imem_addr": Out(10),
+            "imem_data": In(64),
+            # block geometry lookup (result valid geo_latency cycles after the request)
+            "geo_cmd": Out(_w(cfg.n_cmds)),
+            "geo_chunk": Out(16),
+            "geo_block": Out(11),
+            "geo_nbytes": In(24),
+            "geo_beats": In(16),
+            "geo_addr": In(cfg.addr_width),
+            "slot_beats": In(16),
+            # DMA writer
+            "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
+            "wr_data": Out(beat_stream(cfg)),
+            "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
+            "rd": Out(rl),
+            "rdata": In(unsigned(8 * cfg.beat_bytes)),
+            "chunk_done": Out(data.StructLayout({"valid": 1, "cmd": _w(cfg.n_cmds), "buf": rl.members["buf"],
+                                                 "status": STATUS_SHAPE})),
+            "bytes": Out(64),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.streamer = st = BankStreamer(cfg)
+        cur = Signal.like(self.entry.payload)
+        pc = Signal(11)
+        pending = Signal(16)
+        status = Signal(STATUS_SHAPE)
+        word = Signal(64)
+        from ...sim.golden.program import FIELDS
+        fields = {name: (lsb, width) for name, lsb, width in FIELDS}
+
+        def field(name):
+            lsb, width = fields[name]
+            return word[lsb:lsb + width]
+
+        m.d.comb += [
+            self.rd.eq(st.rd),
+            st.rdata.eq(self.rdata),
+            self.wr_data.valid.eq(st.o.valid),
+            self.wr_data.payload.data.eq(st.o.payload.data),
+            self.wr_data.payload.last.eq(st.o.payload.last),
+            st.o.ready.eq(self.wr_data.ready),
+            self.wr_done.ready.eq(1),
+            self.imem_addr.eq(pc),
+            self.geo_cmd.eq(cur.cmd),
+            self.geo_chunk.eq(cur.chunk),
+            self.geo_block.eq(field("block")),
+        ]
+        done_now = Signal()
+        m.d.comb += done_now.eq(self.wr_done.valid)
+        issued = Signal()
+        m.d.sync += pending.eq(pending + issued - done_now)
+        with m.If(self.wr_done.valid & self.wr_done.payload.err):
+            m.d.sync += status.eq(Status.AXI_ERROR)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.entry.valid):
+                    m.d.sync += [cur.eq(self.entry.payload), pc.eq(self.entry.payload.first),
+                                 status.eq(self.entry.payload.status)]
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(pc >= cur.end):
+                    m.next = "DRAIN"
+                with m.Else():
+                    m.next = "WORD"
+            with m.State("WORD"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += word.eq(self.imem_data)
+                m.next = "GEO"
+            with m.State("GEO"):
+                m.d.comb += self.busy.eq(1)
+                m.next = "ISSUE"
+            with m.State("ISSUE"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(field("op") != StepOp.STORE):
+                    m.d.sync += [status.eq(Status.ILLEGAL_INSTRUCTION), pc.eq(pc + 1)]
+                    m.next = "FETCH"
+                with m.Elif(self.geo_nbytes == 0):
+                    m.d.sync += pc.eq(pc + 1)
+                    m.next = "FETCH"
+                with m.Elif(st.ready):
+                    m.d.comb += [
+                        self.wr_cmd.valid.eq(1),
+                        self.wr_cmd.payload.addr.eq(self.geo_addr),
+                        self.wr_cmd.payload.length.eq(self.geo_nbytes),
+                    ]
+                    with m.If(self.wr_cmd.ready):
+                        m.d.sync += self.bytes.eq(self.bytes + self.geo_nbytes)
+                        m.d.comb += [
+                            issued.eq(1),
+                            st.start.eq(1),
+                            st.buf.eq(cur.buf),
+                            st.addr.eq(field("slot") * self.slot_beats),
+                            st.beats.eq(self.geo_beats),
+                        ]
+                        m.d.sync += pc.eq(pc + 1)
+                        m.next = "FETCH"
+            with m.State("DRAIN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(~st.busy & (pending == 0) & ~issued):
+                    m.d.comb += [
+                        self.entry.ready.eq(1),
+                        self.chunk_done.valid.eq(1),
+                        self.chunk_done.cmd.eq(cur.cmd),
+                        self.chunk_done.buf.eq(cur.buf),
+                        self.chunk_done.status.eq(status),
+                    ]
+                    m.next = "IDLE"
+        return m

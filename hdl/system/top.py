@@ -1,0 +1,124 @@
+"""System top: N ACE endpoints wired by link models in the topology's pattern.
+
+The engines are instances of one separately generated Verilog module (``ace_engine``), so a simulator compiles
+the engine once however many endpoints the system has; :func:`system_verilog` returns both modules in one
+text. Each endpoint's CSR bus, interrupt and AXI master are top-level ports named ``ep<i>_csr__*``,
+``ep<i>_irq`` and ``ep<i>_axi__*`` (the testbench attaches one AXI RAM per endpoint: the NPU's memory).
+Every directed link of the topology is a :class:`~syncfabric.hdl.system.link.Link` with its latency, rate and
+credit loop; ``link<l>_inject`` flips a bit of the flit crossing link ``l`` (fault injection) and
+``link<l>_stall`` holds that link's ready low for a cycle (random backpressure). :attr:`AceSystem.links`
+lists the links in port order.
+"""
+
+from fractions import Fraction
+
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Value
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ...sim.golden.topology import parse as parse_topology
+from ..ace.engine import AceEngine
+from .link import Link
+
+__all__ = ["AceSystem", "ENGINE_MODULE", "system_verilog", "engine_verilog", "link_params"]
+
+#: Verilog module name of the engine in system builds.
+ENGINE_MODULE = "ace_engine"
+
+
+def link_params(topology, latency=None, rate=None):
+    """``[(src, src_port, dst, dst_port, latency, (num, den))]`` for every directed link of ``topology``;
+    ``latency``/``rate`` override the topology's attributes for every link when given."""
+    topo = parse_topology(topology)
+    out = []
+    for ln in topo.links():
+        lat = ln.attr.latency if latency is None else int(latency)
+        r = Fraction(ln.attr.rate if rate is None else rate).limit_denominator(256)
+        if not 0 < r <= 1:
+            raise ValueError(f"link rate must be in (0, 1], got {float(r)}")
+        if lat < 1:
+            raise ValueError(f"link latency must be at least 1 cycle, got {lat}")
+        out.append((ln.src_rank, ln.src_port, ln.dst_rank, ln.dst_port, lat, (r.numerator, r.denominator)))
+    return out
+
+
+def _engine_ports(engine):
+    """(direction, verilog name, value) of every port of ``engine``'s signature."""
+    ports = []
+    for path, member, value in engine.signature.flatten(engine):
+        name = "__".join(str(p) for p in path)
+        ports.append(("i" if member.flow == In else "o", name, Value.cast(value)))
+    return ports
+
+
+class AceSystem(wiring.Component):
+    """``topology`` (a spec such as ``"ring:8"`` or a Topology) of engines configured by ``cfg``.
+
+    ``inline=False`` (for Verilog simulators) instantiates the separately converted module
+    :data:`ENGINE_MODULE`; ``inline=True`` makes the engines submodules, for Amaranth's simulator."""
+
+    def __init__(self, cfg, topology, latency=None, rate=None, inline=False):
+        self.cfg = cfg
+        self.inline = inline
+        self.topology = parse_topology(topology)
+        if self.topology.routed:
+            raise ValueError(f"{self.topology.spec}: switched topologies are not supported by the system top yet")
+        if self.topology.n_ports > cfg.n_ports:
+            raise ValueError(f"{self.topology.spec} needs {self.topology.n_ports} link ports per engine, the "
+                             f"engine configuration has {cfg.n_ports}")
+        self.links = link_params(self.topology, latency, rate)
+        n = self.topology.n_endpoints
+        members = {}
+        for i in range(n):
+            members[f"ep{i}_csr"] = Out(AceEngine.csr_signature(cfg))
+            members[f"ep{i}_irq"] = Out(1)
+            members[f"ep{i}_axi"] = Out(AceEngine.axi_signature(cfg))
+        for li in range(len(self.links)):
+            members[f"link{li}_inject"] = In(1)
+            members[f"link{li}_stall"] = In(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        n = self.topology.n_endpoints
+        engines = []
+        for i in range(n):
+            # inline: the engine itself; otherwise an interface with its ports for the Instance below
+            eng = AceEngine(cfg) if self.inline else AceEngine.signature_of(cfg).create(path=(f"ep{i}",))
+            engines.append(eng)
+            wiring.connect(m, wiring.flipped(getattr(self, f"ep{i}_csr")), eng.csr)
+            wiring.connect(m, eng.axi, wiring.flipped(getattr(self, f"ep{i}_axi")))
+            m.d.comb += getattr(self, f"ep{i}_irq").eq(eng.irq)
+            if self.inline:
+                m.submodules[f"ep{i}"] = eng
+            else:
+                m.submodules[f"ep{i}"] = Instance(
+                    ENGINE_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
+                    *_engine_ports(eng))
+        for li, (s, sp, d, dp, lat, rate) in enumerate(self.links):
+            link = Link(cfg.beat_bytes, lat, rate=rate)
+            m.submodules[f"link{li}"] = link
+            src, dst = engines[s], engines[d]
+            wiring.connect(m, link.tx, getattr(src, f"tx{sp}"))
+            wiring.connect(m, getattr(dst, f"rx{dp}"), link.rx)
+            m.d.comb += [
+                link.credit_in.eq(getattr(dst, f"rx{dp}_credit")),
+                getattr(src, f"tx{sp}_credit").eq(link.credit_out),
+                link.inject.eq(getattr(self, f"link{li}_inject")),
+                link.stall.eq(getattr(self, f"link{li}_stall")),
+            ]
+        return m
+
+
+def engine_verilog(cfg):
+    """Verilog text of one engine as module :data:`ENGINE_MODULE`."""
+    from amaranth.back import verilog
+    return verilog.convert(AceEngine(cfg), name=ENGINE_MODULE, emit_src=False)
+
+
+def system_verilog(cfg, topology, latency=None, rate=None, engine_text=None):
+    """Verilog of the system top (module ``ace_system``) followed by the engine module."""
+    from amaranth.back import verilog
+    top = verilog.convert(AceSystem(cfg, topology, latency, rate), name="ace_system", emit_src=False)
+    return top + "\n" + (engine_text if engine_text is not None else engine_verilog(cfg))

@@ -80,6 +80,8 @@ class AceDriver:
         self.transport = as_async(transport)
         self.cfg = AceConfig() if cfg is None else cfg
         self.regmap = ace_regmap(self.cfg)
+        #: Chunk buffers the partitions share (None: all ``cfg.n_buffers``); fewer models a smaller SRAM.
+        self.buffer_budget = None
         self.reset_state()
 
     def reset_state(self):
@@ -260,7 +262,10 @@ class AceDriver:
         """The PART values the heuristic gives for every loaded program
         (:func:`~syncfabric.host.programs.partition_sizes`)."""
         weights = [phase_weights(e["program"], e["topology"]) for e in self.loaded.values()]
-        return partition_sizes(weights, self.cfg.n_buffers)
+        budget = self.cfg.n_buffers if self.buffer_budget is None else self.buffer_budget
+        if not 1 <= budget <= self.cfg.n_buffers:
+            raise ValueError(f"buffer budget {budget} out of range (the engine has {self.cfg.n_buffers} buffers)")
+        return partition_sizes(weights, budget)
 
     def _free_ptab(self):
         for i in range(self.cfg.n_programs):

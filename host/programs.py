@@ -14,12 +14,13 @@ takes those from :func:`~syncfabric.hdl.ace.regs.ace_regmap`).
 """
 
 from ..hdl.ace.regs import N_DIMS, PTAB_ENTRY_WORDS, ROUTE_VALID
-from ..hdl.common.layouts import MAX_PHASES, program_entry_layout
+from ..hdl.common.layouts import LOAD_MASK_BITS, MAX_PHASES, program_entry_layout
 from ..sim.golden.program import Program, StepOp
 from ..sim.golden.topology import Ring, Switch, Torus, parse as parse_topology
 from ..sim.golden.types import Algorithm, Collective
 
-__all__ = ["instruction_words", "collective_code", "algorithm_code", "store_start", "program_entry",
+__all__ = ["instruction_words", "collective_code", "algorithm_code", "store_start", "load_end", "load_mask",
+           "program_entry",
            "entry_words", "decode_entry", "route_ports", "routing_table", "comm_dims", "phase_input_fraction",
            "phase_bandwidth", "phase_weights", "partition_sizes", "program_partitions", "ImemAllocator"]
 
@@ -52,6 +53,28 @@ def store_start(program):
     return i
 
 
+def load_end(program):
+    """Number of LOADs at the head of the first phase: the steps the engine's load sequencer prefetches when a
+    chunk is dispatched (0 for a program without phases)."""
+    steps = program.phases[0].steps if program.phases else ()
+    n = 0
+    while n < len(steps) and steps[n].op == StepOp.LOAD:
+        n += 1
+    return n
+
+
+def load_mask(program):
+    """Bit mask of the slots the head LOADs of the first phase fill (see :func:`load_end`). Raises ValueError
+    for a slot beyond the mask's :data:`~syncfabric.hdl.common.layouts.LOAD_MASK_BITS`."""
+    mask = 0
+    for s in program.phases[0].steps[:load_end(program)] if program.phases else ():
+        if s.slot >= LOAD_MASK_BITS:
+            raise ValueError(f"{program.collective}/{program.algorithm} loads slot {s.slot}; the engine tracks "
+                             f"{LOAD_MASK_BITS} slots")
+        mask |= 1 << s.slot
+    return mask
+
+
 def program_entry(program, imem_offset=0, comm=0):
     """The program table entry (a dict for :func:`~syncfabric.hdl.common.layouts.program_entry_layout`) of
     ``program`` placed at instruction ``imem_offset`` for communicator ``comm``.
@@ -79,6 +102,8 @@ def program_entry(program, imem_offset=0, comm=0):
         "segments": program.segments,
         "root": 0 if program.root is None else program.root,
         "store_start": store_start(program),
+        "load_end": load_end(program),
+        "load_mask": load_mask(program),
         "phase_start": starts,
         "phase_len": lens,
     }

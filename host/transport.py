@@ -33,7 +33,8 @@ use.
 
 from abc import ABC, abstractmethod
 
-__all__ = ["Transport", "AsyncTransport", "SyncAsAsync", "as_async", "run_sync", "TransportError"]
+__all__ = ["Transport", "AsyncTransport", "SimulatedTransport", "SyncAsAsync", "as_async", "run_sync",
+           "TransportError"]
 
 
 class TransportError(RuntimeError):
@@ -107,6 +108,46 @@ class AsyncTransport(ABC):
 
     def close(self):
         """Release the backend; the default does nothing."""
+
+
+class SimulatedTransport(AsyncTransport):
+    """What the simulator transports share: register accesses over a CSR bus of ``addr_bits`` address bits
+    (subclasses implement :meth:`_access`, one bus transaction) and an endpoint memory model ``mem`` with
+    ``read(addr, n)``/``write(addr, data)`` that takes no simulated time (the NPU's own accesses to its memory
+    are not what is being simulated)."""
+
+    mem = None
+
+    def _check_access(self, addr, wdata, addr_bits):
+        if not 0 <= addr < (1 << addr_bits) or addr % 4:
+            raise TransportError(f"register address {addr:#x} is not a word address of the CSR bus")
+        if not 0 <= wdata < (1 << 32):
+            raise TransportError(f"register value {wdata:#x} does not fit 32 bits")
+
+    @abstractmethod
+    async def _access(self, addr, write, wdata=0):
+        """One register transaction; returns the read data (reads) once the bus acknowledged it."""
+
+    async def read_reg(self, addr):
+        """One 32-bit register read."""
+        return await self._access(addr, False)
+
+    async def write_reg(self, addr, value):
+        """One 32-bit register write; returns once the engine acknowledged it."""
+        await self._access(addr, True, value)
+
+    def _memory(self):
+        if self.mem is None:
+            raise TransportError(f"this {type(self).__name__} has no memory model (mem=None)")
+        return self.mem
+
+    async def read_mem(self, addr, n):
+        """``n`` bytes of the memory model at ``addr`` (no simulated time)."""
+        return bytes(self._memory().read(addr, n))
+
+    async def write_mem(self, addr, data):
+        """Write ``data`` into the memory model at ``addr`` (no simulated time)."""
+        self._memory().write(addr, bytes(data))
 
 
 class SyncAsAsync(AsyncTransport):

@@ -21,7 +21,7 @@ simulated time (the NPU's own accesses to its memory are not what is being simul
 from cocotb.triggers import ClockCycles, First, Lock, ReadOnly, RisingEdge
 from cocotb.utils import get_sim_time
 
-from ..host.transport import AsyncTransport, TransportError
+from ..host.transport import SimulatedTransport, TransportError
 
 __all__ = ["CocotbTransport"]
 
@@ -35,7 +35,7 @@ def _value(handle, what):
         raise TransportError(f"{what} is {value} (X or Z): is the engine out of reset?") from None
 
 
-class CocotbTransport(AsyncTransport):
+class CocotbTransport(SimulatedTransport):
     """Transport over the CSR pins of ``dut`` clocked by ``clk``.
 
     ``csr_prefix``: the prefix of the CSR pins; ``mem``: the endpoint memory model (``read``/``write``);
@@ -66,10 +66,7 @@ class CocotbTransport(AsyncTransport):
         pins["re"].value = 0
 
     async def _access(self, addr, write, wdata=0):
-        if not 0 <= addr < (1 << len(self._pins["addr"])) or addr % 4:
-            raise TransportError(f"register address {addr:#x} is not a word address of the CSR bus")
-        if not 0 <= wdata < (1 << 32):
-            raise TransportError(f"register value {wdata:#x} does not fit 32 bits")
+        self._check_access(addr, wdata, len(self._pins["addr"]))
         p = self._pins
         async with self._lock:
             await RisingEdge(self.clk)
@@ -87,27 +84,6 @@ class CocotbTransport(AsyncTransport):
                 await RisingEdge(self.clk)
         raise TransportError(f"no ack within {self.ack_timeout} cycles for the "
                              f"{'write' if write else 'read'} of {addr:#x}")
-
-    async def read_reg(self, addr):
-        """One 32-bit register read."""
-        return await self._access(addr, False)
-
-    async def write_reg(self, addr, value):
-        """One 32-bit register write; returns once the engine acknowledged it."""
-        await self._access(addr, True, value)
-
-    def _memory(self):
-        if self.mem is None:
-            raise TransportError("this CocotbTransport has no memory model (mem=None)")
-        return self.mem
-
-    async def read_mem(self, addr, n):
-        """``n`` bytes of the memory model at ``addr``."""
-        return bytes(self._memory().read(addr, n))
-
-    async def write_mem(self, addr, data):
-        """Write ``data`` into the memory model at ``addr``."""
-        self._memory().write(addr, bytes(data))
 
     async def wait_irq(self, timeout_cycles=None):
         """Wait for the interrupt line to be high (at most ``timeout_cycles`` cycles; without an ``irq``

@@ -97,7 +97,7 @@ class Builder:
             phases = []
             for pi, (name, ports, steps) in enumerate(self._phases):
                 out = []
-                for p in steps[r]:
+                for p in _loads_by_first_use(steps[r]):
                     if p.op in (StepOp.LOAD, StepOp.STORE):
                         out.append(Step(p.op, p.slot, p.block))
                     elif p.op == StepOp.SEND:
@@ -110,6 +110,21 @@ class Builder:
             progs.append(Program(r, self.nranks, self.collective, self.algorithm, self.n_blocks,
                                  self.n_slots, phases, self.root))
         return tuple(progs)
+
+
+def _loads_by_first_use(protos):
+    """``protos`` with its leading LOADs reordered by the first later step that uses their slot (unused ones
+    last, ties in program order). A LOAD only copies memory into its slot, so the order of the leading LOADs
+    changes nothing but timing: an engine that lets a step start once its own slot is loaded begins sending
+    after one block instead of the whole chunk."""
+    n = 0
+    while n < len(protos) and protos[n].op == StepOp.LOAD:
+        n += 1
+    first_use = {}
+    for i, p in enumerate(protos[n:]):
+        first_use.setdefault(p.slot, i)
+    order = sorted(range(n), key=lambda k: (first_use.get(protos[k].slot, len(protos)), k))
+    return [protos[k] for k in order] + list(protos[n:])
 
 
 def merge_ticks(*schedules):

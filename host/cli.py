@@ -1,14 +1,18 @@
 """The ``syncfabric`` command line.
 
-``syncfabric run``   one collective end to end on emulated NPUs, every byte checked against the golden model;
-``syncfabric demo``  the main job: ``run`` with the defaults below on Verilator.
+``syncfabric run``   one collective end to end on emulated NPUs, each with an ACE engine RTL, every byte checked
+                     against the golden model;
+``syncfabric demo``  the main job: an 8-NPU ring all-reduce of 256 KiB per NPU on the medium engine (Verilator);
+``syncfabric bench`` engine benchmarks (link efficiency, simulation speed, SRAM x FSM sweep).
 """
 
 import argparse
 import json
 import sys
 
+from ..hdl.ace.config import PROFILES
 from ..sim.golden.types import DType, ReduceOp
+from .run import BACKENDS, DEFAULT_LATENCY
 
 __all__ = ["main", "parse_size"]
 
@@ -38,26 +42,39 @@ def _add_run_args(p, defaults):
     p.add_argument("--dtype", default="fp32", type=str.lower, choices=[d.name.lower() for d in DType])
     p.add_argument("--op", default="sum", type=str.lower, choices=[o.name.lower() for o in ReduceOp])
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce")
-    p.add_argument("--chunk-bytes", type=parse_size, default=64 * 1024, help="chunk size (default 64KiB)")
-    p.add_argument("--backend", default=defaults["backend"], choices=["golden", "verilator", "icarus"],
-                   help="golden: the numpy model only; verilator/icarus: reductions on the ALU RTL "
+    p.add_argument("--chunk-bytes", type=parse_size, default=None,
+                   help="chunk size (default: the largest the engine runs the program with; golden: 64KiB)")
+    p.add_argument("--backend", default=defaults["backend"], choices=list(BACKENDS),
+                   help="verilator/icarus: one engine RTL per NPU under cocotb; amaranth: the same in Amaranth's "
+                        "simulator (slow); golden: the numpy model only (default %(default)s)")
+    p.add_argument("--config", default=defaults["config"], choices=list(PROFILES),
+                   help="engine configuration: small (tests), medium (16 B beats, builds in minutes), paper "
+                        "(the design point: 64 B beats, 16 FSMs, 64 KiB chunks; a long first build) "
                         "(default %(default)s)")
-    p.add_argument("--lanes", type=int, default=16, help="ALU lanes of 32 bits (default 16 = 64 B beats)")
+    p.add_argument("--latency", type=int, default=DEFAULT_LATENCY,
+                   help="link latency in cycles (default %(default)s)")
+    p.add_argument("--buffers", type=int, default=None,
+                   help="chunk buffers the engines use (default: all of the configuration's)")
+    p.add_argument("--fsms", type=int, default=None, help="FSMs the engines use (default: all)")
+    p.add_argument("--pause", type=float, default=0.0,
+                   help="probability that an NPU memory's AXI channel stalls in a cycle (default 0)")
     p.add_argument("--seed", type=int, default=1, help="seed of the random input data (default 1)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE ('-' for stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def _cmd_run(args):
-    from .run import run_collective, format_summary
+    from .run import run_collective, format_summary, passed
 
     try:
         result = run_collective(collective=args.collective, topology=args.topology, algorithm=args.algorithm,
                                 nbytes=args.bytes, dtype=args.dtype, op=args.op, root=args.root,
-                                chunk_bytes=args.chunk_bytes, backend=args.backend, lanes=args.lanes,
-                                seed=args.seed, progress=not args.quiet)
-    except ValueError as exc:
-        print(f"syncfabric run: error: {exc}", file=sys.stderr)
+                                chunk_bytes=args.chunk_bytes, backend=args.backend, config=args.config,
+                                latency=args.latency, pause=args.pause, seed=args.seed,
+                                buffers=args.buffers, fsms=args.fsms,
+                                progress=not args.quiet)
+    except (ValueError, RuntimeError) as exc:
+        print(f"syncfabric {args.command}: error: {exc}", file=sys.stderr)
         return 2
     print(format_summary(result))
     if args.json == "-":
@@ -66,21 +83,49 @@ def _cmd_run(args):
     elif args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
-    return 0 if result["mismatches"] == 0 else 1
+    return 0 if passed(result) else 1
+
+
+def _cmd_bench(args):
+    from .bench import main as bench_main
+
+    try:
+        return bench_main(args)
+    except (ValueError, RuntimeError) as exc:
+        print(f"syncfabric bench: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def main(argv=None):
     """Entry point of the ``syncfabric`` command."""
     parser = argparse.ArgumentParser(prog="syncfabric", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run_defaults = {"collective": "allreduce", "topology": "ring:4", "bytes": 64 * 1024, "backend": "verilator"}
-    demo_defaults = {"collective": "allreduce", "topology": "ring:8", "bytes": 256 * 1024, "backend": "verilator"}
+    run_defaults = {"collective": "allreduce", "topology": "ring:4", "bytes": 64 * 1024, "backend": "verilator",
+                    "config": "medium"}
+    demo_defaults = {"collective": "allreduce", "topology": "ring:8", "bytes": 256 * 1024, "backend": "verilator",
+                     "config": "medium"}
     p_run = sub.add_parser("run", help="run one collective end to end and check every byte")
     _add_run_args(p_run, run_defaults)
     p_run.set_defaults(func=_cmd_run)
     p_demo = sub.add_parser("demo", help="the main job: an 8-NPU ring all-reduce checked against the golden model")
     _add_run_args(p_demo, demo_defaults)
     p_demo.set_defaults(func=_cmd_run)
+    p_bench = sub.add_parser("bench", help="engine benchmarks: link efficiency, simulation speed, SRAM x FSM sweep")
+    p_bench.add_argument("bench", choices=["efficiency", "simspeed", "sweep"],
+                         help="efficiency: all-reduce against the link bound on uni- and bidirectional rings; "
+                              "simspeed: simulated cycles/s per simulator; sweep: chunk buffers x FSMs")
+    p_bench.add_argument("--config", default="paper", choices=list(PROFILES),
+                         help="engine configuration (default %(default)s)")
+    p_bench.add_argument("--bytes", type=parse_size, action="append",
+                         help="bytes per NPU (repeatable; default 1M)")
+    p_bench.add_argument("--topology", action="append", help="topology (repeatable)")
+    p_bench.add_argument("--backend", choices=["verilator", "icarus", "amaranth"], default=None,
+                         help="simulator (default verilator; simspeed: verilator and icarus)")
+    p_bench.add_argument("--latency", type=int, default=10, help="link latency in cycles (default 10)")
+    p_bench.add_argument("--buffers", type=int, action="append", help="sweep: chunk buffers (repeatable)")
+    p_bench.add_argument("--fsms", type=int, action="append", help="sweep: FSMs (repeatable)")
+    p_bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    p_bench.set_defaults(func=_cmd_bench)
     args = parser.parse_args(argv)
     return args.func(args)
 

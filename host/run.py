@@ -1,19 +1,18 @@
 """One collective end to end on emulated NPUs: the job behind ``syncfabric run`` and ``syncfabric demo``.
 
-Every endpoint gets a send buffer of seeded random data; the collective's algorithm program (the same program
-the engine's FSMs run) is executed for all endpoints. Backends:
+Every endpoint gets a send buffer of seeded random data. Backends:
 
-``golden``              the numpy golden executor alone; its result is checked against a plain numpy reference
-                        (exact for integers and max/min, within the accumulated rounding bound for float sums).
-``verilator``/``icarus``  the executor moves the data and every reduction of the program is computed by the
-                        reduction ALU RTL under cocotb; the outputs are compared byte for byte with the pure
-                        golden run. (The engine RTL - DMA, SRAM, FSMs, links - replaces the executor's data
-                        movement when it lands; until then there are no engine cycle counts.)
+``verilator``/``icarus``  one ACE engine RTL per NPU (configuration ``small``, ``medium`` or ``paper``, see
+                        :meth:`~syncfabric.hdl.ace.config.AceConfig.profile`) on the topology's link models,
+                        each with an AXI memory, driven by the host driver under cocotb: the driver writes the
+                        inputs, posts one descriptor per NPU and waits for the completions; every output byte is
+                        compared with the golden executor running the same program, and the engines' counters
+                        give cycles, link and memory traffic.
+``amaranth``            the same system and driver flow in Amaranth's simulator (slow; no external tools).
+``golden``              the numpy golden executor alone, checked against a plain numpy reference (exact for
+                        integers and max/min, within the accumulated rounding bound for float sums).
 """
 
-import json
-import os
-import tempfile
 import time
 
 import numpy as np
@@ -25,10 +24,16 @@ from ..sim.golden.chunking import buffer_counts, normalize_collective
 from ..sim.golden.executor import execute
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
 
-__all__ = ["job_spec", "make_inputs", "run_golden", "run_collective", "format_summary",
-           "count_for_bytes"]
+__all__ = ["job_spec", "make_inputs", "run_golden", "run_collective", "format_summary", "count_for_bytes",
+           "bound_cycles", "bandwidth_cycles", "passed", "BACKENDS"]
 
-BACKENDS = ("golden", "verilator", "icarus")
+BACKENDS = ("verilator", "icarus", "amaranth", "golden")
+ENGINE_BACKENDS = ("verilator", "icarus", "amaranth")
+#: What the engine RTL runs: collectives and the topologies of their ring programs.
+ENGINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
+ENGINE_TOPOLOGIES = ("ring", "bidir-ring")
+#: Link latency (cycles) of engine runs unless ``latency`` says otherwise (ACE Table V's intra-package links).
+DEFAULT_LATENCY = 90
 
 
 def count_for_bytes(collective, nbytes, nranks, dtype):
@@ -43,8 +48,7 @@ def count_for_bytes(collective, nbytes, nranks, dtype):
     return nbytes // (eb * per)
 
 
-def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0, chunk_bytes=65536, seed=1,
-             lanes=16):
+def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0, chunk_bytes=None, seed=1):
     """Validate the parameters of a job and return them as a JSON-friendly dict."""
     coll = normalize_collective(collective)
     topo = topo_mod.parse(topology)
@@ -52,13 +56,13 @@ def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0,
     p = topo.n_endpoints
     if coll in ("broadcast", "reduce") and not 0 <= root < p:
         raise ValueError(f"--root {root} is not a rank of {topo.spec} (0..{p - 1})")
-    if chunk_bytes <= 0 or chunk_bytes % 64:
+    if chunk_bytes is not None and (chunk_bytes <= 0 or chunk_bytes % 64):
         raise ValueError(f"--chunk-bytes {chunk_bytes} must be a positive multiple of 64")
     count = count_for_bytes(coll, nbytes, p, dtype)
     algo = algorithm or default_algorithm(coll, topo)
     return {"collective": coll, "topology": topo.spec, "algorithm": algo, "npus": p, "bytes": nbytes,
             "count": count, "dtype": dtype.name.lower(), "op": op.name.lower(), "root": root,
-            "chunk_bytes": chunk_bytes, "seed": seed, "lanes": lanes}
+            "chunk_bytes": chunk_bytes, "seed": seed}
 
 
 
@@ -91,7 +95,7 @@ def run_golden(spec, inputs=None, reducer=None):
     inputs = make_inputs(spec) if inputs is None else inputs
     kwargs = {"reducer": reducer} if reducer is not None else {}
     return execute(_programs(spec), topo_mod.parse(spec["topology"]), inputs, DType.parse(spec["dtype"]),
-                   ReduceOp.parse(spec["op"]), spec["count"], spec["chunk_bytes"], **kwargs)
+                   ReduceOp.parse(spec["op"]), spec["count"], spec["chunk_bytes"] or 65536, **kwargs)
 
 
 def _as_float64(buf, dtype):
@@ -146,8 +150,7 @@ def reference_mismatches(spec, inputs, result):
         bad += sum(int(np.count_nonzero(outs[r] != xs[root])) for r in range(p))
     return bad
 
-
-def _traffic(spec, res):
+def _traffic(res):
     return {
         "mem_read_bytes": list(res.mem_read_bytes),
         "mem_write_bytes": list(res.mem_write_bytes),
@@ -160,34 +163,161 @@ def _traffic(spec, res):
     }
 
 
+def bandwidth_cycles(golden, links, beat_bytes):
+    """The bandwidth term of a collective: the busiest directed link's payload (golden ``link_bytes``) at its
+    rate of ``rate`` ``beat_bytes``-byte flits per cycle; ``links`` is
+    :func:`~syncfabric.hdl.system.top.link_params` of the topology. For a ring all-reduce of S bytes per
+    endpoint that is 2(P-1)/P * S/W (unidirectional) or (P-1)/P * S/W (bidirectional: each direction carries
+    half); for reduce-scatter and all-gather (P-1)/P * S/W and half that."""
+    rate = {(src, port): num / den for src, port, _, _, _, (num, den) in links}
+    return max((b / beat_bytes / rate[key] for key, b in golden.link_bytes.items()), default=0.0)
+
+
+def bound_cycles(golden, links, beat_bytes):
+    """A lower bound on a collective's cycles: :func:`bandwidth_cycles` plus one link latency (the busiest
+    link's last flit must still cross it). Chunk pipelining hides the other steps' latencies behind other
+    chunks' data, so the textbook alpha-beta term (one latency per step) is not a bound; with enough data in
+    flight the engine approaches this one."""
+    return bandwidth_cycles(golden, links, beat_bytes) + max((ln[4] for ln in links), default=0)
+
+
+def _check_engine_job(spec, backend):
+    kind = spec["topology"].split(":")[0]
+    if spec["collective"] not in ENGINE_COLLECTIVES or kind not in ENGINE_TOPOLOGIES:
+        raise ValueError(f"the engine RTL runs {', '.join(ENGINE_COLLECTIVES)} on "
+                         f"{' and '.join(t + ':N' for t in ENGINE_TOPOLOGIES)} topologies; "
+                         f"{spec['collective']} on {spec['topology']} runs on --backend golden only")
+    if backend not in ENGINE_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+
+
+def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycles, counters, window_cycles,
+                   sim_wall):
+    golden = job.golden
+    p = spec["npus"]
+    bound = bound_cycles(golden, links, cfg.beat_bytes)
+    bw = bandwidth_cycles(golden, links, cfg.beat_bytes)
+    busiest = max(golden.link_bytes.values(), default=0)
+    tx = [sum(c["TX_FLITS"]) for c in counters]
+    return {
+        "chunk_bytes": job.chunk_bytes,
+        "status": statuses,
+        "mismatches": int(sum(mismatches)),
+        "guard_bytes_touched": int(sum(guards)),
+        "cycles": int(job_cycles),
+        "bound_cycles": round(bound, 1),
+        "bandwidth_cycles": round(bw, 1),
+        "link_efficiency": round(bound / job_cycles, 4) if job_cycles else 0.0,
+        "busiest_link_bytes": int(busiest),
+        "mem_read_bytes": [c["PAYLOAD_RD_BYTES"] for c in counters],
+        "mem_write_bytes": [c["PAYLOAD_WR_BYTES"] for c in counters],
+        "desc_read_bytes": [c["DESC_RD_BYTES"] for c in counters],
+        "cpl_write_bytes": [c["CPL_WR_BYTES"] for c in counters],
+        "golden_mem_read_bytes": list(golden.mem_read_bytes),
+        "golden_mem_write_bytes": list(golden.mem_write_bytes),
+        "tx_flits": tx,
+        "alu_beats": [c["ALU_BEATS"] for c in counters],
+        "stalls": [c["STALL"] for c in counters],
+        "bytes_sent_per_byte_read": golden.bytes_sent_per_byte_read,
+        "chunks": golden.n_chunks, "messages": golden.n_messages, "packets": golden.n_packets,
+        "sim_cycles": int(window_cycles),
+        "sim_cycles_per_s": round(window_cycles / sim_wall, 1) if sim_wall else 0.0,
+        "npus_x_cycles_per_s": round(p * window_cycles / sim_wall, 1) if sim_wall else 0.0,
+    }
+
+
+def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms):
+    from ..hdl.system.top import link_params
+    from .job import CollectiveJob
+
+    links = link_params(spec["topology"], latency, rate)
+    job = CollectiveJob(spec, cfg)
+    t0 = time.monotonic()
+    if backend == "amaranth":
+        from ..tb.ace.amaranth_sim import run_system_amaranth
+
+        if progress:
+            print(f"simulating {spec['npus']} engines in Amaranth's simulator (slow: about 100 cycles/s)",
+                  flush=True)
+        rs = run_system_amaranth(cfg, spec["topology"], lambda r: [job], latency=latency, rate=rate,
+                                 seed=seed, ready_prob=1.0 - pause, timeout_cycles=10**7, buffers=buffers,
+                                 fsms=fsms)
+        wall = time.monotonic() - t0
+        return _engine_result(spec, cfg, job, links, [r.completions[0]["status_name"] for r in rs],
+                              [r.mismatches[0] for r in rs], [r.guard_touched[0] for r in rs],
+                              max(r.completions[0]["cycles"] for r in rs), [r.counters for r in rs],
+                              max(r.cycles for r in rs), wall), {"sim": "amaranth", "build_s": 0.0}
+    from ..tb.ace import run_system
+
+    if progress:
+        print(f"building the {backend} model of {spec['npus']} engines (cached after the first build)...",
+              flush=True)
+    timeout = max(10**6, int(20 * bound_cycles(job.golden, links, cfg.beat_bytes)))
+    out = run_system(cfg, spec["topology"], [{"spec": spec}], sim=backend, latency=latency, rate=rate,
+                     seed=seed, pause=pause, progress=progress, check=False, timeout_cycles=timeout,
+                     buffers=buffers, fsms=fsms,
+                     build_tag=build_tag or f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}-l{latency}-r{rate}")
+    if "jobs" not in out:
+        raise RuntimeError(f"the {backend} testbench produced no result: {out.get('error', 'no details')}; "
+                           f"see {out['run'].get('build_dir', 'the build directory')}")
+    j = out["jobs"][0]
+    res = _engine_result(spec, cfg, job, links, j["status"], j["mismatches"], j["guard_touched"],
+                         j.get("cycles", 0), out["counters"], out["window_cycles"], out["wall_s"])
+    if out.get("error"):
+        res["error"] = out["error"]
+    return res, out["run"]
+
+
+def cfg_digest(cfg):
+    """A short stable name of an engine configuration (build directories)."""
+    import hashlib
+    import json
+
+    return hashlib.sha1(json.dumps(cfg.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
+
+
 def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtype="fp32", op="sum", *,
-                   algorithm=None, root=0, chunk_bytes=65536, backend="verilator", lanes=16, seed=1,
-                   progress=True):
-    """Run one collective end to end and return a result dict (see the module docstring for backends)."""
+                   algorithm=None, root=0, chunk_bytes=None, backend="verilator", config="medium",
+                   latency=DEFAULT_LATENCY, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
+                   buffers=None, fsms=None):
+    """Run one collective end to end and return a result dict (see the module docstring for the backends).
+
+    ``config``: an engine configuration name (:meth:`AceConfig.profile`) or an :class:`AceConfig`;
+    ``latency``/``rate``: every link's latency in cycles and rate in flits per cycle (``rate=None``: the
+    topology's); ``pause``: probability that an NPU memory's AXI channel stalls in a cycle; ``chunk_bytes``:
+    the chunk size (default: the largest the engine runs the program with); ``buffers``/``fsms``: use only
+    that many of the engine's chunk buffers / FSMs (default all)."""
+    from ..hdl.ace.config import AceConfig
+
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if not 0.0 <= pause < 1.0:
+        raise ValueError(f"--pause {pause} must be in [0, 1)")
     spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root,
-                    chunk_bytes=chunk_bytes, seed=seed, lanes=lanes)
+                    chunk_bytes=chunk_bytes, seed=seed)
     t0 = time.monotonic()
     result = {**spec, "backend": backend}
     if backend == "golden":
         inputs = make_inputs(spec)
         res = run_golden(spec, inputs)
-        result.update(_traffic(spec, res))
+        result.update(_traffic(res))
+        result["chunk_bytes"] = spec["chunk_bytes"] or 65536
         result["mismatches"] = reference_mismatches(spec, inputs, res)
         result["checked_against"] = "numpy reference"
     else:
-        from ..hdl.alu import ReductionAlu
-        from ..tb.harness import run_cocotb
-
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "result.json")
-            run_cocotb(ReductionAlu, {"lanes": lanes, "tag_width": 0}, toplevel="reduction_alu",
-                       test_module="syncfabric.tb.collective_alu", sim=backend,
-                       tb_params={"spec": spec, "out": out, "progress": progress},
-                       build_tag=f"run-alu{lanes}")
-            with open(out) as f:
-                result.update(json.load(f))
+        _check_engine_job(spec, backend)
+        cfg = config if isinstance(config, AceConfig) else AceConfig.profile(config)
+        result["config"] = config if isinstance(config, str) else "custom"
+        result["engine"] = cfg.as_dict()
+        result["latency"] = latency
+        for name, v, top in (("--buffers", buffers, cfg.n_buffers), ("--fsms", fsms, cfg.n_fsms)):
+            if v is not None and not 1 <= v <= top:
+                raise ValueError(f"{name} {v} out of range: the {result['config']} engine has {top}")
+        result["buffers"] = cfg.n_buffers if buffers is None else buffers
+        result["fsms"] = cfg.n_fsms if fsms is None else fsms
+        res, run = _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms)
+        result.update(res)
+        result["build_s"] = round(run.get("build_s", 0.0), 1)
         result["checked_against"] = "golden executor, byte for byte"
     result["wall_s"] = round(time.monotonic() - t0, 3)
     return result
@@ -197,16 +327,30 @@ def format_summary(r):
     """A human-readable summary of a :func:`run_collective` result."""
     lines = [
         f"{r['collective']} on {r['topology']} ({r['algorithm']}), {r['npus']} NPUs, {r['bytes']} B per NPU, "
-        f"{r['dtype']} {r['op']}, backend {r['backend']}",
-        f"  chunks {r['chunks']}, messages {r['messages']}, packets {r['packets']}, "
+        f"{r['dtype']} {r['op']}, backend {r['backend']}"
+        + (f", engine configuration {r['config']}, link latency {r['latency']} cycles" if "config" in r else ""),
+        f"  chunk {r['chunk_bytes']} B: chunks {r['chunks']}, messages {r['messages']}, packets {r['packets']}, "
         f"bytes sent per byte read {r['bytes_sent_per_byte_read']:.4f}",
         f"  NPU memory per endpoint: read {min(r['mem_read_bytes'])}..{max(r['mem_read_bytes'])} B, "
         f"written {min(r['mem_write_bytes'])}..{max(r['mem_write_bytes'])} B",
     ]
-    if "alu_beats" in r:
-        lines.append(f"  ALU RTL: {r['alu_beats']} beats in {r['sim_cycles']} cycles "
-                     f"({r['sim_cycles_per_s']:.0f} simulated cycles/s)")
-    verdict = "PASS" if r["mismatches"] == 0 else "FAIL"
+    if "cycles" in r:
+        lines.append(f"  {r['cycles']} cycles (descriptor fetch to completion); bound {r['bound_cycles']:.0f} "
+                     f"cycles (busiest link {r['busiest_link_bytes']} B: {r['bandwidth_cycles']:.0f} cycles, "
+                     f"+ one link latency): link efficiency {r['link_efficiency']:.3f}")
+        lines.append(f"  simulation: {r['sim_cycles']} cycles at {r['sim_cycles_per_s']:.0f} cycles/s "
+                     f"(build {r['build_s']:.0f} s)")
+        if any(s != "OK" for s in r["status"]):
+            lines.append(f"  completion status per NPU: {r['status']}")
+    if r.get("error"):
+        lines.append(f"  testbench: {r['error']}")
+    verdict = "PASS" if passed(r) else "FAIL"
     lines.append(f"  {verdict}: {r['mismatches']} mismatches against the {r['checked_against']}; "
                  f"{r['wall_s']:.2f} s")
     return "\n".join(lines)
+
+
+def passed(r):
+    """True when every NPU completed OK, every byte matched and nothing outside the buffers was written."""
+    return r["mismatches"] == 0 and r.get("guard_bytes_touched", 0) == 0 and not r.get("error") and \
+        all(s == "OK" for s in r.get("status", ["OK"]))

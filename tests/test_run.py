@@ -5,7 +5,7 @@ import json
 import pytest
 
 from syncfabric.host.cli import main, parse_size
-from syncfabric.host.run import run_collective
+from syncfabric.host.run import job_spec, run_collective
 
 
 def test_parse_size_units_and_errors():
@@ -43,15 +43,44 @@ def test_cli_rejects_bad_input_with_clear_errors(capsys):
     assert "--root 9" in capsys.readouterr().err
 
 
+def test_engine_backends_refuse_what_the_engine_does_not_run(capsys):
+    assert main(["run", "--collective", "alltoall", "--topology", "ring:4", "--backend", "icarus"]) == 2
+    assert "runs on --backend golden only" in capsys.readouterr().err
+    assert main(["run", "--topology", "torus:2x2x2", "--backend", "verilator"]) == 2
+    assert "torus:2x2x2" in capsys.readouterr().err
+    assert main(["run", "--config", "small", "--topology", "ring:2", "--chunk-bytes", "4K"]) == 2
+    assert "exceeds what this engine runs" in capsys.readouterr().err
+    assert main(["run", "--pause", "1.5", "--backend", "icarus"]) == 2
+
+
+def test_bound_is_the_busiest_link_at_its_rate():
+    from syncfabric.hdl.system.top import link_params
+    from syncfabric.host.run import bandwidth_cycles, bound_cycles, run_golden
+
+    spec = job_spec("allreduce", "ring:4", 1 << 16, "fp32", "sum", chunk_bytes=4096)
+    golden = run_golden(spec)
+    links = link_params("ring:4", 10, None)
+    assert bandwidth_cycles(golden, links, 16) == pytest.approx(2 * 3 / 4 * (1 << 16) / 16)
+    assert bound_cycles(golden, links, 16) == pytest.approx(2 * 3 / 4 * (1 << 16) / 16 + 10)
+    assert bandwidth_cycles(golden, link_params("ring:4", 10, 0.5), 16) == pytest.approx(2 * 3 / 4 * (1 << 16) / 8)
+    bidir = run_golden(job_spec("allreduce", "bidir-ring:4", 1 << 16, "fp32", "sum", chunk_bytes=4096))
+    assert bandwidth_cycles(bidir, link_params("bidir-ring:4", 10, None), 16) == pytest.approx(3 / 4 * (1 << 16) / 16)
+
+
 @pytest.mark.cocotb
-@pytest.mark.parametrize("backend,lanes", [("verilator", 16), ("icarus", 2)])
-def test_rtl_backend_reduces_on_the_alu_and_matches_golden(backend, lanes, tmp_path):
+@pytest.mark.parametrize("backend", ["verilator", "icarus"])
+def test_run_drives_the_engine_rtl_and_reports_cycles_and_traffic(backend, tmp_path):
+    """`syncfabric run` on the small engine: every byte matches, each NPU's memory is read and written
+    exactly once per byte, the cycles are no better than the link-bandwidth bound."""
     out = tmp_path / "r.json"
     rc = main(["run", "--collective", "allreduce", "--topology", "bidir-ring:4", "--bytes", "3K",
-               "--dtype", "bf16", "--backend", backend, "--lanes", str(lanes), "--seed", "5", "--quiet",
-               "--json", str(out)])
+               "--dtype", "bf16", "--backend", backend, "--config", "small", "--latency", "4", "--seed", "5",
+               "--quiet", "--json", str(out)])
     r = json.loads(out.read_text())
-    assert rc == 0 and r["mismatches"] == 0
-    # Every rank reduces (P-1)/P of its payload, all of it on the ALU (beats are padded, hence >=).
-    assert r["alu_beats"] >= 4 * 3 * 3072 // 4 // (4 * lanes)
-    assert r["sim_cycles"] >= r["alu_beats"]
+    assert rc == 0 and r["mismatches"] == 0 and r["status"] == ["OK"] * 4
+    assert r["mem_read_bytes"] == [3072] * 4 and r["mem_write_bytes"] == [3072] * 4
+    assert r["golden_mem_read_bytes"] == r["mem_read_bytes"]
+    assert r["desc_read_bytes"] == [64] * 4 and r["cpl_write_bytes"] == [32] * 4
+    # every link carries (P-1)/P of its direction's half: 2 * 3/4 * 1536 B = 2304 B = 144 16-byte flits
+    assert r["busiest_link_bytes"] == 2304 and r["bound_cycles"] == pytest.approx(144 + 4)
+    assert r["cycles"] >= r["bound_cycles"] and 0 < r["link_efficiency"] <= 1

@@ -1,0 +1,139 @@
+"""Engine benchmarks behind ``syncfabric bench``: figures printed as tables (and JSON), never asserted here.
+
+``efficiency``  all-reduce on uni- and bidirectional rings: cycles against the link bound, bus bandwidth, the
+                NPU memory traffic per endpoint (ACE reads and writes each payload byte once).
+``simspeed``    the same job on each simulator: simulated cycles per wall second.
+``sweep``       chunk buffers x FSMs on one build (through the PART and FSM_LIMIT registers): where extra SRAM
+                and FSMs stop paying (the shape of ACE Fig. 9a).
+
+Every run checks every output byte against the golden model; a failing run is reported and makes the command
+exit non-zero.
+"""
+
+import json
+import sys
+import time
+
+from .run import passed, run_collective
+
+__all__ = ["bench_efficiency", "bench_simspeed", "bench_sweep", "busbw", "main"]
+
+
+def busbw(r):
+    """Bus bandwidth in bytes per cycle (nccl-tests' definition: algorithm bandwidth x 2(P-1)/P for all-reduce,
+    x (P-1)/P for reduce-scatter and all-gather)."""
+    p = r["npus"]
+    factor = 2 * (p - 1) / p if r["collective"] == "allreduce" else (p - 1) / p
+    return r["bytes"] * factor / r["cycles"] if r["cycles"] else 0.0
+
+
+def _row(r):
+    return {
+        "topology": r["topology"], "bytes": r["bytes"], "config": r.get("config"), "backend": r["backend"],
+        "buffers": r.get("buffers"), "fsms": r.get("fsms"), "cycles": r["cycles"],
+        "bound_cycles": r["bound_cycles"], "link_efficiency": r["link_efficiency"],
+        "busbw_bytes_per_cycle": round(busbw(r), 3),
+        "mem_read_bytes": sorted(set(r["mem_read_bytes"])), "mem_write_bytes": sorted(set(r["mem_write_bytes"])),
+        "sim_cycles_per_s": r["sim_cycles_per_s"], "build_s": r.get("build_s"), "wall_s": r["wall_s"],
+        "passed": passed(r),
+    }
+
+
+def _table(rows, cols):
+    head = " | ".join(c for c, _ in cols)
+    lines = [head, " | ".join("---" for _ in cols)]
+    for row in rows:
+        lines.append(" | ".join(fmt(row) for _, fmt in cols))
+    return "\n".join(lines)
+
+
+def _run(progress, **kw):
+    t0 = time.monotonic()
+    r = run_collective(progress=False, **kw)
+    if progress:
+        state = "ok" if passed(r) else "FAILED"
+        print(f"  {kw.get('topology')} {kw.get('nbytes')} B on {kw.get('backend')}"
+              + (f", {kw['buffers']} buffers" if kw.get("buffers") else "")
+              + (f", {kw['fsms']} FSMs" if kw.get("fsms") else "")
+              + f": {r['cycles']} cycles, efficiency {r['link_efficiency']:.3f} ({state}, "
+              f"{time.monotonic() - t0:.0f} s)", flush=True)
+    return r
+
+
+def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bidir-ring:8"), latency=10,
+                     backend="verilator", progress=True):
+    """All-reduce of each size on each topology; returns the rows."""
+    rows = []
+    for topo in topologies:
+        for size in sizes:
+            rows.append(_row(_run(progress, collective="allreduce", topology=topo, nbytes=size, dtype="fp32",
+                                  op="sum", config=config, latency=latency, backend=backend)))
+    return rows
+
+
+def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=10,
+                   backends=("verilator", "icarus"), progress=True):
+    """The same all-reduce on each backend; returns the rows (``sim_cycles_per_s`` is the figure)."""
+    return [_row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes, dtype="fp32", op="sum",
+                      config=config, latency=latency, backend=b)) for b in backends]
+
+
+def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=10, buffers=(4, 8, 16, 32),
+                fsms=(1, 2, 4, 8, 16), backend="verilator", progress=True):
+    """All-reduce with each (buffers, FSMs) pair the configuration has; returns the rows."""
+    from ..hdl.ace.config import AceConfig
+
+    cfg = AceConfig.profile(config)
+    rows = []
+    for b in buffers:
+        for f in fsms:
+            if b > cfg.n_buffers or f > cfg.n_fsms:
+                continue
+            rows.append(_row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes,
+                                  dtype="fp32", op="sum", config=config, latency=latency, backend=backend,
+                                  buffers=b, fsms=f)))
+    return rows
+
+
+COLUMNS = [
+    ("topology", lambda r: r["topology"]),
+    ("bytes/NPU", lambda r: str(r["bytes"])),
+    ("backend", lambda r: r["backend"]),
+    ("buffers", lambda r: str(r["buffers"])),
+    ("FSMs", lambda r: str(r["fsms"])),
+    ("cycles", lambda r: str(r["cycles"])),
+    ("bound", lambda r: f"{r['bound_cycles']:.0f}"),
+    ("efficiency", lambda r: f"{r['link_efficiency']:.3f}"),
+    ("busbw B/cycle", lambda r: f"{r['busbw_bytes_per_cycle']:.2f}"),
+    ("mem read/write B per NPU", lambda r: f"{r['mem_read_bytes']}/{r['mem_write_bytes']}"),
+    ("sim cycles/s", lambda r: f"{r['sim_cycles_per_s']:.0f}"),
+    ("check", lambda r: "ok" if r["passed"] else "FAILED"),
+]
+
+
+def main(args):
+    """Run the benchmark ``args.bench`` with the parsed command line options; print a table."""
+    sizes = args.bytes or [1 << 20]
+    print(f"syncfabric bench {args.bench}: engine configuration {args.config}, link latency {args.latency} "
+          f"cycles", flush=True)
+    if args.bench == "efficiency":
+        rows = bench_efficiency(args.config, sizes, args.topology or ["ring:8", "bidir-ring:8"], args.latency,
+                                args.backend or "verilator")
+    elif args.bench == "simspeed":
+        rows = bench_simspeed(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
+                              [args.backend] if args.backend else ["verilator", "icarus"])
+    else:
+        rows = bench_sweep(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
+                           args.buffers or [4, 8, 16, 32], args.fsms or [1, 2, 4, 8, 16],
+                           args.backend or "verilator")
+    print(_table(rows, COLUMNS))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0 if all(r["passed"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    from .cli import main as cli_main
+
+    sys.exit(cli_main(["bench", *sys.argv[1:]]))

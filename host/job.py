@@ -1,0 +1,385 @@
+"""Collectives on an ACE system, driven through each endpoint's driver: the job layer of ``syncfabric run`` and
+of the system testbenches.
+
+A :class:`CollectiveJob` is one collective on every rank of a topology: seeded input data, the golden
+library's programs, buffers in each endpoint's memory, the descriptor each rank posts, and the golden result
+every output byte is compared with. :func:`run_endpoint` is what one emulated NPU does - bring its engine up,
+load the programs, write its inputs, post its descriptors, wait for the completions and check its outputs -
+written once against :class:`~syncfabric.host.driver.AceDriver`, so the same code runs under cocotb (Verilator,
+Icarus) and Amaranth's simulator: the testbench runs one :func:`run_endpoint` per endpoint concurrently.
+
+Endpoint memory map (every endpoint the same)::
+
+    0x00000  submission ring   (SQ_ENTRIES x 64 B)
+    0x04000  completion ring   (CQ_ENTRIES x 32 B)
+    0x10000  data window 0     (the only region descriptors may name): the jobs' buffers, 4 KiB aligned,
+                               each followed by a guard band that must stay untouched
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..hdl.ace.config import AceConfig
+from ..sim.golden.algorithms import generate
+from ..sim.golden.chunking import buffer_counts
+from ..sim.golden.executor import execute
+from ..sim.golden.topology import parse as parse_topology
+from ..sim.golden.types import DType, ReduceOp, Status, dtype_bytes
+from ..hdl.common.layouts import DescFlags
+from .run import make_inputs
+
+__all__ = ["SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "CQ_ENTRIES", "DATA_BASE", "GUARD_BYTES", "CANARY",
+           "CollectiveJob", "RejectedCommand", "engine_chunk_bytes", "job_chunk_beats", "REJECTIONS", "Buffers", "EndpointResult", "memory_bytes",
+           "bring_up", "load_programs", "run_endpoint"]
+
+SQ_BASE = 0x00000
+SQ_ENTRIES = 128
+CQ_BASE = 0x04000
+CQ_ENTRIES = 128
+DATA_BASE = 0x10000
+#: Bytes after each buffer that no command may touch (checked after every run).
+GUARD_BYTES = 256
+#: Fill byte of output buffers and guard bands before a run: a byte the engine did not write keeps it.
+CANARY = 0xA5
+_ALIGN = 4096
+
+
+def _round_up(x, a):
+    return -(-x // a) * a
+
+
+@dataclass
+class Buffers:
+    """Where a job's buffers are in one endpoint's memory (``src``/``dst`` None: the rank has none)."""
+
+    src: int
+    src_bytes: int
+    dst: int
+    dst_bytes: int
+    end: int        #: first byte after the job's region (guards included)
+
+
+def engine_chunk_bytes(cfg, n_blocks, requested=None):
+    """The chunk size an engine of ``cfg`` runs a program of ``n_blocks`` blocks with: ``requested`` if given
+    (checked), else the largest chunk whose blocks fit a landing buffer's message limit (a block is one
+    message) and the chunk buffer: ``min(chunk_bytes, n_blocks * max_message_beats * beat_bytes)``."""
+    limit = min(cfg.chunk_beats, n_blocks * cfg.max_message_beats) * cfg.beat_bytes
+    if requested is None:
+        return limit
+    if requested <= 0 or requested % cfg.beat_bytes:
+        raise ValueError(f"chunk size {requested} must be a positive multiple of the {cfg.beat_bytes}-byte beat")
+    if requested > limit:
+        raise ValueError(f"chunk size {requested} exceeds what this engine runs a {n_blocks}-block program with "
+                         f"({limit} B: {cfg.chunk_bytes} B chunk buffers, messages of at most "
+                         f"{cfg.max_message_beats * cfg.beat_bytes} B)")
+    return requested
+
+
+def job_chunk_beats(jobs):
+    """The CHUNK_BEATS register value ``jobs`` need (it is engine-wide, so they must agree)."""
+    sizes = {j.chunk_bytes // j.cfg.beat_bytes for j in jobs if isinstance(j, CollectiveJob)}
+    if len(sizes) > 1:
+        raise ValueError(f"jobs on one engine must share a chunk size (CHUNK_BEATS is engine-wide); got "
+                         f"{sorted(sizes)} beats")
+    return sizes.pop() if sizes else None
+
+
+class CollectiveJob:
+    """One collective on every rank of ``spec["topology"]``.
+
+    ``spec``: a :func:`~syncfabric.host.run.job_spec` dict (collective, topology, algorithm, count, dtype, op,
+    root, seed). ``cfg``: the engines' :class:`~syncfabric.hdl.ace.config.AceConfig` (its chunk, packet and
+    beat sizes drive the golden decomposition). ``comm``/``tag``: the communicator the job runs on and the tag
+    of its descriptors; ``in_place``: the result overwrites the input (the descriptor's IN_PLACE flag);
+    ``misalign``: bytes (a multiple of the element size) added to each buffer's 4 KiB-aligned address.
+    """
+
+    def __init__(self, spec, cfg=None, *, comm=0, tag=0, in_place=False, misalign=0, cookie=None):
+        self.spec = dict(spec)
+        self.cfg = AceConfig() if cfg is None else cfg
+        self.comm, self.tag, self.in_place = comm, tag, in_place
+        self.topology = parse_topology(spec["topology"])
+        self.P = self.topology.n_endpoints
+        self.dtype, self.op = DType.parse(spec["dtype"]), ReduceOp.parse(spec["op"])
+        self.eb = dtype_bytes(self.dtype)
+        if misalign % self.eb:
+            raise ValueError(f"misalign={misalign} is not a multiple of the {self.eb}-byte element")
+        self.misalign = misalign
+        self.cookie = cookie
+        self.programs = generate(spec["collective"], spec["algorithm"], self.topology, root=spec["root"])
+        self.chunk_bytes = engine_chunk_bytes(self.cfg, self.programs[0].n_blocks, spec.get("chunk_bytes"))
+        self.inputs = make_inputs(spec)
+        self.golden = execute(self.programs, self.topology, self.inputs, self.dtype, self.op, spec["count"],
+                              self.chunk_bytes, self.cfg.packet_bytes, self.cfg.beat_bytes)
+        self.buffers = [None] * self.P
+        self.status, self.detail = Status.OK, 0
+
+    @property
+    def collective(self):
+        return self.spec["collective"]
+
+    def buffer_bytes(self, rank):
+        """(send, receive) buffer bytes of ``rank``."""
+        n_in, n_out = buffer_counts(self.collective, self.spec["count"], self.P, rank, self.spec["root"])
+        return n_in * self.eb, n_out * self.eb
+
+    def place(self, rank, base):
+        """Put ``rank``'s buffers at or after ``base`` (4 KiB aligned, plus ``misalign``); returns the end."""
+        n_in, n_out = self.buffer_bytes(rank)
+        start = _round_up(base, _ALIGN) + self.misalign
+        if self.in_place:
+            # NCCL's in-place convention: the own segment of the bigger buffer is the smaller one
+            seg = self.spec["count"] * self.eb
+            if self.collective == "reduce_scatter":
+                src, dst = start, start + rank * seg
+            elif self.collective == "allgather":
+                dst, src = start, start + rank * seg
+            else:
+                src = dst = start
+            end = start + max(n_in, n_out)
+        else:
+            src = start
+            dst = _round_up(src + n_in + GUARD_BYTES, _ALIGN) + self.misalign
+            end = dst + n_out
+        self.buffers[rank] = Buffers(src, n_in, dst, n_out, end + GUARD_BYTES)
+        return self.buffers[rank].end
+
+    def descriptor(self, rank):
+        """The descriptor ``rank`` posts (fields of ``descriptor_layout()``)."""
+        b = self.buffers[rank]
+        return {
+            "collective": self.collective, "algorithm": 0, "dtype": self.dtype, "op": self.op,
+            "flags": DescFlags.IN_PLACE if self.in_place else 0, "comm": self.comm, "root": self.spec["root"],
+            "tag": self.tag, "count": self.spec["count"], "src": b.src, "dst": b.dst,
+            "cookie": self.cookie if self.cookie is not None else rank,
+        }
+
+    async def write_inputs(self, transport, rank):
+        """Canary-fill the receive buffer and guard bands, then write the send buffer."""
+        b = self.buffers[rank]
+        lo = min(b.src, b.dst)
+        await transport.write_mem(lo, bytes([CANARY]) * (b.end - lo))
+        if b.src_bytes:
+            await transport.write_mem(b.src, np.ascontiguousarray(self.inputs[rank]).view(np.uint8).tobytes())
+
+    def expected(self, rank):
+        """Bytes the receive buffer of ``rank`` must hold after the collective."""
+        return self.golden.outputs[rank].tobytes()
+
+    async def check(self, transport, rank):
+        """``(mismatching output bytes, modified guard bytes)`` of ``rank`` after the run."""
+        b = self.buffers[rank]
+        out = await transport.read_mem(b.dst, b.dst_bytes) if b.dst_bytes else b""
+        exp = self.expected(rank)
+        bad = int(np.count_nonzero(np.frombuffer(out, np.uint8) != np.frombuffer(exp, np.uint8)))
+        guard = await transport.read_mem(b.end - GUARD_BYTES, GUARD_BYTES)
+        touched = sum(1 for x in guard if x != CANARY)
+        if not self.in_place and b.src_bytes:
+            # the source must be unchanged and the gap between the buffers untouched
+            src = await transport.read_mem(b.src, b.src_bytes)
+            bad += int(np.count_nonzero(np.frombuffer(src, np.uint8)
+                                        != np.ascontiguousarray(self.inputs[rank]).view(np.uint8)))
+            gap = await transport.read_mem(b.src + b.src_bytes, GUARD_BYTES)
+            touched += sum(1 for x in gap if x != CANARY)
+        return bad, touched
+
+
+class RejectedCommand:
+    """A descriptor the engine must reject: ``kind`` (a key of :data:`REJECTIONS`) spoils one field of an
+    otherwise valid descriptor of ``template`` (a :class:`CollectiveJob`, whose buffers it does not share).
+    It expects an error completion with the documented status and detail, and no byte written: its
+    destination buffer and guard bands keep their canary."""
+
+    def __init__(self, kind, template, *, cookie=None):
+        if kind not in REJECTIONS:
+            raise ValueError(f"unknown rejection {kind!r}; expected one of {', '.join(REJECTIONS)}")
+        self.kind, self.template, self.cookie = kind, template, cookie
+        self.status, self._mutate = REJECTIONS[kind]
+        self.comm, self.collective = template.comm, template.collective
+        self.programs = template.programs
+        self.topology, self.P = template.topology, template.P
+        self.misalign = 0
+        self.buffers = [None] * self.P
+
+    def buffer_bytes(self, rank):
+        return self.template.buffer_bytes(rank)
+
+    def place(self, rank, base):
+        n_in, n_out = self.buffer_bytes(rank)
+        src = _round_up(base, _ALIGN)
+        dst = _round_up(src + n_in + GUARD_BYTES, _ALIGN)
+        self.buffers[rank] = Buffers(src, n_in, dst, n_out, dst + n_out + GUARD_BYTES)
+        return self.buffers[rank].end
+
+    def descriptor(self, rank):
+        b = self.buffers[rank]
+        t = self.template
+        desc = {"collective": t.collective, "algorithm": 0, "dtype": t.dtype, "op": t.op, "flags": 0,
+                "comm": t.comm, "root": t.spec["root"], "tag": t.tag, "count": t.spec["count"], "src": b.src,
+                "dst": b.dst, "cookie": self.cookie if self.cookie is not None else rank}
+        self.detail = self._mutate(desc, self)
+        return desc
+
+    async def write_inputs(self, transport, rank):
+        b = self.buffers[rank]
+        await transport.write_mem(b.src, bytes([CANARY]) * (b.end - b.src))
+
+    async def check(self, transport, rank):
+        """``(0, bytes of the command's region that changed)``: nothing may be written."""
+        b = self.buffers[rank]
+        region = await transport.read_mem(b.src, b.end - b.src)
+        return 0, sum(1 for x in region if x != CANARY)
+
+
+def _set(**fields):
+    def mutate(desc, cmd):
+        desc.update(fields)
+        return next(iter(fields.values())) if len(fields) == 1 else 0
+    return mutate
+
+
+def _misalign(field):
+    def mutate(desc, cmd):
+        desc[field] += 2 if dtype_bytes(desc["dtype"]) == 4 else 1
+        return 0 if field == "src" else 1
+    return mutate
+
+
+def _outside(field):
+    def mutate(desc, cmd):
+        desc[field] = SQ_BASE if field == "dst" else DATA_BASE - 4096    # below the data window
+        return 0 if field == "src" else 1
+    return mutate
+
+
+def _in_place_mismatch(desc, cmd):
+    from ..hdl.common.layouts import DescFlags as F
+    desc["flags"] = F.IN_PLACE
+    return F.IN_PLACE
+
+
+def _bad_root(desc, cmd):
+    desc["root"] = cmd.P
+    return cmd.P
+
+
+#: Rejections a descriptor can earn: kind -> (status, how the descriptor is spoiled; returns the detail the
+#: completion must carry). The order of the checks is in docs/engine.md.
+REJECTIONS = {
+    "bad_collective": (Status.BAD_COLLECTIVE, _set(collective=0x3F)),
+    "bad_comm": (Status.BAD_COMM, _set(comm=0xEE)),
+    "bad_dtype": (Status.BAD_DTYPE, _set(dtype=7)),
+    "bad_op": (Status.BAD_OP, _set(op=3)),
+    "bad_flags": (Status.BAD_FLAGS, _set(flags=0x80)),
+    "in_place_mismatch": (Status.BAD_FLAGS, _in_place_mismatch),
+    "zero_count": (Status.ZERO_COUNT, lambda d, c: d.update(count=0) or 0),
+    "misaligned_src": (Status.MISALIGNED, _misalign("src")),
+    "misaligned_dst": (Status.MISALIGNED, _misalign("dst")),
+    "bad_root": (Status.BAD_ROOT, _bad_root),
+    "bad_algorithm": (Status.BAD_ALGORITHM, _set(algorithm=5)),
+    "src_out_of_window": (Status.OUT_OF_WINDOW, _outside("src")),
+    "dst_out_of_window": (Status.OUT_OF_WINDOW, _outside("dst")),
+}
+
+
+def memory_bytes(jobs, rank=0):
+    """Endpoint memory needed by ``jobs`` (placed one after the other from :data:`DATA_BASE`)."""
+    end = DATA_BASE
+    for job in jobs:
+        n_in, n_out = job.buffer_bytes(rank)
+        end = _round_up(end, _ALIGN) + job.misalign + n_in + n_out + 2 * GUARD_BYTES + 2 * _ALIGN
+    return _round_up(end, _ALIGN)
+
+
+async def bring_up(drv, mem_bytes, chunk_beats=None):
+    """Check the engine's identity and configuration, set up the rings, register the data window and set the
+    chunk size (``chunk_beats``; default: the configuration's)."""
+    await drv.check_config()
+    await drv.configure(SQ_BASE, SQ_ENTRIES, CQ_BASE, CQ_ENTRIES)
+    await drv.add_window(0, DATA_BASE, mem_bytes - DATA_BASE)
+    await drv.write("CHUNK_BEATS", drv.cfg.chunk_beats if chunk_beats is None else chunk_beats)
+
+
+async def load_programs(drv, rank, jobs):
+    """Load every job's program of ``rank`` on its communicator (one configure_comm per communicator)."""
+    by_comm = {}
+    for job in jobs:
+        progs = by_comm.setdefault(job.comm, {})
+        prev = progs.get(job.collective)
+        if prev is not None and prev[0] != job.programs[rank]:
+            raise ValueError(f"communicator {job.comm} has two different {job.collective} programs")
+        progs[job.collective] = (job.programs[rank], job.topology)
+    for comm, progs in by_comm.items():
+        topos = {t.spec for _, t in progs.values()}
+        if len(topos) != 1:
+            raise ValueError(f"communicator {comm} is used on several topologies: {sorted(topos)}")
+        topo = next(iter(progs.values()))[1]
+        await drv.configure_comm(comm, rank, topo.n_endpoints, {c: p for c, (p, _) in progs.items()}, topo)
+
+
+@dataclass
+class EndpointResult:
+    """What one endpoint saw: the completion of each job (in posting order), its mismatches and guard
+    damage, the cycles from the first doorbell to the last completion, and the engine's counters."""
+
+    rank: int
+    completions: list = field(default_factory=list)
+    mismatches: list = field(default_factory=list)
+    guard_touched: list = field(default_factory=list)
+    cycles: int = 0
+    counters: dict = field(default_factory=dict)
+
+
+async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, sync=None, setup=True,
+                       fsm_limit=None):
+    """Everything endpoint ``rank`` does for ``jobs`` (posted in list order): bring-up and program loading (if
+    ``setup``), inputs, one descriptor per job, then wait for as many completions and check every output
+    byte against the golden model. ``fsm_limit`` (with ``setup``) writes FSM_LIMIT: chunks go to that many
+    FSMs only. ``sync`` (an async callable) is awaited just before the first doorbell,
+    e.g. a barrier so that all endpoints post at the same cycle. Returns an :class:`EndpointResult`;
+    completions are matched to jobs by their cookie."""
+    tr = drv.transport
+    if mem_bytes is None:
+        mem_bytes = memory_bytes(jobs, rank)
+    if setup:
+        await bring_up(drv, mem_bytes, job_chunk_beats(jobs))
+        await load_programs(drv, rank, jobs)
+        if fsm_limit is not None:
+            if not 1 <= fsm_limit <= drv.cfg.n_fsms:
+                raise ValueError(f"FSM limit {fsm_limit} out of range (the engine has {drv.cfg.n_fsms} FSMs)")
+            await drv.write("FSM_LIMIT", fsm_limit)
+    base = DATA_BASE
+    for job in jobs:
+        base = job.place(rank, base)
+        if base > mem_bytes:
+            raise ValueError(f"the jobs need {base:#x} bytes of endpoint memory, there are {mem_bytes:#x}")
+        await job.write_inputs(tr, rank)
+    if sync is not None:
+        await sync()
+    t0 = await tr.cycles()
+    cookies = []
+    for k, job in enumerate(jobs):
+        desc = job.descriptor(rank)
+        if job.cookie is None:      # unique per command: (position << 16) | rank
+            desc["cookie"] = (k << 16) | rank
+        cookies.append(desc["cookie"])
+        await drv.post(desc)
+    cpls = await drv.wait(len(jobs), timeout_cycles=timeout_cycles)
+    res = EndpointResult(rank, cycles=await tr.cycles() - t0)
+    by_cookie = {c["cookie"]: c for c in cpls}
+    if len(by_cookie) != len(cpls):
+        raise RuntimeError(f"rank {rank}: several completions carry the same cookie")
+    for job, cookie in zip(jobs, cookies):
+        cpl = by_cookie.get(cookie)
+        if cpl is None:
+            raise RuntimeError(f"rank {rank}: no completion with cookie {cookie:#x}")
+        res.completions.append(cpl)
+        if isinstance(job, RejectedCommand) or cpl["status"] == Status.OK:
+            bad, touched = await job.check(tr, rank)
+        else:
+            bad, touched = job.buffer_bytes(rank)[1], 0
+        res.mismatches.append(bad)
+        res.guard_touched.append(touched)
+    res.counters = await drv.counters()
+    return res

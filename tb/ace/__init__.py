@@ -1,0 +1,67 @@
+"""System testbenches of the ACE engine: N engines on a topology of link models, each with a cocotbext-axi
+``AxiRam`` as its NPU memory, driven by the host driver (:mod:`syncfabric.host.job`).
+
+:func:`ace_system_verilog` is the harness factory: the system top (``ace_system``) and the engine
+(``ace_engine``, converted once per configuration and cached, whatever the topology).
+"""
+
+from ...hdl.ace.config import AceConfig
+from ...hdl.ace.engine import AceEngine
+from ...hdl.system.top import ENGINE_MODULE, AceSystem
+from ..harness import verilog_for
+
+__all__ = ["ace_system_verilog", "ace_engine", "run_system"]
+
+
+def ace_engine(cfg):
+    """The engine of configuration ``cfg`` (a dict of :class:`AceConfig` fields)."""
+    return AceEngine(AceConfig(**cfg))
+
+
+def ace_system_verilog(cfg, topology, latency=None, rate=None):
+    """Verilog of ``AceSystem(AceConfig(**cfg), topology, latency, rate)`` followed by the engine module."""
+    from amaranth.back import verilog
+    engine = verilog_for(ace_engine, {"cfg": cfg}, ENGINE_MODULE).read_text()
+    top = verilog.convert(AceSystem(AceConfig(**cfg), topology, latency, rate), name="ace_system",
+                          emit_src=False)
+    return top + "\n" + engine
+
+
+def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
+               pause=0.0, link_stall=0.0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
+               check=True, buffers=None, fsms=None):
+    """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
+    configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
+    JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
+    under ``"run"``; raises AssertionError when the testbench fails (``check=False``: returns what the
+    testbench wrote, with the failure under ``"error"``). ``progress`` logs the simulated cycles every few
+    seconds. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART
+    and FSM_LIMIT registers, so one build serves a whole sweep)."""
+    import dataclasses
+    import json
+    import os
+    import tempfile
+
+    from ..harness import run_cocotb
+
+    params = {"cfg": dataclasses.asdict(cfg), "topology": topology, "latency": latency, "rate": rate}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = out or os.path.join(tmp, "result.json")
+        error = None
+        try:
+            run = run_cocotb(ace_system_verilog, params, toplevel="ace_system",
+                             test_module="syncfabric.tb.ace.test_system", sim=sim, testcase=testcase,
+                             tb_params={"jobs": jobs, "seed": seed, "pause": pause, "link_stall": link_stall,
+                                        "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
+                                        "buffers": buffers, "fsms": fsms},
+                             build_tag=build_tag)
+        except AssertionError as exc:
+            if check:
+                raise
+            run, error = {"sim": sim}, str(exc)
+        result = {"error": error} if error else {}
+        if os.path.exists(path):
+            with open(path) as f:
+                result = json.load(f)
+    result["run"] = run
+    return result

@@ -1,0 +1,245 @@
+"""cocotb testbench of an ACE system (``ace_system``: N engines on a topology of link models).
+
+Each endpoint's NPU memory is a cocotbext-axi ``AxiRam`` (optionally with random pauses on all five channels,
+i.e. random response delays); each endpoint is driven by the host driver over a
+:class:`~syncfabric.tb.transport.CocotbTransport` running :func:`syncfabric.host.job.run_endpoint` - the
+testbench has no second copy of the driver. Every output byte is compared with the golden executor, and
+every guard band around the buffers must be left untouched.
+
+Parameters (:func:`syncfabric.tb.harness.tb_params`): ``params`` (the factory's: cfg, topology, latency,
+rate), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
+order on every rank), ``seed``, ``pause`` (probability that an AXI channel pauses in a cycle),
+``link_stall`` (probability that a link holds ready low in a cycle), ``timeout_cycles``, ``out`` (write the
+result JSON there), ``progress`` (log the simulated cycle every few seconds), ``buffers``/``fsms`` (use
+that many chunk buffers / FSMs of the engines: the partitions and FSM_LIMIT registers), ``expect`` (per job,
+the status every rank must complete with; default OK).
+"""
+
+import json
+import logging
+import random
+import time
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, Event, RisingEdge
+from cocotbext.axi import AxiBus, AxiRam
+
+from ...hdl.ace.config import AceConfig
+from ...hdl.system.top import link_params
+from ...host.driver import AceDriver
+from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
+                         memory_bytes, run_endpoint)
+from ...sim.golden.topology import parse as parse_topology
+from ..harness import tb_params
+from ..transport import CocotbTransport
+
+CLOCK_NS = 10
+
+
+def _pauses(rng, prob):
+    while True:
+        yield rng.random() < prob
+
+
+class Barrier:
+    """All ``n`` parties resume in the same simulation step once the last one arrives."""
+
+    def __init__(self, n):
+        self.n, self.count, self.event = n, 0, Event()
+
+    async def wait(self):
+        self.count += 1
+        if self.count == self.n:
+            self.event.set()
+        else:
+            await self.event.wait()
+
+
+class SystemTB:
+    """Clock, reset, one AxiRam and one driver per endpoint, random link stalls."""
+
+    def __init__(self, dut, p):
+        self.dut, self.p = dut, p
+        fp = p["params"]
+        self.cfg = AceConfig(**fp["cfg"])
+        self.topology = fp["topology"]
+        self.links = link_params(self.topology, fp.get("latency"), fp.get("rate"))
+        self.seed = int(p.get("seed", 1))
+        self.rng = random.Random(self.seed)
+        self.log = dut._log
+        self.n = parse_topology(self.topology).n_endpoints
+        specs = p.get("jobs", [])
+        self.jobs = [None if "reject" in j else
+                     CollectiveJob(j["spec"], self.cfg, comm=j.get("comm", 0), tag=j.get("tag", 0),
+                                   in_place=j.get("in_place", False), misalign=j.get("misalign", 0))
+                     for j in specs]
+        for k, j in enumerate(specs):       # a rejection spoils a descriptor of a collective of the list
+            if "reject" in j:
+                self.jobs[k] = RejectedCommand(j["reject"], self.jobs[j.get("template", 0)])
+        self.ranks = [set(j.get("ranks", range(self.n))) for j in specs]
+        self.mem_bytes = max([memory_bytes(self.jobs_of(r), r) for r in range(self.n)] + [1 << 18])
+        self.rams, self.drivers = [], []
+        pause = float(p.get("pause", 0.0))
+        for i in range(self.n):
+            ram = AxiRam(AxiBus.from_prefix(dut, f"ep{i}_axi_"), dut.clk, dut.rst, size=self.mem_bytes)
+            if pause > 0:
+                for k, ch in enumerate((ram.write_if.aw_channel, ram.write_if.w_channel, ram.write_if.b_channel,
+                                        ram.read_if.ar_channel, ram.read_if.r_channel)):
+                    ch.set_pause_generator(_pauses(random.Random(self.seed * 1000 + i * 8 + k), pause))
+            for log in (ram.write_if.log, ram.read_if.log, ram.write_if.aw_channel.log, ram.write_if.w_channel.log,
+                        ram.write_if.b_channel.log, ram.read_if.ar_channel.log, ram.read_if.r_channel.log):
+                log.setLevel(logging.WARNING)     # a line per burst costs more than the simulation
+            self.rams.append(ram)
+            tr = CocotbTransport(dut, dut.clk, csr_prefix=f"ep{i}_csr", mem=ram, irq=getattr(dut, f"ep{i}_irq"))
+            drv = AceDriver(tr, self.cfg)
+            drv.buffer_budget = p.get("buffers")
+            self.drivers.append(drv)
+
+    def jobs_of(self, rank):
+        """The commands ``rank`` posts, in order (a rejected command may be posted by some ranks only)."""
+        return [j for j, ranks in zip(self.jobs, self.ranks) if rank in ranks]
+
+    async def start(self):
+        cocotb.start_soon(Clock(self.dut.clk, CLOCK_NS, unit="ns").start())
+        for li in range(len(self.links)):
+            getattr(self.dut, f"link{li}_inject").value = 0
+            getattr(self.dut, f"link{li}_stall").value = 0
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
+        stall = float(self.p.get("link_stall", 0.0))
+        if stall > 0:
+            cocotb.start_soon(self._stall_links(stall))
+
+    async def _stall_links(self, prob):
+        pins = [getattr(self.dut, f"link{li}_stall") for li in range(len(self.links))]
+        rng = random.Random(self.seed * 7 + 3)
+        while True:
+            await RisingEdge(self.dut.clk)
+            for pin in pins:
+                pin.value = int(rng.random() < prob)
+
+    async def report_progress(self, every_s=5.0):
+        """Log the simulated cycle and the simulation rate every ``every_s`` seconds of wall time."""
+        t_start = t_last = time.monotonic()
+        cycle = last = 0
+        while True:
+            await ClockCycles(self.dut.clk, 500)
+            cycle += 500
+            now = time.monotonic()
+            if now - t_last >= every_s:
+                self.log.info("progress: cycle %d, %.0f cycles/s, %.0f s", cycle, (cycle - last) / (now - t_last),
+                              now - t_start)
+                t_last, last = now, cycle
+
+    async def run_jobs(self, timeout_cycles, setup=True):
+        """Every endpoint runs :func:`run_endpoint` for its commands concurrently; all post at the same cycle."""
+        barrier = Barrier(self.n)
+        tasks = [cocotb.start_soon(run_endpoint(self.drivers[i], i, self.jobs_of(i), mem_bytes=self.mem_bytes,
+                                                timeout_cycles=timeout_cycles, sync=barrier.wait, setup=setup,
+                                                fsm_limit=self.p.get("fsms")))
+                 for i in range(self.n)]
+        return [await t for t in tasks]
+
+
+def summarize(tb, results, wall):
+    """The JSON result: per command the status, detail, mismatching and guard bytes of each rank that posted
+    it (``None`` for the others), the expected status and detail, the collective's cycles (the largest
+    completion ``cycles`` field over the ranks: descriptor fetch to completion write) and the golden
+    model's traffic; per rank the counters."""
+    jobs = []
+    for k, job in enumerate(tb.jobs):
+        row = {"kind": getattr(job, "kind", "collective"), "expect": job.status.name,
+               "status": [], "detail": [], "expect_detail": [], "mismatches": [], "guard_touched": []}
+        for r, res in enumerate(results):
+            if r not in tb.ranks[k]:
+                for key in ("status", "detail", "expect_detail", "mismatches", "guard_touched"):
+                    row[key].append(None)
+                continue
+            i = tb.jobs_of(r).index(job)
+            cpl = res.completions[i]
+            job.descriptor(r)          # the detail a rejection expects depends on the rank's descriptor
+            row["status"].append(cpl["status_name"])
+            row["detail"].append(cpl["detail"])
+            row["expect_detail"].append(job.detail)
+            row["mismatches"].append(res.mismatches[i])
+            row["guard_touched"].append(res.guard_touched[i])
+            row["cycles"] = max(row.get("cycles", 0), cpl["cycles"])
+        if isinstance(job, CollectiveJob):
+            row["spec"] = job.spec
+            row["golden"] = {"mem_read_bytes": list(job.golden.mem_read_bytes),
+                             "mem_write_bytes": list(job.golden.mem_write_bytes),
+                             "bytes_sent_per_byte_read": job.golden.bytes_sent_per_byte_read,
+                             "chunks": job.golden.n_chunks, "messages": job.golden.n_messages,
+                             "packets": job.golden.n_packets}
+        jobs.append(row)
+    return {"jobs": jobs, "counters": [r.counters for r in results],
+            "window_cycles": max(r.cycles for r in results), "wall_s": wall, "seed": tb.seed}
+
+
+def check_summary(tb, out):
+    """Assert every command completed as expected, every byte matched and no guard byte changed."""
+    for k, j in enumerate(out["jobs"]):
+        posted = [r for r in range(tb.n) if j["status"][r] is not None]
+        what = f"command {k} ({j['kind']}{', ' + j['spec']['collective'] if 'spec' in j else ''})"
+        for r in posted:
+            assert j["status"][r] == j["expect"], f"{what}: rank {r} completed {j['status'][r]}, expected {j['expect']}"
+            if j["expect"] != "OK":
+                assert j["detail"][r] == j["expect_detail"][r], \
+                    f"{what}: rank {r} detail {j['detail'][r]:#x}, expected {j['expect_detail'][r]:#x}"
+            assert j["mismatches"][r] == 0, f"{what}: rank {r} has {j['mismatches'][r]} mismatching bytes"
+            assert j["guard_touched"][r] == 0, f"{what}: rank {r} wrote {j['guard_touched'][r]} bytes it must not"
+    for r, c in enumerate(out["counters"]):
+        assert c["RX_CRC_ERRS"] == [0] * len(c["RX_CRC_ERRS"]), f"rank {r}: CRC errors {c['RX_CRC_ERRS']}"
+
+
+@cocotb.test()
+async def collectives(dut):
+    """The commands of ``tb_params()["jobs"]``, posted in order on every rank (rejections where they say);
+    every byte against the golden model, every rejection with its status and detail and nothing written."""
+    p = tb_params()
+    tb = SystemTB(dut, p)
+    tb.log.info("seed %d: %d commands on %s, AXI pause %.2f, link stall %.2f", tb.seed, len(tb.jobs), tb.topology,
+                float(p.get("pause", 0)), float(p.get("link_stall", 0)))
+    await tb.start()
+    if p.get("progress"):
+        cocotb.start_soon(tb.report_progress())
+    t0 = time.monotonic()
+    results = await tb.run_jobs(p.get("timeout_cycles", 10**6))
+    out = summarize(tb, results, time.monotonic() - t0)
+    if p.get("out"):
+        with open(p["out"], "w") as f:
+            json.dump(out, f)
+    for k, j in enumerate(out["jobs"]):
+        tb.log.info("command %d %s: %s, %d cycles", k, j["spec"]["collective"] if "spec" in j else j["kind"],
+                    j["status"], j.get("cycles", 0))
+    check_summary(tb, out)
+
+
+@cocotb.test()
+async def register_errors(dut):
+    """A descriptor that needs more SRAM per chunk than the engine has (CHUNK_BEATS set beyond the buffers)
+    completes SRAM_TOO_SMALL with nothing written; with CHUNK_BEATS restored the same job runs correctly on
+    every rank."""
+    p = tb_params()
+    tb = SystemTB(dut, p)
+    await tb.start()
+    job = tb.jobs[0]
+    drv = tb.drivers[0]
+    await bring_up(drv, tb.mem_bytes)
+    await load_programs(drv, 0, [job])
+    job.place(0, DATA_BASE)
+    await job.write_inputs(drv.transport, 0)
+    good = await drv.read("CHUNK_BEATS")
+    await drv.write("CHUNK_BEATS", tb.cfg.chunk_beats + 1)
+    await drv.post(job.descriptor(0))
+    [cpl] = await drv.wait(1, timeout_cycles=100_000)
+    assert cpl["status_name"] == "SRAM_TOO_SMALL", cpl
+    b = job.buffers[0]
+    region = await drv.transport.read_mem(b.dst, b.end - b.dst)
+    assert set(region) == {CANARY}, "a rejected command wrote to memory"
+    await drv.write("CHUNK_BEATS", good)
+    results = await tb.run_jobs(p.get("timeout_cycles", 10**6))
+    check_summary(tb, summarize(tb, results, 0.0))

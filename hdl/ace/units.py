@@ -261,7 +261,11 @@ class RecvUnit(wiring.Component):
                                   "sram_addr": jl.members["sram_addr"], "beats": unsigned(16), "reduce": 1,
                                   "fwd": 1, "fwd_port": unsigned(3), "fill": 1})
         m.submodules.beq = beq = fifo.SyncFIFOBuffered(width=be_l.size, depth=2)
-        m.submodules.statq = statq = fifo.SyncFIFOBuffered(width=STATUS_SHAPE.width, depth=2)
+        # statq is written without a w_rdy check (it holds a subset of beq's jobs, so never more than 2): it must
+        # be a plain SyncFIFO, whose w_rdy is exactly level < depth. A SyncFIFOBuffered of depth 2 refuses a
+        # write in the cycle after a write into it while empty (the entry is still moving to its output
+        # register), which lost the status of an empty message right behind a full one and hung its chunk.
+        m.submodules.statq = statq = fifo.SyncFIFO(width=STATUS_SHAPE.width, depth=2)
         m.submodules.fwdq = fwdq = fifo.SyncFIFOBuffered(width=fwd_msg_layout().size, depth=2)
 
         # ---- one-entry job queue ----------------------------------------------------------------------

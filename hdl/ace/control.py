@@ -431,6 +431,12 @@ class ControlUnit(wiring.Component):
                         m.d.comb += [start.eq(e.phase_start[p]), length.eq(e.phase_len[p])]
             return start, (start + Mux(last, e.store_start, length))[:11]
 
+        def slot_filled(buf, slot):
+            """A slot's pending LOAD ends this cycle: the load unit finished it, or the sequencer found the block
+            empty and skipped it. A step decoded while its slot was pending waits for exactly this event."""
+            return ((load.done.valid & (load.done.buf == buf) & (load.done.slot == slot))
+                    | (seqr.skip.valid & (seqr.skip.buf == buf) & (seqr.skip.slot == slot)))
+
         # decoder: one FSM at a time, 4 cycles (pick; fetch word; geometry + route lookup; write back)
         m.submodules.dec_geo = dgeo = BlockGeometry(cfg)
         dec_f = Signal(_w(F))
@@ -501,8 +507,7 @@ class ControlUnit(wiring.Component):
             dec_result.addr.eq(dgeo.in_addr),
             dec_result.sram_addr.eq(_field(w, "slot") * dec_entry.geom.slot_beats),
             dec_result.wait.eq((op != StepOp.LOAD) & dec_loading.bit_select(_field(w, "slot")[:SBITS], 1)
-                               & ~(load.done.valid & (load.done.buf == dec_buf)
-                                   & (load.done.slot == _field(w, "slot")))),
+                               & ~slot_filled(dec_buf, _field(w, "slot"))),
             dec_illegal.eq(
                 ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV))
                 | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K)
@@ -693,7 +698,7 @@ class ControlUnit(wiring.Component):
             s = st[f]
             e = ctx_entry[f]
             # the LOAD of the step's slot completes
-            loaded = (load.done.valid & (load.done.buf == ctx_buf[f]) & (load.done.slot == step[f].slot))
+            loaded = slot_filled(ctx_buf[f], step[f].slot)
             unit_done = Signal(name=f"fsm{f}_unit_done")
             for u in sends + recvs:
                 with m.If(u.done.valid & (u.done.fsm == f)):

@@ -559,7 +559,9 @@ class LoadSequencer(wiring.Component):
             with m.State("ISSUE"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(field("op") != StepOp.LOAD):
-                    m.d.comb += [self.error.valid.eq(1), self.error.cmd.eq(cur.cmd)]
+                    # reported, and its slot released as if loaded, so that no step waits for it forever
+                    m.d.comb += [self.error.valid.eq(1), self.error.cmd.eq(cur.cmd),
+                                 self.skip.valid.eq(1), self.skip.buf.eq(cur.buf), self.skip.slot.eq(field("slot"))]
                     m.d.sync += pc.eq(pc + 1)
                     m.next = "FETCH"
                 with m.Elif(self.geo_nbytes == 0):      # an empty block: nothing to load, the slot is ready

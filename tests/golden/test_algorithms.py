@@ -13,7 +13,7 @@ import pytest
 from syncfabric.sim.golden.algorithms import generate, supported_algorithms, default_algorithm
 from syncfabric.sim.golden.chunking import Decomposition, buffer_counts
 from syncfabric.sim.golden.executor import execute
-from syncfabric.sim.golden.program import check_link_order, check_programs, Step
+from syncfabric.sim.golden.program import check_link_order, check_programs, Step, StepOp
 from syncfabric.sim.golden.topology import parse
 from syncfabric.sim.golden.types import DType, ReduceOp
 
@@ -269,6 +269,28 @@ def test_links_deliver_in_consumption_order_everywhere():
     """The in-order property of docs/programs.md holds for every generated program set."""
     for spec, coll, algo, root in CASES:
         check_link_order(_programs(spec, coll, algo, root), spec)
+
+
+def test_every_store_follows_the_last_write_of_its_slot_everywhere():
+    """STORE placement of docs/programs.md: each STORE comes right after the last write (LOAD/RECV) of its slot,
+    or first in the last phase when that write is in an earlier phase (after the leading LOADs of a single
+    phase), and no step writes a slot after its STORE - an engine may post the STORE and go on."""
+    for spec, coll, algo, root in CASES:
+        for prog in _programs(spec, coll, algo, root):
+            last = prog.phases[-1].steps
+            head = 0
+            if len(prog.phases) == 1:
+                while head < len(last) and last[head].op == StepOp.LOAD:
+                    head += 1
+            for i, s in enumerate(last):
+                if s.op != StepOp.STORE:
+                    continue
+                before = [k for k in range(i) if last[k].op in (StepOp.LOAD, StepOp.RECV) and last[k].slot == s.slot]
+                lo = max(before[-1] + 1 if before else 0, head)
+                assert all(last[k].op == StepOp.STORE for k in range(lo, i)), (spec, coll, prog.rank, i)
+                assert not any(t.op in (StepOp.LOAD, StepOp.RECV) and t.slot == s.slot for t in last[i:]), \
+                    (spec, coll, prog.rank, i)
+            assert all(t.op != StepOp.STORE for ph in prog.phases[:-1] for t in ph.steps)
 
 
 def test_slot_and_block_counts():

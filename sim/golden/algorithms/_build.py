@@ -107,6 +107,8 @@ class Builder:
                         out.append(Step(p.op, p.slot, p.block, p.port, p.peer, keys[(r, pi, p.msg)],
                                         p.reduce, p.fwd, fk))
                 phases.append(Phase(name, ports, out))
+            phases[-1] = Phase(phases[-1].name, phases[-1].ports,
+                               _stores_after_last_write(phases[-1].steps, phases[:-1]))
             progs.append(Program(r, self.nranks, self.collective, self.algorithm, self.n_blocks,
                                  self.n_slots, phases, self.root))
         return tuple(progs)
@@ -125,6 +127,37 @@ def _loads_by_first_use(protos):
         first_use.setdefault(p.slot, i)
     order = sorted(range(n), key=lambda k: (first_use.get(protos[k].slot, len(protos)), k))
     return [protos[k] for k in order] + list(protos[n:])
+
+
+def _stores_after_last_write(steps, earlier_phases=()):
+    """``steps`` (the last phase) with every STORE moved up to just after the last step before it that writes
+    its slot (a LOAD or a RECV), or to the start of the phase when that write is in an earlier phase; never
+    into the leading LOADs of a first phase. A STORE only reads its slot, and no step between its old and new
+    place writes that slot, so the data stored is the same: only the timing changes. An engine that posts
+    STOREs as it meets them writes a block back as soon as it is final, while the chunk's other blocks are
+    still on the links, instead of the whole chunk after its last message (ACE's RX DMA draining the terminal
+    partition at the end, which leaves the last chunk's write-back exposed)."""
+    head = 0
+    if not earlier_phases:
+        while head < len(steps) and steps[head].op == StepOp.LOAD:
+            head += 1
+    rest = [s for s in steps if s.op != StepOp.STORE]
+    after = {}              # index into rest -> STOREs that go right after it (-1: before everything)
+    last_write = {}         # slot -> index into rest of its last write so far
+    k = -1
+    for s in steps:
+        if s.op == StepOp.STORE:
+            at = max(last_write.get(s.slot, -1), head - 1)
+            after.setdefault(at, []).append(s)
+            continue
+        k += 1
+        if s.op in (StepOp.LOAD, StepOp.RECV):
+            last_write[s.slot] = k
+    out = list(after.get(-1, []))
+    for i, s in enumerate(rest):
+        out.append(s)
+        out.extend(after.get(i, []))
+    return out
 
 
 def merge_ticks(*schedules):

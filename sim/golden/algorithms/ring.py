@@ -11,7 +11,8 @@
   carries half the data).
 
 Slot = block everywhere (``n_slots = n_blocks``): the chunk context holds the whole chunk working set.
-LOADs come first, STOREs last (the terminal partition drained by the RX DMA at the end of the chunk).
+LOADs come first; each STORE follows the last write of its slot (``_build``), so a final block goes back to
+memory while the rest of the chunk is still moving.
 """
 
 from ..topology import Ring, Switch

@@ -19,7 +19,7 @@ from ..sim.golden.program import Program, StepOp
 from ..sim.golden.topology import Ring, Switch, Torus, parse as parse_topology
 from ..sim.golden.types import Algorithm, Collective
 
-__all__ = ["instruction_words", "collective_code", "algorithm_code", "store_start", "load_end", "load_mask",
+__all__ = ["instruction_words", "collective_code", "algorithm_code", "check_store_order", "load_end", "load_mask",
            "program_entry",
            "entry_words", "decode_entry", "route_ports", "routing_table", "comm_dims", "phase_input_fraction",
            "phase_bandwidth", "phase_weights", "partition_sizes", "program_partitions", "ImemAllocator"]
@@ -42,15 +42,19 @@ def algorithm_code(program):
     return Algorithm.parse(program.algorithm)
 
 
-def store_start(program):
-    """Index, within the last phase, of the first of its trailing STOREs (every step after it is a STORE):
-    where a chunk leaves its FSM for the terminal partition. The last phase's length if it does not end
-    with a STORE (e.g. a rank that receives no output)."""
-    steps = program.phases[-1].steps if program.phases else ()
-    i = len(steps)
-    while i > 0 and steps[i - 1].op == StepOp.STORE:
-        i -= 1
-    return i
+def check_store_order(program):
+    """Raise ValueError if a step writes a slot (LOAD, RECV) after a STORE of that slot. The engine posts a
+    STORE to its RX DMA and goes on with the next step, so a later write could overtake the STORE's reads of
+    the slot; golden programs place each STORE after the last write of its slot."""
+    stored = {}
+    for pi, si, step in program.steps():
+        if step.op == StepOp.STORE:
+            stored.setdefault(step.slot, (pi, si))
+        elif step.op in (StepOp.LOAD, StepOp.RECV) and step.slot in stored:
+            pj, sj = stored[step.slot]
+            raise ValueError(f"{program.collective}/{program.algorithm} rank {program.rank}: phase {pi} step {si} "
+                             f"writes slot {step.slot} after the STORE of phase {pj} step {sj}; the engine "
+                             f"needs every STORE after the last write of its slot")
 
 
 def load_end(program):
@@ -85,6 +89,7 @@ def program_entry(program, imem_offset=0, comm=0):
     """
     if not isinstance(program, Program):
         raise TypeError(f"program_entry needs a Program, got {program!r}")
+    check_store_order(program)
     table = program.phase_table()
     if len(table) > MAX_PHASES:
         raise ValueError(f"{program.collective}/{program.algorithm} has {len(table)} phases; the engine runs "
@@ -101,7 +106,6 @@ def program_entry(program, imem_offset=0, comm=0):
         "n_slots": program.n_slots,
         "segments": program.segments,
         "root": 0 if program.root is None else program.root,
-        "store_start": store_start(program),
         "load_end": load_end(program),
         "load_mask": load_mask(program),
         "phase_start": starts,

@@ -339,7 +339,7 @@ class CommandProcessor(wiring.Component):
                     entry.elem_shift.eq(eshift), entry.src.eq(desc.src), entry.dst.eq(desc.dst),
                     entry.in_seg.eq(in_seg), entry.out_seg.eq(out_seg), entry.geom.eq(g),
                     entry.n_phases.eq(prog.n_phases), entry.phase_start.eq(prog.phase_start),
-                    entry.phase_len.eq(prog.phase_len), entry.store_start.eq(prog.store_start),
+                    entry.phase_len.eq(prog.phase_len),
                     entry.load_end.eq(prog.load_end), entry.load_mask.eq(prog.load_mask),
                     entry.n_slots.eq(prog.n_slots),
                 ]

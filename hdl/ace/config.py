@@ -139,7 +139,7 @@ class AceConfig:
     def small(cls, **kw):
         """A configuration small enough for quick simulation: 16 B beats, 1 KiB chunks, 4 FSMs, 8 buffers."""
         base = dict(beat_bytes=16, packet_bytes=64, chunk_bytes=1024, n_buffers=8, max_blocks=32, n_fsms=4,
-                    n_ports=2, landing_beats=64, landing_headers=4, n_cmds=4, n_comms=2, n_windows=4, imem_words=256,
+                    n_ports=2, landing_beats=64, landing_headers=4, n_cmds=4, n_comms=2, n_windows=4, imem_words=512,
                     n_programs=8, max_ranks=16, dma_max_burst=8, dma_outstanding=4, addr_width=32)
         base.update(kw)
         return cls(**base)

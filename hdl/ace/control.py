@@ -15,8 +15,9 @@ Dataflow of a command (see docs/engine.md):
    input port + the awaited header for RECV, and for a forward also the forward port and its credits); the
    unit runs it and reports back. LOADs are posted (the FSM goes on while the TX DMA works), later steps wait
    for them.
-4. At the first of the program's trailing STOREs the chunk moves to the terminal partition (when it has room)
-   and the store unit drains it to memory while the FSM takes its next chunk. When the last write of the
+4. STOREs are posted to the store unit (RX DMA) as the FSM meets them, each right after the last write of
+   its slot, so a block goes back to memory as soon as it is final. After the last step the chunk moves to
+   the terminal partition (when it has room) and its FSM takes the next chunk. When the last write of the
    chunk is acknowledged its buffer is freed; when all chunks of a command are done it completes.
 """
 
@@ -73,7 +74,6 @@ def cmd_entry_layout(cfg):
         "n_phases": unsigned(3),
         "phase_start": data.ArrayLayout(unsigned(10), MAX_PHASES),
         "phase_len": data.ArrayLayout(unsigned(11), MAX_PHASES),
-        "store_start": unsigned(11),
         "load_end": unsigned(11),
         "load_mask": unsigned(LOAD_MASK_BITS),
         "n_slots": unsigned(11),
@@ -161,7 +161,6 @@ class ControlUnit(wiring.Component):
         imem_w = imem.write_port(granularity=32)
         imem_csr = imem.read_port()
         imem_dec = imem.read_port()
-        imem_st = imem.read_port()
         imem_ls = imem.read_port()
         m.d.comb += [
             imem_w.addr.eq(self.imem_addr), imem_w.data.eq(self.imem_wdata), imem_w.en.eq(self.imem_we),
@@ -202,9 +201,11 @@ class ControlUnit(wiring.Component):
             error_reports.append((valid, cmd, code, det))
 
         # ---- SRAM -------------------------------------------------------------------------------------------
-        # readers: K send units, K recv units (operands), the store unit; writers: load unit, K recv units
+        # readers: K send units, K recv units (operands), the store unit; writers: K recv units, the load unit.
+        # The store and load units come last (lowest priority): they give way on a bank another unit uses.
         m.submodules.sram = sram = ChunkSram(cfg, n_readers=2 * K + 1, n_writers=K + 1)
-        m.d.comb += self.sram_conflict.eq(sram.conflict)
+        with m.If(sram.conflict):
+            m.d.sync += self.sram_conflict.eq(1)
 
         # ---- link ports and units ------------------------------------------------------------------------
         txp, rxp, sends, recvs = [], [], [], []
@@ -231,7 +232,7 @@ class ControlUnit(wiring.Component):
                 # SRAM clients
                 sram.rd[k].eq(su.rd), su.rdata.eq(sram.rdata[k]),
                 sram.rd[K + k].eq(ru.rd), ru.rdata.eq(sram.rdata[K + k]),
-                sram.wr[1 + k].eq(ru.wr),
+                sram.wr[k].eq(ru.wr),
                 # counters
                 self.tx_flits[k].eq(tx.flits), self.tx_busy[k].eq(tx.busy), self.tx_stall[k].eq(tx.stall),
                 self.rx_flits[k].eq(rx.flits), self.rx_crc_errs[k].eq(rx.crc_errors),
@@ -260,7 +261,7 @@ class ControlUnit(wiring.Component):
 
         m.submodules.load = load = LoadUnit(cfg)
         m.d.comb += [
-            sram.wr[0].eq(load.wr),
+            sram.wr[K].eq(load.wr), load.wr_free.eq(sram.wr_free[K]),
             self.payload_rd_bytes.eq(load.bytes),
         ]
         wiring.connect(m, load.rd_cmd, wiring.flipped(self.rd_cmd))
@@ -268,24 +269,12 @@ class ControlUnit(wiring.Component):
 
         m.submodules.store = store = StoreUnit(cfg)
         m.d.comb += [
-            sram.rd[2 * K].eq(store.rd), store.rdata.eq(sram.rdata[2 * K]),
+            sram.rd[2 * K].eq(store.rd), store.rdata.eq(sram.rdata[2 * K]), store.rd_free.eq(sram.rd_free[2 * K]),
             self.payload_wr_bytes.eq(store.bytes),
-            imem_st.addr.eq(store.imem_addr), store.imem_data.eq(imem_st.data),
         ]
         wiring.connect(m, store.wr_cmd, wiring.flipped(self.wr_cmd))
         wiring.connect(m, store.wr_data, wiring.flipped(self.wr_data))
         wiring.connect(m, wiring.flipped(self.wr_done), store.wr_done)
-        # the store unit's block geometry
-        m.submodules.store_geo = sgeo = BlockGeometry(cfg)
-        st_entry = entry_of(store.geo_cmd, "st_entry")
-        m.d.comb += [
-            sgeo.geom.eq(st_entry.geom), sgeo.count.eq(st_entry.count), sgeo.elem_shift.eq(st_entry.elem_shift),
-            sgeo.chunk.eq(store.geo_chunk), sgeo.block.eq(store.geo_block),
-            sgeo.in_base.eq(st_entry.src), sgeo.out_base.eq(st_entry.dst),
-            sgeo.in_seg.eq(st_entry.in_seg), sgeo.out_seg.eq(st_entry.out_seg),
-            store.geo_nbytes.eq(sgeo.nbytes), store.geo_beats.eq(sgeo.beats), store.geo_addr.eq(sgeo.out_addr),
-            store.slot_beats.eq(st_entry.geom.slot_beats),
-        ]
         # the load sequencer and its block geometry
         m.submodules.loadseq = seqr = LoadSequencer(cfg)
         m.submodules.load_geo = lgeo = BlockGeometry(cfg)
@@ -311,8 +300,10 @@ class ControlUnit(wiring.Component):
         with m.If(init_cnt < NB):
             m.d.comb += [free.w_en.eq(1), free.w_data.eq(init_cnt)]
             m.d.sync += init_cnt.eq(init_cnt + 1)
-        with m.Elif(store.chunk_done.valid):
-            m.d.comb += [free.w_en.eq(1), free.w_data.eq(store.chunk_done.buf)]
+        # a chunk is done when its FSM handed it over and every STORE it posted is acknowledged
+        cd = Signal(data.StructLayout({"valid": 1, "cmd": _w(NC), "buf": BUF, "status": STATUS_SHAPE}))
+        with m.Elif(cd.valid):
+            m.d.comb += [free.w_en.eq(1), free.w_data.eq(cd.buf)]
         used_phase = Signal(8)
         used_term = Signal(8)
 
@@ -422,14 +413,13 @@ class ControlUnit(wiring.Component):
         ctx_entry = [entry_of(ctx_cmd[f], f"fsm{f}_entry") for f in range(F)]
 
         def stop_of(e, phase):
-            last = phase + 1 == e.n_phases
             start = Signal(11)
             length = Signal(11)
             with m.Switch(phase):
                 for p in range(MAX_PHASES):
                     with m.Case(p):
                         m.d.comb += [start.eq(e.phase_start[p]), length.eq(e.phase_len[p])]
-            return start, (start + Mux(last, e.store_start, length))[:11]
+            return start, (start + length)[:11]
 
         def slot_filled(buf, slot):
             """A slot's pending LOAD ends this cycle: the load unit finished it, or the sequencer found the block
@@ -437,55 +427,60 @@ class ControlUnit(wiring.Component):
             return ((load.done.valid & (load.done.buf == buf) & (load.done.slot == slot))
                     | (seqr.skip.valid & (seqr.skip.buf == buf) & (seqr.skip.slot == slot)))
 
-        # decoder: one FSM at a time, 4 cycles (pick; fetch word; geometry + route lookup; write back)
+        # decoder: a 4-stage pipeline that takes one step per cycle, each stage holding a different FSM's step:
+        # 0 pick the oldest FSM in FETCH that is not in the pipeline (instruction address), 1 instruction word
+        # (routing table address), 2 block geometry inputs (routing table data), 3 write back to the FSM.
         m.submodules.dec_geo = dgeo = BlockGeometry(cfg)
-        dec_f = Signal(_w(F))
-        dec_state = Signal(2)
-        dec_word = Signal(64)
-        dec_cmd_idx = Signal(_w(NC))
-        dec_entry = entry_of(dec_cmd_idx, "dec_entry")
-        dec_chunk = Signal(16)
-        dec_buf = Signal(BUF)
-        fetch_req = Cat(*[s == FETCH for s in st])
+        in_dec = Signal(F)
+        fetch_req = Cat(*[(st[f] == FETCH) & ~in_dec[f] for f in range(F)])
         pick = Signal(_w(F))
         pick_any = Signal()
         self._oldest_first(m, fetch_req, ctx_seq, pick, pick_any)
-        dec_grant = Signal()      # decoder writes back to dec_f this cycle
-        dec_result = Signal(step_l)
-        dec_illegal = Signal()
-        with m.Switch(dec_state):
-            with m.Case(0):
-                with m.If(pick_any):
-                    with m.Switch(pick):
-                        for f in range(F):
-                            with m.Case(f):
-                                m.d.comb += imem_dec.addr.eq(ctx_pc[f])
-                                m.d.sync += [dec_cmd_idx.eq(ctx_cmd[f]), dec_chunk.eq(ctx_chunk[f]),
-                                             dec_buf.eq(ctx_buf[f])]
-                    m.d.sync += [dec_f.eq(pick), dec_state.eq(1)]
-            with m.Case(1):
-                m.d.sync += [dec_word.eq(imem_dec.data), dec_state.eq(2)]
-                m.d.comb += route_dec.addr.eq(dec_entry.comm * cfg.max_ranks + _field(imem_dec.data, "peer"))
-            with m.Case(2):
-                m.d.sync += dec_state.eq(3)
-            with m.Case(3):
-                m.d.comb += dec_grant.eq(1)
-                m.d.sync += dec_state.eq(0)
-        # geometry of the block named by the fetched word (inputs stable during states 2-3)
+        stage = []
+        for k in (1, 2, 3):
+            stage.append({"v": Signal(name=f"dec{k}_valid"), "f": Signal(_w(F), name=f"dec{k}_fsm"),
+                          "cmd": Signal(_w(NC), name=f"dec{k}_cmd"), "chunk": Signal(16, name=f"dec{k}_chunk"),
+                          "buf": Signal(BUF, name=f"dec{k}_buf"), "word": Signal(64, name=f"dec{k}_word")})
+        d1, d2, d3 = stage
+        with m.Switch(pick):
+            for f in range(F):
+                with m.Case(f):
+                    m.d.comb += imem_dec.addr.eq(ctx_pc[f])
+                    m.d.sync += [d1["cmd"].eq(ctx_cmd[f]), d1["chunk"].eq(ctx_chunk[f]), d1["buf"].eq(ctx_buf[f])]
+        m.d.sync += [d1["v"].eq(pick_any), d1["f"].eq(pick)]
+        # stage 1: the word arrives; look up the route of its peer
+        d1_entry = entry_of(d1["cmd"], "dec1_entry")
+        m.d.comb += route_dec.addr.eq(d1_entry.comm * cfg.max_ranks + _field(imem_dec.data, "peer"))
+        m.d.sync += [d2[k].eq(d1[k]) for k in ("v", "f", "cmd", "chunk", "buf")]
+        m.d.sync += d2["word"].eq(imem_dec.data)
+        # stage 2: geometry of the block named by the word (registered: its result is valid in stage 3)
+        d2_entry = entry_of(d2["cmd"], "dec2_entry")
         m.d.comb += [
-            dgeo.geom.eq(dec_entry.geom), dgeo.count.eq(dec_entry.count), dgeo.elem_shift.eq(dec_entry.elem_shift),
-            dgeo.chunk.eq(dec_chunk), dgeo.block.eq(_field(dec_word, "block")),
-            dgeo.in_base.eq(dec_entry.src), dgeo.out_base.eq(dec_entry.dst),
-            dgeo.in_seg.eq(dec_entry.in_seg), dgeo.out_seg.eq(dec_entry.out_seg),
+            dgeo.geom.eq(d2_entry.geom), dgeo.count.eq(d2_entry.count), dgeo.elem_shift.eq(d2_entry.elem_shift),
+            dgeo.chunk.eq(d2["chunk"]), dgeo.block.eq(_field(d2["word"], "block")),
+            dgeo.in_base.eq(d2_entry.src), dgeo.out_base.eq(d2_entry.dst),
+            dgeo.in_seg.eq(d2_entry.in_seg), dgeo.out_seg.eq(d2_entry.out_seg),
         ]
         route_q = Signal(4)
+        m.d.sync += [d3[k].eq(d2[k]) for k in ("v", "f", "cmd", "chunk", "buf", "word")]
+        m.d.sync += route_q.eq(route_dec.data)
+        # stage 3: write back
+        dec_grant = Signal()      # the decoder writes back to dec_f this cycle
+        dec_f = d3["f"]
+        dec_buf = d3["buf"]
+        dec_cmd_idx = d3["cmd"]
+        dec_word = d3["word"]
+        dec_entry = entry_of(dec_cmd_idx, "dec_entry")
+        dec_result = Signal(step_l)
+        dec_illegal = Signal()
+        m.d.comb += dec_grant.eq(d3["v"])
+        for f in range(F):
+            m.d.sync += in_dec[f].eq((in_dec[f] | (pick_any & (pick == f))) & ~(dec_grant & (dec_f == f)))
         dec_loading = Signal(NMASK)
         with m.Switch(dec_buf):
             for b in range(NB):
                 with m.Case(b):
                     m.d.comb += dec_loading.eq(loading[b])
-        with m.If(dec_state == 2):
-            m.d.sync += route_q.eq(route_dec.data)
         w = dec_word
         op = _field(w, "op")
         out_port = Signal(3)
@@ -504,12 +499,13 @@ class ControlUnit(wiring.Component):
             dec_result.fwd_key.eq(_field(w, "fwd_key")),
             dec_result.nbytes.eq(dgeo.nbytes),
             dec_result.beats.eq(dgeo.beats),
-            dec_result.addr.eq(dgeo.in_addr),
+            # LOAD reads the block's input range, STORE writes its output range
+            dec_result.addr.eq(Mux(op == StepOp.STORE, dgeo.out_addr, dgeo.in_addr)),
             dec_result.sram_addr.eq(_field(w, "slot") * dec_entry.geom.slot_beats),
             dec_result.wait.eq((op != StepOp.LOAD) & dec_loading.bit_select(_field(w, "slot")[:SBITS], 1)
                                & ~slot_filled(dec_buf, _field(w, "slot"))),
             dec_illegal.eq(
-                ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV))
+                ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE))
                 | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K)
                 | (_field(w, "slot") >= dec_entry.n_slots)
                 | (emits & ((route_q[3] == 0) | (route_q[:3] != out_port)))),
@@ -538,6 +534,8 @@ class ControlUnit(wiring.Component):
             with m.Switch(s.op):
                 with m.Case(StepOp.LOAD):
                     m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(load.job_ready)]
+                with m.Case(StepOp.STORE):
+                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(store.job_ready)]
                 with m.Case(StepOp.SEND):
                     for k in range(K):
                         with m.If(s.port == k):
@@ -561,7 +559,7 @@ class ControlUnit(wiring.Component):
                 cause_port[f].eq(ready & ~port_free),
                 cause_cred[f].eq(ready & port_free & ~cred_ok),
                 cause_land[f].eq(ready & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),
-                cause_dma[f].eq(ready & ~land_ok & (s.op == StepOp.LOAD)),
+                cause_dma[f].eq(ready & ~land_ok & ((s.op == StepOp.LOAD) | (s.op == StepOp.STORE))),
             ]
         gsel = Signal(_w(F))
         gany = Signal()
@@ -588,6 +586,20 @@ class ControlUnit(wiring.Component):
             exp_hdr.key.eq(g.key), exp_hdr.length.eq(g.nbytes),
         ]
         grant_load = gany & (g.op == StepOp.LOAD)
+        grant_store = gany & (g.op == StepOp.STORE)
+        # posted STOREs still to be acknowledged, per chunk buffer (a chunk is done when its count is 0)
+        spend = [Signal(range(StoreUnit.QUEUE + StoreUnit.IN_FLIGHT + 2), name=f"buf{b}_stores") for b in range(NB)]
+        m.d.comb += [
+            store.job.valid.eq(grant_store),
+            store.job.fsm.eq(gsel), store.job.cmd.eq(g_cmd), store.job.buf.eq(g_buf),
+            store.job.sram_addr.eq(g.sram_addr), store.job.beats.eq(g.beats),
+            store.job.addr.eq(g.addr), store.job.nbytes.eq(g.nbytes), store.job.slot.eq(g.slot),
+        ]
+        report(store.done.valid & (store.done.status != 0), store.done.cmd, store.done.status)
+        for b in range(NB):
+            inc = grant_store & (g_buf == b)
+            dec = store.done.valid & (store.done.buf == b)
+            m.d.sync += spend[b].eq(spend[b] + inc - dec)
         grant_send = gany & (g.op == StepOp.SEND)
         grant_recv = gany & (g.op == StepOp.RECV)
         # the load unit takes an FSM's LOAD when one is granted, else the sequencer's prefetch
@@ -653,44 +665,43 @@ class ControlUnit(wiring.Component):
             report(u.done.valid & (u.done.status != 0), u.done.cmd, u.done.status)
         report(load.done.valid & (load.done.status != 0), load.done.cmd, load.done.status)
 
-        # terminal queue and hand-off
-        tq_layout = store.entry.payload.shape()
-        m.submodules.tq = tq = fifo.SyncFIFOBuffered(width=tq_layout.size, depth=NB)
-        m.d.comb += [
-            store.entry.valid.eq(tq.r_rdy),
-            store.entry.payload.eq(tq.r_data),
-            tq.r_en.eq(store.entry.ready),
-        ]
+        # hand-off to the terminal partition: an FSM that ran its chunk's last step leaves it there (when the
+        # partition has room and no LOAD into the buffer is outstanding) and takes its next chunk; the chunk is
+        # done when every STORE it posted is acknowledged (lowest buffer first when several are)
         handoff_req = Signal(F)
         buf_loading = Signal(NB)
         m.d.comb += buf_loading.eq(Cat(*[loading[b].any() for b in range(NB)]))
         hsel = Signal(_w(F))
         hany = Signal()
         term_free = Signal()
-        m.d.comb += term_free.eq((used_term < self.part[TERMINAL]) & tq.w_rdy)
+        m.d.comb += term_free.eq(used_term < self.part[TERMINAL])
         for f in range(F):
             m.d.comb += handoff_req[f].eq((st[f] == HANDOFF) & ~buf_loading.bit_select(ctx_buf[f], 1) & term_free)
         self._oldest_first(m, handoff_req, ctx_seq, hsel, hany)
-        tq_in = Signal(tq_layout)
+        term = Signal(NB)                   # buffers in the terminal partition
+        t_cmd = [Signal(_w(NC), name=f"buf{b}_tcmd") for b in range(NB)]
+        t_status = [Signal(STATUS_SHAPE, name=f"buf{b}_tstatus") for b in range(NB)]
+        h_buf = Signal(BUF)
+        h_cmd = Signal(_w(NC))
+        h_status = Signal(STATUS_SHAPE)
         with m.Switch(hsel):
             for f in range(F):
                 with m.Case(f):
-                    e = ctx_entry[f]
-                    last = (e.n_phases - 1)[:2]
-                    first = Signal(11, name=f"fsm{f}_tfirst")
-                    end = Signal(11, name=f"fsm{f}_tend")
-                    with m.Switch(last):
-                        for p in range(MAX_PHASES):
-                            with m.Case(p):
-                                m.d.comb += [first.eq(e.phase_start[p] + e.store_start),
-                                             end.eq(e.phase_start[p] + e.phase_len[p])]
-                    m.d.comb += [tq_in.cmd.eq(ctx_cmd[f]), tq_in.chunk.eq(ctx_chunk[f]), tq_in.buf.eq(ctx_buf[f]),
-                                 tq_in.first.eq(first), tq_in.end.eq(end), tq_in.status.eq(ctx_status[f])]
-        m.d.comb += [tq.w_en.eq(hany), tq.w_data.eq(tq_in)]
+                    m.d.comb += [h_buf.eq(ctx_buf[f]), h_cmd.eq(ctx_cmd[f]), h_status.eq(ctx_status[f])]
+        t_ready = Signal(NB)
+        m.d.comb += t_ready.eq(Cat(*[term[b] & (spend[b] == 0) for b in range(NB)]))
+        for b in reversed(range(NB)):
+            with m.If(t_ready[b]):
+                m.d.comb += [cd.valid.eq(1), cd.buf.eq(b), cd.cmd.eq(t_cmd[b]), cd.status.eq(t_status[b])]
+        for b in range(NB):
+            with m.If(hany & (h_buf == b)):
+                m.d.sync += [term[b].eq(1), t_cmd[b].eq(h_cmd), t_status[b].eq(h_status)]
+            with m.Elif(cd.valid & (cd.buf == b)):
+                m.d.sync += term[b].eq(0)
 
         m.d.sync += [
             used_phase.eq(used_phase + dispatch - hany),
-            used_term.eq(used_term + hany - store.chunk_done.valid),
+            used_term.eq(used_term + hany - cd.valid),
         ]
 
         # FSM next-state logic
@@ -734,7 +745,8 @@ class ControlUnit(wiring.Component):
                         with m.If(dec_illegal):
                             m.d.sync += [ctx_status[f].eq(Status.ILLEGAL_INSTRUCTION),
                                          ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
-                        with m.Elif((dec_result.op == StepOp.LOAD) & (dec_result.nbytes == 0)):
+                        with m.Elif(((dec_result.op == StepOp.LOAD) | (dec_result.op == StepOp.STORE))
+                                    & (dec_result.nbytes == 0)):     # an empty block: nothing to move
                             m.d.sync += [ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
                         with m.Else():
                             m.d.sync += s.eq(READY)
@@ -742,7 +754,7 @@ class ControlUnit(wiring.Component):
                     with m.If(loaded):
                         m.d.sync += step[f].wait.eq(0)
                     with m.If(gany & (gsel == f)):
-                        with m.If(step[f].op == StepOp.LOAD):
+                        with m.If((step[f].op == StepOp.LOAD) | (step[f].op == StepOp.STORE)):   # posted
                             m.d.sync += [ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
                         with m.Else():
                             m.d.sync += s.eq(EXEC)
@@ -754,7 +766,6 @@ class ControlUnit(wiring.Component):
                         m.d.sync += s.eq(IDLE)
 
         # ---- command completion --------------------------------------------------------------------------
-        cd = store.chunk_done
         report(cd.valid & (cd.status != 0), cd.cmd, cd.status)
         for i in range(NC):
             with m.If(cd.valid & (cd.cmd == i)):

@@ -135,6 +135,7 @@ class AceEngine(wiring.Component):
             bank.field("STATUS", "idle").eq(cu.idle & (cp.sq_head == bank.reg("SQ_TAIL"))),
             bank.field("STATUS", "cmds_active").eq(n_busy),
             bank.field("STATUS", "chunks_active").eq(cu.chunks_active),
+            bank.field("STATUS", "sram_conflict").eq(cu.sram_conflict),
         ]
 
         # windows: the program table (8 words per entry), routing table (1 word per entry), IMEM (2 per word)

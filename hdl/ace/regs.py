@@ -149,7 +149,9 @@ def ace_regmap(cfg=None):
         Register("STATUS", 0x024, "ro", fields=(
             _f("idle", 0, 0, "no command in flight and the submission ring is empty"),
             _f("cmds_active", 7, 4, "commands in flight"),
-            _f("chunks_active", 15, 8, "chunks in flight")),
+            _f("chunks_active", 15, 8, "chunks in flight"),
+            _f("sram_conflict", 16, 16, "sticky: two units addressed one SRAM bank in the same cycle (never set "
+                                        "in a correct engine; testbenches check it)")),
             doc="Engine status."),
         Register("IRQ", 0x028, "w1c", fields=(
             _f("cpl", 0, 0, "a completion was written"),

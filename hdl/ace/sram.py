@@ -1,11 +1,14 @@
-"""The engine's SRAM: chunk buffers, one bank each, and the beat streamer that reads a slot out of a bank.
+"""The engine's SRAM: chunk buffers in banks, and the beat streamer that reads a slot out of a buffer.
 
-Every chunk buffer is its own bank with one read and one write port, one beat wide. A chunk context owns its
-buffer from dispatch to the end of its last STORE and runs one step at a time, so two units never address the
-same bank in the same cycle: the banks need no arbitration, only a crossbar (each client names the buffer it
-works on). This is what lets LOADs, SENDs, RECVs and STOREs of different chunks proceed in the same cycle.
+Every chunk buffer is split into two banks by beat address (even and odd beats), each with one read and one
+write port, one beat wide, behind a crossbar (each client names the buffer and beat it works on), so LOADs,
+SENDs, RECVs and STOREs of different chunks proceed in the same cycle. A chunk runs one FSM step at a time, so
+its SENDs and RECVs never meet on its buffer; the units that work beside the FSM do: the load unit filling the
+chunk's other slots while a RECV writes one, and the store unit draining a final slot while a SEND reads
+another. Clients have fixed priorities; those two are the lowest-priority writer and reader and wait
+(``wr_free``/``rd_free``) while a higher one uses their bank. Two streams into one buffer then fall into
+step on alternate banks, so both keep one beat per cycle.
 """
-
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
@@ -34,10 +37,15 @@ def sram_write_layout(cfg):
 
 
 class ChunkSram(wiring.Component):
-    """``cfg.n_buffers`` banks of ``cfg.buffer_beats`` beats with a crossbar for ``n_readers`` read clients and
-    ``n_writers`` write clients. Read data appears on ``rdata[i]`` one cycle after the request. If two clients
-    of the same kind name one bank in one cycle the lower-numbered one wins and ``conflict`` is raised (the
-    control unit makes this impossible; the flag is for testbenches)."""
+    """``cfg.n_buffers`` chunk buffers of ``cfg.buffer_beats`` beats, each split into :attr:`SUB_BANKS` banks
+    by beat address, with a crossbar for ``n_readers`` read clients and ``n_writers`` write clients. Read data
+    appears on ``rdata[i]`` one cycle after the request.
+
+    Lower-numbered clients have priority: ``rd_free[i]`` / ``wr_free[i]`` is high when no lower-numbered client
+    of the same kind names the bank client ``i`` names in this cycle (whether or not ``i`` requests), so a client that
+    can wait requests only when free. If two clients of one kind name one bank in one cycle anyway, the
+    lower-numbered one wins and ``conflict`` is raised (the engine makes it a sticky STATUS bit: it must never
+    be seen)."""
 
     def __init__(self, cfg, n_readers, n_writers):
         self.cfg = cfg
@@ -47,50 +55,69 @@ class ChunkSram(wiring.Component):
             "rd": In(data.ArrayLayout(sram_read_layout(cfg), n_readers)),
             "rdata": Out(data.ArrayLayout(unsigned(8 * cfg.beat_bytes), n_readers)),
             "wr": In(data.ArrayLayout(sram_write_layout(cfg), n_writers)),
+            "rd_free": Out(n_readers),
+            "wr_free": Out(n_writers),
             "conflict": Out(1),
         })
+
+    #: Banks per chunk buffer, interleaved by beat address: two units streaming into (or out of) the same
+    #: buffer at one beat per cycle fall into step on alternate banks after at most one cycle of waiting.
+    SUB_BANKS = 2
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         width = 8 * cfg.beat_bytes
+        nsub = self.SUB_BANKS
+        sb = (nsub - 1).bit_length()
+        depth = -(-cfg.buffer_beats // nsub)
         conflicts = []
         rdata = []
+
+        def bank_of(req):
+            return Cat(req.addr[:sb], req.buf)       # (buffer, sub-bank): the bank a request names
+
         for b in range(cfg.n_buffers):
-            mem = Memory(shape=unsigned(width), depth=cfg.buffer_beats, init=[])
-            m.submodules[f"bank{b}"] = mem
-            rp = mem.read_port()
-            wp = mem.write_port()
-            rdata.append(rp.data)
-            # Priority muxes: highest index first so the lowest-numbered client wins.
-            hits = []
-            for i in reversed(range(self.n_readers)):
-                req = self.rd[i]
-                hit = req.en & (req.buf == b)
-                hits.append(hit)
-                with m.If(hit):
-                    m.d.comb += rp.addr.eq(req.addr)
-            if len(hits) > 1:
-                conflicts.append(sum(hits) > 1)
-            whits = []
-            for i in reversed(range(self.n_writers)):
-                req = self.wr[i]
-                hit = req.en & (req.buf == b)
-                whits.append(hit)
-                with m.If(hit):
-                    m.d.comb += [wp.en.eq(1), wp.addr.eq(req.addr), wp.data.eq(req.data)]
-            if len(whits) > 1:
-                conflicts.append(sum(whits) > 1)
+            for sub in range(nsub):
+                bank = b * nsub + sub
+                mem = Memory(shape=unsigned(width), depth=depth, init=[])
+                m.submodules[f"bank{b}_{sub}"] = mem
+                rp = mem.read_port()
+                wp = mem.write_port()
+                rdata.append(rp.data)
+                # Priority muxes: highest index first so the lowest-numbered client wins.
+                hits = []
+                for i in reversed(range(self.n_readers)):
+                    req = self.rd[i]
+                    hit = req.en & (bank_of(req) == bank)
+                    hits.append(hit)
+                    with m.If(hit):
+                        m.d.comb += rp.addr.eq(req.addr >> sb)
+                if len(hits) > 1:
+                    conflicts.append(sum(hits) > 1)
+                whits = []
+                for i in reversed(range(self.n_writers)):
+                    req = self.wr[i]
+                    hit = req.en & (bank_of(req) == bank)
+                    whits.append(hit)
+                    with m.If(hit):
+                        m.d.comb += [wp.en.eq(1), wp.addr.eq(req.addr >> sb), wp.data.eq(req.data)]
+                if len(whits) > 1:
+                    conflicts.append(sum(whits) > 1)
         # Read data: each client takes the bank it named in the previous cycle.
         for i in range(self.n_readers):
-            sel = Signal.like(self.rd[i].buf, name=f"rsel{i}")
-            m.d.sync += sel.eq(self.rd[i].buf)
+            sel = Signal(len(bank_of(self.rd[i])), name=f"rsel{i}")
+            m.d.sync += sel.eq(bank_of(self.rd[i]))
             with m.Switch(sel):
-                for b in range(cfg.n_buffers):
-                    with m.Case(b):
-                        m.d.comb += self.rdata[i].eq(rdata[b])
+                for bank in range(cfg.n_buffers * nsub):
+                    with m.Case(bank):
+                        m.d.comb += self.rdata[i].eq(rdata[bank])
         if conflicts:
             m.d.comb += self.conflict.eq(Cat(*conflicts).any())
+        for reqs, free in ((self.rd, self.rd_free), (self.wr, self.wr_free)):
+            for i in range(len(free)):
+                taken = [reqs[j].en & (bank_of(reqs[j]) == bank_of(reqs[i])) for j in range(i)]
+                m.d.comb += free[i].eq(~Cat(*taken).any() if taken else 1)
         return m
 
 
@@ -103,7 +130,8 @@ class BankStreamer(wiring.Component):
     overwritten from the next cycle on). ``o`` carries the beats in order, ``last`` on each run's last beat;
     ``busy`` is high while any beat is still to be handed over. Reads are issued ahead into a small FIFO so the
     stream runs at one beat per cycle despite the SRAM's read latency. ``rd``/``rdata`` connect to one read
-    client of :class:`ChunkSram`.
+    client of :class:`ChunkSram`; a read issues only while ``gate`` is high (the client's ``rd_free``, for a
+    client that must give way; tied high otherwise).
     """
 
     DEPTH = 4
@@ -119,6 +147,7 @@ class BankStreamer(wiring.Component):
             "ready": Out(1),
             "issued_last": Out(1),
             "busy": Out(1),
+            "gate": In(1, init=1),
             "rd": Out(rl),
             "rdata": In(unsigned(8 * cfg.beat_bytes)),
             "o": Out(stream.Signature(data.StructLayout({"data": unsigned(8 * cfg.beat_bytes), "last": 1}))),
@@ -138,7 +167,7 @@ class BankStreamer(wiring.Component):
         last_issue = Signal()
         m.d.comb += [
             # A read may issue only if its beat will find room in the FIFO.
-            issue.eq((to_issue != 0) & (q.level + inflight < self.DEPTH)),
+            issue.eq((to_issue != 0) & (q.level + inflight < self.DEPTH) & self.gate),
             self.rd.en.eq(issue),
             self.rd.buf.eq(buf),
             self.rd.addr.eq(addr),

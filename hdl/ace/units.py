@@ -4,8 +4,7 @@
 ``SendUnit``   SEND: a slot -> one message on an output port (one per port).
 ``RecvUnit``   RECV: a message from an input port's landing buffer -> slot, reduced with the slot by the ALU if
                the step says so, and forwarded on another port in the same pass (one per port).
-``StoreUnit``  the terminal partition: runs a chunk's trailing STOREs, RX DMA slot -> NPU memory, then frees
-               the chunk's buffer.
+``StoreUnit``  STORE: RX DMA, a slot -> NPU memory (posted: several in flight; reports each write response).
 
 Units take a job in one cycle (a ``valid`` pulse with every parameter the step needs, computed by the control
 unit's decoder) and report ``done`` with the FSM number and a :class:`~syncfabric.sim.golden.types.Status`.
@@ -55,6 +54,8 @@ def job_layouts(cfg):
     return {
         "load": data.StructLayout({**common, "addr": unsigned(cfg.addr_width), "nbytes": unsigned(24),
                                    "slot": unsigned(10)}),
+        "store": data.StructLayout({**common, "addr": unsigned(cfg.addr_width), "nbytes": unsigned(24),
+                                    "slot": unsigned(10)}),
         "send": data.StructLayout({**common, "hdr": packet_header_layout()}),
         "recv": data.StructLayout({
             **common,
@@ -86,6 +87,7 @@ class LoadUnit(wiring.Component):
             "rd_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
             "rd_data": In(beat_stream(cfg, err=True)),
             "wr": Out(sram_write_layout(cfg)),
+            "wr_free": In(1, init=1),       # no RECV writes the bank this cycle (ChunkSram.wr_free)
             "done": Out(done_layout(cfg)),
             "bytes": Out(64),
         })
@@ -113,7 +115,8 @@ class LoadUnit(wiring.Component):
         cur = data.View(jl, inflight.r_data)
         count = Signal(16)
         m.d.comb += [
-            self.rd_data.ready.eq(inflight.r_rdy),
+            # a beat waits in the DMA's buffer while a RECV writes the same bank (another slot of the chunk)
+            self.rd_data.ready.eq(inflight.r_rdy & self.wr_free),
             self.wr.en.eq(self.rd_data.valid & self.rd_data.ready),
             self.wr.buf.eq(cur.buf),
             self.wr.addr.eq(cur.sram_addr + count),
@@ -487,7 +490,7 @@ class LoadSequencer(wiring.Component):
     cycle in which no FSM issues a LOAD of its own.
 
     Per LOAD it needs the block's geometry: it names the command on ``geo_cmd`` and the control unit answers on
-    ``geo_*`` one cycle later (as for :class:`StoreUnit`). An instruction that is not a LOAD is reported on
+    ``geo_*`` one cycle later. An instruction that is not a LOAD is reported on
     ``error`` (ILLEGAL_INSTRUCTION) and skipped; zero-byte blocks are skipped."""
 
     def __init__(self, cfg):
@@ -577,39 +580,31 @@ class LoadSequencer(wiring.Component):
 
 
 class StoreUnit(wiring.Component):
-    """The terminal partition's engine: for each chunk handed over by an FSM, runs the program's trailing
-    STOREs (instruction ``pc`` from ``first`` to ``end``): slot -> DMA write to the block's output range. When
-    every write of the chunk is acknowledged the chunk is reported ``chunk_done`` and its buffer is freed.
+    """RX DMA: STORE jobs -> DMA writes of a slot's beats to the block's output range in NPU memory.
 
-    Per chunk it needs the command's geometry: it names the command on ``cmd_sel`` and the control unit
-    answers on ``geo_*`` (block geometry computed by the control unit's second BlockGeometry)."""
+    The FSMs post STOREs as they meet them (each right after the last write of its slot, so a block goes back
+    to memory as soon as it is final, while the rest of the chunk is still on the links); jobs queue up
+    (``job_ready``) and their writes stream back to back. A job is reported ``done`` (with its buffer and an
+    AXI_ERROR status on an error response) when its write response arrives, so the control unit knows when
+    every result of a chunk is in memory and its buffer can be reused. Zero-byte STOREs never reach the unit.
+    """
+
+    QUEUE = 4
+    #: STOREs issued to the DMA writer and not yet acknowledged.
+    IN_FLIGHT = 8
 
     def __init__(self, cfg):
         self.cfg = cfg
-        rl = sram_read_layout(cfg)
         super().__init__({
-            "entry": In(stream.Signature(data.StructLayout({
-                "cmd": _w(cfg.n_cmds), "chunk": unsigned(16), "buf": rl.members["buf"],
-                "first": unsigned(10), "end": unsigned(11), "status": STATUS_SHAPE}))),
-            # instruction fetch (synchronous read: word valid the cycle after imem_addr)
-            "imem_addr": Out(10),
-            "imem_data": In(64),
-            # block geometry lookup (result valid geo_latency cycles after the request)
-            "geo_cmd": Out(_w(cfg.n_cmds)),
-            "geo_chunk": Out(16),
-            "geo_block": Out(11),
-            "geo_nbytes": In(24),
-            "geo_beats": In(16),
-            "geo_addr": In(cfg.addr_width),
-            "slot_beats": In(16),
-            # DMA writer
+            "job": In(job_layouts(cfg)["store"]),
+            "job_ready": Out(1),
             "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
             "wr_data": Out(beat_stream(cfg)),
             "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
-            "rd": Out(rl),
+            "rd": Out(sram_read_layout(cfg)),
+            "rd_free": In(1, init=1),       # no SEND or RECV reads the bank this cycle (ChunkSram.rd_free)
             "rdata": In(unsigned(8 * cfg.beat_bytes)),
-            "chunk_done": Out(data.StructLayout({"valid": 1, "cmd": _w(cfg.n_cmds), "buf": rl.members["buf"],
-                                                 "status": STATUS_SHAPE})),
+            "done": Out(done_layout(cfg)),
             "bytes": Out(64),
             "busy": Out(1),
         })
@@ -617,92 +612,49 @@ class StoreUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
+        jl = job_layouts(cfg)["store"]
         m.submodules.streamer = st = BankStreamer(cfg)
-        cur = Signal.like(self.entry.payload)
-        pc = Signal(11)
-        pending = Signal(16)
-        status = Signal(STATUS_SHAPE)
-        word = Signal(64)
-        from ...sim.golden.program import FIELDS
-        fields = {name: (lsb, width) for name, lsb, width in FIELDS}
-
-        def field(name):
-            lsb, width = fields[name]
-            return word[lsb:lsb + width]
-
+        m.submodules.jobs = jobs = fifo.SyncFIFOBuffered(width=jl.size, depth=self.QUEUE)
+        # plain SyncFIFO: its w_rdy is exactly level < depth, and a write issues only when it is set
+        m.submodules.inflight = inflight = fifo.SyncFIFO(width=jl.size, depth=self.IN_FLIGHT)
+        head = data.View(jl, jobs.r_data)
+        issue = Signal()
         m.d.comb += [
+            self.job_ready.eq(jobs.w_rdy),
+            jobs.w_en.eq(self.job.valid),
+            jobs.w_data.eq(self.job.as_value()),
+            # a write command goes out with its data run queued in the streamer right behind the previous one
+            self.wr_cmd.valid.eq(jobs.r_rdy & st.ready & inflight.w_rdy),
+            self.wr_cmd.payload.addr.eq(head.addr),
+            self.wr_cmd.payload.length.eq(head.nbytes),
+            issue.eq(self.wr_cmd.valid & self.wr_cmd.ready),
+            jobs.r_en.eq(issue),
+            inflight.w_en.eq(issue),
+            inflight.w_data.eq(jobs.r_data),
+            st.start.eq(issue),
+            st.buf.eq(head.buf),
+            st.addr.eq(head.sram_addr),
+            st.beats.eq(head.beats),
             self.rd.eq(st.rd),
+            st.gate.eq(self.rd_free),
             st.rdata.eq(self.rdata),
             self.wr_data.valid.eq(st.o.valid),
             self.wr_data.payload.data.eq(st.o.payload.data),
             self.wr_data.payload.last.eq(st.o.payload.last),
             st.o.ready.eq(self.wr_data.ready),
-            self.wr_done.ready.eq(1),
-            self.imem_addr.eq(pc),
-            self.geo_cmd.eq(cur.cmd),
-            self.geo_chunk.eq(cur.chunk),
-            self.geo_block.eq(field("block")),
+            self.busy.eq(jobs.r_rdy | inflight.r_rdy | st.busy),
         ]
-        done_now = Signal()
-        m.d.comb += done_now.eq(self.wr_done.valid)
-        issued = Signal()
-        m.d.sync += pending.eq(pending + issued - done_now)
-        with m.If(self.wr_done.valid & self.wr_done.payload.err):
-            m.d.sync += status.eq(Status.AXI_ERROR)
-
-        with m.FSM():
-            with m.State("IDLE"):
-                with m.If(self.entry.valid):
-                    m.d.sync += [cur.eq(self.entry.payload), pc.eq(self.entry.payload.first),
-                                 status.eq(self.entry.payload.status)]
-                    m.next = "FETCH"
-            with m.State("FETCH"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(pc >= cur.end):
-                    m.next = "DRAIN"
-                with m.Else():
-                    m.next = "WORD"
-            with m.State("WORD"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += word.eq(self.imem_data)
-                m.next = "GEO"
-            with m.State("GEO"):
-                m.d.comb += self.busy.eq(1)
-                m.next = "ISSUE"
-            with m.State("ISSUE"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(field("op") != StepOp.STORE):
-                    m.d.sync += [status.eq(Status.ILLEGAL_INSTRUCTION), pc.eq(pc + 1)]
-                    m.next = "FETCH"
-                with m.Elif(self.geo_nbytes == 0):
-                    m.d.sync += pc.eq(pc + 1)
-                    m.next = "FETCH"
-                with m.Elif(st.ready):
-                    m.d.comb += [
-                        self.wr_cmd.valid.eq(1),
-                        self.wr_cmd.payload.addr.eq(self.geo_addr),
-                        self.wr_cmd.payload.length.eq(self.geo_nbytes),
-                    ]
-                    with m.If(self.wr_cmd.ready):
-                        m.d.sync += self.bytes.eq(self.bytes + self.geo_nbytes)
-                        m.d.comb += [
-                            issued.eq(1),
-                            st.start.eq(1),
-                            st.buf.eq(cur.buf),
-                            st.addr.eq(field("slot") * self.slot_beats),
-                            st.beats.eq(self.geo_beats),
-                        ]
-                        m.d.sync += pc.eq(pc + 1)
-                        m.next = "FETCH"
-            with m.State("DRAIN"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(~st.busy & (pending == 0) & ~issued):
-                    m.d.comb += [
-                        self.entry.ready.eq(1),
-                        self.chunk_done.valid.eq(1),
-                        self.chunk_done.cmd.eq(cur.cmd),
-                        self.chunk_done.buf.eq(cur.buf),
-                        self.chunk_done.status.eq(status),
-                    ]
-                    m.next = "IDLE"
+        with m.If(issue):
+            m.d.sync += self.bytes.eq(self.bytes + head.nbytes)
+        # write responses come back in command order
+        cur = data.View(jl, inflight.r_data)
+        m.d.comb += [self.wr_done.ready.eq(inflight.r_rdy), inflight.r_en.eq(self.wr_done.valid)]
+        m.d.comb += [
+            self.done.valid.eq(self.wr_done.valid & inflight.r_rdy),
+            self.done.fsm.eq(cur.fsm),
+            self.done.cmd.eq(cur.cmd),
+            self.done.buf.eq(cur.buf),
+            self.done.slot.eq(cur.slot),
+            self.done.status.eq(Mux(self.wr_done.payload.err, Status.AXI_ERROR, Status.OK)),
+        ]
         return m

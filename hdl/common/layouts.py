@@ -213,9 +213,9 @@ LOAD_MASK_BITS = 64
 
 def program_entry_layout():
     """One program table entry: which program (in the instruction memory) runs a collective on a communicator.
-    ``phase_start``/``phase_len`` locate each phase's steps in the instruction memory; ``store_start`` is the
-    index (within the last phase) of the first of its trailing STOREs, where a chunk leaves its FSM for the
-    terminal partition and the RX DMA; ``load_end`` the number of LOADs at the head of the first phase, which
+    ``phase_start``/``phase_len`` locate each phase's steps in the instruction memory (a chunk leaves its FSM
+    for the terminal partition after the last step; its STOREs were posted to the RX DMA as the FSM met them);
+    ``load_end`` the number of LOADs at the head of the first phase, which
     the TX DMA prefetches as soon as the chunk has a buffer (the FSM starts after them), and ``load_mask`` the
     slots they fill (a step using such a slot waits until its LOAD is done). Written by the driver from a golden
     :class:`~syncfabric.sim.golden.program.Program` (``syncfabric.host.programs``)."""
@@ -229,7 +229,6 @@ def program_entry_layout():
         "n_slots": unsigned(11),
         "segments": unsigned(10),
         "root": unsigned(9),
-        "store_start": unsigned(11),
         "load_end": unsigned(11),
         "load_mask": unsigned(LOAD_MASK_BITS),
         "phase_start": data.ArrayLayout(unsigned(10), MAX_PHASES),

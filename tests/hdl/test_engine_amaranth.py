@@ -23,5 +23,6 @@ def test_ring_allreduce_and_a_rejection_in_amaranths_simulator_with_memory_stall
         assert statuses == ([Status.OK, Status.MISALIGNED, Status.OK] if r == 0 else [Status.OK, Status.OK])
         assert res.mismatches == [0] * len(statuses), f"rank {r}: {res.mismatches}"
         assert res.guard_touched == [0] * len(statuses)
+        assert not res.sram_conflict
         assert res.counters["PAYLOAD_RD_BYTES"] == 4 * 333 + 2 * 45
         assert res.counters["PAYLOAD_WR_BYTES"] == 4 * 333 + 2 * 2 * 45

@@ -4,6 +4,7 @@ and the same driver run synchronously (SyncAceDriver) and asynchronously (asynci
 """
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -14,7 +15,7 @@ from syncfabric.hdl.common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, c
                                            descriptor_layout, pack_bytes, unpack_bytes)
 from syncfabric.host.driver import AceDriver, AceError, RingFullError, SyncAceDriver, status_name
 from syncfabric.host.programs import (ImemAllocator, decode_entry, entry_words, partition_sizes, phase_weights,
-                                      program_entry, program_partitions, routing_table, store_start)
+                                      program_entry, program_partitions, routing_table)
 from syncfabric.host.transport import AsyncTransport, Transport, as_async, run_sync
 from syncfabric.sim.golden.algorithms import generate
 from syncfabric.sim.golden.program import Step
@@ -356,13 +357,17 @@ def test_routing_tables_of_ring_8_and_bidir_ring_8():
     assert t.window("ROUTE", 2 * CFG.max_ranks, 8) == routing_table("bidir-ring:8", 6)
 
 
-def test_store_start_is_the_first_trailing_store_of_the_last_phase():
+def test_program_entry_rejects_a_write_to_a_slot_after_its_store():
+    """The engine posts STOREs, so a later write to the slot could overtake the STORE's reads."""
     ar = generate("allreduce", topology="ring:4")[0]
-    steps = ar.phases[-1].steps
-    assert store_start(ar) == len(steps) - 4 and all(s.op.name == "STORE" for s in steps[store_start(ar):])
-    assert steps[store_start(ar) - 1].op.name != "STORE"
-    reduce_leaf = generate("reduce", topology="ring:4", root=0)[2]     # stores nothing
-    assert store_start(reduce_leaf) == len(reduce_leaf.phases[-1].steps)
+    phase = ar.phases[-1]
+    steps = list(phase.steps)
+    k = next(i for i, s in enumerate(steps) if s.op.name == "STORE")
+    late = next(s for s in steps[:k] if s.op.name == "RECV" and s.slot == steps[k].slot)
+    bad = dataclasses.replace(ar, phases=ar.phases[:-1] + (dataclasses.replace(phase, steps=tuple(steps) + (late,)),))
+    with pytest.raises(ValueError, match=f"writes slot {late.slot} after the STORE"):
+        program_entry(bad)
+    program_entry(ar)
 
 
 def test_program_entry_rejects_values_that_do_not_fit():

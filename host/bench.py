@@ -31,7 +31,8 @@ def _row(r):
     return {
         "topology": r["topology"], "bytes": r["bytes"], "config": r.get("config"), "backend": r["backend"],
         "buffers": r.get("buffers"), "fsms": r.get("fsms"), "cycles": r["cycles"],
-        "bound_cycles": r["bound_cycles"], "link_efficiency": r["link_efficiency"],
+        "bound_cycles": r["bound_cycles"], "memory_cycles": r["memory_cycles"],
+        "link_efficiency": r["link_efficiency"], "chunk_bytes": r["chunk_bytes"], "rate": r.get("rate"),
         "busbw_bytes_per_cycle": round(busbw(r), 3),
         "mem_read_bytes": sorted(set(r["mem_read_bytes"])), "mem_write_bytes": sorted(set(r["mem_write_bytes"])),
         "sim_cycles_per_s": r["sim_cycles_per_s"], "build_s": r.get("build_s"), "wall_s": r["wall_s"],
@@ -61,13 +62,15 @@ def _run(progress, **kw):
 
 
 def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bidir-ring:8"), latency=10,
-                     backend="verilator", progress=True):
-    """All-reduce of each size on each topology; returns the rows."""
+                     backend="verilator", progress=True, rate=None, chunk_bytes=None):
+    """All-reduce of each size on each topology (``config``: a profile name or an AceConfig; ``rate``: every
+    link's flits per cycle, default the topology's; ``chunk_bytes``: default the largest); returns the rows."""
     rows = []
     for topo in topologies:
         for size in sizes:
             rows.append(_row(_run(progress, collective="allreduce", topology=topo, nbytes=size, dtype="fp32",
-                                  op="sum", config=config, latency=latency, backend=backend)))
+                                  op="sum", config=config, latency=latency, backend=backend, rate=rate,
+                                  chunk_bytes=chunk_bytes)))
     return rows
 
 
@@ -83,7 +86,7 @@ def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=10, b
     """All-reduce with each (buffers, FSMs) pair the configuration has; returns the rows."""
     from ..hdl.ace.config import AceConfig
 
-    cfg = AceConfig.profile(config)
+    cfg = config if isinstance(config, AceConfig) else AceConfig.profile(config)
     rows = []
     for b in buffers:
         for f in fsms:
@@ -103,6 +106,7 @@ COLUMNS = [
     ("FSMs", lambda r: str(r["fsms"])),
     ("cycles", lambda r: str(r["cycles"])),
     ("bound", lambda r: f"{r['bound_cycles']:.0f}"),
+    ("memory", lambda r: str(r["memory_cycles"])),
     ("efficiency", lambda r: f"{r['link_efficiency']:.3f}"),
     ("busbw B/cycle", lambda r: f"{r['busbw_bytes_per_cycle']:.2f}"),
     ("mem read/write B per NPU", lambda r: f"{r['mem_read_bytes']}/{r['mem_write_bytes']}"),
@@ -118,7 +122,7 @@ def main(args):
           f"cycles", flush=True)
     if args.bench == "efficiency":
         rows = bench_efficiency(args.config, sizes, args.topology or ["ring:8", "bidir-ring:8"], args.latency,
-                                args.backend or "verilator")
+                                args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes)
     elif args.bench == "simspeed":
         rows = bench_simspeed(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                               [args.backend] if args.backend else ["verilator", "icarus"])

@@ -53,6 +53,8 @@ def _add_run_args(p, defaults):
                         "(default %(default)s)")
     p.add_argument("--latency", type=int, default=DEFAULT_LATENCY,
                    help="link latency in cycles (default %(default)s)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="every link's rate in flits per cycle, in (0, 1] (default: the topology's, 1)")
     p.add_argument("--buffers", type=int, default=None,
                    help="chunk buffers the engines use (default: all of the configuration's)")
     p.add_argument("--fsms", type=int, default=None, help="FSMs the engines use (default: all)")
@@ -70,7 +72,7 @@ def _cmd_run(args):
         result = run_collective(collective=args.collective, topology=args.topology, algorithm=args.algorithm,
                                 nbytes=args.bytes, dtype=args.dtype, op=args.op, root=args.root,
                                 chunk_bytes=args.chunk_bytes, backend=args.backend, config=args.config,
-                                latency=args.latency, pause=args.pause, seed=args.seed,
+                                latency=args.latency, rate=args.rate, pause=args.pause, seed=args.seed,
                                 buffers=args.buffers, fsms=args.fsms,
                                 progress=not args.quiet)
     except (ValueError, RuntimeError) as exc:
@@ -122,6 +124,10 @@ def main(argv=None):
     p_bench.add_argument("--backend", choices=["verilator", "icarus", "amaranth"], default=None,
                          help="simulator (default verilator; simspeed: verilator and icarus)")
     p_bench.add_argument("--latency", type=int, default=10, help="link latency in cycles (default 10)")
+    p_bench.add_argument("--rate", type=float, default=None,
+                         help="efficiency: every link's rate in flits per cycle (default the topology's, 1)")
+    p_bench.add_argument("--chunk-bytes", type=parse_size, default=None,
+                         help="efficiency: chunk size (default: the largest the engine runs the program with)")
     p_bench.add_argument("--buffers", type=int, action="append", help="sweep: chunk buffers (repeatable)")
     p_bench.add_argument("--fsms", type=int, action="append", help="sweep: FSMs (repeatable)")
     p_bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")

@@ -321,7 +321,8 @@ async def load_programs(drv, rank, jobs):
 @dataclass
 class EndpointResult:
     """What one endpoint saw: the completion of each job (in posting order), its mismatches and guard
-    damage, the cycles from the first doorbell to the last completion, and the engine's counters."""
+    damage, the cycles from the first doorbell to the last completion, the engine's counters and whether it
+    ever saw an SRAM bank conflict (STATUS.sram_conflict: never, in a correct engine)."""
 
     rank: int
     completions: list = field(default_factory=list)
@@ -329,6 +330,7 @@ class EndpointResult:
     guard_touched: list = field(default_factory=list)
     cycles: int = 0
     counters: dict = field(default_factory=dict)
+    sram_conflict: bool = False
 
 
 async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, sync=None, setup=True,
@@ -382,4 +384,5 @@ async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, 
         res.mismatches.append(bad)
         res.guard_touched.append(touched)
     res.counters = await drv.counters()
+    res.sram_conflict = bool((await drv.status())["sram_conflict"])
     return res

@@ -25,7 +25,7 @@ from ..sim.golden.executor import execute
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
 
 __all__ = ["job_spec", "make_inputs", "run_golden", "run_collective", "format_summary", "count_for_bytes",
-           "bound_cycles", "bandwidth_cycles", "passed", "BACKENDS"]
+           "bound_cycles", "bandwidth_cycles", "memory_cycles", "passed", "BACKENDS"]
 
 BACKENDS = ("verilator", "icarus", "amaranth", "golden")
 ENGINE_BACKENDS = ("verilator", "icarus", "amaranth")
@@ -173,6 +173,15 @@ def bandwidth_cycles(golden, links, beat_bytes):
     return max((b / beat_bytes / rate[key] for key, b in golden.link_bytes.items()), default=0.0)
 
 
+def memory_cycles(golden, beat_bytes):
+    """The NPU memory term: the most payload any endpoint reads or writes (golden ``mem_read_bytes`` /
+    ``mem_write_bytes``) at one ``beat_bytes`` beat per cycle on each of the AXI read and write channels. When
+    it exceeds :func:`bandwidth_cycles` the endpoint's memory port, not the links, limits the collective (a
+    bidirectional ring whose memory port is as wide as one link)."""
+    most = max(list(golden.mem_read_bytes) + list(golden.mem_write_bytes) + [0])
+    return -(-most // beat_bytes)
+
+
 def bound_cycles(golden, links, beat_bytes):
     """A lower bound on a collective's cycles: :func:`bandwidth_cycles` plus one link latency (the busiest
     link's last flit must still cross it). Chunk pipelining hides the other steps' latencies behind other
@@ -192,7 +201,7 @@ def _check_engine_job(spec, backend):
 
 
 def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycles, counters, window_cycles,
-                   sim_wall):
+                   sim_wall, conflicts):
     golden = job.golden
     p = spec["npus"]
     bound = bound_cycles(golden, links, cfg.beat_bytes)
@@ -204,9 +213,11 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
         "status": statuses,
         "mismatches": int(sum(mismatches)),
         "guard_bytes_touched": int(sum(guards)),
+        "sram_conflicts": int(sum(bool(c) for c in conflicts)),
         "cycles": int(job_cycles),
         "bound_cycles": round(bound, 1),
         "bandwidth_cycles": round(bw, 1),
+        "memory_cycles": memory_cycles(golden, cfg.beat_bytes),
         "link_efficiency": round(bound / job_cycles, 4) if job_cycles else 0.0,
         "busiest_link_bytes": int(busiest),
         "mem_read_bytes": [c["PAYLOAD_RD_BYTES"] for c in counters],
@@ -246,7 +257,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
         return _engine_result(spec, cfg, job, links, [r.completions[0]["status_name"] for r in rs],
                               [r.mismatches[0] for r in rs], [r.guard_touched[0] for r in rs],
                               max(r.completions[0]["cycles"] for r in rs), [r.counters for r in rs],
-                              max(r.cycles for r in rs), wall), {"sim": "amaranth", "build_s": 0.0}
+                              max(r.cycles for r in rs), wall, [r.sram_conflict for r in rs]), \
+            {"sim": "amaranth", "build_s": 0.0}
     from ..tb.ace import run_system
 
     if progress:
@@ -262,7 +274,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
                            f"see {out['run'].get('build_dir', 'the build directory')}")
     j = out["jobs"][0]
     res = _engine_result(spec, cfg, job, links, j["status"], j["mismatches"], j["guard_touched"],
-                         j.get("cycles", 0), out["counters"], out["window_cycles"], out["wall_s"])
+                         j.get("cycles", 0), out["counters"], out["window_cycles"], out["wall_s"],
+                         out.get("sram_conflict", []))
     if out.get("error"):
         res["error"] = out["error"]
     return res, out["run"]
@@ -310,6 +323,7 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         result["config"] = config if isinstance(config, str) else "custom"
         result["engine"] = cfg.as_dict()
         result["latency"] = latency
+        result["rate"] = rate
         for name, v, top in (("--buffers", buffers, cfg.n_buffers), ("--fsms", fsms, cfg.n_fsms)):
             if v is not None and not 1 <= v <= top:
                 raise ValueError(f"{name} {v} out of range: the {result['config']} engine has {top}")
@@ -338,6 +352,9 @@ def format_summary(r):
         lines.append(f"  {r['cycles']} cycles (descriptor fetch to completion); bound {r['bound_cycles']:.0f} "
                      f"cycles (busiest link {r['busiest_link_bytes']} B: {r['bandwidth_cycles']:.0f} cycles, "
                      f"+ one link latency): link efficiency {r['link_efficiency']:.3f}")
+        if r["memory_cycles"] > r["bandwidth_cycles"]:
+            lines.append(f"  the NPU memory port bounds this run: {r['memory_cycles']} cycles to read or write "
+                         f"{max(r['mem_read_bytes'] + r['mem_write_bytes'])} B at one beat per cycle")
         lines.append(f"  simulation: {r['sim_cycles']} cycles at {r['sim_cycles_per_s']:.0f} cycles/s "
                      f"(build {r['build_s']:.0f} s)")
         if any(s != "OK" for s in r["status"]):
@@ -351,6 +368,8 @@ def format_summary(r):
 
 
 def passed(r):
-    """True when every NPU completed OK, every byte matched and nothing outside the buffers was written."""
+    """True when every NPU completed OK, every byte matched, nothing outside the buffers was written and no
+    engine saw an SRAM bank conflict."""
     return r["mismatches"] == 0 and r.get("guard_bytes_touched", 0) == 0 and not r.get("error") and \
+        r.get("sram_conflicts", 0) == 0 and \
         all(s == "OK" for s in r.get("status", ["OK"]))

@@ -1,9 +1,11 @@
-"""Model of one direction of a point-to-point link, for system simulation: fixed latency, a rate limit, a
-credit return path with its own latency, and fault injection.
+"""Model of one direction of a point-to-point link, for system simulation: a latency, a rate limit, a credit
+return path with its own latency, and fault injection.
 
-Both delay lines are :class:`DelayLine`: a memory written every cycle at a slot indexed by the cycle count
-modulo its depth (the slot is the flit's timestamp) and read ``latency`` slots behind, so a latency of a
-thousand cycles costs one memory of a thousand rows rather than a thousand-stage shift register.
+Latency and rate are inputs (their reset values are the constructor's), so one build of a system serves
+every latency up to ``max_latency`` and every rate: a testbench or a sweep sets them before it releases
+reset. Both delay lines are :class:`DelayLine`: a memory written every cycle at a slot indexed by the cycle
+count modulo its depth (the slot is the flit's timestamp) and read ``latency`` slots behind, so a latency of
+a thousand cycles costs one memory of a thousand rows rather than a thousand-stage shift register.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
@@ -14,26 +16,37 @@ from amaranth.utils import ceil_log2
 
 from ..common.layouts import credit_layout, flit_layout
 
-__all__ = ["DelayLine", "Link"]
+__all__ = ["DelayLine", "Link", "RATE_DEN_MAX"]
+
+#: Largest rate denominator a link takes (rates are num/den flits per cycle, ``0 < num <= den``).
+RATE_DEN_MAX = 256
+
+
+def _check_latency(latency, max_latency, what="latency"):
+    if not 1 <= latency <= max_latency:
+        raise ValueError(f"{what} must be in 1..{max_latency}, not {latency}")
 
 
 class DelayLine(wiring.Component):
-    """``o`` in cycle ``t`` is ``i`` of cycle ``t - latency`` (zero before that), ``latency >= 1``.
+    """``o`` in cycle ``t`` is ``i`` of cycle ``t - latency`` (zero before that), ``1 <= latency <=
+    max_latency``; ``latency`` is an input whose reset value is the constructor's.
 
-    A ring of ``2**ceil(log2(latency))`` rows written every cycle at the cycle count; the synchronous read
-    port reads the row written ``latency - 1`` cycles before, transparent so that ``latency = 1`` reads the
-    row being written. The ring is not cleared by reset (a model for simulation: reset it only at time 0).
+    A ring of ``2**ceil(log2(max_latency))`` rows written every cycle at the cycle count; the synchronous
+    read port reads the row written ``latency - 1`` cycles before, transparent so that ``latency = 1`` reads
+    the row being written. The ring is not cleared by reset (a model for simulation: reset it only at time 0)
+    and ``latency`` is meant to be set while the line is idle (changing it moves the read pointer).
     """
 
-    def __init__(self, shape, latency):
-        if latency < 1:
-            raise ValueError(f"latency must be >= 1, not {latency}")
-        self.latency = latency
-        super().__init__({"i": In(shape), "o": Out(shape)})
+    def __init__(self, shape, latency, max_latency=None):
+        max_latency = latency if max_latency is None else max_latency
+        _check_latency(latency, max_latency)
+        self.max_latency = max_latency
+        super().__init__({"i": In(shape), "o": Out(shape),
+                          "latency": In(range(1, max_latency + 1), init=latency)})
 
     def elaborate(self, platform):
         m = Module()
-        depth = max(2, 1 << ceil_log2(self.latency))
+        depth = max(2, 1 << ceil_log2(self.max_latency))
         m.submodules.ring = ring = Memory(shape=unsigned(len(Value.cast(self.i))), depth=depth, init=[])
         wr = ring.write_port()
         rd = ring.read_port(transparent_for=(wr,))
@@ -56,9 +69,13 @@ class Link(wiring.Component):
     Parameters
     ----------
     beat_bytes : flit payload width.
-    latency : cycles from a flit's acceptance on ``tx`` to its appearance on ``rx`` (>= 1).
-    rate : ``(num, den)``, flits per cycle ``num/den <= 1``; a token bucket of one flit paces ``tx.ready``.
-    credit_latency : cycles from ``credit_in`` to ``credit_out`` (default ``latency``).
+    latency : reset value of ``latency``: cycles from a flit's acceptance on ``tx`` to its appearance on
+        ``rx`` (>= 1).
+    rate : ``(num, den)``, reset value of ``rate_num``/``rate_den``: flits per cycle ``num/den <= 1``
+        (``den <= RATE_DEN_MAX``); a token bucket of one flit paces ``tx.ready``.
+    credit_latency : reset value of ``credit_latency``: cycles from ``credit_in`` to ``credit_out``
+        (default ``latency``).
+    max_latency : the largest latency the ports accept (default: the larger of the two latencies).
 
     Ports
     -----
@@ -67,6 +84,8 @@ class Link(wiring.Component):
         Each flit is valid for one cycle, exactly ``latency`` cycles after its ``tx`` handshake; ``rx.ready``
         is ignored (the receiver is always ready).
     credit_in : In(credit_layout()), credit_out : Out(credit_layout())
+    latency, credit_latency, rate_num, rate_den : In
+        The link's parameters; set them before traffic starts (they are not meant to change under load).
     inject : In(1)
         In a cycle that accepts a flit, flips bit 0 of its data (the receiver's CRC check must catch it).
     stall : In(1)
@@ -77,19 +96,25 @@ class Link(wiring.Component):
         Cycles with ``tx.valid`` (the link sending or pacing a flit); ``flits / busy`` is the achieved rate.
     """
 
-    def __init__(self, beat_bytes, latency, rate=(1, 1), credit_latency=None):
+    def __init__(self, beat_bytes, latency, rate=(1, 1), credit_latency=None, max_latency=None):
         num, den = rate
-        if not 0 < num <= den:
-            raise ValueError(f"rate must be num/den with 0 < num <= den, not {num}/{den}")
-        if latency < 1 or (credit_latency is not None and credit_latency < 1):
-            raise ValueError("latencies must be >= 1")
-        self.beat_bytes, self.latency, self.rate = beat_bytes, latency, (num, den)
-        self.credit_latency = latency if credit_latency is None else credit_latency
+        if not 0 < num <= den <= RATE_DEN_MAX:
+            raise ValueError(f"rate must be num/den with 0 < num <= den <= {RATE_DEN_MAX}, not {num}/{den}")
+        credit_latency = latency if credit_latency is None else credit_latency
+        if max_latency is None:
+            max_latency = max(latency, credit_latency, 1)
+        _check_latency(latency, max_latency)
+        _check_latency(credit_latency, max_latency, "credit latency")
+        self.beat_bytes, self.max_latency = beat_bytes, max_latency
         super().__init__({
             "tx": In(stream.Signature(flit_layout(beat_bytes))),
             "rx": Out(stream.Signature(flit_layout(beat_bytes))),
             "credit_in": In(credit_layout()),
             "credit_out": Out(credit_layout()),
+            "latency": In(range(1, max_latency + 1), init=latency),
+            "credit_latency": In(range(1, max_latency + 1), init=credit_latency),
+            "rate_num": In(range(1, RATE_DEN_MAX + 1), init=num),
+            "rate_den": In(range(1, RATE_DEN_MAX + 1), init=den),
             "inject": In(1),
             "stall": In(1),
             "flits": Out(32),
@@ -98,27 +123,34 @@ class Link(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        num, den = self.rate
+        num, den = self.rate_num, self.rate_den
 
         # Token bucket in 1/den flit units. Capped at den + num - 1: never reached while backlogged (so the
-        # long-run rate is exactly num/den) and at most one flit of burst after idling.
-        tokens = Signal(range(den + num), init=den)
+        # long-run rate is exactly num/den) and at most one flit of burst after idling. It starts full.
+        cap = Signal(range(2 * RATE_DEN_MAX))
+        tokens = Signal(range(2 * RATE_DEN_MAX + 1))
+        started = Signal()
         fire = self.tx.valid & self.tx.ready
-        m.d.comb += self.tx.ready.eq((tokens >= den) & ~self.stall)
+        m.d.comb += [
+            cap.eq(den + num - 1),
+            self.tx.ready.eq(started & (tokens >= den) & ~self.stall),
+        ]
         after = tokens - Mux(fire, den, 0) + num
-        m.d.sync += tokens.eq(Mux(after > den + num - 1, den + num - 1, after))
+        m.d.sync += [tokens.eq(Mux(~started | (after > cap), cap, after)), started.eq(1)]
 
-        m.submodules.flit_line = flit_line = DelayLine(unsigned(1 + len(self.tx.payload.as_value())),
-                                                       self.latency)
+        m.submodules.flit_line = flit_line = DelayLine(unsigned(1 + len(self.tx.payload.as_value())), 1,
+                                                       self.max_latency)
         flipped = self.tx.payload.as_value() ^ (self.inject & fire)
         m.d.comb += [
+            flit_line.latency.eq(self.latency),
             flit_line.i.eq(Cat(fire, flipped)),
             self.rx.valid.eq(flit_line.o[0]),
             self.rx.payload.eq(flit_line.o[1:]),
         ]
 
-        m.submodules.credit_line = credit_line = DelayLine(credit_layout(), self.credit_latency)
-        m.d.comb += [credit_line.i.eq(self.credit_in), self.credit_out.eq(credit_line.o)]
+        m.submodules.credit_line = credit_line = DelayLine(credit_layout(), 1, self.max_latency)
+        m.d.comb += [credit_line.latency.eq(self.credit_latency), credit_line.i.eq(self.credit_in),
+                     self.credit_out.eq(credit_line.o)]
 
         m.d.sync += [
             self.flits.eq(self.flits + fire),

@@ -5,9 +5,12 @@ the engine once however many endpoints the system has; :func:`system_verilog` re
 text. Each endpoint's CSR bus, interrupt and AXI master are top-level ports named ``ep<i>_csr__*``,
 ``ep<i>_irq`` and ``ep<i>_axi__*`` (the testbench attaches one AXI RAM per endpoint: the NPU's memory).
 Every directed link of the topology is a :class:`~syncfabric.hdl.system.link.Link` with its latency, rate and
-credit loop; ``link<l>_inject`` flips a bit of the flit crossing link ``l`` (fault injection) and
-``link<l>_stall`` holds that link's ready low for a cycle (random backpressure). :attr:`AceSystem.links`
-lists the links in port order.
+credit loop. Latency and rate are top-level inputs (``link<l>_latency``, ``link<l>_rate_num``,
+``link<l>_rate_den``, reset values from :func:`link_params`), so the Verilog of a system depends on the engine
+configuration and the topology only and one simulator build serves every latency (up to ``max_latency``) and
+rate; :func:`link_port_values` lists the values a testbench drives. ``link<l>_inject`` flips a bit of the flit
+crossing link ``l`` (fault injection) and ``link<l>_stall`` holds that link's ready low for a cycle (random
+backpressure). :attr:`AceSystem.links` lists the links in port order.
 """
 
 from fractions import Fraction
@@ -18,12 +21,17 @@ from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.topology import parse as parse_topology
 from ..ace.engine import AceEngine
-from .link import Link
+from .link import RATE_DEN_MAX, Link
 
-__all__ = ["AceSystem", "ENGINE_MODULE", "system_verilog", "engine_verilog", "link_params"]
+__all__ = ["AceSystem", "ENGINE_MODULE", "MAX_LATENCY", "system_verilog", "engine_verilog", "link_params",
+           "link_port_values"]
 
 #: Verilog module name of the engine in system builds.
 ENGINE_MODULE = "ace_engine"
+
+#: Default of the largest link latency a system build accepts (cycles; ACE Table V's inter-package links
+#: take 500).
+MAX_LATENCY = 512
 
 
 def link_params(topology, latency=None, rate=None):
@@ -33,12 +41,21 @@ def link_params(topology, latency=None, rate=None):
     out = []
     for ln in topo.links():
         lat = ln.attr.latency if latency is None else int(latency)
-        r = Fraction(ln.attr.rate if rate is None else rate).limit_denominator(256)
+        r = Fraction(ln.attr.rate if rate is None else rate).limit_denominator(RATE_DEN_MAX)
         if not 0 < r <= 1:
             raise ValueError(f"link rate must be in (0, 1], got {float(r)}")
         if lat < 1:
             raise ValueError(f"link latency must be at least 1 cycle, got {lat}")
         out.append((ln.src_rank, ln.src_port, ln.dst_rank, ln.dst_port, lat, (r.numerator, r.denominator)))
+    return out
+
+
+def link_port_values(links):
+    """``{port name: value}`` of the latency and rate inputs of an :class:`AceSystem` for ``links`` (as
+    :func:`link_params` returns them): what a testbench drives before it releases reset."""
+    out = {}
+    for li, (_, _, _, _, lat, (num, den)) in enumerate(links):
+        out.update({f"link{li}_latency": lat, f"link{li}_rate_num": num, f"link{li}_rate_den": den})
     return out
 
 
@@ -54,10 +71,12 @@ def _engine_ports(engine):
 class AceSystem(wiring.Component):
     """``topology`` (a spec such as ``"ring:8"`` or a Topology) of engines configured by ``cfg``.
 
-    ``inline=False`` (for Verilog simulators) instantiates the separately converted module
-    :data:`ENGINE_MODULE`; ``inline=True`` makes the engines submodules, for Amaranth's simulator."""
+    ``latency``/``rate`` give the reset values of every link's latency and rate inputs (default: the
+    topology's); ``max_latency`` (default :data:`MAX_LATENCY`, or the largest latency if that is more) sizes
+    the links' delay lines. ``inline=False`` (for Verilog simulators) instantiates the separately converted
+    module :data:`ENGINE_MODULE`; ``inline=True`` makes the engines submodules, for Amaranth's simulator."""
 
-    def __init__(self, cfg, topology, latency=None, rate=None, inline=False):
+    def __init__(self, cfg, topology, latency=None, rate=None, inline=False, max_latency=None):
         self.cfg = cfg
         self.inline = inline
         self.topology = parse_topology(topology)
@@ -67,15 +86,20 @@ class AceSystem(wiring.Component):
             raise ValueError(f"{self.topology.spec} needs {self.topology.n_ports} link ports per engine, the "
                              f"engine configuration has {cfg.n_ports}")
         self.links = link_params(self.topology, latency, rate)
+        self.max_latency = max([MAX_LATENCY if max_latency is None else max_latency]
+                               + [ln[4] for ln in self.links])
         n = self.topology.n_endpoints
         members = {}
         for i in range(n):
             members[f"ep{i}_csr"] = Out(AceEngine.csr_signature(cfg))
             members[f"ep{i}_irq"] = Out(1)
             members[f"ep{i}_axi"] = Out(AceEngine.axi_signature(cfg))
-        for li in range(len(self.links)):
+        for li, (_, _, _, _, lat, (num, den)) in enumerate(self.links):
             members[f"link{li}_inject"] = In(1)
             members[f"link{li}_stall"] = In(1)
+            members[f"link{li}_latency"] = In(range(1, self.max_latency + 1), init=lat)
+            members[f"link{li}_rate_num"] = In(range(1, RATE_DEN_MAX + 1), init=num)
+            members[f"link{li}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=den)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -97,7 +121,7 @@ class AceSystem(wiring.Component):
                     ENGINE_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                     *_engine_ports(eng))
         for li, (s, sp, d, dp, lat, rate) in enumerate(self.links):
-            link = Link(cfg.beat_bytes, lat, rate=rate)
+            link = Link(cfg.beat_bytes, lat, rate=rate, max_latency=self.max_latency)
             m.submodules[f"link{li}"] = link
             src, dst = engines[s], engines[d]
             wiring.connect(m, link.tx, getattr(src, f"tx{sp}"))
@@ -107,6 +131,10 @@ class AceSystem(wiring.Component):
                 getattr(src, f"tx{sp}_credit").eq(link.credit_out),
                 link.inject.eq(getattr(self, f"link{li}_inject")),
                 link.stall.eq(getattr(self, f"link{li}_stall")),
+                link.latency.eq(getattr(self, f"link{li}_latency")),
+                link.credit_latency.eq(getattr(self, f"link{li}_latency")),
+                link.rate_num.eq(getattr(self, f"link{li}_rate_num")),
+                link.rate_den.eq(getattr(self, f"link{li}_rate_den")),
             ]
         return m
 
@@ -117,8 +145,9 @@ def engine_verilog(cfg):
     return verilog.convert(AceEngine(cfg), name=ENGINE_MODULE, emit_src=False)
 
 
-def system_verilog(cfg, topology, latency=None, rate=None, engine_text=None):
-    """Verilog of the system top (module ``ace_system``) followed by the engine module."""
+def system_verilog(cfg, topology, engine_text=None, max_latency=None):
+    """Verilog of the system top (module ``ace_system``) followed by the engine module. Link latencies and
+    rates are its inputs (:func:`link_port_values`)."""
     from amaranth.back import verilog
-    top = verilog.convert(AceSystem(cfg, topology, latency, rate), name="ace_system", emit_src=False)
+    top = verilog.convert(AceSystem(cfg, topology, max_latency=max_latency), name="ace_system", emit_src=False)
     return top + "\n" + (engine_text if engine_text is not None else engine_verilog(cfg))

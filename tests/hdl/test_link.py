@@ -138,18 +138,30 @@ def test_crc32_next_rejects_bad_widths():
 
 # ---- Link ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("runtime", [False, True], ids=["reset_values", "set_at_run_time"])
 @pytest.mark.parametrize("latency,credit_latency,rate", [(1, 1, (1, 1)), (2, 5, (1, 2)), (3, None, (2, 3)),
-                                                         (17, 1, (1, 1)), (1000, 300, (3, 4))])
-def test_link_delays_every_flit_and_credit_exactly(latency, credit_latency, rate):
+                                                         (17, 1, (1, 1)), (1000, 300, (3, 4)), (4, 4, (1, 256))])
+def test_link_delays_every_flit_and_credit_exactly(latency, credit_latency, rate, runtime):
+    """Every flit and credit arrives exactly its latency later, at no more than the rate; with ``runtime``
+    the parameters are not the link's reset values but set on its ports before traffic starts (one build,
+    any latency up to ``max_latency`` and any rate)."""
     seed = seed_for(latency)
     rng = random.Random(seed)
     w = 8
-    dut = Link(w, latency, rate, credit_latency)
     cl = latency if credit_latency is None else credit_latency
+    if runtime:
+        dut = Link(w, 1, (1, 1), max_latency=max(latency, cl) + 7)
+    else:
+        dut = Link(w, latency, rate, credit_latency)
     n_cycles = max(latency, cl) + 300
     sent, received, credits_in, credits_out = [], [], {}, {}
 
     async def driver(ctx):
+        if runtime:
+            ctx.set(dut.latency, latency)
+            ctx.set(dut.credit_latency, cl)
+            ctx.set(dut.rate_num, rate[0])
+            ctx.set(dut.rate_den, rate[1])
         pending = None
         for cycle in range(n_cycles):
             if pending is None and rng.random() < 0.7:
@@ -191,11 +203,13 @@ def test_link_delays_every_flit_and_credit_exactly(latency, credit_latency, rate
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")   # the rejected objects
 def test_link_rejects_bad_parameters():
-    for args in [(8, 0), (8, 1, (3, 2)), (8, 1, (0, 1)), (8, 2, (1, 1), 0)]:
+    for args in [(8, 0), (8, 1, (3, 2)), (8, 1, (0, 1)), (8, 2, (1, 1), 0), (8, 1, (1, 257)), (8, 9, (1, 1), 1, 8)]:
         with pytest.raises(ValueError):
             Link(*args)
     with pytest.raises(ValueError):
         DelayLine(8, 0)
+    with pytest.raises(ValueError):
+        DelayLine(8, 5, 4)
     gc.collect()                                   # while the warning filter is active
 
 

@@ -268,7 +268,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     out = run_system(cfg, spec["topology"], [{"spec": spec}], sim=backend, latency=latency, rate=rate,
                      seed=seed, pause=pause, progress=progress, check=False, timeout_cycles=timeout,
                      buffers=buffers, fsms=fsms,
-                     build_tag=build_tag or f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}-l{latency}-r{rate}")
+                     build_tag=build_tag or f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}")
     if "jobs" not in out:
         raise RuntimeError(f"the {backend} testbench produced no result: {out.get('error', 'no details')}; "
                            f"see {out['run'].get('build_dir', 'the build directory')}")

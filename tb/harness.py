@@ -1,10 +1,12 @@
 """Build-and-run harness: Amaranth component -> Verilog -> cocotb on Verilator or Icarus.
 
-One call, :func:`run_cocotb`, turns a component into Verilog, builds it for the chosen simulator in a build
-directory of its own and runs a cocotb test module against it, raising ``AssertionError`` when any cocotb test
+One call, :func:`run_cocotb`, turns a component into Verilog, builds it for the chosen simulator and runs a
+cocotb test module against it in a run directory of its own, raising ``AssertionError`` when any cocotb test
 fails. Verilog is cached by content: the cache key is the design's top-level name, its parameters and the text
-of every source file under ``hdl/`` and ``sim/golden/``, so an unchanged design is neither converted nor rebuilt
-(Verilator's make sees an unchanged file and skips the C++ build).
+of every source file under ``hdl/`` and ``sim/golden/``, so an unchanged design is not converted again.
+Verilator builds are cached by content too: one build directory per (Verilog text, flags), shared by every test
+and command that simulates that design (``build/verilator/``; the least recently used are pruned beyond
+``SYNCFABRIC_VERILATOR_KEEP``, default 24). Icarus builds in milliseconds and builds in the run directory.
 
 Environment:
   ``SIM``        ``verilator`` (default) or ``icarus``;
@@ -19,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -187,13 +190,16 @@ def tb_params():
 
 
 def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=None, testcase=None,
-               seed=None, build_tag=None):
+               seed=None, build_tag=None, hier_blocks=()):
     """Convert, build and run a cocotb testbench; raise ``AssertionError`` if any cocotb test fails.
 
     ``factory(**params)`` returns the Amaranth component (called on a Verilog cache miss only);
     ``test_module`` is the dotted name of the cocotb module; ``tb_params`` (JSON-serialisable) reaches it
     through :func:`tb_params`, together with ``params`` under the key ``"params"``. ``build_tag`` names the
-    build directory (default: the running pytest test). Returns a summary with the results file and wall time.
+    run directory (default: the running pytest test). ``hier_blocks``: Verilog modules Verilator compiles
+    once, as libraries of their own (a module instantiated many times, such as a system's engines: the build
+    of 16 engines takes about as long as that of one). Returns a summary with the results file, the build
+    directory and wall times.
     """
     sim = (sim or default_sim()).lower()
     if sim not in SIMULATORS:
@@ -206,62 +212,125 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
 
     params = dict(params)
     tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", build_tag) if build_tag else _test_id()
-    build_dir = build_root() / "sim" / tag / sim
-    build_dir.mkdir(parents=True, exist_ok=True)
-    # one build directory, one user at a time (parallel pytest workers or commands may share a tag)
-    with open(build_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _build_and_run(factory, params, toplevel, test_module, sim, tb_params, testcase, seed,
-                              build_dir)
-
-
-def _build_and_run(factory, params, toplevel, test_module, sim, tb_params, testcase, seed, build_dir):
-    from cocotb_tools.runner import get_runner, get_results
-
+    run_dir = build_root() / "sim" / tag / sim
+    run_dir.mkdir(parents=True, exist_ok=True)
     verilog = verilog_for(factory, params, toplevel)
-    if sim == "icarus":
-        source = _sync_text(build_dir / f"{toplevel}.v", icarus_fixup(Path(verilog).read_text()))
-    else:
-        source = _sync_file(verilog, build_dir / f"{toplevel}.v")
     waves = os.environ.get("WAVES", "0") not in ("", "0")
-
-    runner = get_runner(sim)
-    build_args = []
-    if sim == "verilator":
-        build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL",
-                      "-Wno-UNOPTFLAT", "--x-assign", "0", "--x-initial", "0"]
-        # cocotb's runner makes every variable public (--public-flat-rw), which keeps Verilator from
-        # optimising anything and costs a 100x in simulation speed on the engine; the testbenches only
-        # touch the top level's ports, so only those are made visible to VPI.
-        vlt = _sync_text(build_dir / "public.vlt",
-                         f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n')
-        build_args += ["--no-public-flat-rw", str(vlt)]
-        if waves:   # the runner adds --trace (VCD); FST would need liblz4-dev for the wheel's fstcpp
-            build_args += ["--trace-structs"]
+    runner = _runner(sim)
     t0 = time.monotonic()
-    rebuild = sim == "icarus"       # Icarus builds in milliseconds; a stale build could lack the dump module
     if sim == "verilator":
-        # make does not see flag changes: a build with other flags starts from scratch
-        stamp = build_dir / "flags.txt"
-        flags = " ".join(_fix_verilator_pch() + build_args)
-        rebuild = not stamp.exists() or stamp.read_text() != flags
-        if rebuild:
-            for obj in list(build_dir.glob("*.o")) + list(build_dir.glob("*.a")) + list(build_dir.glob("*.gch")):
-                obj.unlink()
-    runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir, build_args=build_args,
-                 timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log",
-                 always=rebuild)
-    if sim == "verilator":
-        stamp.write_text(flags)
-    t_build = time.monotonic() - t0
+        build_dir = _verilator_build(verilog, toplevel, waves, tuple(hier_blocks))
+    else:
+        build_dir = run_dir
+    # one run directory, one user at a time (parallel pytest workers or commands may share a tag)
+    with _locked(run_dir):
+        if sim == "icarus":
+            source = _sync_text(run_dir / f"{toplevel}.v", icarus_fixup(Path(verilog).read_text()))
+            # Icarus builds in milliseconds; a stale build could lack the dump module
+            runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=run_dir, timescale=("1ns", "1ps"),
+                         waves=waves, log_file=run_dir / "build.log", always=True)
+        t_build = time.monotonic() - t0
+        return _run(runner, params, toplevel, test_module, sim, tb_params, testcase, seed, build_dir, run_dir,
+                    waves, t_build)
+
+
+def _runner(sim):
+    from cocotb_tools.runner import get_runner
+    return get_runner(sim)
+
+
+class _locked:
+    """An exclusive ``flock`` on ``directory/.lock`` (created with the directory) for a ``with`` block."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+
+    def __enter__(self):
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.directory / ".lock", "w")
+        fcntl.flock(self.file, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+def _verilator_build(verilog, toplevel, waves, hier_blocks):
+    """Build ``verilog`` with Verilator in the directory of its content and flags (built once, shared by
+    every run of the design); returns the directory, which holds the executable ``toplevel`` that cocotb's
+    runner starts.
+
+    Verilator is called directly with ``--build`` (the command line of cocotb's runner plus ``--hierarchical``
+    when there are ``hier_blocks``: modules compiled once as libraries of their own, however often they are
+    instantiated; the runner's plain ``make -f Vtop.mk`` cannot build those)."""
+    import cocotb_tools.config as cc
+
+    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL",
+                  "-Wno-UNOPTFLAT", "--x-assign", "0", "--x-initial", "0"]
+    # cocotb's runner makes every variable public (--public-flat-rw), which keeps Verilator from optimising
+    # anything and costs a 100x in simulation speed on the engine; the testbenches only touch the top level's
+    # ports, so only those are made visible to VPI.
+    vlt = f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n'
+    vlt += "".join(f'hier_block -module "{mod}"\n' for mod in hier_blocks)
+    if waves:       # VCD; FST would need liblz4-dev for the wheel's fstcpp
+        build_args += ["--trace", "--trace-structs"]
+    if hier_blocks:
+        build_args += ["--hierarchical"]
+    flags = " ".join(_fix_verilator_pch() + build_args)
+    text = Path(verilog).read_bytes()
+    key = hashlib.sha256(text + vlt.encode() + flags.encode()).hexdigest()[:16]
+    root = build_root() / "verilator"
+    build_dir = root / f"{toplevel}-{key}"
+    with _locked(build_dir):
+        source = _sync_file(verilog, build_dir / f"{toplevel}.v")
+        vlt_file = _sync_text(build_dir / "config.vlt", vlt)
+        done = build_dir / "built"
+        if not done.exists():
+            cmd = [shutil.which("verilator"), "-cc", "--exe", "-Mdir", str(build_dir / "obj"),
+                   "--top-module", toplevel, "--vpi", "--prefix", "Vtop", "-o", str(build_dir / toplevel),
+                   "-LDFLAGS", f"-Wl,-rpath,{cc.libs_dir} -L{cc.libs_dir} -lcocotbvpi_verilator",
+                   *build_args, "--no-public-flat-rw", str(vlt_file), "--timescale", "1ns/1ps",
+                   str(cc.share_dir / "lib" / "verilator" / "verilator.cpp"), str(source),
+                   "--build", "-j", str(os.cpu_count() or 1)]
+            with open(build_dir / "build.log", "w") as log:
+                proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=build_dir)
+            if proc.returncode:
+                raise AssertionError(f"Verilator failed to build {toplevel} (exit {proc.returncode}); see "
+                                     f"{build_dir / 'build.log'}")
+            done.write_text(flags)
+        os.utime(done)
+    _prune_verilator_builds(root)
+    return build_dir
+
+
+def _prune_verilator_builds(root):
+    """Remove the least recently used Verilator builds beyond ``SYNCFABRIC_VERILATOR_KEEP`` (default 24),
+    skipping any that another process holds."""
+    keep = int(os.environ.get("SYNCFABRIC_VERILATOR_KEEP", "24"))
+    builds = sorted((d for d in root.iterdir() if (d / "built").exists()),
+                    key=lambda d: (d / "built").stat().st_mtime, reverse=True)
+    for d in builds[keep:]:
+        try:
+            with open(d / ".lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(d)
+        except OSError:
+            continue
+
+
+def _run(runner, params, toplevel, test_module, sim, tb_params, testcase, seed, build_dir, run_dir, waves,
+         t_build):
+    from cocotb_tools.runner import get_results
+
     env = {_PARAMS_ENV: json.dumps({**(tb_params or {}), "params": params}, default=repr)}
-    results = build_dir / "results.xml"
+    results = run_dir / "results.xml"
     if results.exists():
         results.unlink()
     t0 = time.monotonic()
     exit_code = 0
     try:
-        runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=build_dir, test_dir=build_dir,
+        runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog", build_dir=build_dir,
+                    test_dir=run_dir,
                     testcase=testcase, seed=seed, extra_env=env, waves=waves, results_xml=str(results),
                     timescale=("1ns", "1ps"))
     except SystemExit as exc:        # the runner calls sys.exit on failures; report from the results instead
@@ -269,14 +338,14 @@ def _build_and_run(factory, params, toplevel, test_module, sim, tb_params, testc
     t_test = time.monotonic() - t0
     if not results.exists():
         raise AssertionError(f"cocotb wrote no results for {test_module} on {sim} (exit {exit_code}); "
-                             f"see {build_dir}")
+                             f"see {run_dir}")
     n_tests, n_failed = get_results(results)
     if n_failed:
         raise AssertionError(f"{n_failed} of {n_tests} cocotb tests failed in {test_module} on {sim}; "
-                             f"log and results in {build_dir}")
+                             f"log and results in {run_dir}")
     if exit_code:
-        raise AssertionError(f"simulator exited with {exit_code} running {test_module} on {sim}; see {build_dir}")
+        raise AssertionError(f"simulator exited with {exit_code} running {test_module} on {sim}; see {run_dir}")
     if n_tests == 0:
         raise AssertionError(f"no cocotb test ran in {test_module} (testcase={testcase!r})")
-    return {"sim": sim, "tests": n_tests, "build_dir": str(build_dir), "results": str(results),
-            "build_s": t_build, "test_s": t_test, "python": sys.executable}
+    return {"sim": sim, "tests": n_tests, "build_dir": str(build_dir), "run_dir": str(run_dir),
+            "results": str(results), "build_s": t_build, "test_s": t_test, "python": sys.executable}

@@ -18,11 +18,12 @@ def ace_engine(cfg):
     return AceEngine(AceConfig(**cfg))
 
 
-def ace_system_verilog(cfg, topology, latency=None, rate=None):
-    """Verilog of ``AceSystem(AceConfig(**cfg), topology, latency, rate)`` followed by the engine module."""
+def ace_system_verilog(cfg, topology, max_latency=None):
+    """Verilog of ``AceSystem(AceConfig(**cfg), topology, max_latency=max_latency)`` followed by the engine
+    module (link latencies and rates are inputs of the system: one build serves them all)."""
     from amaranth.back import verilog
     engine = verilog_for(ace_engine, {"cfg": cfg}, ENGINE_MODULE).read_text()
-    top = verilog.convert(AceSystem(AceConfig(**cfg), topology, latency, rate), name="ace_system",
+    top = verilog.convert(AceSystem(AceConfig(**cfg), topology, max_latency=max_latency), name="ace_system",
                           emit_src=False)
     return top + "\n" + engine
 
@@ -44,17 +45,21 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
 
     from ..harness import run_cocotb
 
-    params = {"cfg": dataclasses.asdict(cfg), "topology": topology, "latency": latency, "rate": rate}
+    from ...hdl.system.top import MAX_LATENCY, link_params
+
+    lats = [ln[4] for ln in link_params(topology, latency, rate)]
+    params = {"cfg": dataclasses.asdict(cfg), "topology": topology,
+              "max_latency": max([MAX_LATENCY] + lats) if max(lats, default=0) > MAX_LATENCY else None}
     with tempfile.TemporaryDirectory() as tmp:
         path = out or os.path.join(tmp, "result.json")
         error = None
         try:
             run = run_cocotb(ace_system_verilog, params, toplevel="ace_system",
                              test_module="syncfabric.tb.ace.test_system", sim=sim, testcase=testcase,
-                             tb_params={"jobs": jobs, "seed": seed, "pause": pause, "link_stall": link_stall,
+                             tb_params={"jobs": jobs, "seed": seed, "latency": latency, "rate": rate, "pause": pause, "link_stall": link_stall,
                                         "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
                                         "buffers": buffers, "fsms": fsms},
-                             build_tag=build_tag)
+                             build_tag=build_tag, hier_blocks=(ENGINE_MODULE,))
         except AssertionError as exc:
             if check:
                 raise

@@ -6,8 +6,9 @@ i.e. random response delays); each endpoint is driven by the host driver over a
 testbench has no second copy of the driver. Every output byte is compared with the golden executor, and
 every guard band around the buffers must be left untouched.
 
-Parameters (:func:`syncfabric.tb.harness.tb_params`): ``params`` (the factory's: cfg, topology, latency,
-rate), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
+Parameters (:func:`syncfabric.tb.harness.tb_params`): ``params`` (the factory's: cfg, topology,
+max_latency), ``latency``/``rate`` (every link's; default the topology's: driven on the system's link inputs
+before reset, so one build serves them all), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
 order on every rank), ``seed``, ``pause`` (probability that an AXI channel pauses in a cycle),
 ``link_stall`` (probability that a link holds ready low in a cycle), ``timeout_cycles``, ``out`` (write the
 result JSON there), ``progress`` (log the simulated cycle every few seconds), ``buffers``/``fsms`` (use
@@ -26,7 +27,7 @@ from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
 from ...hdl.ace.config import AceConfig
-from ...hdl.system.top import link_params
+from ...hdl.system.top import link_params, link_port_values
 from ...host.driver import AceDriver
 from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
                          memory_bytes, run_endpoint)
@@ -64,7 +65,7 @@ class SystemTB:
         fp = p["params"]
         self.cfg = AceConfig(**fp["cfg"])
         self.topology = fp["topology"]
-        self.links = link_params(self.topology, fp.get("latency"), fp.get("rate"))
+        self.links = link_params(self.topology, p.get("latency"), p.get("rate"))
         self.seed = int(p.get("seed", 1))
         self.rng = random.Random(self.seed)
         self.log = dut._log
@@ -110,6 +111,8 @@ class SystemTB:
         for li in range(len(self.links)):
             getattr(self.dut, f"link{li}_inject").value = 0
             getattr(self.dut, f"link{li}_stall").value = 0
+        for name, value in link_port_values(self.links).items():
+            getattr(self.dut, name).value = value
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0

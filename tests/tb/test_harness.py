@@ -1,5 +1,7 @@
 """The simulation harness: conversion cache, both simulators, parameters, failure reporting."""
 
+from pathlib import Path
+
 import pytest
 
 from syncfabric.tb.harness import run_cocotb, simulators, verilog_for
@@ -15,6 +17,20 @@ def test_harness_runs_testbench_with_params(sim):
     summary = run_cocotb(Counter, {"width": 4}, toplevel="counter", test_module="syncfabric.tb.smoke",
                          sim=sim, tb_params={"cycles": 21}, testcase="counts_enabled_cycles")
     assert summary["tests"] == 1
+
+
+@pytest.mark.cocotb
+def test_verilator_build_is_shared_by_every_run_of_a_design():
+    """Two runs of one design in different run directories use one Verilator build: the second one finds
+    it built and leaves the simulator executable untouched."""
+    kw = dict(toplevel="counter", test_module="syncfabric.tb.smoke", sim="verilator",
+              tb_params={"cycles": 9}, testcase="counts_enabled_cycles")
+    a = run_cocotb(Counter, {"width": 6}, build_tag="harness-shared-a", **kw)
+    exe = Path(a["build_dir"]) / "counter"
+    stamp = exe.stat().st_mtime_ns
+    b = run_cocotb(Counter, {"width": 6}, build_tag="harness-shared-b", **kw)
+    assert a["build_dir"] == b["build_dir"] and a["run_dir"] != b["run_dir"]
+    assert exe.stat().st_mtime_ns == stamp
 
 
 @pytest.mark.cocotb

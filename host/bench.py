@@ -50,7 +50,7 @@ def _table(rows, cols):
 
 def _run(progress, **kw):
     t0 = time.monotonic()
-    r = run_collective(progress=False, **kw)
+    r = run_collective(progress=progress, **kw)
     if progress:
         state = "ok" if passed(r) else "FAILED"
         print(f"  {kw.get('topology')} {kw.get('nbytes')} B on {kw.get('backend')}"

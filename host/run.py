@@ -260,18 +260,27 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
                               max(r.cycles for r in rs), wall, [r.sram_conflict for r in rs]), \
             {"sim": "amaranth", "build_s": 0.0}
     from ..tb.ace import run_system
+    from ..tb.harness import run_dir_for
+    from .progress import ProgressLine
 
-    if progress:
-        print(f"building the {backend} model of {spec['npus']} engines (cached after the first build)...",
-              flush=True)
-    timeout = max(10**6, int(20 * bound_cycles(job.golden, links, cfg.beat_bytes)))
+    tag = build_tag or f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}"
+    log = run_dir_for(tag, backend) / "sim.log"
+    bound = bound_cycles(job.golden, links, cfg.beat_bytes)
+    line = ProgressLine(enabled=bool(progress))
+    line.update(f"building the {backend} model of {spec['npus']} engines (cached after the first build; "
+                f"simulator output in {log})")
+    line.done()
+
+    def show(cycle, rate_cps):
+        line.update(f"  simulating: cycle {cycle:,} (bound {bound:,.0f}) at {rate_cps:,.0f} cycles/s")
+
+    timeout = max(10**6, int(20 * bound))
     out = run_system(cfg, spec["topology"], [{"spec": spec}], sim=backend, latency=latency, rate=rate,
-                     seed=seed, pause=pause, progress=progress, check=False, timeout_cycles=timeout,
-                     buffers=buffers, fsms=fsms,
-                     build_tag=build_tag or f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}")
+                     seed=seed, pause=pause, progress=show if progress else False, check=False,
+                     timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log)
+    line.done()
     if "jobs" not in out:
-        raise RuntimeError(f"the {backend} testbench produced no result: {out.get('error', 'no details')}; "
-                           f"see {out['run'].get('build_dir', 'the build directory')}")
+        raise RuntimeError(f"the {backend} testbench produced no result: {out.get('error', 'no details')}")
     j = out["jobs"][0]
     res = _engine_result(spec, cfg, job, links, j["status"], j["mismatches"], j["guard_touched"],
                          j.get("cycles", 0), out["counters"], out["window_cycles"], out["wall_s"],

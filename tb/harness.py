@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["run_cocotb", "tb_params", "simulators", "default_sim", "verilog_for", "build_root",
+__all__ = ["run_cocotb", "run_dir_for", "tb_params", "simulators", "default_sim", "verilog_for", "build_root",
            "prepare_tool_path"]
 
 SIMULATORS = ("verilator", "icarus")
@@ -183,6 +183,12 @@ def _test_id():
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", node)[:120]
 
 
+def run_dir_for(tag, sim):
+    """The run directory of :func:`run_cocotb` for ``build_tag=tag`` (None: the running pytest test)."""
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", tag) if tag else _test_id()
+    return build_root() / "sim" / tag / sim
+
+
 def tb_params():
     """Inside a cocotb test module: the ``tb_params`` dict given to :func:`run_cocotb`."""
     raw = os.environ.get(_PARAMS_ENV)
@@ -190,7 +196,7 @@ def tb_params():
 
 
 def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=None, testcase=None,
-               seed=None, build_tag=None, hier_blocks=()):
+               seed=None, build_tag=None, hier_blocks=(), log_file=None):
     """Convert, build and run a cocotb testbench; raise ``AssertionError`` if any cocotb test fails.
 
     ``factory(**params)`` returns the Amaranth component (called on a Verilog cache miss only);
@@ -199,7 +205,7 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
     run directory (default: the running pytest test). ``hier_blocks``: Verilog modules Verilator compiles
     once, as libraries of their own (a module instantiated many times, such as a system's engines: the build
     of 16 engines takes about as long as that of one). Returns a summary with the results file, the build
-    directory and wall times.
+    directory and wall times. ``log_file``: write the simulator's output there instead of the terminal.
     """
     sim = (sim or default_sim()).lower()
     if sim not in SIMULATORS:
@@ -211,8 +217,7 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
         raise RuntimeError(f"{exe} not found on PATH; run `make setup` (or {hint})")
 
     params = dict(params)
-    tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", build_tag) if build_tag else _test_id()
-    run_dir = build_root() / "sim" / tag / sim
+    run_dir = run_dir_for(build_tag, sim)
     run_dir.mkdir(parents=True, exist_ok=True)
     verilog = verilog_for(factory, params, toplevel)
     waves = os.environ.get("WAVES", "0") not in ("", "0")
@@ -231,7 +236,7 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
                          waves=waves, log_file=run_dir / "build.log", always=True)
         t_build = time.monotonic() - t0
         return _run(runner, params, toplevel, test_module, sim, tb_params, testcase, seed, build_dir, run_dir,
-                    waves, t_build)
+                    waves, t_build, log_file)
 
 
 def _runner(sim):
@@ -319,7 +324,7 @@ def _prune_verilator_builds(root):
 
 
 def _run(runner, params, toplevel, test_module, sim, tb_params, testcase, seed, build_dir, run_dir, waves,
-         t_build):
+         t_build, log_file):
     from cocotb_tools.runner import get_results
 
     env = {_PARAMS_ENV: json.dumps({**(tb_params or {}), "params": params}, default=repr)}
@@ -332,19 +337,20 @@ def _run(runner, params, toplevel, test_module, sim, tb_params, testcase, seed, 
         runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog", build_dir=build_dir,
                     test_dir=run_dir,
                     testcase=testcase, seed=seed, extra_env=env, waves=waves, results_xml=str(results),
-                    timescale=("1ns", "1ps"))
+                    timescale=("1ns", "1ps"), log_file=log_file)
     except SystemExit as exc:        # the runner calls sys.exit on failures; report from the results instead
         exit_code = exc.code
     t_test = time.monotonic() - t0
+    where = log_file or run_dir
     if not results.exists():
         raise AssertionError(f"cocotb wrote no results for {test_module} on {sim} (exit {exit_code}); "
-                             f"see {run_dir}")
+                             f"see {where}")
     n_tests, n_failed = get_results(results)
     if n_failed:
         raise AssertionError(f"{n_failed} of {n_tests} cocotb tests failed in {test_module} on {sim}; "
-                             f"log and results in {run_dir}")
+                             f"see {where}")
     if exit_code:
-        raise AssertionError(f"simulator exited with {exit_code} running {test_module} on {sim}; see {run_dir}")
+        raise AssertionError(f"simulator exited with {exit_code} running {test_module} on {sim}; see {where}")
     if n_tests == 0:
         raise AssertionError(f"no cocotb test ran in {test_module} (testcase={testcase!r})")
     return {"sim": sim, "tests": n_tests, "build_dir": str(build_dir), "run_dir": str(run_dir),

@@ -30,43 +30,75 @@ def ace_system_verilog(cfg, topology, max_latency=None):
 
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
                pause=0.0, link_stall=0.0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
-               check=True, buffers=None, fsms=None):
+               check=True, buffers=None, fsms=None, log_file=None):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
     configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
     under ``"run"``; raises AssertionError when the testbench fails (``check=False``: returns what the
-    testbench wrote, with the failure under ``"error"``). ``progress`` logs the simulated cycles every few
-    seconds. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART
-    and FSM_LIMIT registers, so one build serves a whole sweep)."""
+    testbench wrote, with the failure under ``"error"``). ``progress``: True logs the simulated cycles every
+    few seconds; a callable is called about once a second with ``(cycle, cycles_per_s)`` while the simulation
+    runs. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART and
+    FSM_LIMIT registers, so one build serves a whole sweep). ``log_file``: the simulator's output goes there
+    instead of the terminal."""
     import dataclasses
     import json
     import os
     import tempfile
-
-    from ..harness import run_cocotb
+    import threading
 
     from ...hdl.system.top import MAX_LATENCY, link_params
+    from ..harness import run_cocotb
 
     lats = [ln[4] for ln in link_params(topology, latency, rate)]
     params = {"cfg": dataclasses.asdict(cfg), "topology": topology,
               "max_latency": max([MAX_LATENCY] + lats) if max(lats, default=0) > MAX_LATENCY else None}
     with tempfile.TemporaryDirectory() as tmp:
         path = out or os.path.join(tmp, "result.json")
+        stop = threading.Event()
+        watcher = None
+        if callable(progress):
+            prog_path = os.path.join(tmp, "progress.json")
+            watcher = threading.Thread(target=_watch_progress, args=(prog_path, progress, stop), daemon=True)
+            watcher.start()
+            progress = prog_path
         error = None
         try:
             run = run_cocotb(ace_system_verilog, params, toplevel="ace_system",
                              test_module="syncfabric.tb.ace.test_system", sim=sim, testcase=testcase,
-                             tb_params={"jobs": jobs, "seed": seed, "latency": latency, "rate": rate, "pause": pause, "link_stall": link_stall,
+                             tb_params={"jobs": jobs, "seed": seed, "latency": latency, "rate": rate,
+                                        "pause": pause, "link_stall": link_stall,
                                         "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
                                         "buffers": buffers, "fsms": fsms},
-                             build_tag=build_tag, hier_blocks=(ENGINE_MODULE,))
+                             build_tag=build_tag, hier_blocks=(ENGINE_MODULE,), log_file=log_file)
         except AssertionError as exc:
             if check:
                 raise
             run, error = {"sim": sim}, str(exc)
-        result = {"error": error} if error else {}
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.join()
+        result = {}
         if os.path.exists(path):
             with open(path) as f:
                 result = json.load(f)
+        if error:
+            result["error"] = error
     result["run"] = run
     return result
+
+
+def _watch_progress(path, callback, stop):
+    """Call ``callback(cycle, cycles_per_s)`` whenever the testbench's progress file changes, until ``stop``."""
+    import json
+
+    last = None
+    while not stop.wait(0.5):
+        try:
+            with open(path) as f:
+                p = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if p != last:
+            last = p
+            callback(p["cycle"], p["cycles_per_s"])

@@ -11,15 +11,18 @@ max_latency), ``latency``/``rate`` (every link's; default the topology's: driven
 before reset, so one build serves them all), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
 order on every rank), ``seed``, ``pause`` (probability that an AXI channel pauses in a cycle),
 ``link_stall`` (probability that a link holds ready low in a cycle), ``timeout_cycles``, ``out`` (write the
-result JSON there), ``progress`` (log the simulated cycle every few seconds), ``buffers``/``fsms`` (use
+result JSON there), ``progress`` (True: log the simulated cycle every few seconds; a path: keep the
+simulated cycle and rate in that JSON file, for a progress bar), ``buffers``/``fsms`` (use
 that many chunk buffers / FSMs of the engines: the partitions and FSM_LIMIT registers), ``expect`` (per job,
 the status every rank must complete with; default OK).
 """
 
 import json
 import logging
+import os
 import random
 import time
+import warnings
 
 import cocotb
 from cocotb.clock import Clock
@@ -82,6 +85,11 @@ class SystemTB:
         self.mem_bytes = max([memory_bytes(self.jobs_of(r), r) for r in range(self.n)] + [1 << 18])
         self.rams, self.drivers = [], []
         pause = float(p.get("pause", 0.0))
+        # cocotbext-axi still calls cocotb APIs that 2.x deprecates, and announces every model it creates
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi")
+        quiet = logging.getLogger(f"cocotb.{dut._name}")
+        level = quiet.level
+        quiet.setLevel(logging.WARNING)
         for i in range(self.n):
             ram = AxiRam(AxiBus.from_prefix(dut, f"ep{i}_axi_"), dut.clk, dut.rst, size=self.mem_bytes)
             if pause > 0:
@@ -101,6 +109,7 @@ class SystemTB:
             drv = AceDriver(tr, self.cfg)
             drv.buffer_budget = p.get("buffers")
             self.drivers.append(drv)
+        quiet.setLevel(level)
 
     def jobs_of(self, rank):
         """The commands ``rank`` posts, in order (a rejected command may be posted by some ranks only)."""
@@ -129,17 +138,24 @@ class SystemTB:
             for pin in pins:
                 pin.value = int(rng.random() < prob)
 
-    async def report_progress(self, every_s=5.0):
-        """Log the simulated cycle and the simulation rate every ``every_s`` seconds of wall time."""
+    async def report_progress(self, path=None, every_s=5.0):
+        """Every ``every_s`` seconds of wall time, log the simulated cycle and the simulation rate, or (with
+        ``path``) write them to that JSON file, replacing it atomically."""
         t_start = t_last = time.monotonic()
         cycle = last = 0
         while True:
-            await ClockCycles(self.dut.clk, 500)
-            cycle += 500
+            await ClockCycles(self.dut.clk, 200)
+            cycle += 200
             now = time.monotonic()
             if now - t_last >= every_s:
-                self.log.info("progress: cycle %d, %.0f cycles/s, %.0f s", cycle, (cycle - last) / (now - t_last),
-                              now - t_start)
+                rate = (cycle - last) / (now - t_last)
+                if path:
+                    tmp = f"{path}.tmp"
+                    with open(tmp, "w") as f:
+                        json.dump({"cycle": cycle, "cycles_per_s": rate, "wall_s": now - t_start}, f)
+                    os.replace(tmp, path)
+                else:
+                    self.log.info("progress: cycle %d, %.0f cycles/s, %.0f s", cycle, rate, now - t_start)
                 t_last, last = now, cycle
 
     async def run_jobs(self, timeout_cycles, setup=True):
@@ -215,7 +231,8 @@ async def collectives(dut):
                 float(p.get("pause", 0)), float(p.get("link_stall", 0)))
     await tb.start()
     if p.get("progress"):
-        cocotb.start_soon(tb.report_progress())
+        prog = p["progress"]
+        cocotb.start_soon(tb.report_progress(prog, 1.0) if isinstance(prog, str) else tb.report_progress())
     t0 = time.monotonic()
     results = await tb.run_jobs(p.get("timeout_cycles", 10**6))
     out = summarize(tb, results, time.monotonic() - t0)

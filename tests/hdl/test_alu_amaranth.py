@@ -6,7 +6,6 @@ Small lane counts keep the simulator fast (lanes only replicate the per-lane dat
 production width of 16 lanes. ``SEED=<n>`` replaces the random seeds.
 """
 
-import os
 import random
 
 import numpy as np
@@ -19,16 +18,12 @@ from syncfabric.sim.golden.types import DType, ReduceOp, FLOAT_FORMATS
 from syncfabric.tb.alu import (COMBOS, combo_name, elements_per_beat, expected_data, pack_elements,
                                random_operands, unpack_elements)
 
+from sim_helpers import seed_for
+
 FLOATS = [DType.FP32, DType.FP16, DType.BF16]
 SUM, MAX, MIN = ReduceOp.SUM, ReduceOp.MAX, ReduceOp.MIN
 #: Random beats per (dtype, op) in test_random_beats_match_golden.
 RANDOM_BEATS = 2000
-
-
-def seed_for(default):
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed {seed}")
-    return seed
 
 
 # ---- simulation helpers ---------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ buffer addresses vs :func:`~syncfabric.sim.golden.chunking.block_buffer_ranges`.
 ``SEED=<n>`` replaces the random seeds.
 """
 
-import os
 import random
 
 import pytest
@@ -17,23 +16,12 @@ from syncfabric.hdl.ace.chunker import (MAX_CHUNKS, BlockGeometry, CommandGeomet
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.sim.golden.chunking import Decomposition, block_buffer_ranges, segments_for
 
+from sim_helpers import run_sim, seed_for
+
 CONFIGS = {"W16": AceConfig.small(), "W64": AceConfig()}
 #: Collectives whose buffers the engine addresses, with (in_seg, out_seg).
 SEG_FLAGS = {"allreduce": (0, 0), "reduce_scatter": (1, 0), "allgather": (0, 1), "alltoall": (1, 1)}
 ERROR_FLAGS = tuple(geometry_error_layout().members)
-
-
-def seed_for(default):
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed {seed}")
-    return seed
-
-
-def run(dut, bench):
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 def ceil_div(a, b):
@@ -88,7 +76,7 @@ def test_seq_divider_matches_divmod_with_fixed_latency(width):
             assert ctx.get(dut.done) == 0 and ctx.get(dut.busy) == 0
             assert (ctx.get(dut.quotient), ctx.get(dut.remainder)) == expect
 
-    run(dut, bench)
+    run_sim(dut, bench)
 
 
 def test_seq_divider_restart_while_busy_abandons_old_division():
@@ -110,7 +98,7 @@ def test_seq_divider_restart_while_busy_abandons_old_division():
         assert ctx.get(dut.done) == 1
         assert (ctx.get(dut.quotient), ctx.get(dut.remainder), ctx.get(dut.div_zero)) == (65535, 65535, 1)
 
-    run(dut, bench)
+    run_sim(dut, bench)
 
 
 # ---- golden expectations ------------------------------------------------------------------------------------
@@ -269,7 +257,7 @@ def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
                 checked["empty"] += blk.nbytes == 0
             checked["commands"] += 1
 
-    run(dut, bench)
+    run_sim(dut, bench)
     print(checked)
     assert checked["commands"] == n_commands
     assert checked["empty"] > 0, "no empty block exercised"
@@ -298,7 +286,7 @@ def test_block_geometry_tiny_payloads_leave_trailing_blocks_empty():
             assert ctx.get(bg.in_addr) == (0x1000 if b == 0 else 0x1004)
             assert ctx.get(bg.out_addr) == (0x2000 if b == 0 else 0x2004)
 
-    run(dut, bench)
+    run_sim(dut, bench)
 
 
 # ---- rejected commands --------------------------------------------------------------------------------------
@@ -333,7 +321,7 @@ def test_command_geometry_flags_exactly_the_bad_fields():
             await ctx.tick()
             assert ctx.get(dut.bad) == bool(flags)
 
-    run(dut, bench)
+    run_sim(dut, bench)
 
 
 def test_command_geometry_full_tail_and_non_pow2_m_match_golden():
@@ -358,7 +346,7 @@ def test_command_geometry_full_tail_and_non_pow2_m_match_golden():
             assert not any(error.values())
             assert result == expected_geometry(cfg, d), (count, eb, n_blocks, S, chunk_beats)
 
-    run(dut, bench)
+    run_sim(dut, bench)
 
 
 def test_slot_offset_is_slot_times_slot_beats():

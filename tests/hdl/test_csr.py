@@ -5,7 +5,6 @@ cocotb transport is run against a bank on Verilator and Icarus (``SEED=<n>`` rep
 """
 
 import gc
-import os
 import random
 import warnings
 
@@ -20,15 +19,11 @@ from syncfabric.hdl.common.csr import CsrBank, CsrSignature
 from syncfabric.hdl.common.regmap import (Field, Register, RegisterArray, RegisterMap, RegisterMapError,
                                           Window)
 
+from sim_helpers import run_sim, seed_for
+
 #: Read latency of each test window (cycles from re to rdata).
 LATENCY = {"MEM": 1, "ROM": 0, "SLOW": 2}
 ROM_WORDS = (0xDEADBEEF, 0x01234567, 0x89ABCDEF, 0xFFFFFFFF)
-
-
-def seed_for(default):
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed {seed}")
-    return seed
 
 
 def make_regmap():
@@ -115,13 +110,6 @@ class Host:
         await self.access(addr, True, value)
 
 
-def run(dut, bench):
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
-
-
 # ---- access types ---------------------------------------------------------------------------------------------
 
 def test_rw_register_keeps_value_and_strobes_once_per_write():
@@ -168,7 +156,7 @@ def test_ro_register_is_sampled_on_read_and_ignores_writes():
         assert await host.read(rm.addr("STAT")) == 0xBEEF
         assert ctx.get(bank.unmapped) == 0, "a write to a ro register is mapped, not counted"
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 def test_wo_register_strobes_and_reads_zero():
@@ -238,7 +226,7 @@ def test_w1c_engine_sets_host_clears_and_set_wins_a_same_cycle_clear():
         await host.write(ev + 4, 1 << 31)
         assert ctx.get(bank.reg("EVENTS")) == (1 << 40) | 1
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 def test_64bit_registers_are_two_words_and_ro_high_word_is_captured_with_low():
@@ -263,7 +251,7 @@ def test_64bit_registers_are_two_words_and_ro_high_word_is_captured_with_low():
         assert await host.read(count) == 0
         assert await host.read(count + 4) == 2
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 def test_array_registers_are_independent_and_take_per_index_reset_values():
@@ -281,7 +269,7 @@ def test_array_registers_are_independent_and_take_per_index_reset_values():
             assert ctx.get(bank.reg("CH_ADDR", i)) == (0x200 + i) << 32
             assert await host.read(rm.addr("CH_CFG", i)) == 0x100 + i
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 # ---- windows --------------------------------------------------------------------------------------------------
@@ -303,7 +291,7 @@ def test_window_writes_reach_the_memory_and_reads_wait_for_its_latency(window):
         port = bank.window(window)
         assert ctx.get(port.addr) == 0, "addr stays on the last access's word"
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 def test_read_only_window_ignores_writes_and_reads_combinationally():
@@ -317,7 +305,7 @@ def test_read_only_window_ignores_writes_and_reads_combinationally():
         assert [await host.read(w.addr(i)) for i in range(w.words)] == list(ROM_WORDS)
         assert host.last_latency == 2
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 # ---- unmapped -------------------------------------------------------------------------------------------------
@@ -336,7 +324,7 @@ def test_unmapped_and_misaligned_accesses_read_zero_write_nothing_and_are_counte
         assert await host.read(rm.addr("CTRL")) == 0x5, "a misaligned write does not touch the register"
         assert await host.read(rm.addr("MEM")) == 0
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 # ---- random sequence against a model --------------------------------------------------------------------------
@@ -420,7 +408,7 @@ def test_random_accesses_match_the_register_map_model():
             if r.access in ("rw", "wo", "w1c"):
                 assert ctx.get(bank.reg(r.name, r.index)) == model.values[r.key], r.label
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 # ---- construction errors --------------------------------------------------------------------------------------
@@ -477,7 +465,7 @@ def test_ace_bank_reads_its_constants_and_reaches_every_window():
         assert ctx.get(bank.reg("SQ_TAIL")) == 3
         assert ctx.get(bank.unmapped) == 0
 
-    run(h, bench)
+    run_sim(h, bench)
 
 
 # ---- the cocotb transport against a bank ------------------------------------------------------------------------

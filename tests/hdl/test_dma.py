@@ -4,7 +4,6 @@ byte for byte with the model's memory, full-rate throughput behind a slow slave,
 and the AXI signatures. ``SEED=<n>`` replaces the random seeds.
 """
 
-import os
 import random
 
 import pytest
@@ -20,6 +19,8 @@ from syncfabric.hdl.common.axi import (AXI4ReadSignature, AXI4Signature, AXI4Wri
                                        WRITE_MEMBERS, connect_axi)
 from syncfabric.tb.axi_model import AxiRamModel
 
+from sim_helpers import seed_for
+
 SMALL = AceConfig.small()
 #: Configurations the random tests run on: the small one, narrow beats with short bursts, one burst at a time
 #: with single-beat bursts, and the production beat width.
@@ -32,12 +33,6 @@ CONFIGS = {
 MEM_BYTES = 1 << 15
 #: Random AXI timing of the random tests.
 SLOW_RAM = dict(latency=3, jitter=6, ready_prob=0.6, valid_prob=0.7)
-
-
-def seed_for(default):
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed {seed}")
-    return seed
 
 
 def beats_of(length, w):

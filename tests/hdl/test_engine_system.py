@@ -9,7 +9,6 @@ flow in Amaranth's simulator with no external simulator at all. Randomised tests
 ``SEED=<n>`` replaces the fixed default seeds (a sweep over many seeds: ``tests/hdl/test_engine_stress.py``).
 """
 
-import os
 import random
 
 import pytest
@@ -21,15 +20,10 @@ from syncfabric.sim.golden.topology import parse as parse_topology
 from syncfabric.sim.golden.types import DType, ReduceOp, dtype_bytes
 from syncfabric.tb.ace import run_system
 
+from sim_helpers import seed_for
+
 CFG = AceConfig.small()
 SIMS = ["verilator", "icarus"]
-
-
-def seed_of(default):
-    """The test's seed: ``SEED`` from the environment, else ``default`` (printed either way)."""
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed {seed}")
-    return seed
 
 
 def spec(collective, topology, count, dtype="fp32", op="sum", seed=1):
@@ -62,7 +56,7 @@ def check(result, n_jobs):
 @pytest.mark.cocotb
 @pytest.mark.parametrize("topology", ["ring:4", "bidir-ring:4"])
 def test_every_dtype_op_and_collective_with_random_sizes_and_backpressure(topology):
-    seed = seed_of(20261101)
+    seed = seed_for(20261101)
     rng = random.Random(seed)
     jobs, k = [], 0
     counts = random_counts(rng, 20)
@@ -97,7 +91,7 @@ def test_allreduce_reduce_scatter_allgather_bit_and_cycle_exact_on_both_simulato
 @pytest.mark.cocotb
 @pytest.mark.parametrize("topology", ["ring:2", "ring:16", "bidir-ring:16"])
 def test_two_to_sixteen_endpoints(topology):
-    seed = seed_of(20261102)
+    seed = seed_for(20261102)
     jobs = [job("allreduce", topology, 600, "fp32", "sum", seed=seed),
             job("reduce_scatter", topology, 40, "fp16", "sum", seed=seed + 1, tag=1),
             job("allgather", topology, 40, "bf16", "sum", seed=seed + 2, tag=2)]
@@ -160,7 +154,7 @@ def test_sram_too_small_is_rejected_and_the_engine_recovers():
 
 @pytest.mark.cocotb
 def test_burst_of_100_mixed_good_and_bad_commands():
-    seed = seed_of(20261103)
+    seed = seed_for(20261103)
     rng = random.Random(seed)
     topo = "ring:3"
     good = []

@@ -5,7 +5,6 @@ model, RxPort checks, and TxPort -> Link -> RxPort end to end with credits loope
 """
 
 import gc
-import os
 import random
 import zlib
 from collections import deque
@@ -23,17 +22,13 @@ from syncfabric.hdl.common.layouts import credit_layout, flit_layout, pack, pack
 from syncfabric.hdl.system.link import DelayLine, Link
 from syncfabric.sim.golden.link import packet_crc, packets, payload_beats
 
+from sim_helpers import seed_for
+
 CFG = AceConfig.small()
 HDR = packet_header_layout()
 #: Header fields the sender sets (offset/last are the port's).
 MSG_FIELDS = ("dst", "src", "vc", "tag", "chunk", "phase", "key", "length")
 CREDIT = credit_layout()
-
-
-def seed_for(default):
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed {seed}")
-    return seed
 
 
 # ---- messages and flits ---------------------------------------------------------------------------------------

@@ -2,28 +2,14 @@
 even/odd bank interleave that lets two streams share a buffer at full rate, and the streamer's gate and
 back-to-back runs, against a plain dictionary model of the buffers. ``SEED=<n>`` replaces the random seed."""
 
-import os
 import random
-
-from amaranth.sim import Simulator
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.sram import BankStreamer, ChunkSram
 
+from sim_helpers import run_sim, seed_for
+
 CFG = AceConfig.small(n_buffers=4)
-
-
-def seed_for(default):
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed {seed}")
-    return seed
-
-
-def run(dut, bench):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 def test_crossbar_priorities_free_signals_and_conflict_flag():
@@ -61,7 +47,7 @@ def test_crossbar_priorities_free_signals_and_conflict_flag():
         await ctx.tick()
         assert ctx.get(dut.rdata[0]) == 0
 
-    run(dut, bench)
+    run_sim(dut, bench, 1e-8)
 
 
 def test_two_streams_into_one_buffer_fall_into_step_and_lose_at_most_a_cycle():
@@ -90,7 +76,7 @@ def test_two_streams_into_one_buffer_fall_into_step_and_lose_at_most_a_cycle():
             await ctx.tick()
             assert ctx.get(dut.rdata[0]) == (1000 + a if a < 32 else 2000 + a - 32)
 
-    run(dut, bench)
+    run_sim(dut, bench, 1e-8)
 
 
 def test_streamer_runs_back_to_back_honours_gate_and_backpressure():
@@ -126,4 +112,4 @@ def test_streamer_runs_back_to_back_honours_gate_and_backpressure():
             expect += [((b << 16) | (a + k), int(k == n - 1)) for k in range(n)]
         assert got == expect
 
-    run(dut, bench)
+    run_sim(dut, bench, 1e-8)

@@ -20,6 +20,11 @@ getting one beat more. So every block boundary is beat aligned, blocks differ in
 and when a chunk has fewer beats than sub-blocks the trailing sub-blocks are empty (length 0). Empty blocks
 are still messages (header only) so that one program text serves every chunk.
 
+A barrier is the all-reduce program run on zero bytes: it has no buffers, and its decomposition
+(``Decomposition(..., barrier=True)``) is exactly one chunk whose blocks are all empty, whatever ``count`` is
+(the engine ignores the count of a barrier). Its messages are header-only, so it synchronises the ranks
+without moving data.
+
 This module is pure Python; it knows nothing of algorithms, only of collectives' buffer layouts.
 """
 
@@ -28,11 +33,11 @@ from dataclasses import dataclass
 __all__ = [
     "COLLECTIVES", "SEGMENTED", "ROOTED",
     "normalize_collective", "segments_for", "buffer_counts", "send_segment", "recv_segment",
-    "Block", "Chunk", "Decomposition", "block_buffer_ranges",
+    "Block", "Chunk", "Decomposition", "decomposition_for", "block_buffer_ranges",
 ]
 
 #: Canonical collective names (the strings used in programs and by the dispatcher).
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier")
 #: Collectives whose chunk working set has one segment per rank.
 SEGMENTED = frozenset({"reduce_scatter", "allgather", "alltoall"})
 #: Collectives with a root rank.
@@ -46,6 +51,7 @@ _ALIASES = {
     "alltoall": "alltoall", "all_to_all": "alltoall", "all-to-all": "alltoall", "a2a": "alltoall",
     "broadcast": "broadcast", "bcast": "broadcast",
     "reduce": "reduce",
+    "barrier": "barrier",
 }
 
 
@@ -80,7 +86,8 @@ def buffer_counts(collective, count, nranks, rank, root=None):
 
     ``count`` follows NCCL: elements per rank for all-reduce / broadcast / reduce, the output count of
     reduce-scatter (input ``nranks * count``), the input count of all-gather (output ``nranks * count``)
-    and the count per peer of all-to-all (both buffers ``nranks * count``).
+    and the count per peer of all-to-all (both buffers ``nranks * count``). A barrier has no buffers:
+    ``(0, 0)`` whatever ``count``.
     """
     c = normalize_collective(collective)
     _check_rank(rank, nranks)
@@ -93,6 +100,8 @@ def buffer_counts(collective, count, nranks, rank, root=None):
         return count, nranks * count
     if c == "alltoall":
         return nranks * count, nranks * count
+    if c == "barrier":
+        return 0, 0
     if c == "broadcast":
         return (count if rank == root else 0), count
     return count, (count if rank == root else 0)  # reduce
@@ -109,7 +118,7 @@ def send_segment(collective, rank, nranks, segment, root=None):
         return 0 if segment == rank else None
     if c == "broadcast":
         return 0 if rank == root else None
-    return segment  # allreduce/reduce: segment 0; reduce_scatter/alltoall: segment s is input segment s
+    return segment  # allreduce/reduce/barrier: segment 0; reduce_scatter/alltoall: input segment s
 
 
 def recv_segment(collective, rank, nranks, segment, root=None):
@@ -123,7 +132,7 @@ def recv_segment(collective, rank, nranks, segment, root=None):
         return 0 if segment == rank else None
     if c == "reduce":
         return 0 if rank == root else None
-    return segment  # allgather/alltoall: segment s of the output comes from rank s
+    return segment  # allgather/alltoall: segment s of the output comes from rank s; others: segment 0
 
 
 @dataclass(frozen=True)
@@ -163,11 +172,11 @@ class Chunk:
         return sum(b.nbytes for b in self.blocks)
 
 
-def _positive_int(name, value):
+def _positive_int(name, value, allow_zero=False):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,10 @@ class Decomposition:
 
     Parameters are validated on construction (``ValueError`` with the reason). ``n_blocks`` is the number of
     blocks per chunk (from the program), ``segments`` the number of segments (see :func:`segments_for`).
+
+    ``barrier=True`` is a barrier's decomposition: exactly one chunk (``lo == hi == 0``) whose ``n_blocks``
+    blocks are all empty, whatever ``count`` is (which may then be 0); :attr:`slot_bytes` is 0. The other
+    parameters are validated as usual. Use :func:`decomposition_for` to get the right one for a collective.
     """
 
     count: int
@@ -185,10 +198,13 @@ class Decomposition:
     chunk_bytes: int = 65536
     packet_bytes: int = 256
     beat_bytes: int = 64
+    barrier: bool = False
 
     def __post_init__(self):
-        for name in ("count", "elem_bytes", "n_blocks", "segments", "chunk_bytes", "packet_bytes",
-                     "beat_bytes"):
+        if not isinstance(self.barrier, bool):
+            raise ValueError(f"barrier must be a bool, got {self.barrier!r}")
+        _positive_int("count", self.count, allow_zero=self.barrier)
+        for name in ("elem_bytes", "n_blocks", "segments", "chunk_bytes", "packet_bytes", "beat_bytes"):
             _positive_int(name, getattr(self, name))
         if self.beat_bytes % self.elem_bytes:
             raise ValueError(f"beat_bytes ({self.beat_bytes}) must be a multiple of the element size "
@@ -228,12 +244,16 @@ class Decomposition:
 
     @property
     def n_chunks(self):
-        """Number of chunks (the last one may be partial)."""
+        """Number of chunks (the last one may be partial); always 1 for a barrier."""
+        if self.barrier:
+            return 1
         return -(-self.count // self.segment_chunk_elems)
 
     @property
     def slot_bytes(self):
-        """Size of the largest block of any chunk: the SRAM slot size a chunk context needs."""
+        """Size of the largest block of any chunk: the SRAM slot size a chunk context needs (0 for a barrier)."""
+        if self.barrier:
+            return 0
         beats = -(-self.segment_chunk_bytes // self.beat_bytes)
         return -(-beats // self.sub_blocks) * self.beat_bytes
 
@@ -241,6 +261,9 @@ class Decomposition:
         """The :class:`Chunk` number ``index``."""
         if not 0 <= index < self.n_chunks:
             raise IndexError(f"chunk {index} out of range (payload has {self.n_chunks} chunks)")
+        if self.barrier:
+            m = self.sub_blocks
+            return Chunk(0, 0, 0, tuple(Block(b, b // m, b % m, 0, 0, 0, ()) for b in range(self.n_blocks)))
         lo = index * self.segment_chunk_elems
         hi = min(lo + self.segment_chunk_elems, self.count)
         nbytes = (hi - lo) * self.elem_bytes
@@ -268,20 +291,36 @@ class Decomposition:
             yield self.chunk(i)
 
 
+def decomposition_for(collective, nranks, count, elem_bytes, n_blocks, chunk_bytes=65536, packet_bytes=256,
+                      beat_bytes=64):
+    """The :class:`Decomposition` of ``collective`` on ``nranks`` ranks: :func:`segments_for` segments, and
+    the one-chunk, all-empty decomposition (``barrier=True``) for a barrier."""
+    c = normalize_collective(collective)
+    return Decomposition(count, elem_bytes, n_blocks, segments_for(c, nranks), chunk_bytes, packet_bytes,
+                         beat_bytes, barrier=c == "barrier")
+
+
 def block_buffer_ranges(collective, rank, nranks, decomposition, chunk, block, root=None):
     """Element ranges ``(send, recv)`` of ``block`` of ``chunk`` in ``rank``'s send and receive buffers.
 
     Each is ``(lo, hi)`` (element offsets in the whole buffer) or None when the rank has no such data (LOAD
     resp. STORE of that block is illegal for this rank). ``chunk`` is a :class:`Chunk` or a chunk index.
+    A barrier has no buffers: every block of it is the empty range ``(0, 0)`` of both (LOAD and STORE move
+    nothing). A barrier decomposition serves only the barrier.
     """
     d = decomposition
-    if d.segments != segments_for(collective, nranks):
-        raise ValueError(f"decomposition has {d.segments} segments but {normalize_collective(collective)} "
-                         f"on {nranks} ranks needs {segments_for(collective, nranks)}")
+    c = normalize_collective(collective)
+    if d.segments != segments_for(c, nranks):
+        raise ValueError(f"decomposition has {d.segments} segments but {c} "
+                         f"on {nranks} ranks needs {segments_for(c, nranks)}")
+    if d.barrier and c != "barrier":
+        raise ValueError(f"a barrier decomposition (every block empty) cannot map the buffers of {c}")
     if not isinstance(chunk, Chunk):
         chunk = d.chunk(chunk)
     if not 0 <= block < d.n_blocks:
         raise ValueError(f"block {block} out of range for {d.n_blocks} blocks per chunk")
+    if c == "barrier":
+        return (0, 0), (0, 0)
     b = chunk.blocks[block]
     ss = send_segment(collective, rank, nranks, b.segment, root)
     rs = recv_segment(collective, rank, nranks, b.segment, root)

@@ -10,6 +10,13 @@ The executor knows nothing about algorithms; it interprets the step semantics of
   so the result does not depend on the interleaving - a property the tests check.
 * RECV ``reduce`` computes ``arith.reduce_bytes(incoming, slot, dtype, op)``: the program fixes which partial
   result is combined with which, hence every floating-point bit.
+* Count lane: every slot and every message carries a small integer next to its bytes, the number of ranks'
+  contributions in the datum. LOAD sets it to 1 (0 at a *null rank*, see ``null_ranks``), RECV ``reduce``
+  adds the incoming count to the slot's, a plain RECV takes the incoming count, SEND and the forward of a
+  RECV carry the slot's count, and STORE records it (:attr:`ExecResult.store_counts`,
+  :attr:`ExecResult.contributors`).
+* A barrier (``collective == "barrier"``) runs as exactly one chunk of empty blocks whatever ``count`` is:
+  LOAD and STORE move nothing, SEND / RECV exchange header-only messages.
 
 Errors: :class:`DeadlockError` when no context can progress (lists the blocked steps);
 :class:`ExecutionError` for a message left unconsumed, a message arriving on the wrong port, a size mismatch,
@@ -27,7 +34,7 @@ from .program import StepOp, check_programs
 from .topology import parse as parse_topology
 from .types import DType, ReduceOp, dtype_bytes
 
-__all__ = ["execute", "ExecResult", "DeadlockError", "ExecutionError"]
+__all__ = ["execute", "ExecResult", "DeadlockError", "ExecutionError", "NULL_COLLECTIVES", "landing_deadlock"]
 
 
 class ExecutionError(RuntimeError):
@@ -53,6 +60,11 @@ class ExecResult:
     ``mem_read_bytes``/``mem_write_bytes``: LOAD / STORE payload per rank (the DMA traffic to NPU memory).
     ``read_counts``/``write_counts``: per rank, how often each byte of the send / receive buffer was
     loaded / stored.
+
+    Count lane: ``store_counts[r]`` maps each block rank ``r`` STOREs to the count its (last) STORE of that
+    block carried, the number of non-null contributions reduced into it; every chunk stores the same count
+    for a block (the executor checks it). :attr:`contributors` is the minimum of these per rank.
+    ``null_ranks``: the ranks that contributed a null contribution (see :func:`execute`).
     """
 
     outputs: tuple
@@ -68,11 +80,19 @@ class ExecResult:
     n_messages: int = 0
     n_packets: int = 0
     n_steps: int = 0
+    store_counts: list = None
+    null_ranks: frozenset = frozenset()
 
     @property
     def n_chunks(self):
         """Number of chunks the payload was split into."""
         return self.decomposition.n_chunks
+
+    @property
+    def contributors(self):
+        """Per rank, the minimum count over the blocks it STOREd (0 if it stored nothing): how many ranks
+        contributed to every block of its output. For an all-reduce ``P - len(null_ranks)`` on every rank."""
+        return [min(sc.values(), default=0) for sc in self.store_counts or ()]
 
     @property
     def total_bytes_sent(self):
@@ -91,10 +111,10 @@ class ExecResult:
 
 
 class _Msg:
-    __slots__ = ("port", "data", "where")
+    __slots__ = ("port", "data", "count", "where")
 
-    def __init__(self, port, data, where):
-        self.port, self.data, self.where = port, data, where
+    def __init__(self, port, data, count, where):
+        self.port, self.data, self.count, self.where = port, data, count, where
 
 
 class _Where:
@@ -111,10 +131,12 @@ class _Where:
 
 
 class _Ctx:
-    __slots__ = ("rank", "chunk", "pc", "slots")
+    __slots__ = ("rank", "chunk", "pc", "slots", "counts", "stored")
 
     def __init__(self, rank, chunk, n_slots):
         self.rank, self.chunk, self.pc, self.slots = rank, chunk, 0, [None] * n_slots
+        self.counts = [0] * n_slots  # the count lane of each slot
+        self.stored = {}             # block -> count of its last STORE in this chunk
 
 
 def _as_bytes(x, nbytes, rank):
@@ -133,18 +155,47 @@ def _as_bytes(x, nbytes, rank):
     return u8
 
 
+#: Collectives that accept null contributions (``execute(..., null_ranks=...)``).
+NULL_COLLECTIVES = ("allreduce", "reduce_scatter", "reduce")
+
+
+def _check_null_ranks(null_ranks, nranks, collective, op):
+    """``null_ranks`` as a frozenset of ranks, after checking that the run may have null contributions."""
+    null = set()
+    for r in () if null_ranks is None else null_ranks:
+        if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)) or not 0 <= r < nranks:
+            raise ValueError(f"null rank {r!r} is not a rank of the {nranks} ranks")
+        null.add(int(r))
+    if null and collective not in NULL_COLLECTIVES:
+        raise ValueError(f"null contributions are only defined for {', '.join(NULL_COLLECTIVES)}, "
+                         f"not {collective}")
+    if null and op != ReduceOp.SUM:
+        raise ValueError(f"null contributions need the op sum (a null rank contributes zeros), "
+                         f"not {op.name.lower()}")
+    return frozenset(null)
+
+
 def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, packet_bytes=256, beat_bytes=64,
-            *, max_chunks_in_flight=1, seed=None, check=True, reducer=None):
+            *, max_chunks_in_flight=1, seed=None, check=True, reducer=None, null_ranks=()):
     """Run ``programs`` (one per rank of ``topology``) on ``inputs`` and return an :class:`ExecResult`.
 
     ``inputs[r]``: rank ``r``'s send buffer (any numpy array, taken as its little-endian bytes, of
-    ``buffer_counts(...)[0]`` elements; None for a rank without one). ``count``: elements per rank in NCCL
-    convention (see :func:`~.chunking.buffer_counts`). ``chunk_bytes``/``packet_bytes``/``beat_bytes``:
-    the decomposition (:class:`~.chunking.Decomposition`). ``max_chunks_in_flight``: chunks live at once;
-    ``seed``: if not None, interleave the live contexts in a random order drawn from this seed (the result
-    must not change). ``check``: run :func:`~.program.check_programs` first. ``reducer``: a function with the
-    signature of :func:`~.arith.reduce_bytes` computing every RECV reduction instead of the golden arithmetic
-    (used to run the reductions on RTL while the executor moves the data).
+    ``buffer_counts(...)[0]`` elements; None for a rank without one; ``inputs=None``: no rank passes one,
+    e.g. for a barrier). ``count``: elements per rank in NCCL convention (see
+    :func:`~.chunking.buffer_counts`); a barrier ignores it and runs one chunk of empty blocks.
+    ``chunk_bytes``/``packet_bytes``/``beat_bytes``: the decomposition (:class:`~.chunking.Decomposition`).
+    ``max_chunks_in_flight``: chunks live at once; ``seed``: if not None, interleave the live contexts in a
+    random order drawn from this seed (the result must not change). ``check``: run
+    :func:`~.program.check_programs` first. ``reducer``: a function with the signature of
+    :func:`~.arith.reduce_bytes` computing every RECV reduction instead of the golden arithmetic (used to run
+    the reductions on RTL while the executor moves the data).
+
+    ``null_ranks``: ranks that make a null contribution (partial all-reduce): their LOADs read no memory (not
+    counted in ``mem_read_bytes`` / ``read_counts``; their input may be None) and fill the slot with zeros of
+    the block's size and the count 0, so the outputs are the reduction with those ranks' inputs replaced by
+    zeros, in the program's order, and :attr:`ExecResult.contributors` tells how many ranks really
+    contributed. Only for allreduce, reduce_scatter and reduce (:data:`NULL_COLLECTIVES`) with op sum
+    (``ValueError`` otherwise).
     """
     dtype, op = DType(dtype), ReduceOp(op)
     topology = parse_topology(topology)
@@ -157,16 +208,22 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
         raise ValueError(f"{len(progs)} programs for {P} endpoints")
     head = progs[0]
     coll, root = head.collective, head.root
+    null = _check_null_ranks(null_ranks, P, coll, op)
     eb = dtype_bytes(dtype)
-    decomp = Decomposition(count, eb, head.n_blocks, head.segments, chunk_bytes, packet_bytes, beat_bytes)
+    decomp = Decomposition(count, eb, head.n_blocks, head.segments, chunk_bytes, packet_bytes, beat_bytes,
+                           barrier=coll == "barrier")
+    if inputs is None:
+        inputs = [None] * P
     if len(inputs) != P:
         raise ValueError(f"{len(inputs)} input buffers for {P} ranks")
     sizes = [buffer_counts(coll, count, P, r, root) for r in range(P)]
-    ins = [_as_bytes(inputs[r], sizes[r][0] * eb, r) for r in range(P)]
+    ins = [None if r in null and inputs[r] is None else _as_bytes(inputs[r], sizes[r][0] * eb, r)
+           for r in range(P)]
     outs = [np.zeros(sizes[r][1] * eb, np.uint8) for r in range(P)]
     res = ExecResult(tuple(outs), decomp, bytes_sent=[0] * P, mem_read_bytes=[0] * P, mem_write_bytes=[0] * P,
                      read_counts=[np.zeros(sizes[r][0] * eb, np.uint16) for r in range(P)],
-                     write_counts=[np.zeros(sizes[r][1] * eb, np.uint16) for r in range(P)])
+                     write_counts=[np.zeros(sizes[r][1] * eb, np.uint16) for r in range(P)],
+                     store_counts=[{} for _ in range(P)], null_ranks=null)
     flat = [p.steps() for p in progs]
     m = head.sub_blocks
     seg_in = [[send_segment(coll, r, P, s, root) for s in range(head.segments)] for r in range(P)]
@@ -189,7 +246,7 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
 
     links = {}
 
-    def emit(ctx, pi, w, data, port, peer, key):
+    def emit(ctx, pi, w, data, cnt, port, peer, key):
         lk = (ctx.rank, port)
         try:
             dst, arrival = links[lk + (peer,)]
@@ -200,7 +257,7 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
         if k in box:
             raise ExecutionError(f"{w}: rank {dst} already holds an unconsumed message with key {key} in phase "
                                  f"{pi} of chunk {ctx.chunk} (from {box[k].where})")
-        box[k] = _Msg(arrival, data, w)
+        box[k] = _Msg(arrival, data, cnt, w)
         n = data.size
         packets = max(1, -(-n // packet_bytes))
         res.link_bytes[lk] = res.link_bytes.get(lk, 0) + n
@@ -244,22 +301,31 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
                 if step.reduce:
                     local = slot_data(ctx, step, w, nbytes)
                     ctx.slots[step.slot] = reduce_fn(msg.data, local, dtype, op)
+                    ctx.counts[step.slot] += msg.count
                 else:
                     ctx.slots[step.slot] = msg.data
+                    ctx.counts[step.slot] = msg.count
                 if step.fwd is not None:
-                    emit(ctx, pi, w, ctx.slots[step.slot], step.fwd, step.peer, step.fwd_key)
+                    emit(ctx, pi, w, ctx.slots[step.slot], ctx.counts[step.slot], step.fwd, step.peer,
+                         step.fwd_key)
             elif step.op == StepOp.SEND:
                 w = where(ctx, pi, si, step)
                 _, nbytes = byte_range(ctx, step.block, seg_in)
-                emit(ctx, pi, w, slot_data(ctx, step, w, nbytes), step.port, step.peer, step.key)
+                emit(ctx, pi, w, slot_data(ctx, step, w, nbytes), ctx.counts[step.slot], step.port, step.peer,
+                     step.key)
             elif step.op == StepOp.LOAD:
                 rng_, nbytes = byte_range(ctx, step.block, seg_in)
                 if rng_ is None:
                     raise ExecutionError(f"{where(ctx, pi, si, step)}: rank {r} has no input for this block")
-                lo, hi = rng_
-                ctx.slots[step.slot] = ins[r][lo:hi].copy()
-                res.mem_read_bytes[r] += hi - lo
-                res.read_counts[r][lo:hi] += 1
+                if r in null:  # a null contribution: zeros, count 0, no memory read
+                    ctx.slots[step.slot] = np.zeros(nbytes, np.uint8)
+                    ctx.counts[step.slot] = 0
+                else:
+                    lo, hi = rng_
+                    ctx.slots[step.slot] = ins[r][lo:hi].copy()
+                    ctx.counts[step.slot] = 1
+                    res.mem_read_bytes[r] += hi - lo
+                    res.read_counts[r][lo:hi] += 1
             else:  # STORE
                 w = where(ctx, pi, si, step)
                 rng_, nbytes = byte_range(ctx, step.block, seg_out)
@@ -267,6 +333,7 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
                     raise ExecutionError(f"{w}: rank {r} has no output for this block")
                 lo, hi = rng_
                 outs[r][lo:hi] = slot_data(ctx, step, w, nbytes)
+                ctx.stored[step.block] = ctx.counts[step.slot]
                 res.mem_write_bytes[r] += hi - lo
                 res.write_counts[r][lo:hi] += 1
             ctx.pc += 1
@@ -289,6 +356,8 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
             progressed += run(ctx, rng.randint(1, 4) if rng is not None else len(flat[ctx.rank]))
         res.n_steps += progressed
         finished = [c for c in live if c.pc == len(flat[c.rank])]
+        for ctx in finished:
+            _merge_store_counts(res.store_counts[ctx.rank], ctx)
         if finished:
             live = [c for c in live if c.pc < len(flat[c.rank])]
             live_chunks = {c.chunk for c in live}
@@ -303,7 +372,17 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
             raise DeadlockError(f"deadlock: {len(blocked)} chunk context(s) blocked on RECV with no matching "
                                 f"message:\n  " + "\n  ".join(blocked[:20])
                                 + ("\n  ..." if len(blocked) > 20 else ""), blocked)
+    res.store_counts = [dict(sorted(sc.items())) for sc in res.store_counts]
     return res
+
+
+def _merge_store_counts(counts, ctx):
+    """Fold a finished context's STORE counts into its rank's ``counts``; every chunk must agree."""
+    for block, n in ctx.stored.items():
+        if counts.get(block, n) != n:
+            raise ExecutionError(f"rank {ctx.rank} chunk {ctx.chunk} stored block {block} with count {n}, an "
+                                 f"earlier chunk with count {counts[block]}")
+        counts[block] = n
 
 
 def _check_drained(mailbox, chunk):
@@ -312,3 +391,58 @@ def _check_drained(mailbox, chunk):
         lines = [f"to rank {dst} phase {k[1]} key {k[2]} (sent by {msg.where})" for dst, k, msg in left[:20]]
         raise ExecutionError(f"chunk {chunk} finished with {len(left)} message(s) never received:\n  "
                              + "\n  ".join(lines))
+
+
+def landing_deadlock(programs, topology, headers, beats, message_beats):
+    """Whether ``programs`` can run one chunk with bounded landing buffers, as on the engine: every receiving
+    (rank, input port) holds at most ``headers`` messages and ``beats`` beats that have arrived but not been
+    RECVed, a SEND (or the forward of a RECV) waits until its whole message fits, each rank runs its steps in
+    order, and a RECV takes the message at the head of its port's queue. Every message counts
+    ``message_beats`` beats (the largest block: a bound for every chunk).
+
+    Returns None when the chunk completes, else a description of the blocked steps: the programs need more
+    landing space than that (the golden executor's unbounded mailboxes hide this). LOAD and STORE always
+    proceed."""
+    topology = parse_topology(topology)
+    flat = [[step for _, _, step in p.steps()] for p in programs]
+    phase_of = [[pi for pi, _, _ in p.steps()] for p in programs]
+    pcs = [0] * len(programs)
+    queues = {}                 # (rank, port) -> list of [phase, key, beats]
+    used = {}                   # (rank, port) -> beats held
+
+    def room(rank, port, nb):
+        q = queues.get((rank, port), [])
+        return len(q) < headers and used.get((rank, port), 0) + nb <= beats
+
+    def emit(rank, port, peer, pi, key):
+        dst, dport = topology.link(rank, port, peer if topology.routed else None)
+        queues.setdefault((dst, dport), []).append((pi, key))
+        used[(dst, dport)] = used.get((dst, dport), 0) + message_beats
+
+    def target(rank, port, peer):
+        return topology.link(rank, port, peer if topology.routed else None)
+
+    progress = True
+    while progress:
+        progress = False
+        for r, steps in enumerate(flat):
+            while pcs[r] < len(steps):
+                s, pi = steps[pcs[r]], phase_of[r][pcs[r]]
+                if s.op == StepOp.SEND:
+                    if not room(*target(r, s.port, s.peer), message_beats):
+                        break
+                    emit(r, s.port, s.peer, pi, s.key)
+                elif s.op == StepOp.RECV:
+                    q = queues.get((r, s.port), [])
+                    if not q or q[0] != (pi, s.key):
+                        break
+                    if s.fwd is not None and not room(*target(r, s.fwd, s.peer), message_beats):
+                        break
+                    q.pop(0)
+                    used[(r, s.port)] -= message_beats
+                    if s.fwd is not None:
+                        emit(r, s.fwd, s.peer, pi, s.fwd_key)
+                pcs[r] += 1
+                progress = True
+    blocked = [f"rank {r} step {pcs[r]} [{flat[r][pcs[r]]}]" for r in range(len(flat)) if pcs[r] < len(flat[r])]
+    return "; ".join(blocked) if blocked else None

@@ -15,7 +15,13 @@ name                collectives                                                 
 Defaults: ``bidir-ring`` on a bidirectional ring, ``ring`` on a unidirectional one, ``hierarchical`` on a
 torus, ``halving-doubling`` on a switch with a power-of-two size (``ring`` otherwise; ``ring`` for
 broadcast/reduce), ``direct`` for all-to-all everywhere.
+
+A ``barrier`` is the all-reduce program run on zero bytes: every algorithm that supports all-reduce on a
+topology supports the barrier, with the same default, and :func:`generate` returns the all-reduce's programs
+with ``collective == "barrier"`` (the executor and the engine run them as one chunk of empty blocks).
 """
+
+import dataclasses
 
 from ..chunking import normalize_collective, ROOTED
 from ..topology import Ring, Switch, Torus, parse
@@ -33,9 +39,15 @@ ALGORITHMS = ("ring", "bidir-ring", "hierarchical", "halving-doubling", "direct"
 _REDUCTIONS = ("allreduce", "reduce_scatter", "allgather")
 
 
+def _program_collective(c):
+    """The collective whose programs ``c`` runs: a barrier runs the all-reduce's."""
+    return "allreduce" if c == "barrier" else c
+
+
 def supported_algorithms(collective, topology):
-    """Algorithm names usable for ``collective`` on ``topology``, the default first."""
-    c = normalize_collective(collective)
+    """Algorithm names usable for ``collective`` on ``topology``, the default first (a barrier: those of
+    all-reduce)."""
+    c = _program_collective(normalize_collective(collective))
     t = parse(topology)
     if c == "alltoall":
         return ("direct",)
@@ -62,8 +74,11 @@ def generate(collective, algorithm=None, topology=None, *, root=0):
     ``collective``: a name accepted by :func:`~..chunking.normalize_collective`. ``algorithm``: one of
     :data:`ALGORITHMS` or None for the topology's default. ``topology``: a Topology or a spec string such as
     ``"torus:4x4x4"``. ``root``: root rank of broadcast / reduce (ignored by the other collectives).
+    ``"barrier"`` gives the all-reduce's programs (same algorithm name, steps and header) with
+    ``collective == "barrier"``.
     """
-    c = normalize_collective(collective)
+    name = normalize_collective(collective)
+    c = _program_collective(name)
     if topology is None:
         raise ValueError("generate() needs a topology")
     t = parse(topology)
@@ -76,11 +91,18 @@ def generate(collective, algorithm=None, topology=None, *, root=0):
                          f"{t.n_endpoints}")
     allowed = supported_algorithms(c, t)
     if algo not in allowed:
-        raise ValueError(f"algorithm {algo!r} does not support {c} on {t.spec}; supported: "
+        raise ValueError(f"algorithm {algo!r} does not support {name} on {t.spec}; supported: "
                          f"{', '.join(allowed)}")
     if c in ROOTED:
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < t.n_endpoints:
             raise ValueError(f"root {root!r} is not a rank of {t.spec}")
+    progs = _generate(c, algo, t, root)
+    if name != c:  # a barrier: the all-reduce's programs under the barrier's name
+        progs = tuple(dataclasses.replace(p, collective=name) for p in progs)
+    return progs
+
+
+def _generate(c, algo, t, root):
     if algo == "direct":
         return direct_alltoall(t)
     if algo == "halving-doubling":

@@ -106,7 +106,14 @@ class Link(wiring.Component):
         _check_latency(latency, max_latency)
         _check_latency(credit_latency, max_latency, "credit latency")
         self.beat_bytes, self.max_latency = beat_bytes, max_latency
-        super().__init__({
+        super().__init__(self.signature_of(beat_bytes, max_latency, latency, credit_latency, (num, den)))
+
+    @staticmethod
+    def signature_of(beat_bytes, max_latency, latency=1, credit_latency=1, rate=(1, 1)):
+        """The component's signature (without building one: a system top instantiating the separately
+        converted link module needs only its ports)."""
+        num, den = rate
+        return wiring.Signature({
             "tx": In(stream.Signature(flit_layout(beat_bytes))),
             "rx": Out(stream.Signature(flit_layout(beat_bytes))),
             "credit_in": In(credit_layout()),

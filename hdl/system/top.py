@@ -23,11 +23,14 @@ from ...sim.golden.topology import parse as parse_topology
 from ..ace.engine import AceEngine
 from .link import RATE_DEN_MAX, Link
 
-__all__ = ["AceSystem", "ENGINE_MODULE", "MAX_LATENCY", "system_verilog", "engine_verilog", "link_params",
+__all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "MAX_LATENCY", "system_verilog", "engine_verilog",
+           "link_verilog", "link_params",
            "link_port_values"]
 
 #: Verilog module name of the engine in system builds.
 ENGINE_MODULE = "ace_engine"
+#: Verilog module name of the link model in system builds (one module for all links of a system).
+LINK_MODULE = "ace_link"
 
 #: Default of the largest link latency a system build accepts (cycles; ACE Table V's inter-package links
 #: take 500).
@@ -60,7 +63,7 @@ def link_port_values(links):
 
 
 def _engine_ports(engine):
-    """(direction, verilog name, value) of every port of ``engine``'s signature."""
+    """(direction, verilog name, value) of every port of ``engine``'s signature (an engine or a link)."""
     ports = []
     for path, member, value in engine.signature.flatten(engine):
         name = "__".join(str(p) for p in path)
@@ -121,8 +124,16 @@ class AceSystem(wiring.Component):
                     ENGINE_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                     *_engine_ports(eng))
         for li, (s, sp, d, dp, lat, rate) in enumerate(self.links):
-            link = Link(cfg.beat_bytes, lat, rate=rate, max_latency=self.max_latency)
-            m.submodules[f"link{li}"] = link
+            if self.inline:
+                link = Link(cfg.beat_bytes, lat, rate=rate, max_latency=self.max_latency)
+                m.submodules[f"link{li}"] = link
+            else:
+                # every link is an instance of one separately converted module (LINK_MODULE): the delay
+                # lines' memories are emitted once, not once per link
+                link = Link.signature_of(cfg.beat_bytes, self.max_latency).create(path=(f"link{li}",))
+                m.submodules[f"link{li}"] = Instance(
+                    LINK_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
+                    *_engine_ports(link))
             src, dst = engines[s], engines[d]
             wiring.connect(m, link.tx, getattr(src, f"tx{sp}"))
             wiring.connect(m, getattr(dst, f"rx{dp}"), link.rx)
@@ -145,9 +156,17 @@ def engine_verilog(cfg):
     return verilog.convert(AceEngine(cfg), name=ENGINE_MODULE, emit_src=False)
 
 
-def system_verilog(cfg, topology, engine_text=None, max_latency=None):
-    """Verilog of the system top (module ``ace_system``) followed by the engine module. Link latencies and
-    rates are its inputs (:func:`link_port_values`)."""
+def link_verilog(beat_bytes, max_latency):
+    """Verilog text of the link model as module :data:`LINK_MODULE` (its latency and rate are inputs)."""
     from amaranth.back import verilog
-    top = verilog.convert(AceSystem(cfg, topology, max_latency=max_latency), name="ace_system", emit_src=False)
-    return top + "\n" + (engine_text if engine_text is not None else engine_verilog(cfg))
+    return verilog.convert(Link(beat_bytes, 1, max_latency=max_latency), name=LINK_MODULE, emit_src=False)
+
+
+def system_verilog(cfg, topology, engine_text=None, max_latency=None):
+    """Verilog of the system top (module ``ace_system``) followed by the link and engine modules. Link
+    latencies and rates are its inputs (:func:`link_port_values`)."""
+    from amaranth.back import verilog
+    system = AceSystem(cfg, topology, max_latency=max_latency)
+    top = verilog.convert(system, name="ace_system", emit_src=False)
+    return (top + "\n" + link_verilog(cfg.beat_bytes, system.max_latency) + "\n"
+            + (engine_text if engine_text is not None else engine_verilog(cfg)))

@@ -1,13 +1,13 @@
 """System testbenches of the ACE engine: N engines on a topology of link models, each with a cocotbext-axi
 ``AxiRam`` as its NPU memory, driven by the host driver (:mod:`syncfabric.host.job`).
 
-:func:`ace_system_verilog` is the harness factory: the system top (``ace_system``) and the engine
+:func:`ace_system_verilog` is the harness factory: the system top (``ace_system``), the link model and the engine
 (``ace_engine``, converted once per configuration and cached, whatever the topology).
 """
 
 from ...hdl.ace.config import AceConfig
 from ...hdl.ace.engine import AceEngine
-from ...hdl.system.top import ENGINE_MODULE, AceSystem
+from ...hdl.system.top import ENGINE_MODULE, AceSystem, link_verilog
 from ..harness import verilog_for
 
 __all__ = ["ace_system_verilog", "ace_engine", "run_system"]
@@ -23,13 +23,13 @@ def ace_system_verilog(cfg, topology, max_latency=None):
     module (link latencies and rates are inputs of the system: one build serves them all)."""
     from amaranth.back import verilog
     engine = verilog_for(ace_engine, {"cfg": cfg}, ENGINE_MODULE).read_text()
-    top = verilog.convert(AceSystem(AceConfig(**cfg), topology, max_latency=max_latency), name="ace_system",
-                          emit_src=False)
-    return top + "\n" + engine
+    system = AceSystem(AceConfig(**cfg), topology, max_latency=max_latency)
+    top = verilog.convert(system, name="ace_system", emit_src=False)
+    return top + "\n" + link_verilog(cfg["beat_bytes"], system.max_latency) + "\n" + engine
 
 
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
-               pause=0.0, link_stall=0.0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
+               pause=0.0, link_stall=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
                check=True, buffers=None, fsms=None, log_file=None):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
     configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
@@ -38,7 +38,8 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     testbench wrote, with the failure under ``"error"``). ``progress``: True logs the simulated cycles every
     few seconds; a callable is called about once a second with ``(cycle, cycles_per_s)`` while the simulation
     runs. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART and
-    FSM_LIMIT registers, so one build serves a whole sweep). ``log_file``: the simulator's output goes there
+    FSM_LIMIT registers, so one build serves a whole sweep). ``post_skew``: each rank posts a random 0..post_skew
+cycles after the others are ready. ``log_file``: the simulator's output goes there
     instead of the terminal."""
     import dataclasses
     import json
@@ -66,7 +67,7 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
             run = run_cocotb(ace_system_verilog, params, toplevel="ace_system",
                              test_module="syncfabric.tb.ace.test_system", sim=sim, testcase=testcase,
                              tb_params={"jobs": jobs, "seed": seed, "latency": latency, "rate": rate,
-                                        "pause": pause, "link_stall": link_stall,
+                                        "pause": pause, "link_stall": link_stall, "post_skew": post_skew,
                                         "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
                                         "buffers": buffers, "fsms": fsms},
                              build_tag=build_tag, hier_blocks=(ENGINE_MODULE,), log_file=log_file)

@@ -10,7 +10,8 @@ Parameters (:func:`syncfabric.tb.harness.tb_params`): ``params`` (the factory's:
 max_latency), ``latency``/``rate`` (every link's; default the topology's: driven on the system's link inputs
 before reset, so one build serves them all), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
 order on every rank), ``seed``, ``pause`` (probability that an AXI channel pauses in a cycle),
-``link_stall`` (probability that a link holds ready low in a cycle), ``timeout_cycles``, ``out`` (write the
+``link_stall`` (probability that a link holds ready low in a cycle), ``post_skew`` (each rank posts a
+random 0..post_skew cycles late), ``timeout_cycles``, ``out`` (write the
 result JSON there), ``progress`` (True: log the simulated cycle every few seconds; a path: keep the
 simulated cycle and rate in that JSON file, for a progress bar), ``buffers``/``fsms`` (use
 that many chunk buffers / FSMs of the engines: the partitions and FSM_LIMIT registers), ``expect`` (per job,
@@ -159,10 +160,24 @@ class SystemTB:
                 t_last, last = now, cycle
 
     async def run_jobs(self, timeout_cycles, setup=True):
-        """Every endpoint runs :func:`run_endpoint` for its commands concurrently; all post at the same cycle."""
+        """Every endpoint runs :func:`run_endpoint` for its commands concurrently; all post at the same cycle,
+        or, with the ``post_skew`` parameter, each a random 0..post_skew cycles after the others are ready
+        (ranks posting at different times)."""
         barrier = Barrier(self.n)
+        skew = int(self.p.get("post_skew", 0))
+        rng = random.Random(self.seed * 13 + 5)
+        delays = [rng.randrange(skew + 1) if skew else 0 for _ in range(self.n)]
+        self.post_delays = delays
+
+        def sync_for(i):
+            async def sync():
+                await barrier.wait()
+                if delays[i]:
+                    await ClockCycles(self.dut.clk, delays[i])
+            return sync
+
         tasks = [cocotb.start_soon(run_endpoint(self.drivers[i], i, self.jobs_of(i), mem_bytes=self.mem_bytes,
-                                                timeout_cycles=timeout_cycles, sync=barrier.wait, setup=setup,
+                                                timeout_cycles=timeout_cycles, sync=sync_for(i), setup=setup,
                                                 fsm_limit=self.p.get("fsms")))
                  for i in range(self.n)]
         return [await t for t in tasks]
@@ -176,10 +191,12 @@ def summarize(tb, results, wall):
     jobs = []
     for k, job in enumerate(tb.jobs):
         row = {"kind": getattr(job, "kind", "collective"), "expect": job.status.name,
-               "status": [], "detail": [], "expect_detail": [], "mismatches": [], "guard_touched": []}
+               "status": [], "detail": [], "expect_detail": [], "mismatches": [], "guard_touched": [],
+               "contributors": [], "expect_contributors": []}
         for r, res in enumerate(results):
             if r not in tb.ranks[k]:
-                for key in ("status", "detail", "expect_detail", "mismatches", "guard_touched"):
+                for key in ("status", "detail", "expect_detail", "mismatches", "guard_touched", "contributors",
+                            "expect_contributors"):
                     row[key].append(None)
                 continue
             i = tb.jobs_of(r).index(job)
@@ -190,6 +207,8 @@ def summarize(tb, results, wall):
             row["expect_detail"].append(job.detail)
             row["mismatches"].append(res.mismatches[i])
             row["guard_touched"].append(res.guard_touched[i])
+            row["contributors"].append(res.contributors[i][0])
+            row["expect_contributors"].append(res.contributors[i][1])
             row["cycles"] = max(row.get("cycles", 0), cpl["cycles"])
         if isinstance(job, CollectiveJob):
             row["spec"] = job.spec
@@ -216,6 +235,10 @@ def check_summary(tb, out):
                     f"{what}: rank {r} detail {j['detail'][r]:#x}, expected {j['expect_detail'][r]:#x}"
             assert j["mismatches"][r] == 0, f"{what}: rank {r} has {j['mismatches'][r]} mismatching bytes"
             assert j["guard_touched"][r] == 0, f"{what}: rank {r} wrote {j['guard_touched'][r]} bytes it must not"
+            if j["expect"] == "OK":
+                assert j["contributors"][r] == j["expect_contributors"][r], \
+                    (f"{what}: rank {r} completion reports {j['contributors'][r]} contributors, the golden count "
+                     f"lane {j['expect_contributors'][r]}")
     for r, c in enumerate(out["counters"]):
         assert c["RX_CRC_ERRS"] == [0] * len(c["RX_CRC_ERRS"]), f"rank {r}: CRC errors {c['RX_CRC_ERRS']}"
     assert not any(out["sram_conflict"]), f"SRAM bank conflicts on ranks {out['sram_conflict']}"

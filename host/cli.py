@@ -30,18 +30,30 @@ def parse_size(text):
     return int(num) * _UNITS[unit]
 
 
+def _rank_list(text):
+    """Ranks in ``"1,3,5"`` (empty: none)."""
+    try:
+        return tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ranks: {text!r}") from None
+
+
 def _add_run_args(p, defaults):
     p.add_argument("--collective", default=defaults["collective"],
-                   choices=["allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce"],
+                   choices=["allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce",
+                            "barrier"],
                    help="collective to run (default %(default)s)")
     p.add_argument("--topology", default=defaults["topology"],
                    help="ring:N, bidir-ring:N, torus:LxVxH or switch:N (default %(default)s)")
     p.add_argument("--algorithm", default=None, help="algorithm (default: the topology's default)")
     p.add_argument("--bytes", type=parse_size, default=defaults["bytes"],
-                   help="bytes per endpoint buffer, nccl-tests convention (default %(default)s)")
+                   help="bytes per endpoint buffer, nccl-tests convention; ignored by barrier (default %(default)s)")
     p.add_argument("--dtype", default="fp32", type=str.lower, choices=[d.name.lower() for d in DType])
     p.add_argument("--op", default="sum", type=str.lower, choices=[o.name.lower() for o in ReduceOp])
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce")
+    p.add_argument("--null-ranks", type=_rank_list, default=(),
+                   help="comma-separated ranks that make a null contribution (partial all-reduce, RNA): they "
+                        "read nothing and count 0; allreduce, reduce_scatter or reduce with op sum")
     p.add_argument("--chunk-bytes", type=parse_size, default=None,
                    help="chunk size (default: the largest the engine runs the program with; golden: 64KiB)")
     p.add_argument("--backend", default=defaults["backend"], choices=list(BACKENDS),
@@ -51,10 +63,12 @@ def _add_run_args(p, defaults):
                    help="engine configuration: small (tests), medium (16 B beats, builds in minutes), paper "
                         "(the design point: 64 B beats, 16 FSMs, 64 KiB chunks; a long first build) "
                         "(default %(default)s)")
-    p.add_argument("--latency", type=int, default=DEFAULT_LATENCY,
-                   help="link latency in cycles (default %(default)s)")
+    p.add_argument("--latency", type=int, default=None,
+                   help=f"every link's latency in cycles (default: the topology's: {DEFAULT_LATENCY} on rings; "
+                        f"a torus's local links 90, its vertical/horizontal links 500)")
     p.add_argument("--rate", type=float, default=None,
-                   help="every link's rate in flits per cycle, in (0, 1] (default: the topology's, 1)")
+                   help="every link's rate in flits per cycle, in (0, 1] (default: the topology's: 1 on rings; "
+                        "a torus's local links 1, its vertical/horizontal links 1/8)")
     p.add_argument("--buffers", type=int, default=None,
                    help="chunk buffers the engines use (default: all of the configuration's)")
     p.add_argument("--fsms", type=int, default=None, help="FSMs the engines use (default: all)")
@@ -71,6 +85,7 @@ def _cmd_run(args):
     try:
         result = run_collective(collective=args.collective, topology=args.topology, algorithm=args.algorithm,
                                 nbytes=args.bytes, dtype=args.dtype, op=args.op, root=args.root,
+                                null_ranks=args.null_ranks,
                                 chunk_bytes=args.chunk_bytes, backend=args.backend, config=args.config,
                                 latency=args.latency, rate=args.rate, pause=args.pause, seed=args.seed,
                                 buffers=args.buffers, fsms=args.fsms,

@@ -92,7 +92,7 @@ class AceDriver:
         self._pending = deque()     # completions read by wait() beyond the ones it returned
         self.imem = ImemAllocator(self.cfg.imem_words)
         self.ptab = {}              # PTAB index -> (comm, Collective)
-        self.loaded = {}            # (comm, Collective) -> dict(program, topology, ptab, imem)
+        self.loaded = {}            # (comm, Collective, root) -> dict(program, topology, ptab, imem)
         self.comms = {}             # comm -> dict(rank, size, topology)
 
     # -- registers by name ----------------------------------------------------------------------------------
@@ -206,12 +206,14 @@ class AceDriver:
     async def configure_comm(self, comm, rank, size, programs, topology):
         """Make this endpoint rank ``rank`` of communicator ``comm`` (``size`` ranks on ``topology``) and load
         its programs: ``programs`` maps a collective (name or :class:`Collective`) to this rank's golden
-        :class:`~syncfabric.sim.golden.program.Program`.
+        :class:`~syncfabric.sim.golden.program.Program`, or for broadcast and reduce to a list of programs,
+        one per root (the engine picks the entry whose root is the descriptor's).
 
         Replaces whatever the communicator had loaded: writes the instructions into free instruction memory,
-        a program table entry per collective, the routing table, COMM_DIMS and COMM_CFG, then the SRAM
+        a program table entry per program, the routing table, COMM_DIMS and COMM_CFG, then the SRAM
         partitions from the heuristic over every program loaded on any communicator. Returns
-        ``{Collective: {"ptab": index, "imem": offset, "words": n}}``.
+        ``{Collective: {"ptab": index, "imem": offset, "words": n}}`` (for broadcast and reduce one such dict
+        per root: ``{Collective: {root: {...}}}``).
         """
         cfg = self.cfg
         topo = parse_topology(topology)
@@ -224,31 +226,44 @@ class AceDriver:
         if not 0 <= rank < size:
             raise ValueError(f"rank {rank} out of range for {size} ranks")
         progs = {}
-        for key, prog in programs.items():
+        for key, value in programs.items():
             coll = Collective.parse(key)
-            if not isinstance(prog, Program):
-                raise TypeError(f"programs[{key!r}] is not a Program: {prog!r}")
-            if collective_code(prog) != coll:
-                raise ValueError(f"programs[{key!r}] is a {prog.collective} program")
-            if (prog.rank, prog.nranks) != (rank, size):
-                raise ValueError(f"programs[{key!r}] is for rank {prog.rank} of {prog.nranks}, not {rank} of {size}")
-            program_entry(prog, 0, comm)         # fields that cannot fit fail here, before anything is written
-            progs[coll] = prog
+            many = isinstance(value, (list, tuple))
+            if many and coll not in (Collective.BROADCAST, Collective.REDUCE):
+                raise ValueError(f"programs[{key!r}]: only broadcast and reduce take several programs (one per "
+                                 f"root)")
+            for prog in (value if many else [value]):
+                if not isinstance(prog, Program):
+                    raise TypeError(f"programs[{key!r}] is not a Program: {prog!r}")
+                if collective_code(prog) != coll:
+                    raise ValueError(f"programs[{key!r}] is a {prog.collective} program")
+                if (prog.rank, prog.nranks) != (rank, size):
+                    raise ValueError(f"programs[{key!r}] is for rank {prog.rank} of {prog.nranks}, not {rank} of "
+                                     f"{size}")
+                root = prog.root or 0
+                if (coll, root) in progs:
+                    raise ValueError(f"programs[{key!r}] has two programs for root {root}")
+                program_entry(prog, 0, comm)     # fields that cannot fit fail here, before anything is written
+                progs[(coll, root)] = prog
 
         await self.write_fields("COMM_CFG", comm, enable=0)      # no descriptor may use a half-loaded comm
         await self._unload_comm(comm)
         placed = {}
-        for coll, prog in progs.items():
+        for (coll, root), prog in progs.items():
             words = instruction_words(prog)
             slot = self._free_ptab()
-            offset = self.imem.alloc(len(words), owner=(comm, coll.name))
+            offset = self.imem.alloc(len(words), owner=(comm, coll.name, root))
             self.ptab[slot] = (comm, coll)
-            self.loaded[(comm, coll)] = {"program": prog, "topology": topo, "ptab": slot, "imem": offset,
-                                         "words": len(words)}
+            self.loaded[(comm, coll, root)] = {"program": prog, "topology": topo, "ptab": slot, "imem": offset,
+                                               "words": len(words)}
             for i, w in enumerate(words):
                 await self._write_window("IMEM", 2 * (offset + i), [w & 0xFFFFFFFF, w >> 32])
             await self._write_ptab(slot, entry_words(program_entry(prog, offset, comm)))
-            placed[coll] = {"ptab": slot, "imem": offset, "words": len(words)}
+            info = {"ptab": slot, "imem": offset, "words": len(words)}
+            if coll in (Collective.BROADCAST, Collective.REDUCE):
+                placed.setdefault(coll, {})[root] = info
+            else:
+                placed[coll] = info
         route = routing_table(topo, rank, cfg.max_ranks)
         await self._write_window("ROUTE", comm * cfg.max_ranks, route)
         await self.write_fields("COMM_DIMS", comm, **comm_dims(topo))

@@ -23,14 +23,15 @@ import numpy as np
 from ..hdl.ace.config import AceConfig
 from ..sim.golden.algorithms import generate
 from ..sim.golden.chunking import buffer_counts
-from ..sim.golden.executor import execute
+from ..sim.golden.executor import execute, landing_deadlock
 from ..sim.golden.topology import parse as parse_topology
 from ..sim.golden.types import DType, ReduceOp, Status, dtype_bytes
 from ..hdl.common.layouts import DescFlags
 from .run import make_inputs
 
 __all__ = ["SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "CQ_ENTRIES", "DATA_BASE", "GUARD_BYTES", "CANARY",
-           "CollectiveJob", "RejectedCommand", "engine_chunk_bytes", "job_chunk_beats", "REJECTIONS", "Buffers", "EndpointResult", "memory_bytes",
+           "CollectiveJob", "RejectedCommand", "engine_chunk_bytes", "landing_headers_needed",
+           "engine_config_for_job", "job_chunk_beats", "REJECTIONS", "Buffers", "EndpointResult", "memory_bytes",
            "bring_up", "load_programs", "run_endpoint"]
 
 SQ_BASE = 0x00000
@@ -60,11 +61,31 @@ class Buffers:
     end: int        #: first byte after the job's region (guards included)
 
 
-def engine_chunk_bytes(cfg, n_blocks, requested=None):
-    """The chunk size an engine of ``cfg`` runs a program of ``n_blocks`` blocks with: ``requested`` if given
-    (checked), else the largest chunk whose blocks fit a landing buffer's message limit (a block is one
-    message) and the chunk buffer: ``min(chunk_bytes, n_blocks * max_message_beats * beat_bytes)``."""
-    limit = min(cfg.chunk_beats, n_blocks * cfg.max_message_beats) * cfg.beat_bytes
+def _fits(cfg, chunk_beats, n_blocks, segments, n_slots):
+    """Whether a chunk of ``chunk_beats`` beats passes the engine's SRAM checks for a program with these
+    blocks, segments and slots (the command processor's SRAM_TOO_SMALL rule, docs/engine.md)."""
+    seg = chunk_beats // segments
+    if seg == 0:
+        return False
+    m = n_blocks // segments
+    slot = -(-seg // m)
+    return slot * n_slots <= cfg.buffer_beats and slot <= cfg.max_message_beats
+
+
+def engine_chunk_bytes(cfg, n_blocks, requested=None, *, segments=1, n_slots=None):
+    """The chunk size an engine of ``cfg`` runs a program of ``n_blocks`` blocks, ``segments`` segments and
+    ``n_slots`` slots (default ``n_blocks``) with: ``requested`` if given (checked), else the largest chunk
+    whose blocks fit a landing buffer's message limit (a block is one message) and whose slots fit a chunk
+    buffer - for most programs ``min(chunk_bytes, n_blocks * max_message_beats * beat_bytes)``; a program
+    with spare slots (an all-to-all that forwards) gets a proportionally smaller chunk."""
+    n_slots = n_blocks if n_slots is None else n_slots
+    limit = min(cfg.chunk_beats, n_blocks * cfg.max_message_beats)
+    while limit > 0 and not _fits(cfg, limit, n_blocks, segments, n_slots):
+        limit -= 1
+    if limit == 0:
+        raise ValueError(f"a program of {n_blocks} blocks and {n_slots} slots does not fit this engine's "
+                         f"{cfg.buffer_beats}-beat chunk buffers")
+    limit *= cfg.beat_bytes
     if requested is None:
         return limit
     if requested <= 0 or requested % cfg.beat_bytes:
@@ -74,6 +95,46 @@ def engine_chunk_bytes(cfg, n_blocks, requested=None):
                          f"({limit} B: {cfg.chunk_bytes} B chunk buffers, messages of at most "
                          f"{cfg.max_message_beats * cfg.beat_bytes} B)")
     return requested
+
+
+def _slot_beats(spec, programs, cfg, chunk_bytes):
+    from ..sim.golden.chunking import decomposition_for
+    head = programs[0]
+    d = decomposition_for(spec["collective"], head.nranks, max(1, spec["count"]),
+                          dtype_bytes(DType.parse(spec["dtype"])), head.n_blocks, chunk_bytes, cfg.packet_bytes,
+                          cfg.beat_bytes)
+    return max(1, -(-d.slot_bytes // cfg.beat_bytes))
+
+
+def engine_config_for_job(cfg, spec):
+    """``cfg`` with enough landing space per (port, FSM) for the job ``spec`` (a power-of-two
+    ``landing_headers``, ``landing_beats`` to match): an engine is sized for the collectives it runs, as it
+    is for its topology's ports. Unchanged when ``cfg`` already suffices."""
+    topo = parse_topology(spec["topology"])
+    programs = generate(spec["collective"], spec["algorithm"], topo, root=spec["root"])
+    head = programs[0]
+    chunk = engine_chunk_bytes(cfg, head.n_blocks, spec.get("chunk_bytes"), segments=head.segments,
+                               n_slots=head.n_slots)
+    mb = _slot_beats(spec, programs, cfg, chunk)
+    if landing_deadlock(programs, topo, cfg.landing_headers, cfg.landing_beats, mb) is None:
+        return cfg
+    need = landing_headers_needed(programs, topo, cfg, mb)
+    if need is None:
+        raise ValueError(f"{spec['collective']} on {topo.spec} needs more than 64 landing messages per port")
+    beats = cfg.landing_beats
+    while beats < need * mb:
+        beats *= 2
+    return cfg.replace(landing_headers=max(need, cfg.landing_headers), landing_beats=beats)
+
+
+def landing_headers_needed(programs, topology, cfg, message_beats):
+    """The smallest power-of-two ``landing_headers`` (up to 64) with which ``programs`` run on an engine like
+    ``cfg`` without waiting forever for landing space (None if even 64 is not enough)."""
+    for h in (2, 4, 8, 16, 32, 64):
+        if landing_deadlock(programs, topology, h, max(cfg.landing_beats, h * message_beats),
+                            message_beats) is None:
+            return h
+    return None
 
 
 def job_chunk_beats(jobs):
@@ -108,12 +169,35 @@ class CollectiveJob:
         self.misalign = misalign
         self.cookie = cookie
         self.programs = generate(spec["collective"], spec["algorithm"], self.topology, root=spec["root"])
-        self.chunk_bytes = engine_chunk_bytes(self.cfg, self.programs[0].n_blocks, spec.get("chunk_bytes"))
+        head = self.programs[0]
+        self.chunk_bytes = engine_chunk_bytes(self.cfg, head.n_blocks, spec.get("chunk_bytes"),
+                                              segments=head.segments, n_slots=head.n_slots)
+        self.check_landing()
         self.inputs = make_inputs(spec)
+        self.null_ranks = frozenset(spec.get("null_ranks", ()))
         self.golden = execute(self.programs, self.topology, self.inputs, self.dtype, self.op, spec["count"],
-                              self.chunk_bytes, self.cfg.packet_bytes, self.cfg.beat_bytes)
+                              self.chunk_bytes, self.cfg.packet_bytes, self.cfg.beat_bytes,
+                              null_ranks=self.null_ranks)
         self.buffers = [None] * self.P
         self.status, self.detail = Status.OK, 0
+
+    def slot_beats(self):
+        """Beats of the job's largest block (its messages are at most this long)."""
+        return _slot_beats(self.spec, self.programs, self.cfg, self.chunk_bytes)
+
+    def check_landing(self):
+        """Raise ValueError if the programs would wait forever on this engine's landing buffers: a rank may send
+        several messages on a port before its neighbour RECVs the first, and each (port, FSM) holds only
+        ``landing_headers`` messages of ``landing_beats`` beats (:func:`~syncfabric.sim.golden.executor.
+        landing_deadlock` runs one chunk with those limits)."""
+        stuck = landing_deadlock(self.programs, self.topology, self.cfg.landing_headers, self.cfg.landing_beats,
+                                 self.slot_beats())
+        if stuck:
+            need = landing_headers_needed(self.programs, self.topology, self.cfg, self.slot_beats())
+            raise ValueError(f"{self.spec['collective']} on {self.topology.spec} needs landing buffers of "
+                             f"{need if need else 'more than 64'} messages per port and FSM; this engine has "
+                             f"{self.cfg.landing_headers} (landing_headers) and would wait forever "
+                             f"(blocked: {stuck[:200]})")
 
     @property
     def collective(self):
@@ -150,7 +234,9 @@ class CollectiveJob:
         b = self.buffers[rank]
         return {
             "collective": self.collective, "algorithm": 0, "dtype": self.dtype, "op": self.op,
-            "flags": DescFlags.IN_PLACE if self.in_place else 0, "comm": self.comm, "root": self.spec["root"],
+            "flags": (DescFlags.IN_PLACE if self.in_place else 0) | (DescFlags.NULL if rank in self.null_ranks
+                                                                      else 0),
+            "comm": self.comm, "root": self.spec["root"],
             "tag": self.tag, "count": self.spec["count"], "src": b.src, "dst": b.dst,
             "cookie": self.cookie if self.cookie is not None else rank,
         }
@@ -166,6 +252,10 @@ class CollectiveJob:
     def expected(self, rank):
         """Bytes the receive buffer of ``rank`` must hold after the collective."""
         return self.golden.outputs[rank].tobytes()
+
+    def expected_contributors(self, rank):
+        """The completion's ``contributors`` for ``rank`` (the golden count lane)."""
+        return self.golden.contributors[rank]
 
     async def check(self, transport, rank):
         """``(mismatching output bytes, modified guard bytes)`` of ``rank`` after the run."""
@@ -259,6 +349,12 @@ def _in_place_mismatch(desc, cmd):
     return F.IN_PLACE
 
 
+def _null_with_max(desc, cmd):
+    from ..hdl.common.layouts import DescFlags as F
+    desc.update(flags=F.NULL, op=ReduceOp.MAX)
+    return F.NULL
+
+
 def _bad_root(desc, cmd):
     desc["root"] = cmd.P
     return cmd.P
@@ -273,6 +369,7 @@ REJECTIONS = {
     "bad_op": (Status.BAD_OP, _set(op=3)),
     "bad_flags": (Status.BAD_FLAGS, _set(flags=0x80)),
     "in_place_mismatch": (Status.BAD_FLAGS, _in_place_mismatch),
+    "null_with_max": (Status.BAD_FLAGS, _null_with_max),
     "zero_count": (Status.ZERO_COUNT, lambda d, c: d.update(count=0) or 0),
     "misaligned_src": (Status.MISALIGNED, _misalign("src")),
     "misaligned_dst": (Status.MISALIGNED, _misalign("dst")),
@@ -306,23 +403,32 @@ async def load_programs(drv, rank, jobs):
     by_comm = {}
     for job in jobs:
         progs = by_comm.setdefault(job.comm, {})
-        prev = progs.get(job.collective)
-        if prev is not None and prev[0] != job.programs[rank]:
+        prog = job.programs[rank]
+        key = (job.collective, prog.root or 0)       # broadcast / reduce: one program per root
+        prev = progs.get(key)
+        if prev is not None and prev[0] != prog:
             raise ValueError(f"communicator {job.comm} has two different {job.collective} programs")
-        progs[job.collective] = (job.programs[rank], job.topology)
+        progs[key] = (prog, job.topology)
     for comm, progs in by_comm.items():
         topos = {t.spec for _, t in progs.values()}
         if len(topos) != 1:
             raise ValueError(f"communicator {comm} is used on several topologies: {sorted(topos)}")
         topo = next(iter(progs.values()))[1]
-        await drv.configure_comm(comm, rank, topo.n_endpoints, {c: p for c, (p, _) in progs.items()}, topo)
+        table = {}
+        for (coll, _), (prog, _) in sorted(progs.items()):
+            if coll in ("broadcast", "reduce"):
+                table.setdefault(coll, []).append(prog)
+            else:
+                table[coll] = prog
+        await drv.configure_comm(comm, rank, topo.n_endpoints, table, topo)
 
 
 @dataclass
 class EndpointResult:
     """What one endpoint saw: the completion of each job (in posting order), its mismatches and guard
-    damage, the cycles from the first doorbell to the last completion, the engine's counters and whether it
-    ever saw an SRAM bank conflict (STATUS.sram_conflict: never, in a correct engine)."""
+    damage, the cycles from the first doorbell to the last completion, the engine's counters, whether it
+    ever saw an SRAM bank conflict (STATUS.sram_conflict: never, in a correct engine) and per job the
+    completion's count lane (``contributors``) beside the golden model's."""
 
     rank: int
     completions: list = field(default_factory=list)
@@ -331,6 +437,7 @@ class EndpointResult:
     cycles: int = 0
     counters: dict = field(default_factory=dict)
     sram_conflict: bool = False
+    contributors: list = field(default_factory=list)    #: per job: (completion's, golden's) count lane
 
 
 async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, sync=None, setup=True,
@@ -383,6 +490,8 @@ async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, 
             bad, touched = job.buffer_bytes(rank)[1], 0
         res.mismatches.append(bad)
         res.guard_touched.append(touched)
+        expect = job.expected_contributors(rank) if isinstance(job, CollectiveJob) else 0
+        res.contributors.append((cpl["contributors"], expect))
     res.counters = await drv.counters()
     res.sram_conflict = bool((await drv.status())["sram_conflict"])
     return res

@@ -29,15 +29,18 @@ __all__ = ["job_spec", "make_inputs", "run_golden", "run_collective", "format_su
 
 BACKENDS = ("verilator", "icarus", "amaranth", "golden")
 ENGINE_BACKENDS = ("verilator", "icarus", "amaranth")
-#: What the engine RTL runs: collectives and the topologies of their ring programs.
-ENGINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
-ENGINE_TOPOLOGIES = ("ring", "bidir-ring")
-#: Link latency (cycles) of engine runs unless ``latency`` says otherwise (ACE Table V's intra-package links).
+#: What the engine RTL runs: collectives and the topologies the system top wires.
+ENGINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier")
+ENGINE_TOPOLOGIES = ("ring", "bidir-ring", "torus")
+#: Link latency (cycles) of ring links (ACE Table V's intra-package links); a torus's links default to its
+#: per-dimension attributes (local 90 cycles at full rate, vertical/horizontal 500 cycles at 1/8 rate).
 DEFAULT_LATENCY = 90
 
 
 def count_for_bytes(collective, nbytes, nranks, dtype):
     """NCCL ``count`` for a per-endpoint buffer of ``nbytes`` (nccl-tests' size convention)."""
+    if collective == "barrier":
+        return 0
     eb = dtype_bytes(dtype)
     per = nranks if collective in ("reduce_scatter", "allgather", "alltoall") else 1
     if nbytes <= 0 or nbytes % (eb * per):
@@ -48,21 +51,33 @@ def count_for_bytes(collective, nbytes, nranks, dtype):
     return nbytes // (eb * per)
 
 
-def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0, chunk_bytes=None, seed=1):
-    """Validate the parameters of a job and return them as a JSON-friendly dict."""
+def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0, chunk_bytes=None, seed=1,
+             null_ranks=()):
+    """Validate the parameters of a job and return them as a JSON-friendly dict. ``null_ranks``: ranks that
+    make a null contribution (partial all-reduce: all-reduce, reduce-scatter or reduce with op sum)."""
+    from ..sim.golden.executor import NULL_COLLECTIVES
+
     coll = normalize_collective(collective)
     topo = topo_mod.parse(topology)
     dtype, op = DType.parse(dtype), ReduceOp.parse(op)
     p = topo.n_endpoints
     if coll in ("broadcast", "reduce") and not 0 <= root < p:
         raise ValueError(f"--root {root} is not a rank of {topo.spec} (0..{p - 1})")
+    null = sorted(set(int(r) for r in null_ranks))
+    if null:
+        if coll not in NULL_COLLECTIVES or op != ReduceOp.SUM:
+            raise ValueError(f"--null-ranks (partial all-reduce) needs {', '.join(NULL_COLLECTIVES)} with op sum, "
+                             f"not {coll} with {op.name.lower()}")
+        bad = [r for r in null if not 0 <= r < p]
+        if bad:
+            raise ValueError(f"--null-ranks {bad} are not ranks of {topo.spec} (0..{p - 1})")
     if chunk_bytes is not None and (chunk_bytes <= 0 or chunk_bytes % 64):
         raise ValueError(f"--chunk-bytes {chunk_bytes} must be a positive multiple of 64")
     count = count_for_bytes(coll, nbytes, p, dtype)
     algo = algorithm or default_algorithm(coll, topo)
     return {"collective": coll, "topology": topo.spec, "algorithm": algo, "npus": p, "bytes": nbytes,
             "count": count, "dtype": dtype.name.lower(), "op": op.name.lower(), "root": root,
-            "chunk_bytes": chunk_bytes, "seed": seed}
+            "chunk_bytes": chunk_bytes, "seed": seed, "null_ranks": null}
 
 
 
@@ -94,6 +109,7 @@ def run_golden(spec, inputs=None, reducer=None):
     """Execute the job's programs in the golden executor; ``reducer`` replaces the golden reduction."""
     inputs = make_inputs(spec) if inputs is None else inputs
     kwargs = {"reducer": reducer} if reducer is not None else {}
+    kwargs["null_ranks"] = spec.get("null_ranks", ())
     return execute(_programs(spec), topo_mod.parse(spec["topology"]), inputs, DType.parse(spec["dtype"]),
                    ReduceOp.parse(spec["op"]), spec["count"], spec["chunk_bytes"] or 65536, **kwargs)
 
@@ -116,7 +132,9 @@ def reference_mismatches(spec, inputs, result):
     """
     dtype, op = DType.parse(spec["dtype"]), ReduceOp.parse(spec["op"])
     p, coll, count, root = spec["npus"], spec["collective"], spec["count"], spec["root"]
-    xs = [None if x is None else _as_float64(np.ascontiguousarray(x).view(np.uint8), dtype) for x in inputs]
+    null = set(spec.get("null_ranks", ()))
+    xs = [None if x is None else _as_float64(np.ascontiguousarray(x).view(np.uint8), dtype) * (r not in null)
+          for r, x in enumerate(inputs)]
     outs = [_as_float64(result.outputs[r], dtype) if result.outputs[r].size else None for r in range(p)]
     eps = {DType.FP32: 2.0 ** -24, DType.FP16: 2.0 ** -11, DType.BF16: 2.0 ** -8, DType.INT32: 0.0}[dtype]
 
@@ -150,12 +168,17 @@ def reference_mismatches(spec, inputs, result):
         bad += sum(int(np.count_nonzero(outs[r] != xs[root])) for r in range(p))
     return bad
 
+def _ratio(x):
+    """A ratio for the JSON report: None instead of NaN (nothing was read, e.g. a barrier)."""
+    return None if x != x else x
+
+
 def _traffic(res):
     return {
         "mem_read_bytes": list(res.mem_read_bytes),
         "mem_write_bytes": list(res.mem_write_bytes),
         "bytes_sent": list(res.bytes_sent),
-        "bytes_sent_per_byte_read": res.bytes_sent_per_byte_read,
+        "bytes_sent_per_byte_read": _ratio(res.bytes_sent_per_byte_read),
         "link_bytes": {f"{r}:{port}": b for (r, port), b in sorted(res.link_bytes.items())},
         "messages": res.n_messages,
         "packets": res.n_packets,
@@ -193,11 +216,41 @@ def bound_cycles(golden, links, beat_bytes):
 def _check_engine_job(spec, backend):
     kind = spec["topology"].split(":")[0]
     if spec["collective"] not in ENGINE_COLLECTIVES or kind not in ENGINE_TOPOLOGIES:
-        raise ValueError(f"the engine RTL runs {', '.join(ENGINE_COLLECTIVES)} on "
-                         f"{' and '.join(t + ':N' for t in ENGINE_TOPOLOGIES)} topologies; "
-                         f"{spec['collective']} on {spec['topology']} runs on --backend golden only")
+        raise ValueError(f"the engine RTL runs {', '.join(ENGINE_COLLECTIVES)} on ring:N, bidir-ring:N and "
+                         f"torus:LxVxH topologies; {spec['collective']} on {spec['topology']} runs on "
+                         f"--backend golden only")
     if backend not in ENGINE_BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+
+
+def engine_config_for(cfg, topology):
+    """``cfg`` with as many link ports (a torus has 6, rings 2) and routing-table entries (ranks) as
+    ``topology`` needs."""
+    topo = topo_mod.parse(topology)
+    return cfg.replace(n_ports=max(cfg.n_ports, topo.n_ports), max_ranks=max(cfg.max_ranks, topo.n_endpoints))
+
+
+def forwarded_bytes_to_npu_memory(job, counters):
+    """NPU memory traffic beyond the collective's own buffers, from the engines' counters: per rank the
+    payload read beyond its send buffer plus the payload written beyond its receive buffer (the golden
+    program reads and writes each exactly once). A message forwarded through NPU memory instead of SRAM
+    would show up here; the engine forwards in SRAM, so this is 0."""
+    extra = 0
+    for r, c in enumerate(counters):
+        n_in = job.golden.mem_read_bytes[r]
+        n_out = job.golden.mem_write_bytes[r]
+        extra += max(0, c["PAYLOAD_RD_BYTES"] - n_in) + max(0, c["PAYLOAD_WR_BYTES"] - n_out)
+    return int(extra)
+
+
+def port_utilization(counters, links, cycles, beat_bytes):
+    """Per port index: flits sent / (cycles x rate), averaged over the ranks whose port has a link (the
+    share of the port's bandwidth the run used)."""
+    rate = {(src, port): num / den for src, port, _, _, _, (num, den) in links}
+    per = {}
+    for (src, port), r in rate.items():
+        per.setdefault(port, []).append(counters[src]["TX_FLITS"][port] / (cycles * r) if cycles else 0.0)
+    return {port: round(sum(v) / len(v), 4) for port, v in sorted(per.items())}
 
 
 def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycles, counters, window_cycles,
@@ -229,7 +282,12 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
         "tx_flits": tx,
         "alu_beats": [c["ALU_BEATS"] for c in counters],
         "stalls": [c["STALL"] for c in counters],
-        "bytes_sent_per_byte_read": golden.bytes_sent_per_byte_read,
+        "bytes_sent_per_byte_read": _ratio(golden.bytes_sent_per_byte_read),
+        "flit_bytes_sent_per_byte_read": (round(sum(tx) * cfg.beat_bytes / sum(c["PAYLOAD_RD_BYTES"]
+                                                                              for c in counters), 4)
+                                          if sum(c["PAYLOAD_RD_BYTES"] for c in counters) else None),
+        "forwarded_bytes_to_npu_memory": forwarded_bytes_to_npu_memory(job, counters),
+        "port_utilization": port_utilization(counters, links, job_cycles, cfg.beat_bytes),
         "chunks": golden.n_chunks, "messages": golden.n_messages, "packets": golden.n_packets,
         "sim_cycles": int(window_cycles),
         "sim_cycles_per_s": round(window_cycles / sim_wall, 1) if sim_wall else 0.0,
@@ -254,11 +312,13 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
                                  seed=seed, ready_prob=1.0 - pause, timeout_cycles=10**7, buffers=buffers,
                                  fsms=fsms)
         wall = time.monotonic() - t0
-        return _engine_result(spec, cfg, job, links, [r.completions[0]["status_name"] for r in rs],
+        res = _engine_result(spec, cfg, job, links, [r.completions[0]["status_name"] for r in rs],
                               [r.mismatches[0] for r in rs], [r.guard_touched[0] for r in rs],
                               max(r.completions[0]["cycles"] for r in rs), [r.counters for r in rs],
-                              max(r.cycles for r in rs), wall, [r.sram_conflict for r in rs]), \
-            {"sim": "amaranth", "build_s": 0.0}
+                             max(r.cycles for r in rs), wall, [r.sram_conflict for r in rs])
+        res["contributors"] = [r.contributors[0][0] for r in rs]
+        res["expected_contributors"] = [r.contributors[0][1] for r in rs]
+        return res, {"sim": "amaranth", "build_s": 0.0}
     from ..tb.ace import run_system
     from ..tb.harness import run_dir_for
     from .progress import ProgressLine
@@ -285,6 +345,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     res = _engine_result(spec, cfg, job, links, j["status"], j["mismatches"], j["guard_touched"],
                          j.get("cycles", 0), out["counters"], out["window_cycles"], out["wall_s"],
                          out.get("sram_conflict", []))
+    res["contributors"] = j["contributors"]
+    res["expected_contributors"] = j["expect_contributors"]
     if out.get("error"):
         res["error"] = out["error"]
     return res, out["run"]
@@ -300,22 +362,24 @@ def cfg_digest(cfg):
 
 def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtype="fp32", op="sum", *,
                    algorithm=None, root=0, chunk_bytes=None, backend="verilator", config="medium",
-                   latency=DEFAULT_LATENCY, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
-                   buffers=None, fsms=None):
+                   latency=None, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
+                   buffers=None, fsms=None, null_ranks=()):
     """Run one collective end to end and return a result dict (see the module docstring for the backends).
 
-    ``config``: an engine configuration name (:meth:`AceConfig.profile`) or an :class:`AceConfig`;
-    ``latency``/``rate``: every link's latency in cycles and rate in flits per cycle (``rate=None``: the
-    topology's); ``pause``: probability that an NPU memory's AXI channel stalls in a cycle; ``chunk_bytes``:
+    ``config``: an engine configuration name (:meth:`AceConfig.profile`) or an :class:`AceConfig` (given as
+    many link ports and routing entries as the topology needs, and landing buffers deep enough for the
+    collective's programs: ``engine_config_for_job``); ``latency``/``rate``: every link's latency in cycles and rate in
+    flits per cycle (None: the topology's, e.g. a torus's slow inter-package dimensions); ``pause``: probability that an NPU memory's AXI channel stalls in a cycle; ``chunk_bytes``:
     the chunk size (default: the largest the engine runs the program with); ``buffers``/``fsms``: use only
-    that many of the engine's chunk buffers / FSMs (default all)."""
+    that many of the engine's chunk buffers / FSMs (default all); ``null_ranks``: ranks that make a null
+    contribution (partial all-reduce)."""
     from ..hdl.ace.config import AceConfig
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     if not 0.0 <= pause < 1.0:
         raise ValueError(f"--pause {pause} must be in [0, 1)")
-    spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root,
+    spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root, null_ranks=null_ranks,
                     chunk_bytes=chunk_bytes, seed=seed)
     t0 = time.monotonic()
     result = {**spec, "backend": backend}
@@ -325,10 +389,14 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         result.update(_traffic(res))
         result["chunk_bytes"] = spec["chunk_bytes"] or 65536
         result["mismatches"] = reference_mismatches(spec, inputs, res)
+        result["contributors"] = list(res.contributors)
         result["checked_against"] = "numpy reference"
     else:
         _check_engine_job(spec, backend)
         cfg = config if isinstance(config, AceConfig) else AceConfig.profile(config)
+        cfg = engine_config_for(cfg, spec["topology"])
+        from .job import engine_config_for_job
+        cfg = engine_config_for_job(cfg, spec)
         result["config"] = config if isinstance(config, str) else "custom"
         result["engine"] = cfg.as_dict()
         result["latency"] = latency
@@ -351,9 +419,12 @@ def format_summary(r):
     lines = [
         f"{r['collective']} on {r['topology']} ({r['algorithm']}), {r['npus']} NPUs, {r['bytes']} B per NPU, "
         f"{r['dtype']} {r['op']}, backend {r['backend']}"
-        + (f", engine configuration {r['config']}, link latency {r['latency']} cycles" if "config" in r else ""),
+        + (f", engine configuration {r['config']}, link latency "
+           + (f"{r['latency']} cycles" if r.get("latency") is not None else "and rate: the topology's")
+           if "config" in r else ""),
         f"  chunk {r['chunk_bytes']} B: chunks {r['chunks']}, messages {r['messages']}, packets {r['packets']}, "
-        f"bytes sent per byte read {r['bytes_sent_per_byte_read']:.4f}",
+        f"bytes sent per byte read "
+        + (f"{r['bytes_sent_per_byte_read']:.4f}" if r["bytes_sent_per_byte_read"] is not None else "- (none read)"),
         f"  NPU memory per endpoint: read {min(r['mem_read_bytes'])}..{max(r['mem_read_bytes'])} B, "
         f"written {min(r['mem_write_bytes'])}..{max(r['mem_write_bytes'])} B",
     ]
@@ -361,6 +432,9 @@ def format_summary(r):
         lines.append(f"  {r['cycles']} cycles (descriptor fetch to completion); bound {r['bound_cycles']:.0f} "
                      f"cycles (busiest link {r['busiest_link_bytes']} B: {r['bandwidth_cycles']:.0f} cycles, "
                      f"+ one link latency): link efficiency {r['link_efficiency']:.3f}")
+        util = ", ".join(f"{p}: {u:.3f}" for p, u in r["port_utilization"].items())
+        lines.append(f"  link use per port (flits / (cycles x rate), mean over ranks): {util}; forwarded bytes "
+                     f"through NPU memory: {r['forwarded_bytes_to_npu_memory']}")
         if r["memory_cycles"] > r["bandwidth_cycles"]:
             lines.append(f"  the NPU memory port bounds this run: {r['memory_cycles']} cycles to read or write "
                          f"{max(r['mem_read_bytes'] + r['mem_write_bytes'])} B at one beat per cycle")
@@ -368,6 +442,10 @@ def format_summary(r):
                      f"(build {r['build_s']:.0f} s)")
         if any(s != "OK" for s in r["status"]):
             lines.append(f"  completion status per NPU: {r['status']}")
+    if r.get("null_ranks"):
+        lines.append(f"  partial all-reduce: null ranks {r['null_ranks']}; contributors per NPU "
+                     f"{r.get('contributors')}" + (f" (golden {r['expected_contributors']})"
+                                                   if "expected_contributors" in r else ""))
     if r.get("error"):
         lines.append(f"  testbench: {r['error']}")
     verdict = "PASS" if passed(r) else "FAIL"
@@ -380,5 +458,6 @@ def passed(r):
     """True when every NPU completed OK, every byte matched, nothing outside the buffers was written and no
     engine saw an SRAM bank conflict."""
     return r["mismatches"] == 0 and r.get("guard_bytes_touched", 0) == 0 and not r.get("error") and \
+        r.get("contributors") == r.get("expected_contributors", r.get("contributors")) and \
         r.get("sram_conflicts", 0) == 0 and \
         all(s == "OK" for s in r.get("status", ["OK"]))

@@ -44,10 +44,12 @@ def test_cli_rejects_bad_input_with_clear_errors(capsys):
 
 
 def test_engine_backends_refuse_what_the_engine_does_not_run(capsys):
-    assert main(["run", "--collective", "alltoall", "--topology", "ring:4", "--backend", "icarus"]) == 2
+    assert main(["run", "--collective", "alltoall", "--topology", "switch:4", "--backend", "icarus"]) == 2
     assert "runs on --backend golden only" in capsys.readouterr().err
-    assert main(["run", "--topology", "torus:2x2x2", "--backend", "verilator"]) == 2
-    assert "torus:2x2x2" in capsys.readouterr().err
+    assert main(["run", "--backend", "golden", "--collective", "allgather", "--null-ranks", "1"]) == 2
+    assert "--null-ranks" in capsys.readouterr().err
+    assert main(["run", "--backend", "golden", "--null-ranks", "7"]) == 2
+    assert "not ranks of ring:4" in capsys.readouterr().err
     assert main(["run", "--config", "small", "--topology", "ring:2", "--chunk-bytes", "4K"]) == 2
     assert "exceeds what this engine runs" in capsys.readouterr().err
     assert main(["run", "--pause", "1.5", "--backend", "icarus"]) == 2

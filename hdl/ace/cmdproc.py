@@ -18,13 +18,14 @@ from ...sim.golden.types import Collective, DType, ReduceOp, Status
 from ..common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, LOAD_MASK_BITS, DescFlags, MAX_PHASES,
                               completion_layout, descriptor_layout, program_entry_layout)
 from .chunker import CommandGeometry
-from .control import cmd_entry_layout
+from .control import cmd_done_layout, cmd_entry_layout
 from .units import STATUS_SHAPE, beat_stream, dma_cmd_layout
 
 __all__ = ["CommandProcessor", "SUPPORTED_COLLECTIVES", "PTAB_WORDS"]
 
 #: Collectives this engine runs (the others are rejected with BAD_COLLECTIVE).
-SUPPORTED_COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.ALLGATHER)
+SUPPORTED_COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.ALLGATHER, Collective.ALLTOALL,
+                         Collective.BROADCAST, Collective.REDUCE, Collective.BARRIER)
 #: 32-bit words per program table entry in the PTAB register window.
 PTAB_WORDS = 8
 
@@ -65,8 +66,7 @@ class CommandProcessor(wiring.Component):
             "new_cmd": Out(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
                                                                "entry": cmd_entry_layout(cfg)}))),
             "slot_busy": In(cfg.n_cmds),
-            "cmd_done": In(stream.Signature(data.StructLayout({
-                "slot": _w(cfg.n_cmds), "status": STATUS_SHAPE, "detail": unsigned(32)}))),
+            "cmd_done": In(stream.Signature(cmd_done_layout(cfg))),
             # counters
             "desc_bytes": Out(64),
             "cpl_bytes": Out(64),
@@ -128,7 +128,8 @@ class CommandProcessor(wiring.Component):
                 with m.Case(i):
                     m.d.comb += [fin.cookie.eq(s_cookie[i]), fin.tag.eq(s_tag[i]), fin.collective.eq(s_coll[i]),
                                  fin.sq_index.eq(s_index[i]), fin.cycles.eq(self.cycles[:32] - s_start[i])]
-        m.d.comb += [fin.status.eq(self.cmd_done.payload.status), fin.detail.eq(self.cmd_done.payload.detail)]
+        m.d.comb += [fin.status.eq(self.cmd_done.payload.status), fin.detail.eq(self.cmd_done.payload.detail),
+                     fin.contributors.eq(self.cmd_done.payload.contributors)]
         # the validator has priority on the queue; a finished command waits a cycle
         with m.If(rej_push):
             m.d.comb += [cplq.w_en.eq(1), cplq.w_data.eq(rej)]
@@ -216,10 +217,19 @@ class CommandProcessor(wiring.Component):
         rank = comm_word[0:9]
         size = comm_word[9:19]
         m.d.comb += comm_ok.eq((desc.comm < cfg.n_comms) & comm_word[31] & (size != 0) & (rank < size))
-        in_seg = coll == Collective.REDUCE_SCATTER
-        out_seg = coll == Collective.ALLGATHER
+        a2a = coll == Collective.ALLTOALL
+        barrier = coll == Collective.BARRIER
+        in_seg = (coll == Collective.REDUCE_SCATTER) | a2a
+        out_seg = (coll == Collective.ALLGATHER) | a2a
+        is_root = rank == desc.root
+        # which buffers this rank's program touches: a broadcast reads only at the root, a reduce writes only
+        # at the root, a barrier moves no data (its count is ignored: every block is empty)
+        uses_src = ~barrier & ((coll != Collective.BROADCAST) | is_root)
+        uses_dst = ~barrier & ((coll != Collective.REDUCE) | is_root)
+        count = Signal(32)
+        m.d.comb += count.eq(Mux(barrier, 0, desc.count))
         nbytes = Signal(40)
-        m.d.comb += nbytes.eq(desc.count << eshift)
+        m.d.comb += nbytes.eq(count << eshift)
         in_len = Signal(52)
         out_len = Signal(52)
         m.d.comb += [in_len.eq(Mux(in_seg, nbytes * size, nbytes)), out_len.eq(Mux(out_seg, nbytes * size, nbytes))]
@@ -233,11 +243,24 @@ class CommandProcessor(wiring.Component):
 
         src_ok = Signal()
         dst_ok = Signal()
-        m.d.comb += [src_ok.eq(in_window(desc.src, in_len)), dst_ok.eq(in_window(desc.dst, out_len))]
+        m.d.comb += [src_ok.eq(~uses_src | in_window(desc.src, in_len)),
+                     dst_ok.eq(~uses_dst | in_window(desc.dst, out_len))]
+        # in place: the output overwrites the input where both exist (a rank that has only one of the buffers
+        # of a broadcast/reduce, and a barrier, are always "in place")
         in_place_ok = Signal()
-        m.d.comb += in_place_ok.eq(Mux(coll == Collective.ALLREDUCE, desc.dst == desc.src,
-                                       Mux(in_seg, desc.src + nbytes * rank == desc.dst,
-                                           desc.dst + nbytes * rank == desc.src)))
+        with m.If(coll == Collective.REDUCE_SCATTER):
+            m.d.comb += in_place_ok.eq(desc.src + nbytes * rank == desc.dst)
+        with m.Elif(coll == Collective.ALLGATHER):
+            m.d.comb += in_place_ok.eq(desc.dst + nbytes * rank == desc.src)
+        with m.Else():
+            m.d.comb += in_place_ok.eq(~uses_src | ~uses_dst | (desc.dst == desc.src))
+        # a null contribution (partial all-reduce) is defined for the reductions that sum inputs
+        null_ok = Signal()
+        m.d.comb += null_ok.eq(((coll == Collective.ALLREDUCE) | (coll == Collective.REDUCE_SCATTER)
+                                | (coll == Collective.REDUCE)) & (desc.op == ReduceOp.SUM))
+        misaligned = Signal(2)
+        emask = ((Const(1, 3) << eshift) - 1)[:3]
+        m.d.comb += misaligned.eq(Cat(uses_src & ((desc.src & emask) != 0), uses_dst & ((desc.dst & emask) != 0)))
         phases_ok = Signal()
         m.d.comb += phases_ok.eq((prog.n_phases >= 1) & (prog.n_phases <= MAX_PHASES))
 
@@ -275,8 +298,10 @@ class CommandProcessor(wiring.Component):
                 m.next = "LOOKUP2"
             with m.State("LOOKUP2"):
                 pe = data.View(pe_l, pr.data[:pe_l.size])
+                # broadcast and reduce programs are per root: the entry must have the descriptor's
+                rooted = (coll == Collective.BROADCAST) | (coll == Collective.REDUCE)
                 hit = pe.valid & (pe.comm == desc.comm) & (pe.collective == coll) & \
-                    ((desc.algorithm == 0) | (pe.algorithm == desc.algorithm))
+                    ((desc.algorithm == 0) | (pe.algorithm == desc.algorithm)) & (~rooted | (pe.root == desc.root))
                 with m.If(hit):
                     m.d.sync += [prog.eq(pr.data[:pe_l.size]), found.eq(1)]
                     m.next = "GEOM"
@@ -288,7 +313,7 @@ class CommandProcessor(wiring.Component):
             with m.State("GEOM"):
                 m.d.comb += [
                     geo.start.eq(1),
-                    geo.count.eq(desc.count), geo.elem_shift.eq(eshift),
+                    geo.count.eq(count), geo.elem_shift.eq(eshift),
                     geo.n_blocks.eq(prog.n_blocks), geo.segments.eq(prog.segments),
                     geo.chunk_beats.eq(self.chunk_beats),
                 ]
@@ -297,7 +322,13 @@ class CommandProcessor(wiring.Component):
                 with m.If(geo.done):
                     m.next = "CHECK"
             with m.State("CHECK"):
-                g = geo.result
+                # a barrier is one chunk of empty blocks: its messages are headers only
+                g = Signal.like(geo.result)
+                m.d.comb += g.eq(geo.result)
+                with m.If(barrier):
+                    m.d.comb += [g.n_chunks.eq(1), g.last_bytes.eq(0), g.q_last.eq(0), g.rem_last.eq(0)]
+                ge = geo.error
+                geo_bad = ge.blocks_indivisible | ge.chunk_too_small | ge.m_not_pow2 | ge.too_many_chunks
                 big = (((g.slot_beats * prog.n_slots) > cfg.buffer_beats) | (g.slot_beats > cfg.max_message_beats)
                        | (prog.n_slots > min(cfg.max_slots, LOAD_MASK_BITS)))
                 with m.If(fetch_err):
@@ -316,10 +347,12 @@ class CommandProcessor(wiring.Component):
                     m.d.sync += [code.eq(Status.BAD_FLAGS), det.eq(desc.flags)]
                 with m.Elif(((desc.flags & DescFlags.IN_PLACE) != 0) & ~in_place_ok):
                     m.d.sync += [code.eq(Status.BAD_FLAGS), det.eq(desc.flags)]
-                with m.Elif(desc.count == 0):
+                with m.Elif(((desc.flags & DescFlags.NULL) != 0) & ~null_ok):
+                    m.d.sync += [code.eq(Status.BAD_FLAGS), det.eq(desc.flags)]
+                with m.Elif((desc.count == 0) & ~barrier):
                     m.d.sync += [code.eq(Status.ZERO_COUNT), det.eq(0)]
-                with m.Elif(((desc.src | desc.dst) & ((Const(1, 3) << eshift) - 1)[:3]) != 0):
-                    m.d.sync += [code.eq(Status.MISALIGNED), det.eq(Mux((desc.src & ((Const(1, 3) << eshift) - 1)[:3]) != 0, 0, 1))]
+                with m.Elif(misaligned.any()):
+                    m.d.sync += [code.eq(Status.MISALIGNED), det.eq(~misaligned[0])]
                 with m.Elif(desc.root >= size):
                     m.d.sync += [code.eq(Status.BAD_ROOT), det.eq(desc.root)]
                 with m.Elif(~found | ~phases_ok):
@@ -328,20 +361,20 @@ class CommandProcessor(wiring.Component):
                     m.d.sync += [code.eq(Status.OUT_OF_WINDOW), det.eq(0)]
                 with m.Elif(~dst_ok):
                     m.d.sync += [code.eq(Status.OUT_OF_WINDOW), det.eq(1)]
-                with m.Elif(geo.bad | big | (self.chunk_beats > cfg.chunk_beats) | (self.chunk_beats == 0)
+                with m.Elif(geo_bad | big | (self.chunk_beats > cfg.chunk_beats) | (self.chunk_beats == 0)
                             | (self.part[0] == 0) | (self.part[4] == 0)):
                     m.d.sync += [code.eq(Status.SRAM_TOO_SMALL), det.eq(g.slot_beats)]
                 with m.Else():
                     m.d.sync += [code.eq(Status.OK), det.eq(0)]
                 m.d.sync += [
                     entry.dtype.eq(desc.dtype), entry.op.eq(desc.op), entry.tag.eq(desc.tag[:16]),
-                    entry.comm.eq(desc.comm), entry.rank.eq(rank), entry.count.eq(desc.count),
+                    entry.comm.eq(desc.comm), entry.rank.eq(rank), entry.count.eq(count),
                     entry.elem_shift.eq(eshift), entry.src.eq(desc.src), entry.dst.eq(desc.dst),
                     entry.in_seg.eq(in_seg), entry.out_seg.eq(out_seg), entry.geom.eq(g),
                     entry.n_phases.eq(prog.n_phases), entry.phase_start.eq(prog.phase_start),
                     entry.phase_len.eq(prog.phase_len),
                     entry.load_end.eq(prog.load_end), entry.load_mask.eq(prog.load_mask),
-                    entry.n_slots.eq(prog.n_slots),
+                    entry.n_slots.eq(prog.n_slots), entry.null.eq((desc.flags & DescFlags.NULL) != 0),
                 ]
                 m.next = "ISSUE"
             with m.State("ISSUE"):

@@ -28,15 +28,15 @@ from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
-from ..common.layouts import (DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES, credit_layout, flit_layout,
-                              packet_header_layout)
+from ..common.layouts import (COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES, credit_layout,
+                              flit_layout, packet_header_layout)
 from .chunker import BlockGeometry, geometry_layout
 from .link import RxPort, TxPort
 from .sram import ChunkSram, sram_read_layout
 from .units import (LoadSequencer, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, beat_stream, dma_cmd_layout, job_layouts,
                     STATUS_SHAPE)
 
-__all__ = ["ControlUnit", "cmd_entry_layout", "STALL_CAUSES", "TERMINAL"]
+__all__ = ["ControlUnit", "cmd_entry_layout", "cmd_done_layout", "STALL_CAUSES", "TERMINAL"]
 
 #: Index of the terminal partition in the PART registers.
 TERMINAL = 4
@@ -77,7 +77,15 @@ def cmd_entry_layout(cfg):
         "load_end": unsigned(11),
         "load_mask": unsigned(LOAD_MASK_BITS),
         "n_slots": unsigned(11),
+        "null": 1,          # null contribution: LOADs fill zeros, the count lane starts at 0
     })
+
+
+def cmd_done_layout(cfg):
+    """A finished command: its table slot, first error (status, detail) and the count lane of its output
+    (the smallest count its STOREs carried; 0 if it stored nothing)."""
+    return data.StructLayout({"slot": _w(cfg.n_cmds), "status": STATUS_SHAPE, "detail": unsigned(32),
+                              "contributors": unsigned(COUNT_BITS)})
 
 
 def _field(word, name):
@@ -112,8 +120,7 @@ class ControlUnit(wiring.Component):
             "new_cmd": In(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
                                                               "entry": cmd_entry_layout(cfg)}))),
             "slot_busy": Out(cfg.n_cmds),
-            "cmd_done": Out(stream.Signature(data.StructLayout({
-                "slot": _w(cfg.n_cmds), "status": STATUS_SHAPE, "detail": unsigned(32)}))),
+            "cmd_done": Out(stream.Signature(cmd_done_layout(cfg))),
             "imem_we": In(2),
             "imem_addr": In(10),
             "imem_wdata": In(64),
@@ -304,7 +311,9 @@ class ControlUnit(wiring.Component):
         cd = Signal(data.StructLayout({"valid": 1, "cmd": _w(NC), "buf": BUF, "status": STATUS_SHAPE}))
         with m.Elif(cd.valid):
             m.d.comb += [free.w_en.eq(1), free.w_data.eq(cd.buf)]
-        used_phase = Signal(8)
+        # chunks per partition: used[p] in phase p (dispatched to phase 0, moved on at each phase end), and
+        # used_term handed off to the terminal partition (stores draining)
+        used = [Signal(8, name=f"used_phase{p}") for p in range(MAX_PHASES)]
         used_term = Signal(8)
 
         # ---- per-FSM chunk queues --------------------------------------------------------------------------
@@ -346,7 +355,7 @@ class ControlUnit(wiring.Component):
                 with m.Case(f):
                     m.d.comb += q_ready.eq(queues[f].w_rdy)
         part_free = Signal()
-        m.d.comb += part_free.eq(used_phase < self.part[0])
+        m.d.comb += part_free.eq(used[0] < self.part[0])
         dispatch = Signal()
         m.d.comb += dispatch.eq(self.enable & order.r_rdy & (init_cnt == NB) & free.r_rdy & part_free & q_ready)
         # (the prefetch queue has NB entries: one per buffer, it is never full when a buffer is free)
@@ -409,6 +418,13 @@ class ControlUnit(wiring.Component):
         NMASK = min(cfg.max_slots, LOAD_MASK_BITS)
         SBITS = max(1, (NMASK - 1).bit_length())
         loading = [Signal(NMASK, name=f"buf{b}_loading") for b in range(NB)]
+        # the count lane (docs/programs.md): per buffer and slot, how many ranks' non-null contributions the
+        # slot's datum holds. A new chunk starts every slot at 1 (0 for a null contribution) - golden programs
+        # LOAD a slot before anything else writes it, so this is the LOAD's count; a RECV sets the message's
+        # count (plus the slot's when reducing) at its grant, a SEND or forward carries it in its header and a
+        # STORE folds it into its command's contributors.
+        cnt = [[Signal(COUNT_BITS, name=f"buf{b}_cnt{k}") for k in range(NMASK)] for b in range(NB)]
+        contrib = [Signal(COUNT_BITS, init=(1 << COUNT_BITS) - 1, name=f"cmd{i}_contrib") for i in range(NC)]
         step = [Signal(step_l, name=f"fsm{f}_step") for f in range(F)]
         ctx_entry = [entry_of(ctx_cmd[f], f"fsm{f}_entry") for f in range(F)]
 
@@ -483,8 +499,6 @@ class ControlUnit(wiring.Component):
                     m.d.comb += dec_loading.eq(loading[b])
         w = dec_word
         op = _field(w, "op")
-        out_port = Signal(3)
-        m.d.comb += out_port.eq(Mux(op == StepOp.SEND, _field(w, "port"), _field(w, "fwd_port")))
         emits = (op == StepOp.SEND) | ((op == StepOp.RECV) & _field(w, "fwd_en"))
         m.d.comb += [
             dec_result.op.eq(op),
@@ -508,7 +522,7 @@ class ControlUnit(wiring.Component):
                 ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE))
                 | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K)
                 | (_field(w, "slot") >= dec_entry.n_slots)
-                | (emits & ((route_q[3] == 0) | (route_q[:3] != out_port)))),
+                | (emits & (route_q[3] == 0))),
         ]
         report(dec_grant & dec_illegal, dec_cmd_idx, Status.ILLEGAL_INSTRUCTION, dec_word[:32])
 
@@ -585,6 +599,27 @@ class ControlUnit(wiring.Component):
             exp_hdr.tag.eq(g_entry.tag), exp_hdr.chunk.eq(g_chunk), exp_hdr.phase.eq(g_phase),
             exp_hdr.key.eq(g.key), exp_hdr.length.eq(g.nbytes),
         ]
+        # the granted step's slot count, the count of the message a granted RECV takes, and the result
+        g_cnt = Signal(COUNT_BITS)
+        with m.Switch(g_buf):
+            for b in range(NB):
+                with m.Case(b):
+                    with m.Switch(g.slot):
+                        for k in range(NMASK):
+                            with m.Case(k):
+                                m.d.comb += g_cnt.eq(cnt[b][k])
+        in_cnt = Signal(COUNT_BITS)
+        for k in range(K):
+            with m.If(g.port == k):
+                with m.Switch(gsel):
+                    for f in range(F):
+                        with m.Case(f):
+                            m.d.comb += in_cnt.eq(rxp[k].heads[f].count)
+        new_cnt = Signal(COUNT_BITS)
+        m.d.comb += [
+            new_cnt.eq(Mux(g.reduce, in_cnt + g_cnt, in_cnt)),
+            hdr_out.count.eq(Mux(g.op == StepOp.SEND, g_cnt, new_cnt)),
+        ]
         grant_load = gany & (g.op == StepOp.LOAD)
         grant_store = gany & (g.op == StepOp.STORE)
         # posted STOREs still to be acknowledged, per chunk buffer (a chunk is done when its count is 0)
@@ -612,11 +647,41 @@ class ControlUnit(wiring.Component):
                 load.job.fsm.eq(gsel), load.job.cmd.eq(g_cmd), load.job.buf.eq(g_buf),
                 load.job.sram_addr.eq(g.sram_addr), load.job.beats.eq(g.beats),
                 load.job.addr.eq(g.addr), load.job.nbytes.eq(g.nbytes), load.job.slot.eq(g.slot),
+                load.job.zero.eq(g_entry.null),
             ]
         with m.Else():
-            m.d.comb += [load.job.eq(seqr.issue), load.job.valid.eq(seq_take)]
+            seq_entry = entry_of(seqr.issue.cmd, "seq_entry")
+            m.d.comb += [load.job.eq(seqr.issue), load.job.valid.eq(seq_take), load.job.zero.eq(seq_entry.null)]
         m.d.comb += seqr.take.eq(seq_take)
         # slots with a LOAD in flight: set when a load is issued, cleared when the load unit reports it done
+        grant_recv_now = gany & (g.op == StepOp.RECV)
+        for b in range(NB):
+            with m.If(dispatch & (free.r_data == b)):
+                m.d.sync += [cnt[b][k].eq(~d_entry.null) for k in range(NMASK)]
+            with m.Elif(grant_recv_now & (g_buf == b)):
+                with m.Switch(g.slot):
+                    for k in range(NMASK):
+                        with m.Case(k):
+                            m.d.sync += cnt[b][k].eq(new_cnt)
+        # a STORE of an empty block retires in the decoder: its count is folded in as well
+        dec_cnt = Signal(COUNT_BITS)
+        with m.Switch(dec_buf):
+            for b in range(NB):
+                with m.Case(b):
+                    with m.Switch(_field(dec_word, "slot")):
+                        for k in range(NMASK):
+                            with m.Case(k):
+                                m.d.comb += dec_cnt.eq(cnt[b][k])
+        dec_empty_store = dec_grant & ~dec_illegal & (op == StepOp.STORE) & (dgeo.nbytes == 0)
+        for i in range(NC):
+            a = Mux(grant_store & (g_cmd == i), g_cnt, (1 << COUNT_BITS) - 1)
+            b = Mux(dec_empty_store & (dec_cmd_idx == i), dec_cnt, (1 << COUNT_BITS) - 1)
+            low = Signal(COUNT_BITS, name=f"cmd{i}_contrib_low")
+            m.d.comb += low.eq(Mux(a < b, a, b))
+            with m.If(self.new_cmd.valid & self.new_cmd.ready & (self.new_cmd.payload.slot == i)):
+                m.d.sync += contrib[i].eq((1 << COUNT_BITS) - 1)
+            with m.Elif(low < contrib[i]):
+                m.d.sync += contrib[i].eq(low)
         for b in range(NB):
             new_b = dispatch & (free.r_data == b)
             set_b = fsm_load & (g_buf == b)
@@ -665,19 +730,48 @@ class ControlUnit(wiring.Component):
             report(u.done.valid & (u.done.status != 0), u.done.cmd, u.done.status)
         report(load.done.valid & (load.done.status != 0), load.done.cmd, load.done.status)
 
-        # hand-off to the terminal partition: an FSM that ran its chunk's last step leaves it there (when the
-        # partition has room and no LOAD into the buffer is outstanding) and takes its next chunk; the chunk is
-        # done when every STORE it posted is acknowledged (lowest buffer first when several are)
-        handoff_req = Signal(F)
+        # partition moves, one per cycle, oldest chunk first:
+        # * at the end of a phase that is not its last, a chunk moves to the next phase's partition;
+        # * after its last step, it moves to the terminal partition (once no LOAD into its buffer is
+        #   outstanding) and its FSM takes its next chunk; the chunk is done when every STORE it posted is
+        #   acknowledged (lowest buffer first when several are).
+        # A move needs room in the target partition - except for the oldest chunk held by any FSM, which always
+        # moves: every rank holds the same oldest chunk (same dispatch order), so it can never wait on younger
+        # chunks filling a partition on another rank, whatever the PART sizes (docs/engine.md section 3).
+        active = Cat(*[s != IDLE for s in st])
+        oldest = Signal(_w(F))
+        oldest_any = Signal()
+        self._oldest_first(m, active, ctx_seq, oldest, oldest_any)
+        move_req = Signal(F)
+        phase_wait = Signal(F)
+        handoff_wait = Signal(F)
         buf_loading = Signal(NB)
         m.d.comb += buf_loading.eq(Cat(*[loading[b].any() for b in range(NB)]))
         hsel = Signal(_w(F))
         hany = Signal()
         term_free = Signal()
         m.d.comb += term_free.eq(used_term < self.part[TERMINAL])
+        next_free = Signal(MAX_PHASES)      # room in partition p (for a chunk moving from p-1)
+        m.d.comb += next_free.eq(Cat(*[used[p] < self.part[p] for p in range(MAX_PHASES)]))
         for f in range(F):
-            m.d.comb += handoff_req[f].eq((st[f] == HANDOFF) & ~buf_loading.bit_select(ctx_buf[f], 1) & term_free)
-        self._oldest_first(m, handoff_req, ctx_seq, hsel, hany)
+            nxt = (ctx_phase[f] + 1)[:3]
+            at_end = ((st[f] == ADVANCE) & (ctx_pc[f] != 0x7FF) & (ctx_pc[f] == ctx_stop[f])
+                      & (nxt < ctx_entry[f].n_phases))
+            room = Signal(name=f"fsm{f}_room")
+            with m.Switch(nxt):
+                for p in range(1, MAX_PHASES):
+                    with m.Case(p):
+                        m.d.comb += room.eq(next_free[p])
+            is_oldest = oldest_any & (oldest == f)
+            ho = (st[f] == HANDOFF) & ~buf_loading.bit_select(ctx_buf[f], 1)
+            m.d.comb += [
+                move_req[f].eq((at_end & (room | is_oldest)) | (ho & (term_free | is_oldest))),
+                phase_wait[f].eq(at_end & ~room & ~is_oldest),
+                handoff_wait[f].eq(ho & ~term_free & ~is_oldest),
+            ]
+        self._oldest_first(m, move_req, ctx_seq, hsel, hany)
+        h_handoff = Signal()        # the granted move is a hand-off (else a phase change)
+        h_phase = Signal(3)         # the granted chunk's current phase
         term = Signal(NB)                   # buffers in the terminal partition
         t_cmd = [Signal(_w(NC), name=f"buf{b}_tcmd") for b in range(NB)]
         t_status = [Signal(STATUS_SHAPE, name=f"buf{b}_tstatus") for b in range(NB)]
@@ -687,22 +781,25 @@ class ControlUnit(wiring.Component):
         with m.Switch(hsel):
             for f in range(F):
                 with m.Case(f):
-                    m.d.comb += [h_buf.eq(ctx_buf[f]), h_cmd.eq(ctx_cmd[f]), h_status.eq(ctx_status[f])]
+                    m.d.comb += [h_buf.eq(ctx_buf[f]), h_cmd.eq(ctx_cmd[f]), h_status.eq(ctx_status[f]),
+                                 h_handoff.eq(st[f] == HANDOFF), h_phase.eq(ctx_phase[f])]
         t_ready = Signal(NB)
         m.d.comb += t_ready.eq(Cat(*[term[b] & (spend[b] == 0) for b in range(NB)]))
         for b in reversed(range(NB)):
             with m.If(t_ready[b]):
                 m.d.comb += [cd.valid.eq(1), cd.buf.eq(b), cd.cmd.eq(t_cmd[b]), cd.status.eq(t_status[b])]
+        to_term = hany & h_handoff
         for b in range(NB):
-            with m.If(hany & (h_buf == b)):
+            with m.If(to_term & (h_buf == b)):
                 m.d.sync += [term[b].eq(1), t_cmd[b].eq(h_cmd), t_status[b].eq(h_status)]
             with m.Elif(cd.valid & (cd.buf == b)):
                 m.d.sync += term[b].eq(0)
 
-        m.d.sync += [
-            used_phase.eq(used_phase + dispatch - hany),
-            used_term.eq(used_term + hany - cd.valid),
-        ]
+        for p in range(MAX_PHASES):
+            leave = hany & (h_phase == p)
+            enter = (dispatch if p == 0 else (hany & ~h_handoff & (h_phase == p - 1)))
+            m.d.sync += used[p].eq(used[p] + enter - leave)
+        m.d.sync += used_term.eq(used_term + to_term - cd.valid)
 
         # FSM next-state logic
         for f in range(F):
@@ -735,7 +832,7 @@ class ControlUnit(wiring.Component):
                     with m.Elif(ctx_pc[f] == ctx_stop[f]):
                         with m.If(ctx_phase[f] + 1 >= e.n_phases):
                             m.d.sync += s.eq(HANDOFF)
-                        with m.Else():
+                        with m.Elif(hany & (hsel == f)):       # moved to the next phase's partition
                             m.d.sync += [ctx_phase[f].eq(ctx_phase[f] + 1), ctx_pc[f].eq(0x7FF)]
                     with m.Else():
                         m.d.sync += s.eq(FETCH)
@@ -786,22 +883,23 @@ class ControlUnit(wiring.Component):
             for i in range(NC):
                 with m.Case(i):
                     m.d.comb += [self.cmd_done.payload.status.eq(status[i]),
-                                 self.cmd_done.payload.detail.eq(detail[i])]
+                                 self.cmd_done.payload.detail.eq(detail[i]),
+                                 self.cmd_done.payload.contributors.eq(
+                                     Mux(contrib[i] == (1 << COUNT_BITS) - 1, 0, contrib[i]))]
         with m.If(self.cmd_done.valid & self.cmd_done.ready):
             m.d.comb += busy_clr.eq(1 << csel)
 
         # ---- status and counters ---------------------------------------------------------------------------
-        active = Cat(*[s != IDLE for s in st])
         n_active = sum(a for a in active)
         m.d.comb += [
             self.idle.eq((busy == 0) & (used_term == 0) & (active == 0)),
-            self.chunks_active.eq(used_phase + used_term),
+            self.chunks_active.eq(sum(used) + used_term),
         ]
         m.d.sync += self.fsm_busy.eq(self.fsm_busy + n_active)
         causes = {
             "port_busy": cause_port.any(), "credits": cause_cred.any(), "landing_empty": cause_land.any(),
-            "dma_busy": cause_dma.any(), "partition_full": dispatch_stall_part | Cat(
-                *[(s == HANDOFF) for s in st]).any() & ~term_free,
+            "dma_busy": cause_dma.any(), "partition_full": dispatch_stall_part | phase_wait.any()
+            | handoff_wait.any(),
             "alu_busy": Const(0), "queue_full": dispatch_stall_q, "cpl_ring_full": Const(0),
         }
         for i, name in enumerate(STALL_CAUSES):

@@ -52,8 +52,9 @@ def job_layouts(cfg):
         "beats": unsigned(16),
     }
     return {
+        # zero: a null contribution's LOAD, which fills the slot with zeros and reads no memory
         "load": data.StructLayout({**common, "addr": unsigned(cfg.addr_width), "nbytes": unsigned(24),
-                                   "slot": unsigned(10)}),
+                                   "slot": unsigned(10), "zero": 1}),
         "store": data.StructLayout({**common, "addr": unsigned(cfg.addr_width), "nbytes": unsigned(24),
                                     "slot": unsigned(10)}),
         "send": data.StructLayout({**common, "hdr": packet_header_layout()}),
@@ -104,28 +105,34 @@ class LoadUnit(wiring.Component):
             jobs.w_data.eq(self.job.as_value()),
         ]
         head = data.View(jl, jobs.r_data)
+        # a zero job issues no read: it goes straight to the in-flight queue and, at its head, writes zeros
+        take = jobs.r_rdy & inflight.w_rdy & (head.zero | self.rd_cmd.ready)
         m.d.comb += [
-            self.rd_cmd.valid.eq(jobs.r_rdy & inflight.w_rdy),
+            self.rd_cmd.valid.eq(jobs.r_rdy & inflight.w_rdy & ~head.zero),
             self.rd_cmd.payload.addr.eq(head.addr),
             self.rd_cmd.payload.length.eq(head.nbytes),
-            jobs.r_en.eq(self.rd_cmd.ready & inflight.w_rdy),
-            inflight.w_en.eq(self.rd_cmd.valid & self.rd_cmd.ready),
+            jobs.r_en.eq(take),
+            inflight.w_en.eq(take),
             inflight.w_data.eq(jobs.r_data),
         ]
         cur = data.View(jl, inflight.r_data)
         count = Signal(16)
+        beat = Signal()             # a beat of the head job is written this cycle
+        last = Signal()
         m.d.comb += [
             # a beat waits in the DMA's buffer while a RECV writes the same bank (another slot of the chunk)
-            self.rd_data.ready.eq(inflight.r_rdy & self.wr_free),
-            self.wr.en.eq(self.rd_data.valid & self.rd_data.ready),
+            self.rd_data.ready.eq(inflight.r_rdy & ~cur.zero & self.wr_free),
+            beat.eq(Mux(cur.zero, inflight.r_rdy & self.wr_free, self.rd_data.valid & self.rd_data.ready)),
+            last.eq(Mux(cur.zero, count + 1 >= cur.beats, self.rd_data.payload.last)),
+            self.wr.en.eq(beat),
             self.wr.buf.eq(cur.buf),
             self.wr.addr.eq(cur.sram_addr + count),
-            self.wr.data.eq(self.rd_data.payload.data),
+            self.wr.data.eq(Mux(cur.zero, 0, self.rd_data.payload.data)),
         ]
-        with m.If(self.rd_data.valid & self.rd_data.ready):
+        with m.If(beat):
             m.d.sync += count.eq(count + 1)
-            with m.If(self.rd_data.payload.last):
-                m.d.sync += [count.eq(0), self.bytes.eq(self.bytes + cur.nbytes)]
+            with m.If(last):
+                m.d.sync += [count.eq(0), self.bytes.eq(self.bytes + Mux(cur.zero, 0, cur.nbytes))]
                 m.d.comb += [
                     inflight.r_en.eq(1),
                     self.done.valid.eq(1),
@@ -133,7 +140,7 @@ class LoadUnit(wiring.Component):
                     self.done.cmd.eq(cur.cmd),
                     self.done.slot.eq(cur.slot),
                     self.done.buf.eq(cur.buf),
-                    self.done.status.eq(self.rd_data.payload.err * Status.AXI_ERROR),
+                    self.done.status.eq(Mux(cur.zero, 0, self.rd_data.payload.err * Status.AXI_ERROR)),
                 ]
         return m
 

@@ -13,7 +13,7 @@ from ...sim.golden.types import DType, ReduceOp
 __all__ = ["DTYPE_SHAPE", "OP_SHAPE", "alu_operands_layout", "alu_result_layout", "pack", "unpack",
            "DESCRIPTOR_BYTES", "COMPLETION_BYTES", "descriptor_layout", "completion_layout", "DescFlags",
            "packet_header_layout", "HEADER_CRC_BYTES", "flit_layout", "credit_layout", "pack_bytes",
-           "unpack_bytes", "program_entry_layout", "MAX_PHASES", "LOAD_MASK_BITS"]
+           "unpack_bytes", "program_entry_layout", "MAX_PHASES", "LOAD_MASK_BITS", "COUNT_BITS"]
 
 #: 2-bit fields holding a :class:`DType` / :class:`ReduceOp` code.
 DTYPE_SHAPE = unsigned(max(DType).bit_length())
@@ -96,9 +96,17 @@ class DescFlags:
     """Bits of a descriptor's ``flags`` field."""
 
     IN_PLACE = 1 << 0   #: the result overwrites the source buffer (``dst`` must equal ``src``)
-    NULL = 1 << 1       #: null contribution (partial all-reduce); not implemented yet: rejected (BAD_FLAGS)
+    #: null contribution (partial all-reduce): the rank's LOADs read nothing and fill their slots with zeros,
+    #: and it counts 0 in the count lane; all-reduce, reduce-scatter and reduce with op SUM only (BAD_FLAGS
+    #: otherwise)
+    NULL = 1 << 1
     #: Flags this engine accepts; any other bit set gives a BAD_FLAGS completion.
-    SUPPORTED = IN_PLACE
+    SUPPORTED = IN_PLACE | NULL
+
+
+#: Width of the count lane (contributions reduced into a datum, up to 512 ranks): the ``count`` of packet
+#: headers and the ``contributors`` of completions.
+COUNT_BITS = 10
 
 
 def descriptor_layout():
@@ -125,7 +133,10 @@ def completion_layout():
     """A completion record (``COMPLETION_BYTES``), written to the completion ring when a command finishes or is
     rejected. ``status`` is a :class:`~syncfabric.sim.golden.types.Status`; ``detail`` says which check failed
     or which step faulted; ``cycles`` from descriptor fetch to completion; ``seq`` counts completions from 1
-    (the driver's validity check: a zeroed ring slot has seq 0)."""
+    (the driver's validity check: a zeroed ring slot has seq 0); ``contributors`` is the count lane of the
+    command's output: the smallest count any of its STOREs carried, i.e. how many ranks contributed a
+    non-null input to every element this rank received (the group size for an all-reduce without null
+    contributions; 0 when the rank stored nothing, and for a rejected command)."""
     return data.StructLayout({
         "cookie": unsigned(64),
         "tag": unsigned(32),
@@ -135,7 +146,8 @@ def completion_layout():
         "cycles": unsigned(32),
         "detail": unsigned(32),
         "seq": unsigned(32),
-        "reserved": unsigned(32),
+        "contributors": unsigned(16),
+        "reserved": unsigned(16),
     })
 
 
@@ -147,7 +159,8 @@ def packet_header_layout():
     channel) whose landing buffer the message goes to; ``length`` is the whole message's payload bytes and
     ``offset`` the byte offset of this packet's payload in it; ``last`` marks the message's last packet;
     ``poison`` says the payload derives from data that failed a check upstream (CRC, header mismatch), so every
-    rank the error reaches reports it instead of completing with wrong data."""
+    rank the error reaches reports it instead of completing with wrong data; ``count`` is the message's count
+    lane: how many ranks' non-null contributions the payload holds (docs/programs.md)."""
     return data.StructLayout({
         "dst": unsigned(9),
         "src": unsigned(9),
@@ -160,6 +173,7 @@ def packet_header_layout():
         "offset": unsigned(20),
         "last": unsigned(1),
         "poison": unsigned(1),
+        "count": unsigned(COUNT_BITS),
     })
 
 

@@ -19,7 +19,8 @@ from ..sim.golden.program import Program, StepOp
 from ..sim.golden.topology import Ring, Switch, Torus, parse as parse_topology
 from ..sim.golden.types import Algorithm, Collective
 
-__all__ = ["instruction_words", "collective_code", "algorithm_code", "check_store_order", "load_end", "load_mask",
+__all__ = ["instruction_words", "collective_code", "algorithm_code", "check_store_order", "check_load_first",
+           "load_end", "load_mask",
            "program_entry",
            "entry_words", "decode_entry", "route_ports", "routing_table", "comm_dims", "phase_input_fraction",
            "phase_bandwidth", "phase_weights", "partition_sizes", "program_partitions", "ImemAllocator"]
@@ -57,6 +58,21 @@ def check_store_order(program):
                              f"needs every STORE after the last write of its slot")
 
 
+def check_load_first(program):
+    """Raise ValueError if a slot is LOADed after a RECV wrote it. The engine starts every slot's count lane
+    at the LOAD's value (1, or 0 for a null contribution) when the chunk is dispatched, which is the LOAD's
+    effect only if no RECV wrote the slot before; golden programs LOAD a slot before anything else writes it."""
+    received = {}
+    for pi, si, step in program.steps():
+        if step.op == StepOp.RECV:
+            received.setdefault(step.slot, (pi, si))
+        elif step.op == StepOp.LOAD and step.slot in received:
+            pj, sj = received[step.slot]
+            raise ValueError(f"{program.collective}/{program.algorithm} rank {program.rank}: phase {pi} step {si} "
+                             f"LOADs slot {step.slot} after the RECV of phase {pj} step {sj}; the engine's count "
+                             f"lane needs every LOAD of a slot before the first RECV into it")
+
+
 def load_end(program):
     """Number of LOADs at the head of the first phase: the steps the engine's load sequencer prefetches when a
     chunk is dispatched (0 for a program without phases)."""
@@ -90,6 +106,7 @@ def program_entry(program, imem_offset=0, comm=0):
     if not isinstance(program, Program):
         raise TypeError(f"program_entry needs a Program, got {program!r}")
     check_store_order(program)
+    check_load_first(program)
     table = program.phase_table()
     if len(table) > MAX_PHASES:
         raise ValueError(f"{program.collective}/{program.algorithm} has {len(table)} phases; the engine runs "

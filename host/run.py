@@ -243,7 +243,7 @@ def forwarded_bytes_to_npu_memory(job, counters):
     return int(extra)
 
 
-def port_utilization(counters, links, cycles, beat_bytes):
+def port_utilization(counters, links, cycles):
     """Per port index: flits sent / (cycles x rate), averaged over the ranks whose port has a link (the
     share of the port's bandwidth the run used)."""
     rate = {(src, port): num / den for src, port, _, _, _, (num, den) in links}
@@ -287,7 +287,7 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
                                                                               for c in counters), 4)
                                           if sum(c["PAYLOAD_RD_BYTES"] for c in counters) else None),
         "forwarded_bytes_to_npu_memory": forwarded_bytes_to_npu_memory(job, counters),
-        "port_utilization": port_utilization(counters, links, job_cycles, cfg.beat_bytes),
+        "port_utilization": port_utilization(counters, links, job_cycles),
         "chunks": golden.n_chunks, "messages": golden.n_messages, "packets": golden.n_packets,
         "sim_cycles": int(window_cycles),
         "sim_cycles_per_s": round(window_cycles / sim_wall, 1) if sim_wall else 0.0,

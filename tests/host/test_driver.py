@@ -486,3 +486,25 @@ def test_sync_driver_exposes_the_async_drivers_api_with_its_docs():
         method = getattr(SyncAceDriver, name)
         assert method.__doc__ == getattr(AceDriver, name).__doc__
     assert SyncAceDriver(MemTransport(), CFG).regmap is RM
+
+
+def test_every_golden_program_loads_its_slots_before_receiving_into_them():
+    """The engine starts each slot's count lane at the LOAD's value when a chunk is dispatched; that is only
+    the LOAD's effect if no RECV wrote the slot first. Every generated program keeps to it, and a program that
+    does not is refused before anything is written."""
+    from syncfabric.host.programs import check_load_first
+    from syncfabric.sim.golden.algorithms import supported_algorithms
+    from syncfabric.sim.golden.program import Phase, Program, StepOp
+
+    for topo in ("ring:4", "bidir-ring:5", "torus:2x2x2", "torus:4x2x2", "switch:4"):
+        for coll in ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier"):
+            for algo in supported_algorithms(coll, topo):
+                for prog in generate(coll, algo, topo):
+                    check_load_first(prog)
+    good = generate("allreduce", "ring", "ring:2")[0]
+    steps = good.phases[0].steps
+    recv = next(s for s in steps if s.op == StepOp.RECV)
+    bad = Program(good.rank, good.nranks, good.collective, good.algorithm, good.n_blocks, good.n_slots,
+                  (Phase("bad", good.phases[0].ports, (recv, Step(StepOp.LOAD, recv.slot, recv.block))),))
+    with pytest.raises(ValueError, match="count lane"):
+        program_entry(bad)

@@ -31,7 +31,7 @@ BACKENDS = ("verilator", "icarus", "amaranth", "golden")
 ENGINE_BACKENDS = ("verilator", "icarus", "amaranth")
 #: What the engine RTL runs: collectives and the topologies the system top wires.
 ENGINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier")
-ENGINE_TOPOLOGIES = ("ring", "bidir-ring", "torus")
+ENGINE_TOPOLOGIES = ("ring", "bidir-ring", "torus", "switch")
 #: Link latency (cycles) of ring links (ACE Table V's intra-package links); a torus's links default to its
 #: per-dimension attributes (local 90 cycles at full rate, vertical/horizontal 500 cycles at 1/8 rate).
 DEFAULT_LATENCY = 90
@@ -216,8 +216,8 @@ def bound_cycles(golden, links, beat_bytes):
 def _check_engine_job(spec, backend):
     kind = spec["topology"].split(":")[0]
     if spec["collective"] not in ENGINE_COLLECTIVES or kind not in ENGINE_TOPOLOGIES:
-        raise ValueError(f"the engine RTL runs {', '.join(ENGINE_COLLECTIVES)} on ring:N, bidir-ring:N and "
-                         f"torus:LxVxH topologies; {spec['collective']} on {spec['topology']} runs on "
+        raise ValueError(f"the engine RTL runs {', '.join(ENGINE_COLLECTIVES)} on ring:N, bidir-ring:N, "
+                         f"torus:LxVxH and switch:N topologies; {spec['collective']} on {spec['topology']} runs on "
                          f"--backend golden only")
     if backend not in ENGINE_BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
@@ -225,9 +225,14 @@ def _check_engine_job(spec, backend):
 
 def engine_config_for(cfg, topology):
     """``cfg`` with as many link ports (a torus has 6, rings 2) and routing-table entries (ranks) as
-    ``topology`` needs."""
+    ``topology`` needs; on a switch one port with a landing channel per (source rank, FSM): ``rx_sources``
+    the number of ranks rounded up to a power of two."""
     topo = topo_mod.parse(topology)
-    return cfg.replace(n_ports=max(cfg.n_ports, topo.n_ports), max_ranks=max(cfg.max_ranks, topo.n_endpoints))
+    out = cfg.replace(n_ports=max(cfg.n_ports, topo.n_ports), max_ranks=max(cfg.max_ranks, topo.n_endpoints))
+    if topo.routed:
+        out = out.replace(n_ports=topo.n_ports,
+                          rx_sources=max(cfg.rx_sources, 1 << (topo.n_endpoints - 1).bit_length()))
+    return out
 
 
 def forwarded_bytes_to_npu_memory(job, counters):

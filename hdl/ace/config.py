@@ -6,6 +6,8 @@ smaller configurations of the same RTL (``AceConfig.small()``).
 
 from dataclasses import dataclass, asdict, replace
 
+from ..common.layouts import CHANNEL_BITS
+
 __all__ = ["AceConfig", "PROFILES"]
 
 #: Named configurations (:meth:`AceConfig.profile`).
@@ -28,6 +30,9 @@ class AceConfig:
                     n_buffers * buffer_bytes.
     max_blocks      largest ``n_blocks`` of a program (sets the buffer slack for rounding blocks up to beats).
     n_fsms          FSMs of the control unit (= virtual channels on every link).
+    rx_sources      landing channels per virtual channel on every RX port (a power of two): 1 on point-to-point
+                    links; on a switch at least the number of ranks, so that every (source rank, FSM) pair has its
+                    own landing buffer and credits (messages from different sources arrive in any order).
     n_ports         link ports (each with a TX and an RX side).
     landing_beats   per (RX port, FSM) landing buffer in beats; a message may be at most half of it.
     landing_headers per (RX port, FSM) message headers the landing buffer holds (power of two).
@@ -49,6 +54,7 @@ class AceConfig:
     max_blocks: int = 32
     n_fsms: int = 16
     n_ports: int = 2
+    rx_sources: int = 1
     landing_beats: int = 256
     landing_headers: int = 4
     n_cmds: int = 4
@@ -87,6 +93,10 @@ class AceConfig:
             errors.append("landing_headers must be a power of two >= 2")
         if not _pow2(self.n_fsms):
             errors.append("n_fsms must be a power of two")
+        if not _pow2(self.rx_sources) or self.rx_sources > 512:
+            errors.append("rx_sources must be a power of two <= 512 (9-bit source rank)")
+        elif self.n_channels > 1 << CHANNEL_BITS:
+            errors.append(f"n_fsms * rx_sources must be <= {1 << CHANNEL_BITS} (landing channels)")
         if errors:
             raise ValueError("bad ACE configuration: " + "; ".join(errors))
 
@@ -95,6 +105,11 @@ class AceConfig:
     def lanes(self):
         """32-bit ALU lanes (one beat per cycle)."""
         return self.beat_bytes // 4
+
+    @property
+    def n_channels(self):
+        """Landing channels per RX port: channel ``vc + n_fsms * source`` (source 0 unless ``rx_sources`` > 1)."""
+        return self.n_fsms * self.rx_sources
 
     @property
     def chunk_beats(self):

@@ -25,10 +25,11 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
-from ..common.layouts import (COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES, credit_layout,
+from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES, credit_layout,
                               flit_layout, packet_header_layout)
 from .chunker import BlockGeometry, geometry_layout
 from .link import RxPort, TxPort
@@ -537,11 +538,36 @@ class ControlUnit(wiring.Component):
         cause_cred = Signal(F)
         cause_land = Signal(F)
         cause_dma = Signal(F)
+        # landing channel of FSM f's message from/to `peer` (docs/engine.md: through a switch every source
+        # rank has its own channels, and a RECV takes whichever channel holds the message it waits for)
+        S = cfg.rx_sources
+        fbits, sbits = exact_log2(F), exact_log2(S)
+
+        def channel(f, peer):
+            fv = Const(f, fbits) if isinstance(f, int) else f[:fbits]
+            return Cat(fv, peer[:sbits]) if S > 1 else fv
+
+        rx_hit = [Signal(F, name=f"rx{k}_hit") for k in range(K)]
+        rx_ch = [[Signal(CHANNEL_BITS, name=f"rx{k}_fsm{f}_ch") for f in range(F)] for k in range(K)]
+        for f in range(F):
+            for k in range(K):
+                if S == 1:
+                    m.d.comb += [rx_hit[k][f].eq(rxp[k].hdr_valid[f]), rx_ch[k][f].eq(f)]
+                    continue
+                # the first source whose head is the awaited message (tag, chunk, phase, key)
+                for src in reversed(range(S)):
+                    c = f + F * src
+                    h = rxp[k].heads[c]
+                    hit = (rxp[k].hdr_valid[c] & (h.tag == ctx_entry[f].tag) & (h.chunk == ctx_chunk[f])
+                           & (h.phase == ctx_phase[f]) & (h.key == step[f].key))
+                    with m.If(hit):
+                        m.d.comb += [rx_hit[k][f].eq(1), rx_ch[k][f].eq(c)]
         for f in range(F):
             s = step[f]
             beats_ok_at = {}
             for k in range(K):
-                beats_ok_at[k] = ((txp[k].beat_credits[f] >= s.beats) & (txp[k].hdr_credits[f] >= 1))
+                ch = channel(f, s.peer)
+                beats_ok_at[k] = ((txp[k].beat_credits[ch] >= s.beats) & (txp[k].hdr_credits[ch] >= 1))
             cred_ok = Signal(name=f"fsm{f}_cred_ok")
             port_free = Signal(name=f"fsm{f}_port_free")
             land_ok = Signal(name=f"fsm{f}_land_ok")
@@ -558,7 +584,7 @@ class ControlUnit(wiring.Component):
                 with m.Case(StepOp.RECV):
                     for k in range(K):
                         with m.If(s.port == k):
-                            m.d.comb += land_ok.eq(rxp[k].hdr_valid[f])
+                            m.d.comb += land_ok.eq(rx_hit[k][f])
                             with m.If(s.fwd):
                                 for j in range(K):
                                     with m.If(s.fwd_port == j):
@@ -609,12 +635,14 @@ class ControlUnit(wiring.Component):
                             with m.Case(k):
                                 m.d.comb += g_cnt.eq(cnt[b][k])
         in_cnt = Signal(COUNT_BITS)
+        g_ch = Signal(CHANNEL_BITS)          # the landing channel a granted RECV takes
         for k in range(K):
             with m.If(g.port == k):
                 with m.Switch(gsel):
                     for f in range(F):
                         with m.Case(f):
-                            m.d.comb += in_cnt.eq(rxp[k].heads[f].count)
+                            m.d.comb += g_ch.eq(rx_ch[k][f])
+                m.d.comb += in_cnt.eq(rxp[k].heads[g_ch].count)
         new_cnt = Signal(COUNT_BITS)
         m.d.comb += [
             new_cnt.eq(Mux(g.reduce, in_cnt + g_cnt, in_cnt)),
@@ -703,14 +731,14 @@ class ControlUnit(wiring.Component):
                 ru.job.fsm.eq(gsel), ru.job.cmd.eq(g_cmd), ru.job.buf.eq(g_buf),
                 ru.job.sram_addr.eq(g.sram_addr), ru.job.beats.eq(g.beats),
                 ru.job.reduce.eq(g.reduce), ru.job.dtype.eq(g_entry.dtype), ru.job.op.eq(g_entry.op),
-                ru.job.fwd.eq(g.fwd), ru.job.fwd_port.eq(g.fwd_port),
+                ru.job.fwd.eq(g.fwd), ru.job.fwd_port.eq(g.fwd_port), ru.job.ch.eq(g_ch),
                 ru.job.exp.eq(exp_hdr), ru.job.fwd_hdr.eq(hdr_out),
             ]
             # credits: a whole message is reserved when its step is granted
             res_here = (grant_send & (g.port == k)) | (grant_recv & g.fwd & (g.fwd_port == k))
             m.d.comb += [
                 txp[k].reserve.valid.eq(res_here),
-                txp[k].reserve.vc.eq(gsel),
+                txp[k].reserve.vc.eq(channel(gsel, g.peer)),
                 txp[k].reserve.beats.eq(g.beats),
             ]
             # the port's mux learns the message order at the grant; the port's queue of granted flits grows

@@ -11,10 +11,14 @@ zero. An empty message is one flit with ``first = last = 1``, data 0, ``hdr.leng
 and its CRC covers the header only. ``crc`` is zero on the other flits.
 (Golden model: :mod:`syncfabric.sim.golden.link`.)
 
-Flow control is by credits per virtual channel (VC = FSM): the receiver has a landing buffer of
-``landing_beats`` beats and ``landing_headers`` message headers per VC. The transmitter's control unit
-reserves a whole message's credits before handing the message to :class:`TxPort` (``reserve``), and the
-receiver returns one beat credit per beat and one header credit per header its consumer takes.
+Flow control is by credits per landing channel: the receiver has a landing buffer of ``landing_beats``
+beats and ``landing_headers`` message headers per channel. On a point-to-point link a channel is a virtual
+channel (VC = FSM). Through a switch (``rx_sources`` > 1) every (source rank, VC) pair has its own channel
+``vc + n_fsms * src`` at the receiver, so messages from different sources never share a buffer and may
+arrive in any order; the transmitter keeps the matching credits per (destination, VC), channel ``vc +
+n_fsms * dst``. The transmitter's control unit reserves a whole message's credits before handing the
+message to :class:`TxPort` (``reserve``), and the receiver returns one beat credit per beat and one header
+credit per header its consumer takes.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -24,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.crc import CRC32_INIT, CRC32_XOROUT, crc32_next
-from ..common.layouts import HEADER_CRC_BYTES, credit_layout, flit_layout, packet_header_layout
+from ..common.layouts import CHANNEL_BITS, HEADER_CRC_BYTES, credit_layout, flit_layout, packet_header_layout
 from .config import AceConfig
 
 __all__ = ["TxPort", "RxPort", "reserve_layout"]
@@ -34,8 +38,9 @@ _LENGTH_BITS = 20
 
 
 def reserve_layout(cfg: AceConfig):
-    """One cycle of :attr:`TxPort.reserve`: debit ``beats`` beat credits and one header credit of ``vc``."""
-    return data.StructLayout({"valid": 1, "vc": 5, "beats": unsigned(cfg.landing_beats.bit_length())})
+    """One cycle of :attr:`TxPort.reserve`: debit ``beats`` beat credits and one header credit of channel
+    ``vc`` (the virtual channel, plus ``n_fsms`` times the destination rank through a switch)."""
+    return data.StructLayout({"valid": 1, "vc": CHANNEL_BITS, "beats": unsigned(cfg.landing_beats.bit_length())})
 
 
 def _header_crc_bits(hdr):
@@ -68,8 +73,8 @@ class TxPort(wiring.Component):
     reserve : In(reserve_layout(cfg))
         Debits ``beats`` beat credits and one header credit of ``vc`` in a cycle with ``valid``. The port
         itself never waits for credits: the control unit checks them before reserving a message.
-    beat_credits, hdr_credits : Out(ArrayLayout(...))
-        Credits per VC, initially ``landing_beats`` / ``landing_headers``.
+    beat_credits, hdr_credits : Out(ArrayLayout(..., n_channels))
+        Credits per channel, initially ``landing_beats`` / ``landing_headers``.
     flits, packets, busy, stall : Out(32)
         Flits and packets sent; cycles with ``flit.valid & flit.ready`` (= flits) and with
         ``flit.valid & ~flit.ready``.
@@ -77,7 +82,7 @@ class TxPort(wiring.Component):
 
     def __init__(self, cfg: AceConfig):
         self.cfg = cfg
-        n, w = cfg.n_fsms, cfg.beat_bytes
+        n, w = cfg.n_channels, cfg.beat_bytes
         beat_w, hdr_w = cfg.landing_beats.bit_length(), cfg.landing_headers.bit_length()
         super().__init__({
             "msg": In(stream.Signature(packet_header_layout())),
@@ -188,7 +193,7 @@ class TxPort(wiring.Component):
             m.d.sync += start(self.msg.payload)
 
         # -- credits: returns and reservations of the same cycle both count
-        for v in range(cfg.n_fsms):
+        for v in range(cfg.n_channels):
             ret_b = self.credit.beat & (self.credit.beat_vc == v)
             ret_h = self.credit.hdr & (self.credit.hdr_vc == v)
             res = self.reserve.valid & (self.reserve.vc == v)
@@ -214,14 +219,15 @@ class RxPort(wiring.Component):
     -----
     flit : In(stream.Signature(flit_layout(beat_bytes)))
         From the link; always ready (the sender's credits guarantee space). A payload flit for a full landing
-        buffer, a message header for a full header FIFO, or a packet for a VC >= n_fsms is dropped and sets
-        ``overflow``.
+        buffer, a message header for a full header FIFO, or a packet for a VC >= n_fsms (or a source >=
+        rx_sources) is dropped and sets ``overflow``. A packet lands in channel ``hdr.vc`` on a point-to-point
+        link, ``hdr.vc + n_fsms * hdr.src`` through a switch (``rx_sources`` > 1).
     overflow : Out(1)
         Sticky (cleared by reset only): a credit protocol violation.
-    heads : Out(ArrayLayout(packet_header_layout(), n_fsms)), hdr_valid : Out(n_fsms)
-        Head of each VC's message-header FIFO (the header of the message's first packet, ``offset`` 0).
-    sel : In(5)
-        The VC the consumer reads. ``data`` shows only beats of ``sel``; after ``sel`` changes, the first beat
+    heads : Out(ArrayLayout(packet_header_layout(), n_channels)), hdr_valid : Out(n_channels)
+        Head of each channel's message-header FIFO (the header of the message's first packet, ``offset`` 0).
+    sel : In(CHANNEL_BITS)
+        The channel the consumer reads. ``data`` shows only beats of ``sel``; after ``sel`` changes, the first beat
         of the new VC is valid one cycle later (``data.valid`` is low in the cycle of the change). Beats of the
         old VC that were prefetched but not taken are kept (they are read again when selected again).
     hdr_pop : In(1)
@@ -229,7 +235,7 @@ class RxPort(wiring.Component):
     data : Out(stream.Signature(unsigned(8 * beat_bytes)))
         The landed beats of ``sel`` in order, 1 beat/cycle sustained. ``data.valid`` depends combinationally
         on ``sel``. A beat written by the link in cycle t can be valid in cycle t + 2.
-    err : Out(n_fsms), err_clear : In(1)
+    err : Out(n_channels), err_clear : In(1)
         Sticky per-VC error (CRC, header/framing mismatch, overflow on that VC); ``err_clear`` clears the bit of
         ``sel`` (a new error in the same cycle wins). Payload is landed cut-through, before its packet's CRC is
         checked, but a packet's error bit is set before its last beat can be presented on ``data``: check
@@ -242,13 +248,13 @@ class RxPort(wiring.Component):
 
     def __init__(self, cfg: AceConfig):
         self.cfg = cfg
-        n, w = cfg.n_fsms, cfg.beat_bytes
+        n, w = cfg.n_channels, cfg.beat_bytes
         super().__init__({
             "flit": In(stream.Signature(flit_layout(w))),
             "overflow": Out(1),
             "heads": Out(data.ArrayLayout(packet_header_layout(), n)),
             "hdr_valid": Out(n),
-            "sel": In(5),
+            "sel": In(CHANNEL_BITS),
             "hdr_pop": In(1),
             "data": Out(stream.Signature(unsigned(8 * w))),
             "err": Out(n),
@@ -260,12 +266,13 @@ class RxPort(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        n, w, pb, lb, nh = cfg.n_fsms, cfg.beat_bytes, cfg.packet_bytes, cfg.landing_beats, cfg.landing_headers
+        n, w, pb, lb, nh = cfg.n_channels, cfg.beat_bytes, cfg.packet_bytes, cfg.landing_beats, cfg.landing_headers
         vbits, abits, hbits = exact_log2(n), exact_log2(lb), exact_log2(nh)
+        fbits, sbits = exact_log2(cfg.n_fsms), exact_log2(cfg.rx_sources)
         f, fv = self.flit.payload, self.flit.valid
         m.d.comb += self.flit.ready.eq(1)
 
-        # -- landing buffer: VC v owns rows [v*lb, (v+1)*lb), a ring with write/read pointers (+1 wrap bit)
+        # -- landing buffer: channel v owns rows [v*lb, (v+1)*lb), a ring with write/read pointers (+1 wrap bit)
         m.submodules.landing = landing = Memory(shape=unsigned(8 * w), depth=n * lb, init=[])
         wr = landing.write_port()
         rd = landing.read_port()
@@ -296,7 +303,7 @@ class RxPort(wiring.Component):
 
         # -- packet in progress on the link
         in_pkt = Signal()
-        pkt_vc = Signal(5)
+        pkt_vc = Signal(CHANNEL_BITS)             # the open packet's channel
         pkt_vc_ok = Signal()
         pkt_nonempty = Signal()
         pkt_left = Signal(range(cfg.packet_beats))     # flits still due after the current one
@@ -308,7 +315,12 @@ class RxPort(wiring.Component):
 
         # Context of this flit: the first flit opens a packet, later ones belong to the open packet.
         hdr = f.hdr
-        vc = Signal(5)
+        # the channel a first flit opens: its VC, and through a switch its source's group of VCs
+        hdr_ch = Signal(CHANNEL_BITS)
+        hdr_ok = Signal()
+        m.d.comb += [hdr_ch.eq(Cat(hdr.vc[:fbits], hdr.src[:sbits])),
+                     hdr_ok.eq((hdr.vc < cfg.n_fsms) & ((hdr.src < cfg.rx_sources) if cfg.rx_sources > 1 else 1))]
+        vc = Signal(CHANNEL_BITS)
         vc_ok = Signal()
         nonempty = Signal()
         framed = Signal()                            # the flit belongs to a packet
@@ -317,8 +329,8 @@ class RxPort(wiring.Component):
         pkt_flits = _ceil_beats(Mux(rest > pb, pb, rest), w)
         m.d.comb += [
             rest.eq(hdr.length - hdr.offset),
-            vc.eq(Mux(f.first, hdr.vc, pkt_vc)),
-            vc_ok.eq(Mux(f.first, hdr.vc < n, pkt_vc_ok)),
+            vc.eq(Mux(f.first, hdr_ch, pkt_vc)),
+            vc_ok.eq(Mux(f.first, hdr_ok, pkt_vc_ok)),
             nonempty.eq(Mux(f.first, hdr.length != 0, pkt_nonempty)),
             framed.eq(f.first | in_pkt),
             left.eq(Mux(f.first, Mux(hdr.length == 0, 0, pkt_flits - 1), pkt_left)),
@@ -332,7 +344,7 @@ class RxPort(wiring.Component):
         with m.If(fv):
             m.d.sync += [self.flits.eq(self.flits + 1), self.packets.eq(self.packets + f.last)]
             with m.If(f.first):
-                m.d.sync += [pkt_vc.eq(hdr.vc), pkt_vc_ok.eq(hdr.vc < n), pkt_nonempty.eq(hdr.length != 0)]
+                m.d.sync += [pkt_vc.eq(hdr_ch), pkt_vc_ok.eq(hdr_ok), pkt_nonempty.eq(hdr.length != 0)]
             m.d.sync += [in_pkt.eq(framed & ~f.last), pkt_left.eq(left - 1)]
             with m.If(~vc_ok & framed):
                 m.d.comb += overflow_set.eq(1)
@@ -403,7 +415,7 @@ class RxPort(wiring.Component):
         # `osel` is the VC of the beat in the read port's output; a beat of another VC than `sel` is not
         # shown and may be overwritten: the ring's read pointer only moves when a beat is taken.
         out_valid = Signal()
-        osel = Signal(5)
+        osel = Signal(CHANNEL_BITS)
         sel_idx = self.sel[:vbits]
         sel_ok = self.sel < n
         mine, take, can_issue = Signal(), Signal(), Signal()

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
 from ..alu import ReductionAlu
-from ..common.layouts import DTYPE_SHAPE, OP_SHAPE, packet_header_layout
+from ..common.layouts import CHANNEL_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
 from .dma import dma_cmd_layout
 from .sram import BankStreamer, sram_read_layout, sram_write_layout
 
@@ -62,6 +62,7 @@ def job_layouts(cfg):
             **common,
             "reduce": 1, "dtype": DTYPE_SHAPE, "op": OP_SHAPE,
             "fwd": 1, "fwd_port": unsigned(3),
+            "ch": unsigned(CHANNEL_BITS),        # the landing channel the message is in
             "exp": packet_header_layout(),      # the header the step waits for (tag, chunk, phase, key, length)
             "fwd_hdr": packet_header_layout(),  # the header of the forwarded message
         }),
@@ -217,7 +218,8 @@ class SendUnit(wiring.Component):
 
 
 class RecvUnit(wiring.Component):
-    """RECV: takes the awaited message of the job's virtual channel from an input port's landing buffer,
+    """RECV: takes the awaited message of the job's landing channel (``ch``: its FSM's virtual channel, through a
+    switch the one of the message's source) from an input port's landing buffer,
     reduces it with the slot (``reduce``) on the unit's ALU, writes the slot and forwards the result (``fwd``).
 
     Pipelined in two halves so that consecutive messages stream back to back: the front end reads the landing
@@ -240,11 +242,11 @@ class RecvUnit(wiring.Component):
             "job": In(job_layouts(cfg)["recv"]),
             "job_ready": Out(1),
             # landing buffer of the input port
-            "sel": Out(5),
-            "heads": In(data.ArrayLayout(hl, cfg.n_fsms)),
+            "sel": Out(CHANNEL_BITS),
+            "heads": In(data.ArrayLayout(hl, cfg.n_channels)),
             "hdr_pop": Out(1),
             "land": In(stream.Signature(unsigned(W))),
-            "vc_err": In(cfg.n_fsms),
+            "vc_err": In(cfg.n_channels),
             "err_clear": Out(1),
             # SRAM
             "rd": Out(sram_read_layout(cfg)),
@@ -297,18 +299,18 @@ class RecvUnit(wiring.Component):
         land_take = self.land.valid & self.land.ready
         fe_end = Signal()                # the front end finishes its job this cycle
         m.d.comb += [
-            self.sel.eq(fe.fsm),
+            self.sel.eq(fe.ch),
             fe_end.eq(fe_v & ((left == 0) | ((left == 1) & land_take))),
         ]
         vc_err = Signal()
-        m.d.comb += vc_err.eq(self.vc_err.bit_select(fe.fsm, 1))
+        m.d.comb += vc_err.eq(self.vc_err.bit_select(fe.ch, 1))
 
         # the next job's header check, against the head of its channel (granted only when it is there)
         head = Signal(packet_header_layout())
-        with m.Switch(nxt.fsm):
-            for f in range(cfg.n_fsms):
-                with m.Case(f):
-                    m.d.comb += head.eq(self.heads[f])
+        with m.Switch(nxt.ch):
+            for c in range(cfg.n_channels):
+                with m.Case(c):
+                    m.d.comb += head.eq(self.heads[c])
         mismatch = Signal()
         m.d.comb += mismatch.eq((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk)
                                 | (head.phase != nxt.exp.phase) | (head.key != nxt.exp.key)

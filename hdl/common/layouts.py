@@ -13,7 +13,7 @@ from ...sim.golden.types import DType, ReduceOp
 __all__ = ["DTYPE_SHAPE", "OP_SHAPE", "alu_operands_layout", "alu_result_layout", "pack", "unpack",
            "DESCRIPTOR_BYTES", "COMPLETION_BYTES", "descriptor_layout", "completion_layout", "DescFlags",
            "packet_header_layout", "HEADER_CRC_BYTES", "flit_layout", "credit_layout", "pack_bytes",
-           "unpack_bytes", "program_entry_layout", "MAX_PHASES", "LOAD_MASK_BITS", "COUNT_BITS"]
+           "unpack_bytes", "program_entry_layout", "MAX_PHASES", "LOAD_MASK_BITS", "COUNT_BITS", "CHANNEL_BITS"]
 
 #: 2-bit fields holding a :class:`DType` / :class:`ReduceOp` code.
 DTYPE_SHAPE = unsigned(max(DType).bit_length())
@@ -195,14 +195,21 @@ def flit_layout(beat_bytes=64):
     })
 
 
+#: Bits of a landing channel number (credit layout): ``vc + n_fsms * source``.
+CHANNEL_BITS = 14
+
+
 def credit_layout():
     """One cycle of the credit return path (receiver -> transmitter): at most one landing-buffer beat and one
-    message-header entry freed, each with its virtual channel."""
+    message-header entry freed, each with its landing channel. On point-to-point links the channel is the
+    virtual channel (FSM). Through a switch the receiver names channel ``vc + n_fsms * source`` and the switch
+    hands the credit to ``source`` as channel ``vc + n_fsms * receiver`` (the transmitter keeps credits per
+    destination and virtual channel)."""
     return data.StructLayout({
         "beat": unsigned(1),
-        "beat_vc": unsigned(5),
+        "beat_vc": unsigned(CHANNEL_BITS),
         "hdr": unsigned(1),
-        "hdr_vc": unsigned(5),
+        "hdr_vc": unsigned(CHANNEL_BITS),
     })
 
 

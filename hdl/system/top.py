@@ -10,7 +10,12 @@ credit loop. Latency and rate are top-level inputs (``link<l>_latency``, ``link<
 configuration and the topology only and one simulator build serves every latency (up to ``max_latency``) and
 rate; :func:`link_port_values` lists the values a testbench drives. ``link<l>_inject`` flips a bit of the flit
 crossing link ``l`` (fault injection) and ``link<l>_stall`` holds that link's ready low for a cycle (random
-backpressure). :attr:`AceSystem.links` lists the links in port order.
+backpressure). :attr:`AceSystem.links` lists the links in port order (:func:`system_links`).
+
+A switch (``switch:N``) is a :class:`~syncfabric.hdl.system.switch.Switch` in the top: link ``i`` (``i < N``)
+carries endpoint ``i``'s port 0 up to switch input ``i``, link ``N + j`` switch output ``j`` down to endpoint
+``j``'s port 0; ``switch_overflow`` is the switch's sticky drop flag. The engines need ``rx_sources`` >= N
+(per-source landing channels and credits: :func:`syncfabric.host.run.engine_config_for`).
 """
 
 from fractions import Fraction
@@ -22,9 +27,10 @@ from amaranth.lib.wiring import In, Out
 from ...sim.golden.topology import parse as parse_topology
 from ..ace.engine import AceEngine
 from .link import RATE_DEN_MAX, Link
+from .switch import Switch
 
 __all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "MAX_LATENCY", "system_verilog", "engine_verilog",
-           "link_verilog", "link_params",
+           "link_verilog", "link_params", "system_links", "SWITCH",
            "link_port_values"]
 
 #: Verilog module name of the engine in system builds.
@@ -51,6 +57,24 @@ def link_params(topology, latency=None, rate=None):
             raise ValueError(f"link latency must be at least 1 cycle, got {lat}")
         out.append((ln.src_rank, ln.src_port, ln.dst_rank, ln.dst_port, lat, (r.numerator, r.denominator)))
     return out
+
+
+#: The switch's place in :func:`system_links` rows (instead of a rank).
+SWITCH = -1
+
+
+def system_links(topology, latency=None, rate=None):
+    """The physical links of the system top of ``topology``, in its ``link<l>`` port order, as
+    :func:`link_params` rows. Point-to-point topologies: :func:`link_params`. A switch of N endpoints: the N
+    up-links ``(i, 0, SWITCH, i, ...)`` then the N down-links ``(SWITCH, j, j, 0, ...)``, each with the
+    switch's link attributes (``latency``/``rate`` override them)."""
+    topo = parse_topology(topology)
+    if not topo.routed:
+        return link_params(topo, latency, rate)
+    row = link_params(topo, latency, rate)[0]
+    lat, r = row[4], row[5]
+    n = topo.n_endpoints
+    return [(i, 0, SWITCH, i, lat, r) for i in range(n)] + [(SWITCH, j, j, 0, lat, r) for j in range(n)]
 
 
 def link_port_values(links):
@@ -83,12 +107,13 @@ class AceSystem(wiring.Component):
         self.cfg = cfg
         self.inline = inline
         self.topology = parse_topology(topology)
-        if self.topology.routed:
-            raise ValueError(f"{self.topology.spec}: switched topologies are not supported by the system top yet")
+        if self.topology.routed and cfg.rx_sources < self.topology.n_endpoints:
+            raise ValueError(f"{self.topology.spec} needs engines with rx_sources >= {self.topology.n_endpoints} "
+                             f"(per-source landing channels), the configuration has {cfg.rx_sources}")
         if self.topology.n_ports > cfg.n_ports:
             raise ValueError(f"{self.topology.spec} needs {self.topology.n_ports} link ports per engine, the "
                              f"engine configuration has {cfg.n_ports}")
-        self.links = link_params(self.topology, latency, rate)
+        self.links = system_links(self.topology, latency, rate)
         self.max_latency = max([MAX_LATENCY if max_latency is None else max_latency]
                                + [ln[4] for ln in self.links])
         n = self.topology.n_endpoints
@@ -103,6 +128,8 @@ class AceSystem(wiring.Component):
             members[f"link{li}_latency"] = In(range(1, self.max_latency + 1), init=lat)
             members[f"link{li}_rate_num"] = In(range(1, RATE_DEN_MAX + 1), init=num)
             members[f"link{li}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=den)
+        if self.topology.routed:
+            members["switch_overflow"] = Out(1)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -123,6 +150,11 @@ class AceSystem(wiring.Component):
                 m.submodules[f"ep{i}"] = Instance(
                     ENGINE_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                     *_engine_ports(eng))
+        switch = None
+        if self.topology.routed:
+            m.submodules.switch = switch = Switch(cfg.beat_bytes, n, cfg.n_fsms, cfg.landing_beats,
+                                                  cfg.landing_headers)
+            m.d.comb += self.switch_overflow.eq(switch.overflow)
         for li, (s, sp, d, dp, lat, rate) in enumerate(self.links):
             if self.inline:
                 link = Link(cfg.beat_bytes, lat, rate=rate, max_latency=self.max_latency)
@@ -134,12 +166,30 @@ class AceSystem(wiring.Component):
                 m.submodules[f"link{li}"] = Instance(
                     LINK_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                     *_engine_ports(link))
-            src, dst = engines[s], engines[d]
-            wiring.connect(m, link.tx, getattr(src, f"tx{sp}"))
-            wiring.connect(m, getattr(dst, f"rx{dp}"), link.rx)
+            if switch is None:
+                src, dst = engines[s], engines[d]
+                wiring.connect(m, link.tx, getattr(src, f"tx{sp}"))
+                wiring.connect(m, getattr(dst, f"rx{dp}"), link.rx)
+                m.d.comb += [
+                    link.credit_in.eq(getattr(dst, f"rx{dp}_credit")),
+                    getattr(src, f"tx{sp}_credit").eq(link.credit_out),
+                ]
+            elif d == SWITCH:       # up-link: endpoint s -> switch input dp; credits come from the switch
+                wiring.connect(m, link.tx, getattr(engines[s], f"tx{sp}"))
+                m.d.comb += [
+                    getattr(switch, f"inp{dp}").valid.eq(link.rx.valid),
+                    getattr(switch, f"inp{dp}").payload.eq(link.rx.payload),
+                    link.rx.ready.eq(getattr(switch, f"inp{dp}").ready),
+                    getattr(engines[s], f"tx{sp}_credit").eq(getattr(switch, f"credit_out{s}")),
+                ]
+            else:                   # down-link: switch output sp -> endpoint d; its credits back to the switch
+                wiring.connect(m, link.tx, getattr(switch, f"out{sp}"))
+                wiring.connect(m, getattr(engines[d], f"rx{dp}"), link.rx)
+                m.d.comb += [
+                    link.credit_in.eq(getattr(engines[d], f"rx{dp}_credit")),
+                    getattr(switch, f"credit_in{sp}").eq(link.credit_out),
+                ]
             m.d.comb += [
-                link.credit_in.eq(getattr(dst, f"rx{dp}_credit")),
-                getattr(src, f"tx{sp}_credit").eq(link.credit_out),
                 link.inject.eq(getattr(self, f"link{li}_inject")),
                 link.stall.eq(getattr(self, f"link{li}_stall")),
                 link.latency.eq(getattr(self, f"link{li}_latency")),

@@ -397,8 +397,10 @@ def landing_deadlock(programs, topology, headers, beats, message_beats):
     """Whether ``programs`` can run one chunk with bounded landing buffers, as on the engine: every receiving
     (rank, input port) holds at most ``headers`` messages and ``beats`` beats that have arrived but not been
     RECVed, a SEND (or the forward of a RECV) waits until its whole message fits, each rank runs its steps in
-    order, and a RECV takes the message at the head of its port's queue. Every message counts
-    ``message_beats`` beats (the largest block: a bound for every chunk).
+    order, and a RECV takes the message at the head of its port's queue. Through a switch every (receiving
+    port, source rank) pair has its own queue of that size and a RECV takes the awaited message from the head
+    of any of them (the engine's per-source landing channels). Every message counts ``message_beats`` beats
+    (the largest block: a bound for every chunk).
 
     Returns None when the chunk completes, else a description of the blocked steps: the programs need more
     landing space than that (the golden executor's unbounded mailboxes hide this). LOAD and STORE always
@@ -407,20 +409,30 @@ def landing_deadlock(programs, topology, headers, beats, message_beats):
     flat = [[step for _, _, step in p.steps()] for p in programs]
     phase_of = [[pi for pi, _, _ in p.steps()] for p in programs]
     pcs = [0] * len(programs)
-    queues = {}                 # (rank, port) -> list of [phase, key, beats]
-    used = {}                   # (rank, port) -> beats held
+    queues = {}                 # (rank, port, source or None) -> list of (phase, key)
+    used = {}                   # (rank, port, source or None) -> beats held
+    routed = topology.routed
 
-    def room(rank, port, nb):
-        q = queues.get((rank, port), [])
-        return len(q) < headers and used.get((rank, port), 0) + nb <= beats
+    def room(queue, nb):
+        return len(queues.get(queue, [])) < headers and used.get(queue, 0) + nb <= beats
 
-    def emit(rank, port, peer, pi, key):
-        dst, dport = topology.link(rank, port, peer if topology.routed else None)
-        queues.setdefault((dst, dport), []).append((pi, key))
-        used[(dst, dport)] = used.get((dst, dport), 0) + message_beats
+    def emit(queue, pi, key):
+        queues.setdefault(queue, []).append((pi, key))
+        used[queue] = used.get(queue, 0) + message_beats
 
     def target(rank, port, peer):
-        return topology.link(rank, port, peer if topology.routed else None)
+        """The queue a message from ``rank`` leaving on ``port`` towards ``peer`` lands in."""
+        dst, dport = topology.link(rank, port, peer if routed else None)
+        return (dst, dport, rank if routed else None)
+
+    def awaited(rank, port, pi, key):
+        """The queue whose head is message (pi, key) for ``rank``'s ``port``, or None."""
+        for queue, q in queues.items():
+            if queue[:2] == (rank, port) and q and q[0] == (pi, key):
+                return queue
+            if not routed and queue[:2] == (rank, port):
+                return None
+        return None
 
     progress = True
     while progress:
@@ -429,19 +441,19 @@ def landing_deadlock(programs, topology, headers, beats, message_beats):
             while pcs[r] < len(steps):
                 s, pi = steps[pcs[r]], phase_of[r][pcs[r]]
                 if s.op == StepOp.SEND:
-                    if not room(*target(r, s.port, s.peer), message_beats):
+                    if not room(target(r, s.port, s.peer), message_beats):
                         break
-                    emit(r, s.port, s.peer, pi, s.key)
+                    emit(target(r, s.port, s.peer), pi, s.key)
                 elif s.op == StepOp.RECV:
-                    q = queues.get((r, s.port), [])
-                    if not q or q[0] != (pi, s.key):
+                    queue = awaited(r, s.port, pi, s.key)
+                    if queue is None:
                         break
-                    if s.fwd is not None and not room(*target(r, s.fwd, s.peer), message_beats):
+                    if s.fwd is not None and not room(target(r, s.fwd, s.peer), message_beats):
                         break
-                    q.pop(0)
-                    used[(r, s.port)] -= message_beats
+                    queues[queue].pop(0)
+                    used[queue] -= message_beats
                     if s.fwd is not None:
-                        emit(r, s.fwd, s.peer, pi, s.fwd_key)
+                        emit(target(r, s.fwd, s.peer), pi, s.fwd_key)
                 pcs[r] += 1
                 progress = True
     blocked = [f"rank {r} step {pcs[r]} [{flat[r][pcs[r]]}]" for r in range(len(flat)) if pcs[r] < len(flat[r])]

@@ -31,7 +31,7 @@ from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
 from ...hdl.ace.config import AceConfig
-from ...hdl.system.top import link_params, link_port_values
+from ...hdl.system.top import link_port_values, system_links
 from ...host.driver import AceDriver
 from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
                          memory_bytes, run_endpoint)
@@ -69,7 +69,7 @@ class SystemTB:
         fp = p["params"]
         self.cfg = AceConfig(**fp["cfg"])
         self.topology = fp["topology"]
-        self.links = link_params(self.topology, p.get("latency"), p.get("rate"))
+        self.links = system_links(self.topology, p.get("latency"), p.get("rate"))
         self.seed = int(p.get("seed", 1))
         self.rng = random.Random(self.seed)
         self.log = dut._log
@@ -218,8 +218,10 @@ def summarize(tb, results, wall):
                              "chunks": job.golden.n_chunks, "messages": job.golden.n_messages,
                              "packets": job.golden.n_packets}
         jobs.append(row)
+    overflow = getattr(tb.dut, "switch_overflow", None)
     return {"jobs": jobs, "counters": [r.counters for r in results],
             "sram_conflict": [r.sram_conflict for r in results],
+            "switch_overflow": None if overflow is None else int(overflow.value),
             "window_cycles": max(r.cycles for r in results), "wall_s": wall, "seed": tb.seed}
 
 
@@ -242,6 +244,7 @@ def check_summary(tb, out):
     for r, c in enumerate(out["counters"]):
         assert c["RX_CRC_ERRS"] == [0] * len(c["RX_CRC_ERRS"]), f"rank {r}: CRC errors {c['RX_CRC_ERRS']}"
     assert not any(out["sram_conflict"]), f"SRAM bank conflicts on ranks {out['sram_conflict']}"
+    assert not out.get("switch_overflow"), "the switch dropped a flit (an input queue overflowed)"
 
 
 @cocotb.test()

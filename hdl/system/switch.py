@@ -1,0 +1,181 @@
+"""Model of a packet switch for system simulation: an input-queued crossbar between ``n_ports`` engines, with
+per-input queues, per-output round-robin arbitration and a credit return path routed back by source.
+
+Data path. Every input has a FIFO of flits (:attr:`Switch.queue_depth` deep); an input is always ready (the
+link delivers a flit in the cycle it arrives). The queue's head packet goes to the output named by its
+header's ``dst``; an output carries one packet at a time, from its first flit to its last (so packets never
+interleave on a link, which is what the receiving port expects), and picks the next packet round robin among
+the inputs whose head waits for it. An input whose head waits for a busy output holds the packets behind it
+(head-of-line blocking: the receivers always drain, so it delays but never deadlocks).
+
+Flow control. The engines keep end-to-end credits: a transmitter sends a message only with credits for the
+destination's landing channel of that (source, virtual channel) pair (``rx_sources`` in the engine
+configuration), so whatever sits in the switch is already paid for at its destination. An input queue can
+therefore never hold more than the credits its source owns, ``(n_ports - 1) * n_fsms`` channels of
+``landing_beats`` payload flits and ``landing_headers`` header-only flits each: :func:`queue_bound` is the
+default depth and the switch is lossless by construction. ``overflow`` (sticky) reports a flit that found its
+queue full or named a destination that is not another port; tests assert it stays low.
+
+Credit return. Receiver ``j`` names the channel it freed, ``vc + n_fsms * source``; the switch hands the
+credit to ``source`` as channel ``vc + n_fsms * j``, the index of its credit counter for destination ``j``.
+Several receivers may free credits for one source in the same cycle, so the switch keeps a pending count per
+(source, channel) and returns one beat credit and one header credit per source and cycle, lowest channel
+first (a source transmits at most one flit per cycle, so this keeps up on average). A real switch would carry
+credits in packets on the links; here they ride a sideband with the latency of the receiver's link.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ..common.layouts import credit_layout, flit_layout
+
+__all__ = ["Switch", "queue_bound"]
+
+
+def queue_bound(n_ports, n_fsms, landing_beats, landing_headers):
+    """Flits an input queue may have to hold: every credit its source owns (see the module docstring)."""
+    return (n_ports - 1) * n_fsms * (landing_beats + landing_headers)
+
+
+class Switch(wiring.Component):
+    """Crossbar of ``n_ports`` ports carrying ``flit_layout(beat_bytes)`` flits, for engines with ``n_fsms``
+    virtual channels and ``landing_beats``/``landing_headers`` per landing channel.
+
+    Ports
+    -----
+    inp<i> : In(stream.Signature(flit_layout)), always ready
+    out<j> : Out(stream.Signature(flit_layout))
+    credit_in<j> : In(credit_layout())     credits freed by the receiver on port ``j``
+    credit_out<i> : Out(credit_layout())   credits for the transmitter on port ``i``
+    overflow : Out(1)                      sticky: a flit was dropped (queue full or bad destination)
+    flits_in, flits_out : Out(ArrayLayout(unsigned(32), n_ports))   flits per input / output
+    """
+
+    def __init__(self, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None):
+        if n_ports < 2:
+            raise ValueError(f"a switch needs at least 2 ports, not {n_ports}")
+        if n_fsms < 1 or n_fsms & (n_fsms - 1):
+            raise ValueError(f"n_fsms must be a power of two, not {n_fsms}")
+        bound = queue_bound(n_ports, n_fsms, landing_beats, landing_headers)
+        self.queue_depth = bound if queue_depth is None else int(queue_depth)
+        if self.queue_depth < 2:
+            raise ValueError(f"queue_depth must be at least 2, not {self.queue_depth}")
+        self.beat_bytes, self.n_ports, self.n_fsms = beat_bytes, n_ports, n_fsms
+        self.landing_beats, self.landing_headers = landing_beats, landing_headers
+        fl = flit_layout(beat_bytes)
+        members = {"overflow": Out(1),
+                   "flits_in": Out(data.ArrayLayout(unsigned(32), n_ports)),
+                   "flits_out": Out(data.ArrayLayout(unsigned(32), n_ports))}
+        for i in range(n_ports):
+            members[f"inp{i}"] = In(stream.Signature(fl))
+            members[f"out{i}"] = Out(stream.Signature(fl))
+            members[f"credit_in{i}"] = In(credit_layout())
+            members[f"credit_out{i}"] = Out(credit_layout())
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        P, F = self.n_ports, self.n_fsms
+        fl = flit_layout(self.beat_bytes)
+        fbits = exact_log2(F)
+
+        # ---- input queues ------------------------------------------------------------------------------
+        heads, head_valid, head_dst = [], [], []
+        drops = []
+        for i in range(P):
+            inp = getattr(self, f"inp{i}")
+            q = fifo.SyncFIFOBuffered(width=fl.size, depth=self.queue_depth)
+            m.submodules[f"queue{i}"] = q
+            flit = inp.payload
+            bad_dst = flit.first & ((flit.hdr.dst >= P) | (flit.hdr.dst == i))
+            m.d.comb += [
+                inp.ready.eq(1),
+                q.w_data.eq(flit.as_value()),
+                q.w_en.eq(inp.valid & ~bad_dst),
+            ]
+            drops.append(inp.valid & (bad_dst | ~q.w_rdy))
+            with m.If(inp.valid):
+                m.d.sync += self.flits_in[i].eq(self.flits_in[i] + 1)
+            head = data.View(fl, q.r_data)
+            # the destination of the packet at the head: from its first flit, kept for the rest of it
+            dst_keep = Signal(range(P), name=f"in{i}_dst")
+            dst = Signal(range(P), name=f"in{i}_head_dst")
+            m.d.comb += dst.eq(Mux(head.first, head.hdr.dst, dst_keep))
+            with m.If(q.r_rdy & q.r_en & head.first):
+                m.d.sync += dst_keep.eq(head.hdr.dst)
+            heads.append((q, head))
+            head_valid.append(q.r_rdy)
+            head_dst.append(dst)
+        with m.If(Cat(*drops).any()):
+            m.d.sync += self.overflow.eq(1)
+
+        # ---- outputs: one packet at a time, round robin among the inputs waiting for it ---------------
+        # grant[j] = input granted to output j (valid while `busy[j]`); an input is granted to at most one
+        # output (its head names one destination)
+        for j in range(P):
+            out = getattr(self, f"out{j}")
+            busy = Signal(name=f"out{j}_busy")
+            owner = Signal(range(P), name=f"out{j}_owner")
+            last_owner = Signal(range(P), name=f"out{j}_last", init=P - 1)
+            req = Cat(*[head_valid[i] & heads[i][1].first & (head_dst[i] == j) & (i != j) for i in range(P)])
+            # round robin: the first requester after the last owner
+            pick = Signal(range(P), name=f"out{j}_pick")
+            pick_any = Signal(name=f"out{j}_pick_any")
+            # two priority encoders: the lowest requester above the last owner, else the lowest of all
+            above = Cat(*[req[i] & (i > last_owner) for i in range(P)])
+            for i in reversed(range(P)):
+                with m.If(req[i]):
+                    m.d.comb += [pick.eq(i), pick_any.eq(1)]
+            with m.If(above.any()):
+                for i in reversed(range(P)):
+                    with m.If(above[i]):
+                        m.d.comb += pick.eq(i)
+            src = Signal(range(P), name=f"out{j}_src")
+            m.d.comb += src.eq(Mux(busy, owner, pick))
+            active = busy | pick_any
+            sel_flit = Signal(fl, name=f"out{j}_flit")
+            sel_valid = Signal(name=f"out{j}_valid")
+            with m.Switch(src):
+                for i in range(P):
+                    with m.Case(i):
+                        m.d.comb += [sel_flit.eq(heads[i][1]), sel_valid.eq(head_valid[i])]
+            m.d.comb += [out.valid.eq(active & sel_valid), out.payload.eq(sel_flit)]
+            fire = out.valid & out.ready
+            for i in range(P):
+                with m.If(fire & (src == i)):
+                    m.d.comb += heads[i][0].r_en.eq(1)
+            with m.If(fire):
+                m.d.sync += [self.flits_out[j].eq(self.flits_out[j] + 1), busy.eq(~sel_flit.last)]
+                with m.If(~busy):
+                    m.d.sync += [owner.eq(pick), last_owner.eq(pick)]
+            with m.Elif(~busy & pick_any):
+                # hold the pick until the output takes the first flit
+                m.d.sync += [busy.eq(1), owner.eq(pick), last_owner.eq(pick)]
+
+        # ---- credit return: receiver j's channel vc + F*src -> source src's channel vc + F*j -------------
+        cw = self.landing_beats.bit_length() + 1
+        hw = self.landing_headers.bit_length() + 1
+        for s in range(P):
+            beat_pend = [Signal(cw, name=f"cr{s}_beat{c}") for c in range(P * F)]
+            hdr_pend = [Signal(hw, name=f"cr{s}_hdr{c}") for c in range(P * F)]
+            co = getattr(self, f"credit_out{s}")
+            for kind, pend, valid_f, vc_f in (("beat", beat_pend, "beat", "beat_vc"),
+                                              ("hdr", hdr_pend, "hdr", "hdr_vc")):
+                # lowest pending channel is returned this cycle
+                take = Signal(range(P * F), name=f"cr{s}_{kind}_take")
+                take_any = Signal(name=f"cr{s}_{kind}_any")
+                for c in reversed(range(P * F)):
+                    with m.If(pend[c] != 0):
+                        m.d.comb += [take.eq(c), take_any.eq(1)]
+                m.d.sync += [getattr(co, valid_f).eq(take_any), getattr(co, vc_f).eq(take)]
+                for j in range(P):
+                    ci = getattr(self, f"credit_in{j}")
+                    ch = getattr(ci, vc_f)
+                    for f in range(F):
+                        c = f + F * j
+                        inc = getattr(ci, valid_f) & (ch[:fbits] == f) & ((ch >> fbits) == s)
+                        dec = take_any & (take == c)
+                        m.d.sync += pend[c].eq(pend[c] + inc - dec)
+        return m

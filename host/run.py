@@ -189,7 +189,7 @@ def _traffic(res):
 def bandwidth_cycles(golden, links, beat_bytes):
     """The bandwidth term of a collective: the busiest directed link's payload (golden ``link_bytes``) at its
     rate of ``rate`` ``beat_bytes``-byte flits per cycle; ``links`` is
-    :func:`~syncfabric.hdl.system.top.link_params` of the topology. For a ring all-reduce of S bytes per
+    :func:`~syncfabric.hdl.system.top.system_links` of the topology. For a ring all-reduce of S bytes per
     endpoint that is 2(P-1)/P * S/W (unidirectional) or (P-1)/P * S/W (bidirectional: each direction carries
     half); for reduce-scatter and all-gather (P-1)/P * S/W and half that."""
     rate = {(src, port): num / den for src, port, _, _, _, (num, den) in links}
@@ -206,11 +206,22 @@ def memory_cycles(golden, beat_bytes):
 
 
 def bound_cycles(golden, links, beat_bytes):
-    """A lower bound on a collective's cycles: :func:`bandwidth_cycles` plus one link latency (the busiest
+    """A lower bound on a collective's cycles: :func:`bandwidth_cycles` plus one hop's latency (the busiest
     link's last flit must still cross it). Chunk pipelining hides the other steps' latencies behind other
     chunks' data, so the textbook alpha-beta term (one latency per step) is not a bound; with enough data in
     flight the engine approaches this one."""
-    return bandwidth_cycles(golden, links, beat_bytes) + max((ln[4] for ln in links), default=0)
+    return bandwidth_cycles(golden, links, beat_bytes) + path_latency(links)
+
+
+def path_latency(links):
+    """The longest one-hop path of ``links`` (:func:`~syncfabric.hdl.system.top.system_links`): the largest
+    link latency, or through a switch the largest up-link plus the largest down-link latency."""
+    from ..hdl.system.top import SWITCH
+    up = [ln[4] for ln in links if ln[2] == SWITCH]
+    down = [ln[4] for ln in links if ln[0] == SWITCH]
+    if up:
+        return max(up) + max(down)
+    return max((ln[4] for ln in links), default=0)
 
 
 def _check_engine_job(spec, backend):
@@ -251,7 +262,7 @@ def forwarded_bytes_to_npu_memory(job, counters):
 def port_utilization(counters, links, cycles):
     """Per port index: flits sent / (cycles x rate), averaged over the ranks whose port has a link (the
     share of the port's bandwidth the run used)."""
-    rate = {(src, port): num / den for src, port, _, _, _, (num, den) in links}
+    rate = {(src, port): num / den for src, port, _, _, _, (num, den) in links if src >= 0}
     per = {}
     for (src, port), r in rate.items():
         per.setdefault(port, []).append(counters[src]["TX_FLITS"][port] / (cycles * r) if cycles else 0.0)
@@ -301,10 +312,10 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
 
 
 def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms):
-    from ..hdl.system.top import link_params
+    from ..hdl.system.top import system_links
     from .job import CollectiveJob
 
-    links = link_params(spec["topology"], latency, rate)
+    links = system_links(spec["topology"], latency, rate)
     job = CollectiveJob(spec, cfg)
     t0 = time.monotonic()
     if backend == "amaranth":
@@ -436,7 +447,7 @@ def format_summary(r):
     if "cycles" in r:
         lines.append(f"  {r['cycles']} cycles (descriptor fetch to completion); bound {r['bound_cycles']:.0f} "
                      f"cycles (busiest link {r['busiest_link_bytes']} B: {r['bandwidth_cycles']:.0f} cycles, "
-                     f"+ one link latency): link efficiency {r['link_efficiency']:.3f}")
+                     f"+ one hop's latency): link efficiency {r['link_efficiency']:.3f}")
         util = ", ".join(f"{p}: {u:.3f}" for p, u in r["port_utilization"].items())
         lines.append(f"  link use per port (flits / (cycles x rate), mean over ranks): {util}; forwarded bytes "
                      f"through NPU memory: {r['forwarded_bytes_to_npu_memory']}")

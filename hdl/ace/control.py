@@ -29,8 +29,8 @@ from amaranth.utils import exact_log2
 
 from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
-from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES, credit_layout,
-                              flit_layout, packet_header_layout)
+from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES,
+                              credit_layout, flit_layout, packet_header_layout)
 from .chunker import BlockGeometry, geometry_layout
 from .link import RxPort, TxPort
 from .sram import ChunkSram, sram_read_layout
@@ -565,8 +565,8 @@ class ControlUnit(wiring.Component):
         for f in range(F):
             s = step[f]
             beats_ok_at = {}
+            ch = channel(f, s.peer)          # the credits of this step's message (same index on every port)
             for k in range(K):
-                ch = channel(f, s.peer)
                 beats_ok_at[k] = ((txp[k].beat_credits[ch] >= s.beats) & (txp[k].hdr_credits[ch] >= 1))
             cred_ok = Signal(name=f"fsm{f}_cred_ok")
             port_free = Signal(name=f"fsm{f}_port_free")

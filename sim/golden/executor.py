@@ -15,6 +15,8 @@ The executor knows nothing about algorithms; it interprets the step semantics of
   adds the incoming count to the slot's, a plain RECV takes the incoming count, SEND and the forward of a
   RECV carry the slot's count, and STORE records it (:attr:`ExecResult.store_counts`,
   :attr:`ExecResult.contributors`).
+* PUT delivers its message as a deposit: the bytes go straight to the destination's output range of block
+  ``key`` (counted as the destination's memory writes, its count lane recorded like a STORE's); no RECV.
 * A barrier (``collective == "barrier"``) runs as exactly one chunk of empty blocks whatever ``count`` is:
   LOAD and STORE move nothing, SEND / RECV exchange header-only messages.
 
@@ -246,18 +248,29 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
 
     links = {}
 
-    def emit(ctx, pi, w, data, cnt, port, peer, key):
+    def emit(ctx, pi, w, data, cnt, port, peer, key, deposit=False):
         lk = (ctx.rank, port)
         try:
             dst, arrival = links[lk + (peer,)]
         except KeyError:
             dst, arrival = links[lk + (peer,)] = topology.link(ctx.rank, port, peer)
-        k = (ctx.chunk, pi, key)
-        box = mailbox[dst]
-        if k in box:
-            raise ExecutionError(f"{w}: rank {dst} already holds an unconsumed message with key {key} in phase "
-                                 f"{pi} of chunk {ctx.chunk} (from {box[k].where})")
-        box[k] = _Msg(arrival, data, cnt, w)
+        if deposit:
+            _, nbytes = byte_range(ctx, key, seg_out)
+            rng_ = byte_range(_Ctx(dst, ctx.chunk, 0), key, seg_out)[0]
+            if rng_ is None or nbytes != data.size:
+                raise ExecutionError(f"{w}: rank {dst} has no output block {key} of {data.size} bytes")
+            lo, hi = rng_
+            outs[dst][lo:hi] = data
+            res.mem_write_bytes[dst] += hi - lo
+            res.write_counts[dst][lo:hi] += 1
+            _merge_store_counts(res.store_counts[dst], _Deposit(dst, ctx.chunk, {key: cnt}))
+        else:
+            k = (ctx.chunk, pi, key)
+            box = mailbox[dst]
+            if k in box:
+                raise ExecutionError(f"{w}: rank {dst} already holds an unconsumed message with key {key} in "
+                                     f"phase {pi} of chunk {ctx.chunk} (from {box[k].where})")
+            box[k] = _Msg(arrival, data, cnt, w)
         n = data.size
         packets = max(1, -(-n // packet_bytes))
         res.link_bytes[lk] = res.link_bytes.get(lk, 0) + n
@@ -308,11 +321,11 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
                 if step.fwd is not None:
                     emit(ctx, pi, w, ctx.slots[step.slot], ctx.counts[step.slot], step.fwd, step.peer,
                          step.fwd_key)
-            elif step.op == StepOp.SEND:
+            elif step.op in (StepOp.SEND, StepOp.PUT):
                 w = where(ctx, pi, si, step)
                 _, nbytes = byte_range(ctx, step.block, seg_in)
                 emit(ctx, pi, w, slot_data(ctx, step, w, nbytes), ctx.counts[step.slot], step.port, step.peer,
-                     step.key)
+                     step.key, step.op == StepOp.PUT)
             elif step.op == StepOp.LOAD:
                 rng_, nbytes = byte_range(ctx, step.block, seg_in)
                 if rng_ is None:
@@ -374,6 +387,13 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
                                 + ("\n  ..." if len(blocked) > 20 else ""), blocked)
     res.store_counts = [dict(sorted(sc.items())) for sc in res.store_counts]
     return res
+
+
+class _Deposit:
+    """The store-count record of one deposit (for :func:`_merge_store_counts`)."""
+
+    def __init__(self, rank, chunk, stored):
+        self.rank, self.chunk, self.stored = rank, chunk, stored
 
 
 def _merge_store_counts(counts, ctx):
@@ -440,7 +460,9 @@ def landing_deadlock(programs, topology, headers, beats, message_beats):
         for r, steps in enumerate(flat):
             while pcs[r] < len(steps):
                 s, pi = steps[pcs[r]], phase_of[r][pcs[r]]
-                if s.op == StepOp.SEND:
+                if s.op == StepOp.PUT:
+                    pass            # drained by the destination's deposit unit, which spills when it must
+                elif s.op == StepOp.SEND:
                     if not room(target(r, s.port, s.peer), message_beats):
                         break
                     emit(target(r, s.port, s.peer), pi, s.key)

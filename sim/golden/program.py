@@ -16,6 +16,13 @@ Ops (``docs/programs.md`` is the full specification, including the instruction e
                          with ``fwd`` the resulting slot is also sent on ``port2`` to ``peer`` with ``fwd_key``
                          in the same pass (reduce-and-forward / store-and-forward).
 ``STORE slot, block``    RX DMA: ``slot`` -> the rank's output range of ``block``.
+``PUT slot, block, port, peer, key``
+                         like SEND, but the message is a *deposit*: no RECV awaits it. The destination's
+                         deposit unit writes it straight to the destination's output range of block ``key``
+                         (same chunk), staging it (SRAM, then a spill window in memory) while the destination
+                         has not posted its command; the destination's :attr:`Program.arrivals` counts the
+                         deposits it gets per chunk, and its command completes when all have arrived. The
+                         asynchronous all-to-all (Sven) is built from PUTs.
 
 Messages are matched by ``(chunk, phase, key)`` at the destination, never by arrival order.
 """
@@ -37,6 +44,7 @@ class StepOp(enum.IntEnum):
     SEND = 2
     RECV = 3
     STORE = 4
+    PUT = 5
 
 
 #: Instruction word layout: (field, lsb, width), least significant first. 64 bits in total.
@@ -102,7 +110,7 @@ class Step:
         if op in (StepOp.LOAD, StepOp.STORE):
             unused = {"port": self.port, "peer": self.peer, "key": self.key, "reduce": self.reduce,
                       "fwd": self.fwd, "fwd_key": self.fwd_key}
-        elif op == StepOp.SEND:
+        elif op in (StepOp.SEND, StepOp.PUT):
             unused = {"reduce": self.reduce, "fwd": self.fwd, "fwd_key": self.fwd_key}
         else:
             unused = {} if self.fwd is not None else {"peer": self.peer, "fwd_key": self.fwd_key}
@@ -112,18 +120,18 @@ class Step:
 
     @property
     def emits(self):
-        """True if the step sends a message (SEND, or RECV with forwarding)."""
-        return self.op == StepOp.SEND or (self.op == StepOp.RECV and self.fwd is not None)
+        """True if the step sends a message (SEND, PUT, or RECV with forwarding)."""
+        return self.op in (StepOp.SEND, StepOp.PUT) or (self.op == StepOp.RECV and self.fwd is not None)
 
     @property
     def out_port(self):
         """Output port of the emitted message, or None."""
-        return self.port if self.op == StepOp.SEND else self.fwd
+        return self.port if self.op in (StepOp.SEND, StepOp.PUT) else self.fwd
 
     @property
     def out_key(self):
         """Key of the emitted message, or None."""
-        if self.op == StepOp.SEND:
+        if self.op in (StepOp.SEND, StepOp.PUT):
             return self.key
         return self.fwd_key if self.fwd is not None else None
 
@@ -155,8 +163,9 @@ class Step:
         op = self.op
         if op in (StepOp.LOAD, StepOp.STORE):
             return f"{op.name} slot={self.slot} block={self.block}"
-        if op == StepOp.SEND:
-            return f"SEND slot={self.slot} block={self.block} port={self.port} peer={self.peer} key={self.key}"
+        if op in (StepOp.SEND, StepOp.PUT):
+            return (f"{op.name} slot={self.slot} block={self.block} port={self.port} peer={self.peer} "
+                    f"key={self.key}")
         s = f"RECV slot={self.slot} block={self.block} port={self.port} key={self.key}"
         if self.reduce:
             s += " reduce"
@@ -183,7 +192,8 @@ class Program:
     """The program of one endpoint for one collective instance.
 
     ``n_blocks`` blocks per chunk (a multiple of :func:`~.chunking.segments_for`), ``n_slots`` SRAM slots
-    per chunk context (each one block in size), ``phases`` run in order for each chunk.
+    per chunk context (each one block in size), ``phases`` run in order for each chunk. ``arrivals``: the
+    deposits (PUT messages of other ranks) this rank receives per chunk; 0 for programs without PUTs.
     """
 
     rank: int
@@ -194,10 +204,13 @@ class Program:
     n_slots: int
     phases: tuple
     root: int = None
+    arrivals: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "collective", normalize_collective(self.collective))
         object.__setattr__(self, "phases", tuple(self.phases))
+        if isinstance(self.arrivals, bool) or not isinstance(self.arrivals, int) or self.arrivals < 0:
+            raise ProgramError(f"arrivals must be a non-negative integer, got {self.arrivals!r}")
         if self.n_blocks % segments_for(self.collective, self.nranks):
             raise ProgramError(f"n_blocks={self.n_blocks} is not a multiple of the "
                                f"{segments_for(self.collective, self.nranks)} segments of {self.collective}")
@@ -234,8 +247,9 @@ class Program:
     def listing(self):
         """Human-readable assembly listing of the program."""
         root = f" root={self.root}" if self.root is not None else ""
+        arr = f" arrivals={self.arrivals}" if self.arrivals else ""
         lines = [f"; rank {self.rank}/{self.nranks} {self.collective} {self.algorithm} "
-                 f"n_blocks={self.n_blocks} n_slots={self.n_slots}{root}"]
+                 f"n_blocks={self.n_blocks} n_slots={self.n_slots}{root}{arr}"]
         for pi, ph in enumerate(self.phases):
             lines.append(f"phase {pi} {ph.name} ports={list(ph.ports)}")
             lines.extend(f"  {s}" for s in ph.steps)
@@ -263,7 +277,10 @@ def check_programs(programs, topology):
     rank has input for, STORE only of blocks it has output for; no slot is read (SEND, STORE, RECV reduce,
     forward) before it is written (LOAD, RECV); the block sizes of a slot, a message and its receiver agree;
     every emitted message is matched by exactly one RECV with the same (phase, key) at its destination,
-    arriving on the RECV's port; RECV keys are unique per (rank, phase); no RECV without a sender.
+    arriving on the RECV's port; RECV keys are unique per (rank, phase); no RECV without a sender. A PUT
+    deposits into block ``key`` of its destination, which must have output for that block of the same size,
+    must not STORE it itself, and gets no other deposit for it; each rank's ``arrivals`` is the number of
+    PUTs addressed to it.
     """
     errors = []
     progs = list(programs)
@@ -293,6 +310,8 @@ def check_programs(programs, topology):
     m = head.sub_blocks
     recvs = {}   # (rank, phase, key) -> (where, port, sub)
     emits = []   # (dst, phase, key, where, arrival_port, sub)
+    puts = {}    # (dst, block) -> where
+    stored = {}  # (rank, block) -> where
     for p in progs:
         r = p.rank
         slot_sub = {}  # slot -> sub-block index of the datum it holds (None: unwritten)
@@ -310,6 +329,7 @@ def check_programs(programs, topology):
                 slot_sub[s.slot] = sub
                 continue
             if s.op == StepOp.STORE:
+                stored.setdefault((r, s.block), w)
                 if recv_segment(p.collective, r, n, seg, p.root) is None:
                     errors.append(f"{w}: rank {r} has no output for block {s.block} of {p.collective}")
                 if s.slot not in slot_sub:
@@ -318,9 +338,9 @@ def check_programs(programs, topology):
                     errors.append(f"{w}: slot {s.slot} holds a datum of sub-block {slot_sub[s.slot]}, "
                                   f"not the size of block {s.block} (sub-block {sub})")
                 continue
-            if s.op == StepOp.SEND:
+            if s.op in (StepOp.SEND, StepOp.PUT):
                 if s.slot not in slot_sub:
-                    errors.append(f"{w}: SEND reads slot {s.slot} before anything was written to it")
+                    errors.append(f"{w}: {s.op.name} reads slot {s.slot} before anything was written to it")
                 elif slot_sub[s.slot] != sub:
                     errors.append(f"{w}: slot {s.slot} holds a datum of sub-block {slot_sub[s.slot]}, "
                                   f"not the size of block {s.block} (sub-block {sub})")
@@ -353,7 +373,26 @@ def check_programs(programs, topology):
                 except ValueError as e:
                     errors.append(f"{w}: {e}")
                     continue
+                if s.op == StepOp.PUT:
+                    if s.key >= p.n_blocks:
+                        errors.append(f"{w}: deposit block {s.key} >= n_blocks {p.n_blocks}")
+                    elif recv_segment(p.collective, dst, n, s.key // m, p.root) is None:
+                        errors.append(f"{w}: rank {dst} has no output for block {s.key}")
+                    elif s.key % m != sub:
+                        errors.append(f"{w}: block {s.block} deposited into block {s.key} of another size")
+                    if (dst, s.key) in puts:
+                        errors.append(f"{w}: a second deposit into block {s.key} of rank {dst} "
+                                      f"(also {puts[(dst, s.key)]})")
+                    puts[(dst, s.key)] = w
+                    continue
                 emits.append((dst, pi, s.out_key, w, arrival, sub))
+    for (dst, block), w in puts.items():
+        if (dst, block) in stored:
+            errors.append(f"{w}: rank {dst} also STOREs block {block} ({stored[(dst, block)]})")
+    for p in progs:
+        got = sum(1 for dst, _ in puts if dst == p.rank)
+        if p.arrivals != got:
+            errors.append(f"rank {p.rank}: arrivals={p.arrivals} but {got} deposit(s) are addressed to it")
     matched = set()
     for dst, pi, key, w, arrival, sub in emits:
         k = (dst, pi, key)
@@ -393,7 +432,7 @@ def check_link_order(programs, topology):
     emitted, consumed = {}, {}
     for p in programs:
         for pi, _, s in p.steps():
-            if s.emits:
+            if s.emits and s.op != StepOp.PUT:     # deposits are not consumed by RECVs
                 dst, arrival = topology.link(p.rank, s.out_port, s.peer)
                 emitted.setdefault((pi, p.rank, dst, arrival), []).append(s.out_key)
     senders = {}

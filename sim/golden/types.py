@@ -107,6 +107,7 @@ class Algorithm(_Parsable):
     HIERARCHICAL = 3
     HALVING_DOUBLING = 4
     DIRECT = 5
+    ASYNC = 6
 
     @classmethod
     def parse(cls, name):

@@ -37,7 +37,7 @@ def steps(draw):
     if op in (StepOp.LOAD, StepOp.STORE):
         return Step(op, slot, block)
     port, key = draw(st.integers(0, 7)), draw(st.integers(0, 4095))
-    if op == StepOp.SEND:
+    if op in (StepOp.SEND, StepOp.PUT):
         return Step(op, slot, block, port, draw(st.integers(0, 511)), key)
     red = draw(st.booleans())
     if draw(st.booleans()):
@@ -54,7 +54,7 @@ def test_encode_decode_roundtrip(step):
     assert Step.decode(w) == step
 
 
-@pytest.mark.parametrize("word,match", [(0, "unknown opcode"), (7, "unknown opcode"), (5, "unknown opcode"),
+@pytest.mark.parametrize("word,match", [(0, "unknown opcode"), (7, "unknown opcode"), (6, "unknown opcode"),
                                         (3 | 1 << 8, "fwd_port without fwd_en"), (1 << 64, "64-bit"),
                                         (-1, "64-bit"), (1 | 1 << 5, "must leave port unset")])
 def test_decode_rejects(word, match):
@@ -71,6 +71,7 @@ def test_decode_rejects(word, match):
     (dict(op=StepOp.RECV, slot=0, block=0, fwd=8), "fwd=8"),
     (dict(op=StepOp.LOAD, slot=0, block=0, port=1), "LOAD step must leave port unset"),
     (dict(op=StepOp.SEND, slot=0, block=0, reduce=True), "SEND step must leave reduce unset"),
+    (dict(op=StepOp.PUT, slot=0, block=0, fwd=1), "PUT step must leave fwd unset"),
     (dict(op=StepOp.RECV, slot=0, block=0, peer=3), "RECV step must leave peer unset"),
     (dict(op=9, slot=0, block=0), "unknown step opcode"),
     (dict(op=StepOp.RECV, slot=0, block=0, reduce=1), "must be a bool"),

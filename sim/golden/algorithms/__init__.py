@@ -10,6 +10,7 @@ name                collectives                                                 
 ``hierarchical``    allreduce, reduce_scatter, allgather, broadcast, reduce     torus
 ``halving-doubling``  allreduce, reduce_scatter, allgather                      switch, P a power of two
 ``direct``          alltoall                                                    ring, torus, switch
+``async``           alltoall (Sven: deposits, no rank waits for another)        one-hop routes (switch)
 ==================  ==========================================================  ========================
 
 Defaults: ``bidir-ring`` on a bidirectional ring, ``ring`` on a unidirectional one, ``hierarchical`` on a
@@ -27,14 +28,14 @@ from ..chunking import normalize_collective, ROOTED
 from ..topology import Ring, Switch, Torus, parse
 from .ring import ring_collective, ring_pipeline
 from .hierarchical import torus_collective, torus_pipeline
-from .alltoall import direct_alltoall
+from .alltoall import direct_alltoall, async_alltoall
 from .halving_doubling import halving_doubling
 
 __all__ = ["ALGORITHMS", "generate", "default_algorithm", "supported_algorithms",
-           "ring_collective", "ring_pipeline", "torus_collective", "torus_pipeline", "direct_alltoall",
+           "ring_collective", "ring_pipeline", "torus_collective", "torus_pipeline", "direct_alltoall", "async_alltoall",
            "halving_doubling"]
 
-ALGORITHMS = ("ring", "bidir-ring", "hierarchical", "halving-doubling", "direct")
+ALGORITHMS = ("ring", "bidir-ring", "hierarchical", "halving-doubling", "direct", "async")
 
 _REDUCTIONS = ("allreduce", "reduce_scatter", "allgather")
 
@@ -50,7 +51,9 @@ def supported_algorithms(collective, topology):
     c = _program_collective(normalize_collective(collective))
     t = parse(topology)
     if c == "alltoall":
-        return ("direct",)
+        one_hop = all(len(t.route(s, d)) == 1 for s in range(t.n_endpoints) for d in range(t.n_endpoints)
+                      if s != d)
+        return ("direct", "async") if one_hop else ("direct",)
     if isinstance(t, Ring):
         return ("bidir-ring", "ring") if t.bidirectional else ("ring",)
     if isinstance(t, Torus):
@@ -105,6 +108,8 @@ def generate(collective, algorithm=None, topology=None, *, root=0):
 def _generate(c, algo, t, root):
     if algo == "direct":
         return direct_alltoall(t)
+    if algo == "async":
+        return async_alltoall(t)
     if algo == "halving-doubling":
         return halving_doubling(c, t)
     if algo == "hierarchical":

@@ -13,7 +13,7 @@ are merged tick by tick, so every rank's program interleaves them in lockstep.
 
 from ..program import Phase, Program, Step, StepOp
 
-__all__ = ["Builder", "send", "recv", "merge_ticks", "ring_schedule", "chain_schedule"]
+__all__ = ["Builder", "send", "put", "recv", "merge_ticks", "ring_schedule", "chain_schedule"]
 
 
 class _Proto:
@@ -29,6 +29,11 @@ class _Proto:
 def send(slot, block, port, peer, msg):
     """A symbolic SEND."""
     return _Proto(StepOp.SEND, slot, block, port, peer, msg=msg)
+
+
+def put(slot, block, port, peer, dst_block):
+    """A PUT: ``slot`` deposited into block ``dst_block`` of ``peer``'s output (no RECV, no symbolic id)."""
+    return _Proto(StepOp.PUT, slot, block, port, peer, msg=dst_block)
 
 
 def recv(slot, block, port, msg, reduce=False, fwd=None, peer=0, fwd_msg=None):
@@ -92,6 +97,12 @@ class Builder:
                 raise RuntimeError(f"generator bug: rank {r} sends message {msg!r} in phase {pi} but rank "
                                    f"{dst} never receives it") from None
 
+        arrivals = [0] * self.nranks
+        for _, _, steps in self._phases:
+            for protos in steps.values():
+                for p in protos:
+                    if p.op == StepOp.PUT:
+                        arrivals[p.peer] += 1
         progs = []
         for r in range(self.nranks):
             phases = []
@@ -102,6 +113,8 @@ class Builder:
                         out.append(Step(p.op, p.slot, p.block))
                     elif p.op == StepOp.SEND:
                         out.append(Step(p.op, p.slot, p.block, p.port, p.peer, key_of(p.peer, pi, p.msg, r)))
+                    elif p.op == StepOp.PUT:
+                        out.append(Step(p.op, p.slot, p.block, p.port, p.peer, p.msg))
                     else:
                         fk = key_of(p.peer, pi, p.fwd_msg, r) if p.fwd is not None else 0
                         out.append(Step(p.op, p.slot, p.block, p.port, p.peer, keys[(r, pi, p.msg)],
@@ -110,7 +123,7 @@ class Builder:
             phases[-1] = Phase(phases[-1].name, phases[-1].ports,
                                _stores_after_last_write(phases[-1].steps, phases[:-1]))
             progs.append(Program(r, self.nranks, self.collective, self.algorithm, self.n_blocks,
-                                 self.n_slots, phases, self.root))
+                                 self.n_slots, phases, self.root, arrivals[r]))
         return tuple(progs)
 
 

@@ -21,9 +21,9 @@ Program of rank ``r`` (one phase, ``n_blocks = P``, slots ``0..P-1`` for blocks 
 Message ids are ``(source, destination)``: a shortest route visits a rank at most once.
 """
 
-from ._build import Builder, send, recv
+from ._build import Builder, send, put, recv
 
-__all__ = ["direct_alltoall"]
+__all__ = ["direct_alltoall", "async_alltoall"]
 
 
 def direct_alltoall(topology):
@@ -62,4 +62,34 @@ def direct_alltoall(topology):
                 n_fwd += 1
         for s in range(P):
             b.store(r, s, s)
+    return b.build()
+
+
+def async_alltoall(topology):
+    """Programs for the asynchronous all-to-all (Sven): every slice is a deposit (PUT), no rank RECVs.
+
+    Rank ``r`` copies its own segment through SRAM (``LOAD r; STORE r``) and, for every destination
+    ``d = r+1, r+2, ...`` (mod P), ``LOAD d; PUT d`` into block ``r`` of ``d``'s output. A rank's slices
+    therefore leave as soon as its own command runs, whatever the other ranks are doing; the destination's
+    deposit unit writes each slice to its output (or stages it, in SRAM and then a spill window in memory,
+    while its own command is not posted yet), and a command completes when its ``P - 1`` deposits per chunk
+    have arrived. Needs every route to be one hop (a switch, or rings of 2 and bidirectional rings of 3):
+    a deposit is never forwarded, because a forwarding rank would have to have posted.
+    """
+    P = topology.n_endpoints
+    routes = {(s, d): topology.route(s, d) for s in range(P) for d in range(P) if s != d}
+    far = sorted((s, d) for (s, d), hops in routes.items() if len(hops) > 1)
+    if far:
+        raise ValueError(f"the asynchronous all-to-all needs one-hop routes; {topology.spec} routes "
+                         f"{far[0][0]} -> {far[0][1]} over {len(routes[far[0]])} hops (use a switch)")
+    b = Builder(P, "alltoall", "async", P, P)
+    ports = sorted({p for r in range(P) for p in range(topology.n_ports) if topology.has_tx(r, p)})
+    b.phase("alltoall-async", ports)
+    for r in range(P):
+        b.load(r, r, r)
+        for d in sorted((d for d in range(P) if d != r), key=lambda d: (d - r) % P):
+            rank, port = routes[(r, d)][0]
+            b.load(r, d, d)
+            b.add(r, [put(d, d, port, d, r)])
+        b.store(r, r, r)
     return b.build()

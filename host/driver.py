@@ -193,6 +193,24 @@ class AceDriver:
         await self.write("WIN_BASE", base, index)
         await self.write("WIN_SIZE", size, index)
 
+    def spill_record_bytes(self):
+        """Bytes of one record of the spill window (one message of the largest size)."""
+        return self.cfg.max_message_beats * self.cfg.beat_bytes
+
+    async def set_spill_window(self, base, entries):
+        """Give the deposit unit its spill window: ``entries`` records of :meth:`spill_record_bytes` from byte
+        address ``base`` (0 entries: early deposits of an asynchronous all-to-all wait in the landing buffers
+        only, and their senders wait when those are full). The window must be memory nothing else uses."""
+        if not 0 <= entries <= self.cfg.spill_entries:
+            raise ValueError(f"spill window of {entries} records: the engine's spill table has "
+                             f"{self.cfg.spill_entries}")
+        if base < 0 or base % self.cfg.beat_bytes:
+            raise ValueError(f"spill window base {base:#x} must be a non-negative multiple of "
+                             f"{self.cfg.beat_bytes} (the beat width)")
+        await self.write("SPILL_ENTRIES", 0)        # never expose a half-written window
+        await self.write("SPILL_BASE", base)
+        await self.write("SPILL_ENTRIES", entries)
+
     async def set_partitions(self, sizes):
         """Write the PART registers (``N_PARTITIONS`` values: phases 0..3, then terminal)."""
         sizes = tuple(sizes)

@@ -30,7 +30,7 @@ from ..hdl.common.layouts import DescFlags
 from .run import make_inputs
 
 __all__ = ["SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "CQ_ENTRIES", "DATA_BASE", "GUARD_BYTES", "CANARY",
-           "CollectiveJob", "RejectedCommand", "engine_chunk_bytes", "landing_headers_needed",
+           "SPILL_BASE", "spill_entries_for", "CollectiveJob", "RejectedCommand", "engine_chunk_bytes", "landing_headers_needed",
            "engine_config_for_job", "job_chunk_beats", "REJECTIONS", "Buffers", "EndpointResult", "memory_bytes",
            "bring_up", "load_programs", "run_endpoint"]
 
@@ -39,6 +39,8 @@ SQ_ENTRIES = 128
 CQ_BASE = 0x04000
 CQ_ENTRIES = 128
 DATA_BASE = 0x10000
+#: The deposit unit's spill window (asynchronous all-to-all) sits between the rings and the data.
+SPILL_BASE = 0x08000
 #: Bytes after each buffer that no command may touch (checked after every run).
 GUARD_BYTES = 256
 #: Fill byte of output buffers and guard bands before a run: a byte the engine did not write keeps it.
@@ -389,13 +391,20 @@ def memory_bytes(jobs, rank=0):
     return _round_up(end, _ALIGN)
 
 
-async def bring_up(drv, mem_bytes, chunk_beats=None):
-    """Check the engine's identity and configuration, set up the rings, register the data window and set the
-    chunk size (``chunk_beats``; default: the configuration's)."""
+def spill_entries_for(cfg):
+    """Spill records that fit between :data:`SPILL_BASE` and :data:`DATA_BASE` (at most the engine's table)."""
+    return min(cfg.spill_entries, (DATA_BASE - SPILL_BASE) // (cfg.max_message_beats * cfg.beat_bytes))
+
+
+async def bring_up(drv, mem_bytes, chunk_beats=None, spill_entries=None):
+    """Check the engine's identity and configuration, set up the rings, register the data window, set the
+    chunk size (``chunk_beats``; default: the configuration's) and the spill window (``spill_entries``
+    records at :data:`SPILL_BASE`; default: :func:`spill_entries_for`)."""
     await drv.check_config()
     await drv.configure(SQ_BASE, SQ_ENTRIES, CQ_BASE, CQ_ENTRIES)
     await drv.add_window(0, DATA_BASE, mem_bytes - DATA_BASE)
     await drv.write("CHUNK_BEATS", drv.cfg.chunk_beats if chunk_beats is None else chunk_beats)
+    await drv.set_spill_window(SPILL_BASE, spill_entries_for(drv.cfg) if spill_entries is None else spill_entries)
 
 
 async def load_programs(drv, rank, jobs):
@@ -441,9 +450,9 @@ class EndpointResult:
 
 
 async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, sync=None, setup=True,
-                       fsm_limit=None):
+                       fsm_limit=None, spill_entries=None):
     """Everything endpoint ``rank`` does for ``jobs`` (posted in list order): bring-up and program loading (if
-    ``setup``), inputs, one descriptor per job, then wait for as many completions and check every output
+    ``setup``; ``spill_entries``: the spill window's records, see :func:`bring_up`), inputs, one descriptor per job, then wait for as many completions and check every output
     byte against the golden model. ``fsm_limit`` (with ``setup``) writes FSM_LIMIT: chunks go to that many
     FSMs only. ``sync`` (an async callable) is awaited just before the first doorbell,
     e.g. a barrier so that all endpoints post at the same cycle. Returns an :class:`EndpointResult`;
@@ -452,7 +461,7 @@ async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, 
     if mem_bytes is None:
         mem_bytes = memory_bytes(jobs, rank)
     if setup:
-        await bring_up(drv, mem_bytes, job_chunk_beats(jobs))
+        await bring_up(drv, mem_bytes, job_chunk_beats(jobs), spill_entries)
         await load_programs(drv, rank, jobs)
         if fsm_limit is not None:
             if not 1 <= fsm_limit <= drv.cfg.n_fsms:

@@ -127,6 +127,7 @@ def program_entry(program, imem_offset=0, comm=0):
         "load_mask": load_mask(program),
         "phase_start": starts,
         "phase_len": lens,
+        "arrivals": program.arrivals,
     }
     entry_words(entry)          # range-check every field now, with the field's name in the message
     return entry

@@ -375,6 +375,7 @@ class CommandProcessor(wiring.Component):
                     entry.phase_len.eq(prog.phase_len),
                     entry.load_end.eq(prog.load_end), entry.load_mask.eq(prog.load_mask),
                     entry.n_slots.eq(prog.n_slots), entry.null.eq((desc.flags & DescFlags.NULL) != 0),
+                    entry.arrivals.eq(prog.arrivals * g.n_chunks),
                 ]
                 m.next = "ISSUE"
             with m.State("ISSUE"):

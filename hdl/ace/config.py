@@ -36,6 +36,9 @@ class AceConfig:
     n_ports         link ports (each with a TX and an RX side).
     landing_beats   per (RX port, FSM) landing buffer in beats; a message may be at most half of it.
     landing_headers per (RX port, FSM) message headers the landing buffer holds (power of two).
+    spill_entries   records of the deposit unit's spill table (asynchronous all-to-all): early PUT messages that
+                    found their landing channel full go to a memory window of this many records of
+                    ``max_message_beats`` beats (SPILL_ENTRIES may enable fewer; 0 = no spilling).
     n_cmds          collectives in flight at once (command table entries).
     n_comms         communicators.
     n_windows       registered memory windows.
@@ -57,6 +60,7 @@ class AceConfig:
     rx_sources: int = 1
     landing_beats: int = 256
     landing_headers: int = 4
+    spill_entries: int = 8
     n_cmds: int = 4
     n_comms: int = 4
     n_windows: int = 4
@@ -89,6 +93,8 @@ class AceConfig:
             errors.append("dma_max_burst must be in 1..256")
         if self.landing_beats < 4 or not _pow2(self.landing_beats):
             errors.append("landing_beats must be a power of two >= 4")
+        if not 0 <= self.spill_entries <= 255:
+            errors.append(f"spill_entries={self.spill_entries} must be 0..255")
         if self.landing_headers < 2 or not _pow2(self.landing_headers):
             errors.append("landing_headers must be a power of two >= 2")
         if not _pow2(self.n_fsms):

@@ -32,6 +32,8 @@ from ...sim.golden.types import Status
 from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES,
                               credit_layout, flit_layout, packet_header_layout)
 from .chunker import BlockGeometry, geometry_layout
+from .deposit import DepositUnit
+from .dmamux import ReadMux, WriteMux
 from .link import RxPort, TxPort
 from .sram import ChunkSram, sram_read_layout
 from .units import (LoadSequencer, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, beat_stream, dma_cmd_layout, job_layouts,
@@ -79,6 +81,7 @@ def cmd_entry_layout(cfg):
         "load_mask": unsigned(LOAD_MASK_BITS),
         "n_slots": unsigned(11),
         "null": 1,          # null contribution: LOADs fill zeros, the count lane starts at 0
+        "arrivals": unsigned(24),   # deposits (PUT messages) the command receives before it completes
     })
 
 
@@ -118,6 +121,8 @@ class ControlUnit(wiring.Component):
             "part": In(data.ArrayLayout(unsigned(8), 5)),
             "tx_lookahead": In(16),
             "fsm_limit": In(6),
+            "spill_base": In(cfg.addr_width),
+            "spill_entries": In(8),
             "new_cmd": In(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
                                                               "entry": cmd_entry_layout(cfg)}))),
             "slot_busy": Out(cfg.n_cmds),
@@ -150,6 +155,9 @@ class ControlUnit(wiring.Component):
             "rx_flits": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
             "rx_crc_errs": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
             "sram_conflict": Out(1),
+            "deposits": Out(32),
+            "spills": Out(32),
+            "spill_bytes": Out(64),
         })
 
     # ------------------------------------------------------------------------------------------------------
@@ -216,6 +224,8 @@ class ControlUnit(wiring.Component):
             m.d.sync += self.sram_conflict.eq(1)
 
         # ---- link ports and units ------------------------------------------------------------------------
+        m.submodules.deposit = dep = DepositUnit(cfg)
+        dep_own = Signal(K)          # the deposit unit has port k's landing read side (registered hand-over)
         txp, rxp, sends, recvs = [], [], [], []
         for k in range(K):
             tx = TxPort(cfg)
@@ -232,11 +242,15 @@ class ControlUnit(wiring.Component):
             m.d.comb += [
                 tx.credit.eq(getattr(self, f"tx{k}_credit")),
                 getattr(self, f"rx{k}_credit").eq(rx.credit),
-                # recv unit <-> landing buffer
-                rx.sel.eq(ru.sel), rx.hdr_pop.eq(ru.hdr_pop), rx.err_clear.eq(ru.err_clear),
+                # recv unit (or, when it has borrowed the port, the deposit unit) <-> landing buffer
+                rx.sel.eq(Mux(dep_own[k], dep.sel, ru.sel)),
+                rx.hdr_pop.eq(Mux(dep_own[k], dep.hdr_pop, ru.hdr_pop)),
+                rx.err_clear.eq(Mux(dep_own[k], dep.err_clear, ru.err_clear)),
                 ru.heads.eq(rx.heads), ru.vc_err.eq(rx.err),
-                ru.land.valid.eq(rx.data.valid), ru.land.payload.eq(rx.data.payload),
-                rx.data.ready.eq(ru.land.ready),
+                ru.land.valid.eq(rx.data.valid & ~dep_own[k]), ru.land.payload.eq(rx.data.payload),
+                rx.data.ready.eq(Mux(dep_own[k], dep.land.ready, ru.land.ready)),
+                dep.heads[k].eq(rx.heads), dep.hdr_valid[k].eq(rx.hdr_valid), dep.errs[k].eq(rx.err),
+                dep.levels[k].eq(rx.levels), dep.hdr_levels[k].eq(rx.hdr_levels),
                 # SRAM clients
                 sram.rd[k].eq(su.rd), su.rdata.eq(sram.rdata[k]),
                 sram.rd[K + k].eq(ru.rd), ru.rdata.eq(sram.rdata[K + k]),
@@ -272,17 +286,30 @@ class ControlUnit(wiring.Component):
             sram.wr[K].eq(load.wr), load.wr_free.eq(sram.wr_free[K]),
             self.payload_rd_bytes.eq(load.bytes),
         ]
-        wiring.connect(m, load.rd_cmd, wiring.flipped(self.rd_cmd))
-        wiring.connect(m, wiring.flipped(self.rd_data), load.rd_data)
+        # the DMA engines are shared with the deposit unit (priority: it holds an RX port while it waits)
+        m.submodules.dep_rd_mux = drm = ReadMux(cfg)
+        m.submodules.dep_wr_mux = dwm = WriteMux(cfg)
+        wiring.connect(m, dep.rd_cmd, drm.a_cmd)
+        wiring.connect(m, drm.a_data, dep.rd_data)
+        wiring.connect(m, load.rd_cmd, drm.b_cmd)
+        wiring.connect(m, drm.b_data, load.rd_data)
+        wiring.connect(m, drm.cmd, wiring.flipped(self.rd_cmd))
+        wiring.connect(m, wiring.flipped(self.rd_data), drm.data)
 
         m.submodules.store = store = StoreUnit(cfg)
         m.d.comb += [
             sram.rd[2 * K].eq(store.rd), store.rdata.eq(sram.rdata[2 * K]), store.rd_free.eq(sram.rd_free[2 * K]),
-            self.payload_wr_bytes.eq(store.bytes),
+            self.payload_wr_bytes.eq(store.bytes + dep.deposit_bytes),
         ]
-        wiring.connect(m, store.wr_cmd, wiring.flipped(self.wr_cmd))
-        wiring.connect(m, store.wr_data, wiring.flipped(self.wr_data))
-        wiring.connect(m, wiring.flipped(self.wr_done), store.wr_done)
+        wiring.connect(m, dep.wr_cmd, dwm.a_cmd)
+        wiring.connect(m, dep.wr_data, dwm.a_data)
+        wiring.connect(m, dwm.a_done, dep.wr_done)
+        wiring.connect(m, store.wr_cmd, dwm.b_cmd)
+        wiring.connect(m, store.wr_data, dwm.b_data)
+        wiring.connect(m, dwm.b_done, store.wr_done)
+        wiring.connect(m, dwm.cmd, wiring.flipped(self.wr_cmd))
+        wiring.connect(m, dwm.data, wiring.flipped(self.wr_data))
+        wiring.connect(m, wiring.flipped(self.wr_done), dwm.done)
         # the load sequencer and its block geometry
         m.submodules.loadseq = seqr = LoadSequencer(cfg)
         m.submodules.load_geo = lgeo = BlockGeometry(cfg)
@@ -401,6 +428,7 @@ class ControlUnit(wiring.Component):
             "fwd_key": unsigned(12), "nbytes": unsigned(24), "beats": unsigned(16), "addr": unsigned(cfg.addr_width),
             "sram_addr": rl.members["addr"],
             "wait": 1,      # the step's slot is still being loaded
+            "put": 1,       # a PUT: runs as a SEND whose message is a deposit
         })
         IDLE, ADVANCE, FETCH, READY, EXEC, HANDOFF = range(6)
         st = [Signal(range(6), name=f"fsm{f}_state") for f in range(F)]
@@ -500,9 +528,11 @@ class ControlUnit(wiring.Component):
                     m.d.comb += dec_loading.eq(loading[b])
         w = dec_word
         op = _field(w, "op")
-        emits = (op == StepOp.SEND) | ((op == StepOp.RECV) & _field(w, "fwd_en"))
+        is_put = op == StepOp.PUT
+        emits = (op == StepOp.SEND) | is_put | ((op == StepOp.RECV) & _field(w, "fwd_en"))
         m.d.comb += [
-            dec_result.op.eq(op),
+            dec_result.op.eq(Mux(is_put, StepOp.SEND, op)),
+            dec_result.put.eq(is_put),
             dec_result.reduce.eq(_field(w, "reduce")),
             dec_result.fwd.eq(_field(w, "fwd_en")),
             dec_result.port.eq(_field(w, "port")),
@@ -520,7 +550,7 @@ class ControlUnit(wiring.Component):
             dec_result.wait.eq((op != StepOp.LOAD) & dec_loading.bit_select(_field(w, "slot")[:SBITS], 1)
                                & ~slot_filled(dec_buf, _field(w, "slot"))),
             dec_illegal.eq(
-                ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE))
+                ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE) | is_put)
                 | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K)
                 | (_field(w, "slot") >= dec_entry.n_slots)
                 | (emits & (route_q[3] == 0))),
@@ -588,11 +618,11 @@ class ControlUnit(wiring.Component):
                             with m.If(s.fwd):
                                 for j in range(K):
                                     with m.If(s.fwd_port == j):
-                                        m.d.comb += [port_free.eq(recvs[k].job_ready & txm[j].order.ready
-                                                                  & tx_room[j]),
+                                        m.d.comb += [port_free.eq(recvs[k].job_ready & ~dep.req[k]
+                                                                  & txm[j].order.ready & tx_room[j]),
                                                      cred_ok.eq(beats_ok_at[j])]
                             with m.Else():
-                                m.d.comb += [port_free.eq(recvs[k].job_ready), cred_ok.eq(1)]
+                                m.d.comb += [port_free.eq(recvs[k].job_ready & ~dep.req[k]), cred_ok.eq(1)]
             ready = (st[f] == READY) & ~s.wait
             m.d.comb += [
                 can[f].eq(ready & port_free & cred_ok & land_ok),
@@ -622,6 +652,7 @@ class ControlUnit(wiring.Component):
             hdr_out.dst.eq(g.peer), hdr_out.src.eq(g_entry.rank), hdr_out.vc.eq(gsel), hdr_out.tag.eq(g_entry.tag),
             hdr_out.chunk.eq(g_chunk), hdr_out.phase.eq(g_phase), hdr_out.length.eq(g.nbytes),
             hdr_out.key.eq(Mux(g.op == StepOp.SEND, g.key, g.fwd_key)),
+            hdr_out.put.eq((g.op == StepOp.SEND) & g.put),
             exp_hdr.tag.eq(g_entry.tag), exp_hdr.chunk.eq(g_chunk), exp_hdr.phase.eq(g_phase),
             exp_hdr.key.eq(g.key), exp_hdr.length.eq(g.nbytes),
         ]
@@ -890,17 +921,48 @@ class ControlUnit(wiring.Component):
                     with m.If(hany & (hsel == f)):
                         m.d.sync += s.eq(IDLE)
 
+        # ---- deposit unit (PUT messages of the asynchronous all-to-all) -----------------------------------
+        # it looks a deposit's (chunk, block) up in a geometry unit of its own, borrows an RX port's landing read
+        # side when that port's RECV unit is idle (no RECV is granted on the port while it asks), and counts
+        # each deposit written against its command
+        m.submodules.dep_geo = pgeo = BlockGeometry(cfg)
+        dep_entry = entry_of(dep.geo_cmd, "dep_entry")
+        m.d.comb += [
+            pgeo.geom.eq(dep_entry.geom), pgeo.count.eq(dep_entry.count), pgeo.elem_shift.eq(dep_entry.elem_shift),
+            pgeo.chunk.eq(dep.geo_chunk), pgeo.block.eq(dep.geo_block),
+            pgeo.in_base.eq(dep_entry.src), pgeo.out_base.eq(dep_entry.dst),
+            pgeo.in_seg.eq(dep_entry.in_seg), pgeo.out_seg.eq(dep_entry.out_seg),
+            dep.geo_addr.eq(pgeo.out_addr), dep.geo_nbytes.eq(pgeo.nbytes),
+            dep.spill_base.eq(self.spill_base), dep.spill_entries.eq(self.spill_entries),
+            self.deposits.eq(dep.deposits), self.spills.eq(dep.spills), self.spill_bytes.eq(dep.spill_bytes),
+        ]
+        for i in range(NC):
+            m.d.comb += [dep.cmd_tag[i].eq(entries[i].tag), dep.cmd_live[i].eq(busy[i] & (entries[i].arrivals != 0))]
+        for k in range(K):
+            m.d.sync += dep_own[k].eq(dep.req[k] & recvs[k].idle)
+        m.d.comb += dep.own.eq(dep_own)
+        for k in range(K):
+            with m.If(dep_own[k]):
+                m.d.comb += [dep.land.valid.eq(rxp[k].data.valid), dep.land.payload.eq(rxp[k].data.payload)]
+        arrived = [Signal(24, name=f"cmd{i}_arrived") for i in range(NC)]
+        report(dep.arrived.valid & (dep.arrived.status != 0), dep.arrived.cmd, dep.arrived.status)
+
         # ---- command completion --------------------------------------------------------------------------
         report(cd.valid & (cd.status != 0), cd.cmd, cd.status)
         for i in range(NC):
             with m.If(cd.valid & (cd.cmd == i)):
                 m.d.sync += chunks_done[i].eq(chunks_done[i] + 1)
+            with m.If(self.new_cmd.valid & self.new_cmd.ready & (new_slot == i)):
+                m.d.sync += arrived[i].eq(0)
+            with m.Elif(dep.arrived.valid & (dep.arrived.cmd == i)):
+                m.d.sync += arrived[i].eq(arrived[i] + 1)
             for valid, cmd, code, det in error_reports:
                 with m.If(valid & (cmd == i) & (status[i] == 0)):
                     m.d.sync += [status[i].eq(code), detail[i].eq(det)]
         finished = Signal(NC)
         for i in range(NC):
-            m.d.comb += finished[i].eq(busy[i] & dispatched_all[i] & (chunks_done[i] == entries[i].geom.n_chunks))
+            m.d.comb += finished[i].eq(busy[i] & dispatched_all[i] & (chunks_done[i] == entries[i].geom.n_chunks)
+                                       & (arrived[i] == entries[i].arrivals))
         csel = Signal(_w(NC))
         cany = Signal()
         for i in reversed(range(NC)):
@@ -920,7 +982,7 @@ class ControlUnit(wiring.Component):
         # ---- status and counters ---------------------------------------------------------------------------
         n_active = sum(a for a in active)
         m.d.comb += [
-            self.idle.eq((busy == 0) & (used_term == 0) & (active == 0)),
+            self.idle.eq((busy == 0) & (used_term == 0) & (active == 0) & dep.idle),
             self.chunks_active.eq(sum(used) + used_term),
         ]
         m.d.sync += self.fsm_busy.eq(self.fsm_busy + n_active)

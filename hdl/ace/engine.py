@@ -10,7 +10,7 @@ Ports (Verilog names in brackets):
           flits in and credits out (to a :class:`~syncfabric.hdl.system.link.Link`).
 """
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -117,6 +117,9 @@ class AceEngine(wiring.Component):
             cp.chunk_beats.eq(bank.reg("CHUNK_BEATS")),
             cu.tx_lookahead.eq(bank.reg("TX_LOOKAHEAD")),
             cu.fsm_limit.eq(bank.reg("FSM_LIMIT")),
+            cu.spill_base.eq(bank.reg("SPILL_BASE")),
+            cu.spill_entries.eq(Mux(bank.field("SPILL_ENTRIES", "entries") > cfg.spill_entries, cfg.spill_entries,
+                                    bank.field("SPILL_ENTRIES", "entries"))),
         ]
         for i in range(5):
             m.d.comb += [cp.part[i].eq(bank.reg("PART", i)), cu.part[i].eq(bank.reg("PART", i))]
@@ -171,6 +174,9 @@ class AceEngine(wiring.Component):
             bank.reg("CMDS_ERR").eq(cp.cmds_err),
             bank.reg("ALU_BEATS").eq(cu.alu_beats),
             bank.reg("FSM_BUSY").eq(cu.fsm_busy),
+            bank.reg("DEPOSITS").eq(cu.deposits),
+            bank.reg("SPILLS").eq(cu.spills),
+            bank.reg("SPILL_BYTES").eq(cu.spill_bytes),
         ]
         for k in range(K):
             m.d.comb += [

@@ -240,6 +240,8 @@ class RxPort(wiring.Component):
         ``sel`` (a new error in the same cycle wins). Payload is landed cut-through, before its packet's CRC is
         checked, but a packet's error bit is set before its last beat can be presented on ``data``: check
         ``err`` when taking a message's last beat.
+    levels, hdr_levels : Out(ArrayLayout(..., n_channels))
+        Per channel: beats landed and not yet taken, headers queued (the deposit unit's fill check).
     credit : Out(credit_layout())
         Registered: a beat credit the cycle after each beat taken from ``data``, a header credit the cycle
         after each effective ``hdr_pop``.
@@ -259,6 +261,8 @@ class RxPort(wiring.Component):
             "data": Out(stream.Signature(unsigned(8 * w))),
             "err": Out(n),
             "err_clear": In(1),
+            "levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_beats) + 1), n)),
+            "hdr_levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_headers) + 1), n)),
             "credit": Out(credit_layout()),
             "flits": Out(32), "packets": Out(32), "crc_errors": Out(32),
         })
@@ -435,6 +439,9 @@ class RxPort(wiring.Component):
             m.d.sync += [out_valid.eq(sel_ok & (count > mine)), osel.eq(self.sel)]
         with m.If(take):
             m.d.sync += rp[sel_idx].eq(rp_s + 1)
+
+        for v in range(n):
+            m.d.comb += [self.levels[v].eq(wp[v] - rp[v]), self.hdr_levels[v].eq(hwp[v] - hrp[v])]
 
         pop = self.hdr_pop & sel_ok & self.hdr_valid.bit_select(sel_idx, 1)
         with m.If(pop):

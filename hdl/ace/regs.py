@@ -58,7 +58,7 @@ IRQ_ERROR = 1 << 1
 
 #: Engine-wide counters (read-only, in address order) and the per-port counters (arrays indexed by port).
 COUNTERS = ("CYCLES", "PAYLOAD_RD_BYTES", "PAYLOAD_WR_BYTES", "DESC_RD_BYTES", "CPL_WR_BYTES", "CMDS_OK",
-            "CMDS_ERR", "ALU_BEATS", "FSM_BUSY")
+            "CMDS_ERR", "ALU_BEATS", "FSM_BUSY", "DEPOSITS", "SPILLS", "SPILL_BYTES")
 PORT_COUNTERS = ("TX_FLITS", "TX_BUSY", "TX_STALL", "RX_FLITS", "RX_CRC_ERRS")
 
 _COUNTER_DOCS = {
@@ -71,6 +71,10 @@ _COUNTER_DOCS = {
     "CMDS_ERR": (32, "commands completed with an error status (rejected or faulted)"),
     "ALU_BEATS": (64, "beats reduced by the ALU"),
     "FSM_BUSY": (64, "sum over the FSMs of the cycles each had a chunk"),
+    "DEPOSITS": (32, "deposits (PUT messages) written to their command's output by the deposit unit"),
+    "SPILLS": (32, "deposits spilled to the spill window because they came early and their landing channel "
+                   "was full"),
+    "SPILL_BYTES": (64, "payload bytes written to the spill window"),
 }
 _PORT_COUNTER_DOCS = {
     "TX_FLITS": "flits sent",
@@ -187,6 +191,13 @@ def ace_regmap(cfg=None):
                                   "phase 0 and the terminal partition)."),),
             prefix="", inits={("PART", 0): cfg.n_buffers - cfg.n_buffers // 2,
                               ("PART", TERMINAL_PARTITION): cfg.n_buffers // 2}),
+        Register("SPILL_BASE", 0x098, "rw", 64,
+                 doc="Byte address of the deposit unit's spill window in NPU memory: SPILL_ENTRIES records of "
+                     f"{cfg.max_message_beats * cfg.beat_bytes} bytes (max_message_beats beats) each."),
+        Register("SPILL_ENTRIES", 0x0A0, "rw", fields=(
+            _f("entries", 7, 0, f"records of the spill window in use (at most {cfg.spill_entries}; 0 = early "
+                                f"deposits wait in the landing buffers only)"),),
+                 doc="Size of the spill window in records."),
         RegisterArray("WIN", 0x100, cfg.n_windows, 0x10, (
             Register("BASE", 0x0, "rw", 64, doc="Byte address of memory window i."),
             Register("SIZE", 0x8, "rw", 64, doc="Bytes of memory window i (0 = disabled)."))),

@@ -257,6 +257,7 @@ class RecvUnit(wiring.Component):
             "fwd_data": Out(stream.Signature(fwd_data_layout(cfg))),
             "done": Out(done_layout(cfg)),
             "alu_beats": Out(64),
+            "idle": Out(1),             # no job queued or reading the landing buffer
         })
 
     def elaborate(self, platform):
@@ -299,6 +300,7 @@ class RecvUnit(wiring.Component):
         land_take = self.land.valid & self.land.ready
         fe_end = Signal()                # the front end finishes its job this cycle
         m.d.comb += [
+            self.idle.eq(~fe_v & ~nxt_v),
             self.sel.eq(fe.ch),
             fe_end.eq(fe_v & ((left == 0) | ((left == 1) & land_take))),
         ]

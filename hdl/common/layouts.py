@@ -160,7 +160,8 @@ def packet_header_layout():
     ``offset`` the byte offset of this packet's payload in it; ``last`` marks the message's last packet;
     ``poison`` says the payload derives from data that failed a check upstream (CRC, header mismatch), so every
     rank the error reaches reports it instead of completing with wrong data; ``count`` is the message's count
-    lane: how many ranks' non-null contributions the payload holds (docs/programs.md)."""
+    lane: how many ranks' non-null contributions the payload holds (docs/programs.md); ``put`` marks a deposit
+    (a PUT step's message, taken by the receiver's deposit unit instead of a RECV)."""
     return data.StructLayout({
         "dst": unsigned(9),
         "src": unsigned(9),
@@ -174,6 +175,7 @@ def packet_header_layout():
         "last": unsigned(1),
         "poison": unsigned(1),
         "count": unsigned(COUNT_BITS),
+        "put": unsigned(1),
     })
 
 
@@ -238,7 +240,8 @@ def program_entry_layout():
     for the terminal partition after the last step; its STOREs were posted to the RX DMA as the FSM met them);
     ``load_end`` the number of LOADs at the head of the first phase, which
     the TX DMA prefetches as soon as the chunk has a buffer (the FSM starts after them), and ``load_mask`` the
-    slots they fill (a step using such a slot waits until its LOAD is done). Written by the driver from a golden
+    slots they fill (a step using such a slot waits until its LOAD is done); ``arrivals`` the deposits (PUT
+    messages) the rank receives per chunk. Written by the driver from a golden
     :class:`~syncfabric.sim.golden.program.Program` (``syncfabric.host.programs``)."""
     return data.StructLayout({
         "valid": unsigned(1),
@@ -254,4 +257,5 @@ def program_entry_layout():
         "load_mask": unsigned(LOAD_MASK_BITS),
         "phase_start": data.ArrayLayout(unsigned(10), MAX_PHASES),
         "phase_len": data.ArrayLayout(unsigned(11), MAX_PHASES),
+        "arrivals": unsigned(10),
     })

@@ -30,7 +30,7 @@ def ace_system_verilog(cfg, topology, max_latency=None):
 
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
                pause=0.0, link_stall=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
-               check=True, buffers=None, fsms=None, log_file=None):
+               check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
     configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
@@ -40,7 +40,7 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     runs. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART and
     FSM_LIMIT registers, so one build serves a whole sweep). ``post_skew``: each rank posts a random 0..post_skew
 cycles after the others are ready. ``log_file``: the simulator's output goes there
-    instead of the terminal."""
+    instead of the terminal. ``late``/``spill_entries``: see :mod:`syncfabric.tb.ace.test_system`."""
     import dataclasses
     import json
     import os
@@ -69,7 +69,8 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
                              tb_params={"jobs": jobs, "seed": seed, "latency": latency, "rate": rate,
                                         "pause": pause, "link_stall": link_stall, "post_skew": post_skew,
                                         "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
-                                        "buffers": buffers, "fsms": fsms},
+                                        "buffers": buffers, "fsms": fsms, "late": late,
+                                        "spill_entries": spill_entries},
                              build_tag=build_tag, hier_blocks=(ENGINE_MODULE,), log_file=log_file)
         except AssertionError as exc:
             if check:

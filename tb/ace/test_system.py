@@ -15,7 +15,10 @@ random 0..post_skew cycles late), ``timeout_cycles``, ``out`` (write the
 result JSON there), ``progress`` (True: log the simulated cycle every few seconds; a path: keep the
 simulated cycle and rate in that JSON file, for a progress bar), ``buffers``/``fsms`` (use
 that many chunk buffers / FSMs of the engines: the partitions and FSM_LIMIT registers), ``expect`` (per job,
-the status every rank must complete with; default OK).
+the status every rank must complete with; default OK), ``late`` (``{"rank": r, "max_wait": cycles}``: rank
+``r`` posts only once every other rank has read all its input and has no chunk left, i.e. every slice of
+theirs has left, or after ``max_wait`` cycles; the result's ``late`` says which and what rank ``r`` had
+spilled by then - the asynchronous all-to-all's test), ``spill_entries`` (the spill window's records).
 """
 
 import json
@@ -169,16 +172,46 @@ class SystemTB:
         delays = [rng.randrange(skew + 1) if skew else 0 for _ in range(self.n)]
         self.post_delays = delays
 
+        late = self.p.get("late")
+        self.late_info = None
+
+        async def all_sent(late_rank):
+            """Wait until every other rank has read its whole input and has no chunk in flight (its PUTs have
+            all left), or ``max_wait`` cycles; record which, and the late rank's spills at that point."""
+            want = [sum(j.golden.mem_read_bytes[r] for j in self.jobs_of(r) if isinstance(j, CollectiveJob))
+                    for r in range(self.n)]
+            waited, sent = 0, False
+            while waited < int(late.get("max_wait", 200_000)):
+                await ClockCycles(self.dut.clk, 100)
+                waited += 100
+                sent = True
+                for r in range(self.n):
+                    if r == late_rank:
+                        continue
+                    drv = self.drivers[r]
+                    if (await drv.read("PAYLOAD_RD_BYTES") < want[r]
+                            or (await drv.read_fields("STATUS"))["chunks_active"] != 0):
+                        sent = False
+                        break
+                if sent:
+                    break
+            self.late_info = {"rank": late_rank, "waited": waited, "others_sent_all": sent,
+                              "spills": await self.drivers[late_rank].read("SPILLS"),
+                              "deposits": await self.drivers[late_rank].read("DEPOSITS")}
+
         def sync_for(i):
             async def sync():
                 await barrier.wait()
-                if delays[i]:
+                if late is not None and i == late["rank"]:
+                    await all_sent(i)
+                elif delays[i]:
                     await ClockCycles(self.dut.clk, delays[i])
             return sync
 
         tasks = [cocotb.start_soon(run_endpoint(self.drivers[i], i, self.jobs_of(i), mem_bytes=self.mem_bytes,
                                                 timeout_cycles=timeout_cycles, sync=sync_for(i), setup=setup,
-                                                fsm_limit=self.p.get("fsms")))
+                                                fsm_limit=self.p.get("fsms"),
+                                                spill_entries=self.p.get("spill_entries")))
                  for i in range(self.n)]
         return [await t for t in tasks]
 
@@ -222,7 +255,8 @@ def summarize(tb, results, wall):
     return {"jobs": jobs, "counters": [r.counters for r in results],
             "sram_conflict": [r.sram_conflict for r in results],
             "switch_overflow": None if overflow is None else int(overflow.value),
-            "window_cycles": max(r.cycles for r in results), "wall_s": wall, "seed": tb.seed}
+            "window_cycles": max(r.cycles for r in results), "wall_s": wall, "seed": tb.seed,
+            "late": getattr(tb, "late_info", None)}
 
 
 def check_summary(tb, out):

@@ -210,6 +210,12 @@ class ControlUnit(wiring.Component):
                         m.d.comb += out.eq(entries[i])
             return out
 
+        def geometry_of(geo, e, chunk, block):
+            """Drive BlockGeometry ``geo`` with command entry ``e`` and (``chunk``, ``block``)."""
+            return [geo.geom.eq(e.geom), geo.count.eq(e.count), geo.elem_shift.eq(e.elem_shift),
+                    geo.chunk.eq(chunk), geo.block.eq(block), geo.in_base.eq(e.src), geo.out_base.eq(e.dst),
+                    geo.in_seg.eq(e.in_seg), geo.out_seg.eq(e.out_seg)]
+
         # errors reported this cycle: (valid, cmd, status, detail) - the first error of a command is kept
         error_reports = []
 
@@ -314,11 +320,8 @@ class ControlUnit(wiring.Component):
         m.submodules.loadseq = seqr = LoadSequencer(cfg)
         m.submodules.load_geo = lgeo = BlockGeometry(cfg)
         ls_entry = entry_of(seqr.geo_cmd, "ls_entry")
+        m.d.comb += geometry_of(lgeo, ls_entry, seqr.geo_chunk, seqr.geo_block)
         m.d.comb += [
-            lgeo.geom.eq(ls_entry.geom), lgeo.count.eq(ls_entry.count), lgeo.elem_shift.eq(ls_entry.elem_shift),
-            lgeo.chunk.eq(seqr.geo_chunk), lgeo.block.eq(seqr.geo_block),
-            lgeo.in_base.eq(ls_entry.src), lgeo.out_base.eq(ls_entry.dst),
-            lgeo.in_seg.eq(ls_entry.in_seg), lgeo.out_seg.eq(ls_entry.out_seg),
             seqr.geo_nbytes.eq(lgeo.nbytes), seqr.geo_beats.eq(lgeo.beats), seqr.geo_addr.eq(lgeo.in_addr),
             seqr.slot_beats.eq(ls_entry.geom.slot_beats),
             imem_ls.addr.eq(seqr.imem_addr), seqr.imem_data.eq(imem_ls.data),
@@ -500,12 +503,7 @@ class ControlUnit(wiring.Component):
         m.d.sync += d2["word"].eq(imem_dec.data)
         # stage 2: geometry of the block named by the word (registered: its result is valid in stage 3)
         d2_entry = entry_of(d2["cmd"], "dec2_entry")
-        m.d.comb += [
-            dgeo.geom.eq(d2_entry.geom), dgeo.count.eq(d2_entry.count), dgeo.elem_shift.eq(d2_entry.elem_shift),
-            dgeo.chunk.eq(d2["chunk"]), dgeo.block.eq(_field(d2["word"], "block")),
-            dgeo.in_base.eq(d2_entry.src), dgeo.out_base.eq(d2_entry.dst),
-            dgeo.in_seg.eq(d2_entry.in_seg), dgeo.out_seg.eq(d2_entry.out_seg),
-        ]
+        m.d.comb += geometry_of(dgeo, d2_entry, d2["chunk"], _field(d2["word"], "block"))
         route_q = Signal(4)
         m.d.sync += [d3[k].eq(d2[k]) for k in ("v", "f", "cmd", "chunk", "buf", "word")]
         m.d.sync += route_q.eq(route_dec.data)
@@ -927,11 +925,8 @@ class ControlUnit(wiring.Component):
         # each deposit written against its command
         m.submodules.dep_geo = pgeo = BlockGeometry(cfg)
         dep_entry = entry_of(dep.geo_cmd, "dep_entry")
+        m.d.comb += geometry_of(pgeo, dep_entry, dep.geo_chunk, dep.geo_block)
         m.d.comb += [
-            pgeo.geom.eq(dep_entry.geom), pgeo.count.eq(dep_entry.count), pgeo.elem_shift.eq(dep_entry.elem_shift),
-            pgeo.chunk.eq(dep.geo_chunk), pgeo.block.eq(dep.geo_block),
-            pgeo.in_base.eq(dep_entry.src), pgeo.out_base.eq(dep_entry.dst),
-            pgeo.in_seg.eq(dep_entry.in_seg), pgeo.out_seg.eq(dep_entry.out_seg),
             dep.geo_addr.eq(pgeo.out_addr), dep.geo_nbytes.eq(pgeo.nbytes),
             dep.spill_base.eq(self.spill_base), dep.spill_entries.eq(self.spill_entries),
             self.deposits.eq(dep.deposits), self.spills.eq(dep.spills), self.spill_bytes.eq(dep.spill_bytes),

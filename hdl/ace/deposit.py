@@ -22,7 +22,7 @@ The unit handles one message at a time. It borrows an RX port's read side from t
 meanwhile) for the duration of one message.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2

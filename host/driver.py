@@ -22,8 +22,8 @@ import inspect
 from collections import deque
 
 from ..hdl.ace.config import AceConfig
-from ..hdl.ace.regs import (ACE_ID, ACE_VERSION, COUNTERS, IRQ_CPL, IRQ_ERROR, N_PARTITIONS, PORT_COUNTERS,
-                            PTAB_ENTRY_WORDS, STALL_CAUSES, ace_regmap)
+from ..hdl.ace.regs import (ACE_ID, ACE_VERSION, COUNTERS, IRQ_CPL, IRQ_ERROR, N_PARTITIONS, PHASE_COUNTERS,
+                            PORT_COUNTERS, PTAB_ENTRY_WORDS, STALL_CAUSES, ace_regmap)
 from ..hdl.common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, completion_layout, descriptor_layout,
                                   pack_bytes, unpack_bytes)
 from ..sim.golden.program import Program
@@ -408,9 +408,9 @@ class AceDriver:
     # -- counters -------------------------------------------------------------------------------------------
     async def counters(self):
         """Every counter register: ``{name: value}`` for the engine-wide ones, ``{name: [per port]}`` for the
-        port counters and ``{"STALL": {cause: cycles}}``."""
+        port counters and the per-phase counters and ``{"STALL": {cause: cycles}}``."""
         out = {name: await self.read(name) for name in COUNTERS}
-        for name in PORT_COUNTERS:
+        for name in PORT_COUNTERS + PHASE_COUNTERS:
             out[name] = [await self.read(name, p) for p in range(self.regmap.count(name))]
         out["STALL"] = {cause: await self.read("STALL", i) for i, cause in enumerate(STALL_CAUSES)}
         return out

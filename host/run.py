@@ -269,6 +269,37 @@ def port_utilization(counters, links, cycles):
     return {port: round(sum(v) / len(v), 4) for port, v in sorted(per.items())}
 
 
+def phase_link_use(job, counters, links, beat_bytes):
+    """Per program phase of the collective's program (one row each, in order): the phase's name, its payload
+    on the links (golden ``phase_link_bytes``, all ranks), its bandwidth term (its busiest directed link's
+    payload at that link's rate, as :func:`bandwidth_cycles` for the whole collective), and from the engines'
+    per-phase counters the cycles a chunk was in the phase (``busy_cycles``, mean over ranks), the flits its
+    messages sent, and its link efficiency: flits / (busy cycles x the summed rate of the ports the phase
+    sends on), the share of its links' bandwidth the phase used while it held chunks (mean over the ranks
+    that send in it). Phases that share ports (the local rings of a hierarchical all-reduce's first and
+    last phases) are told apart by the messages' ``phase`` header field."""
+    rate = {(src, port): num / den for src, port, _, _, _, (num, den) in links}
+    golden = job.golden
+    prog = job.programs[0]
+    out = []
+    for pi, ph in enumerate(prog.phases):
+        mine = {(r, port): b for (q, r, port), b in golden.phase_link_bytes.items() if q == pi and b}
+        bw = max((b / beat_bytes / rate[key] for key, b in mine.items()), default=0.0)
+        eff, busy = [], []
+        for r, c in enumerate(counters):
+            ports_rate = sum(rate[(r, port)] for (q, port) in mine if q == r)
+            b = c["PHASE_BUSY"][pi]
+            busy.append(b)
+            if ports_rate and b:
+                eff.append(c["PHASE_FLITS"][pi] / (b * ports_rate))
+        out.append({"phase": pi, "name": ph.name, "bytes": int(sum(mine.values())),
+                    "bandwidth_cycles": round(bw, 1),
+                    "busy_cycles": round(sum(busy) / len(busy), 1) if busy else 0.0,
+                    "flits": int(sum(c["PHASE_FLITS"][pi] for c in counters)),
+                    "link_efficiency": round(sum(eff) / len(eff), 4) if eff else None})
+    return out
+
+
 def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycles, counters, window_cycles,
                    sim_wall, conflicts):
     golden = job.golden
@@ -304,6 +335,7 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
                                           if sum(c["PAYLOAD_RD_BYTES"] for c in counters) else None),
         "forwarded_bytes_to_npu_memory": forwarded_bytes_to_npu_memory(job, counters),
         "port_utilization": port_utilization(counters, links, job_cycles),
+        "phases": phase_link_use(job, counters, links, cfg.beat_bytes),
         "chunks": golden.n_chunks, "messages": golden.n_messages, "packets": golden.n_packets,
         "sim_cycles": int(window_cycles),
         "sim_cycles_per_s": round(window_cycles / sim_wall, 1) if sim_wall else 0.0,
@@ -451,6 +483,11 @@ def format_summary(r):
         util = ", ".join(f"{p}: {u:.3f}" for p, u in r["port_utilization"].items())
         lines.append(f"  link use per port (flits / (cycles x rate), mean over ranks): {util}; forwarded bytes "
                      f"through NPU memory: {r['forwarded_bytes_to_npu_memory']}")
+        for ph in r.get("phases", ()) if len(r.get("phases", ())) > 1 else ():
+            eff = "-" if ph["link_efficiency"] is None else f"{ph['link_efficiency']:.3f}"
+            lines.append(f"  phase {ph['phase']} ({ph['name']}): {ph['bytes']} B on the links, bandwidth term "
+                         f"{ph['bandwidth_cycles']:.0f} cycles, a chunk in it {ph['busy_cycles']:.0f} cycles "
+                         f"(mean over ranks), link efficiency while busy {eff}")
         if r["memory_cycles"] > r["bandwidth_cycles"]:
             lines.append(f"  the NPU memory port bounds this run: {r['memory_cycles']} cycles to read or write "
                          f"{max(r['mem_read_bytes'] + r['mem_write_bytes'])} B at one beat per cycle")

@@ -154,6 +154,8 @@ class ControlUnit(wiring.Component):
             "tx_stall": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
             "rx_flits": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
             "rx_crc_errs": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
+            "phase_flits": Out(data.ArrayLayout(unsigned(32), MAX_PHASES)),
+            "phase_busy": Out(data.ArrayLayout(unsigned(32), MAX_PHASES)),
             "sram_conflict": Out(1),
             "deposits": Out(32),
             "spills": Out(32),
@@ -981,6 +983,11 @@ class ControlUnit(wiring.Component):
             self.chunks_active.eq(sum(used) + used_term),
         ]
         m.d.sync += self.fsm_busy.eq(self.fsm_busy + n_active)
+        # per program phase: flits sent on every port by that phase's messages, cycles a chunk was in it
+        for p in range(MAX_PHASES):
+            sent_p = sum((tx.flit.valid & tx.flit.ready & (tx.flit_phase == p)) for tx in txp)
+            m.d.sync += [self.phase_flits[p].eq(self.phase_flits[p] + sent_p),
+                         self.phase_busy[p].eq(self.phase_busy[p] + (used[p] != 0))]
         causes = {
             "port_busy": cause_port.any(), "credits": cause_cred.any(), "landing_empty": cause_land.any(),
             "dma_busy": cause_dma.any(), "partition_full": dispatch_stall_part | phase_wait.any()

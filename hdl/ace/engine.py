@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.axi import AXI4Signature, connect_axi
 from ..common.csr import CsrBank, CsrSignature
-from ..common.layouts import credit_layout, flit_layout
+from ..common.layouts import MAX_PHASES, credit_layout, flit_layout
 from .cmdproc import PTAB_WORDS, CommandProcessor
 from .control import STALL_CAUSES, ControlUnit
 from .dma import DmaReader, DmaWriter
@@ -186,6 +186,9 @@ class AceEngine(wiring.Component):
                 bank.reg("RX_FLITS", k).eq(cu.rx_flits[k]),
                 bank.reg("RX_CRC_ERRS", k).eq(cu.rx_crc_errs[k]),
             ]
+        for p in range(MAX_PHASES):
+            m.d.comb += [bank.reg("PHASE_FLITS", p).eq(cu.phase_flits[p]),
+                         bank.reg("PHASE_BUSY", p).eq(cu.phase_busy[p])]
         for i, name in enumerate(STALL_CAUSES):
             value = cu.stall[i]
             if name == "cpl_ring_full":

@@ -78,6 +78,9 @@ class TxPort(wiring.Component):
     flits, packets, busy, stall : Out(32)
         Flits and packets sent; cycles with ``flit.valid & flit.ready`` (= flits) and with
         ``flit.valid & ~flit.ready``.
+    flit_phase : Out(3)
+        The program phase (header ``phase``) of the message the flit in the output register belongs to, for
+        the per-phase counters.
     """
 
     def __init__(self, cfg: AceConfig):
@@ -93,6 +96,7 @@ class TxPort(wiring.Component):
             "beat_credits": Out(data.ArrayLayout(unsigned(beat_w), n), init=[cfg.landing_beats] * n),
             "hdr_credits": Out(data.ArrayLayout(unsigned(hdr_w), n), init=[cfg.landing_headers] * n),
             "flits": Out(32), "packets": Out(32), "busy": Out(32), "stall": Out(32),
+            "flit_phase": Out(3),
         })
 
     def elaborate(self, platform):
@@ -166,6 +170,7 @@ class TxPort(wiring.Component):
                 flit.first.eq(first),
                 flit.last.eq(last_flit),
                 flit.crc.eq(Mux(last_flit, crc_after ^ CRC32_XOROUT, 0)),
+                self.flit_phase.eq(h.phase),
             ]
         with m.Elif(self.flit.ready):
             m.d.sync += self.flit.valid.eq(0)

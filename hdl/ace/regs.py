@@ -8,7 +8,7 @@ Layout (byte addresses, 32-bit words):
 
 * ``0x000`` identification and configuration (read-only), ``0x020`` control, status and interrupts;
 * ``0x030`` submission ring, ``0x050`` completion ring, ``0x070`` chunk size, ``0x080`` SRAM partitions;
-* ``0x100`` memory windows, ``0x200`` communicators, ``0x400``-``0x61f`` performance counters;
+* ``0x100`` memory windows, ``0x200`` communicators, ``0x400``-``0x65f`` performance counters;
 * windows: ``0x1000`` program table, ``0x4000`` routing table, ``0x8000`` instruction memory.
 """
 
@@ -20,7 +20,7 @@ from .config import AceConfig
 
 __all__ = ["ace_regmap", "ACE_ID", "ACE_VERSION", "MAP_SIZE", "STALL_CAUSES", "N_PARTITIONS", "TERMINAL_PARTITION",
            "PTAB_BASE", "PTAB_ENTRY_WORDS", "ROUTE_BASE", "ROUTE_VALID", "IMEM_BASE", "COUNTERS", "PORT_COUNTERS",
-           "N_DIMS", "IRQ_CPL", "IRQ_ERROR", "TX_LOOKAHEAD_DEFAULT", "route_index", "ptab_addr", "imem_addr", "registers_markdown"]
+           "PHASE_COUNTERS",            "N_DIMS", "IRQ_CPL", "IRQ_ERROR", "TX_LOOKAHEAD_DEFAULT", "route_index", "ptab_addr", "imem_addr", "registers_markdown"]
 
 #: Value of the ID register: ``"ACE1"`` in ASCII.
 ACE_ID = 0x41434531
@@ -60,6 +60,9 @@ IRQ_ERROR = 1 << 1
 COUNTERS = ("CYCLES", "PAYLOAD_RD_BYTES", "PAYLOAD_WR_BYTES", "DESC_RD_BYTES", "CPL_WR_BYTES", "CMDS_OK",
             "CMDS_ERR", "ALU_BEATS", "FSM_BUSY", "DEPOSITS", "SPILLS", "SPILL_BYTES")
 PORT_COUNTERS = ("TX_FLITS", "TX_BUSY", "TX_STALL", "RX_FLITS", "RX_CRC_ERRS")
+#: Counters per program phase (arrays indexed by phase, ``MAX_PHASES`` long): link use phase by phase.
+PHASE_COUNTERS = ("PHASE_FLITS", "PHASE_BUSY")
+PHASE_COUNTERS_BASE = 0x640
 
 _COUNTER_DOCS = {
     "CYCLES": (64, "clock cycles since reset"),
@@ -235,7 +238,8 @@ def ace_regmap(cfg=None):
 
 
 def _counters(cfg):
-    """The counter registers: engine-wide at 0x400, per port at 0x500, stalls by cause at 0x600."""
+    """The counter registers: engine-wide at 0x400, per port at 0x500, stalls by cause at 0x600, per program
+    phase at 0x640."""
     out, offset = [], 0x400
     for name in COUNTERS:
         width, doc = _COUNTER_DOCS[name]
@@ -249,6 +253,12 @@ def _counters(cfg):
         "STALL", 0, "ro", doc="Cycles FSMs waited for cause i: " + ", ".join(
             f"{i} {c}" for i, c in enumerate(STALL_CAUSES)) + " (a waiting FSM counts once per cycle)."),),
         prefix=""))
+    out.append(RegisterArray("PHASE", PHASE_COUNTERS_BASE, MAX_PHASES, 8, (
+        Register("PHASE_FLITS", 0, "ro", doc="Flits sent on all ports by messages of program phase i (a "
+                                             "forwarded message counts in the phase its header names)."),
+        Register("PHASE_BUSY", 4, "ro", doc="Cycles at least one chunk was in program phase i (its phase "
+                                            "partition held it)."),
+    ), prefix=""))
     return out
 
 

@@ -59,6 +59,9 @@ class ExecResult:
     (headers excluded). ``link_bytes``/``link_messages``/``link_packets`` are keyed by the transmitting
     ``(rank, port)``; for a switch that is the rank's uplink. A message of ``n`` bytes is
     ``max(1, ceil(n / packet_bytes))`` packets (an empty block still sends a header-only packet).
+    ``phase_link_bytes`` splits ``link_bytes`` by the program phase that sent them: ``(phase, rank, port)``;
+    ``phase_link_flits`` counts the same messages in link flits (``max(1, ceil(n / beat_bytes))`` each: the
+    header rides beside the payload).
     ``mem_read_bytes``/``mem_write_bytes``: LOAD / STORE payload per rank (the DMA traffic to NPU memory).
     ``read_counts``/``write_counts``: per rank, how often each byte of the send / receive buffer was
     loaded / stored.
@@ -74,6 +77,8 @@ class ExecResult:
     link_bytes: dict = field(default_factory=dict)
     link_messages: dict = field(default_factory=dict)
     link_packets: dict = field(default_factory=dict)
+    phase_link_bytes: dict = field(default_factory=dict)
+    phase_link_flits: dict = field(default_factory=dict)
     bytes_sent: list = None
     mem_read_bytes: list = None
     mem_write_bytes: list = None
@@ -274,6 +279,8 @@ def execute(programs, topology, inputs, dtype, op, count, chunk_bytes=65536, pac
         n = data.size
         packets = max(1, -(-n // packet_bytes))
         res.link_bytes[lk] = res.link_bytes.get(lk, 0) + n
+        res.phase_link_bytes[(pi,) + lk] = res.phase_link_bytes.get((pi,) + lk, 0) + n
+        res.phase_link_flits[(pi,) + lk] = res.phase_link_flits.get((pi,) + lk, 0) + max(1, -(-n // beat_bytes))
         res.link_messages[lk] = res.link_messages.get(lk, 0) + 1
         res.link_packets[lk] = res.link_packets.get(lk, 0) + packets
         res.bytes_sent[ctx.rank] += n

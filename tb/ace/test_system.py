@@ -34,6 +34,7 @@ from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
 from ...hdl.ace.config import AceConfig
+from ...hdl.common.layouts import MAX_PHASES
 from ...hdl.system.top import link_port_values, system_links
 from ...host.driver import AceDriver
 from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
@@ -248,6 +249,9 @@ def summarize(tb, results, wall):
             row["golden"] = {"mem_read_bytes": list(job.golden.mem_read_bytes),
                              "mem_write_bytes": list(job.golden.mem_write_bytes),
                              "bytes_sent_per_byte_read": job.golden.bytes_sent_per_byte_read,
+                             "phase_flits": [[sum(f for (q, r, _), f in job.golden.phase_link_flits.items()
+                                                  if q == pi and r == rank) for pi in range(MAX_PHASES)]
+                                             for rank in range(tb.n)],
                              "chunks": job.golden.n_chunks, "messages": job.golden.n_messages,
                              "packets": job.golden.n_packets}
         jobs.append(row)

@@ -247,6 +247,24 @@ def test_packet_and_message_stats():
     assert res.n_messages == 4 and res.n_packets == 4 and res.total_bytes_sent == 8
 
 
+def test_per_phase_link_traffic_splits_the_links_traffic_by_phase():
+    """A hierarchical all-reduce on torus:4x2x2: every phase sends only on its dimension's ports, the phases
+    add up to ``link_bytes``, and the flit counts are the messages' beats (one flit for an empty message)."""
+    t = parse("torus:4x2x2")
+    progs = generate("allreduce", "hierarchical", t)
+    res = execute(progs, t, [np.arange(1000, dtype=np.int32)] * 16, DType.INT32, ReduceOp.SUM, 1000,
+                  chunk_bytes=1024, beat_bytes=16)
+    total = {}
+    for (pi, r, port), b in res.phase_link_bytes.items():
+        total[(r, port)] = total.get((r, port), 0) + b
+        assert port // 2 == (0, 1, 2, 0)[pi], f"phase {pi} sent on port {port}"
+        assert res.phase_link_flits[(pi, r, port)] >= -(-b // 16)
+    assert total == res.link_bytes
+    assert set(res.phase_link_flits) == set(res.phase_link_bytes)
+    res = execute(progs, t, [np.zeros(1, np.int32)] * 16, DType.INT32, ReduceOp.SUM, 1, beat_bytes=16)
+    assert sum(res.phase_link_flits.values()) == res.n_messages       # every block of 0 or 4 bytes: one flit
+
+
 def test_out_of_range_slot_is_an_error_without_check():
     progs = _two_rank((Step(StepOp.LOAD, 5, 0),), ())
     with pytest.raises(ExecutionError, match="slot or block out of range"):

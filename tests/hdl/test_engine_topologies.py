@@ -39,8 +39,9 @@ def job(collective, topology, count, dtype="fp32", op="sum", seed=1, root=0, **k
 
 
 def check(result, n_jobs):
-    """The testbench asserts bytes, guards and statuses itself; check it ran every command, and that no byte
-    was forwarded through NPU memory: each rank read exactly its send buffer and wrote its receive buffer."""
+    """The testbench asserts bytes, guards and statuses itself; check it ran every command, that no byte
+    was forwarded through NPU memory (each rank read exactly its send buffer and wrote its receive buffer),
+    and that the per-phase flit counters split each rank's flits as the golden programs do."""
     assert len(result["jobs"]) == n_jobs
     for j in result["jobs"]:
         assert all(s == "OK" for s in j["status"] if s is not None), j["status"]
@@ -48,6 +49,11 @@ def check(result, n_jobs):
     for r, c in enumerate(result["counters"]):
         assert c["PAYLOAD_RD_BYTES"] == sum(j["golden"]["mem_read_bytes"][r] for j in result["jobs"])
         assert c["PAYLOAD_WR_BYTES"] == sum(j["golden"]["mem_write_bytes"][r] for j in result["jobs"])
+        expect = [sum(j["golden"]["phase_flits"][r][p] for j in result["jobs"])
+                  for p in range(len(c["PHASE_FLITS"]))]
+        assert c["PHASE_FLITS"] == expect, f"rank {r}: flits per phase {c['PHASE_FLITS']}, golden {expect}"
+        assert sum(c["PHASE_FLITS"]) == sum(c["TX_FLITS"])
+        assert all(b > 0 for b, f in zip(c["PHASE_BUSY"], expect) if f)
 
 
 def every_collective(topology, rng, seed, dtypes=("fp32", "bf16"), max_count=90):

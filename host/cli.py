@@ -3,7 +3,8 @@
 ``syncfabric run``   one collective end to end on emulated NPUs, each with an ACE engine RTL, every byte checked
                      against the golden model;
 ``syncfabric demo``  the main job: an 8-NPU ring all-reduce of 256 KiB per NPU on the medium engine (Verilator);
-``syncfabric bench`` engine benchmarks (link efficiency, simulation speed, SRAM x FSM sweep).
+``syncfabric bench`` collective sweeps through the host API printed as nccl-tests prints them, and engine
+                     benchmarks (link efficiency, simulation speed, SRAM x FSM sweep).
 """
 
 import argparse
@@ -12,12 +13,11 @@ import sys
 
 from ..hdl.ace.config import PROFILES
 from ..sim.golden.types import DType, ReduceOp
+from .config import SIZE_UNITS as _UNITS
+from .nccl_bench import BENCH_COLLECTIVES
 from .run import BACKENDS, DEFAULT_LATENCY
 
 __all__ = ["main", "parse_size"]
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 
 
 def parse_size(text):
@@ -105,8 +105,13 @@ def _cmd_run(args):
 
 def _cmd_bench(args):
     from .bench import main as bench_main
+    from .nccl_bench import main as nccl_main
 
     try:
+        if args.bench in BENCH_COLLECTIVES:
+            return nccl_main(args)
+        args.config = args.config or "paper"
+        args.latency = 10 if args.latency is None else args.latency
         return bench_main(args)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric bench: error: {exc}", file=sys.stderr)
@@ -127,18 +132,40 @@ def main(argv=None):
     p_demo = sub.add_parser("demo", help="the main job: an 8-NPU ring all-reduce checked against the golden model")
     _add_run_args(p_demo, demo_defaults)
     p_demo.set_defaults(func=_cmd_run)
-    p_bench = sub.add_parser("bench", help="engine benchmarks: link efficiency, simulation speed, SRAM x FSM sweep")
-    p_bench.add_argument("bench", choices=["efficiency", "simspeed", "sweep"],
-                         help="efficiency: all-reduce against the link bound on uni- and bidirectional rings; "
-                              "simspeed: simulated cycles/s per simulator; sweep: chunk buffers x FSMs")
-    p_bench.add_argument("--config", default="paper", choices=list(PROFILES),
-                         help="engine configuration (default %(default)s)")
+    p_bench = sub.add_parser(
+        "bench", help="collective sweeps in nccl-tests format, and engine benchmarks (link efficiency, simulation "
+                      "speed, SRAM x FSM sweep)",
+        description="syncfabric bench COLLECTIVE -b MIN -e MAX -f FACTOR prints nccl-tests' table for a size sweep "
+                    "through the host API (every result checked: #wrong); efficiency, simspeed and sweep are the "
+                    "engine benchmarks of docs/results.md.")
+    p_bench.add_argument("bench", choices=list(BENCH_COLLECTIVES) + ["efficiency", "simspeed", "sweep"],
+                         help="a collective (nccl-tests style sweep), or efficiency: all-reduce against the link "
+                              "bound on uni- and bidirectional rings; simspeed: simulated cycles/s per simulator; "
+                              "sweep: chunk buffers x FSMs")
+    p_bench.add_argument("--config", default=None, choices=list(PROFILES),
+                         help="engine configuration (default: small for collective sweeps, paper otherwise)")
+    p_bench.add_argument("--system", metavar="FILE", help="collective sweeps: the system's YAML configuration "
+                                                           "(docs/api.md); --topology/--backend override it")
+    p_bench.add_argument("-b", "--minbytes", type=parse_size, default=8, help="smallest size (default 8)")
+    p_bench.add_argument("-e", "--maxbytes", type=parse_size, default=8192, help="largest size (default 8K)")
+    p_bench.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
+    p_bench.add_argument("-d", "--datatype", default="fp32", choices=["fp32", "fp16", "bf16", "int32"],
+                         help="element type (default fp32)")
+    p_bench.add_argument("-o", "--op", default="sum", choices=["sum", "max", "min"], help="reduction (default sum)")
+    p_bench.add_argument("-r", "--root", type=int, default=0, help="root of broadcast / reduce (default 0)")
+    p_bench.add_argument("-n", "--iters", type=int, default=1, help="timed runs per size (default 1)")
+    p_bench.add_argument("-w", "--warmup_iters", type=int, default=0, help="untimed runs first (default 0)")
+    p_bench.add_argument("--clock-mhz", type=float, default=None, help="engine clock for the time column "
+                                                                       "(default the configuration's, 1000)")
+    p_bench.add_argument("--quiet", action="store_true", help="no progress output")
     p_bench.add_argument("--bytes", type=parse_size, action="append",
-                         help="bytes per NPU (repeatable; default 1M)")
-    p_bench.add_argument("--topology", action="append", help="topology (repeatable)")
+                         help="engine benchmarks: bytes per NPU (repeatable; default 1M)")
+    p_bench.add_argument("--topology", action="append", help="topology (repeatable for the engine benchmarks)")
     p_bench.add_argument("--backend", choices=["verilator", "icarus", "amaranth"], default=None,
-                         help="simulator (default verilator; simspeed: verilator and icarus)")
-    p_bench.add_argument("--latency", type=int, default=10, help="link latency in cycles (default 10)")
+                         help="simulator (default: amaranth for collective sweeps unless --system says otherwise; "
+                              "verilator for the engine benchmarks; simspeed: verilator and icarus)")
+    p_bench.add_argument("--latency", type=int, default=None, help="link latency in cycles (engine benchmarks: "
+                                                                    "default 10)")
     p_bench.add_argument("--rate", type=float, default=None,
                          help="efficiency: every link's rate in flits per cycle (default the topology's, 1)")
     p_bench.add_argument("--chunk-bytes", type=parse_size, default=None,

@@ -379,9 +379,22 @@ class ControlUnit(wiring.Component):
         m.d.sync += busy.eq((busy | busy_set) & ~busy_clr)
 
         d_chunk = Signal(16)
+        d_next = Signal(_w(F))      # FSM of the head command's next chunk (after its first)
         d_fsm = Signal(_w(F))
         d_cmd = order.r_data
         d_entry = entry_of(d_cmd, "d_entry")
+        # Chunk c of a command goes to FSM (tag + c) mod FSM_LIMIT: every rank of a communicator puts the same
+        # chunk on the same FSM (= virtual channel, hence landing channel) whatever other commands - on other
+        # communicators, with other members - it ran before. The tag's low bits are reduced modulo FSM_LIMIT
+        # by conditional subtraction.
+        tbits = max(1, (F - 1).bit_length())
+        t_mod = d_entry.tag[:tbits]
+        for k in reversed(range(tbits)):
+            step = Signal(tbits + 7, name=f"tag_mod{k}")
+            lim = self.fsm_limit << k
+            m.d.comb += step.eq(Mux(t_mod >= lim, t_mod - lim, t_mod))
+            t_mod = step
+        m.d.comb += d_fsm.eq(Mux(d_chunk == 0, t_mod, d_next) if F > 1 else 0)
         q_ready = Signal()
         with m.Switch(d_fsm):
             for f in range(F):
@@ -418,7 +431,7 @@ class ControlUnit(wiring.Component):
         dispatched = Signal(NC)
         with m.If(dispatch):
             m.d.comb += free.r_en.eq(1)
-            m.d.sync += [d_fsm.eq(Mux(d_fsm + 1 >= self.fsm_limit, 0, d_fsm + 1)), d_seq.eq(d_seq + 1)]
+            m.d.sync += [d_next.eq(Mux(d_fsm + 1 >= self.fsm_limit, 0, d_fsm + 1)), d_seq.eq(d_seq + 1)]
             with m.If(d_chunk + 1 == d_entry.geom.n_chunks):
                 m.d.sync += d_chunk.eq(0)
                 m.d.comb += [order.r_en.eq(1), dispatched.eq(1 << d_cmd)]

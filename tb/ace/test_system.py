@@ -87,7 +87,8 @@ class SystemTB:
             if "reject" in j:
                 self.jobs[k] = RejectedCommand(j["reject"], self.jobs[j.get("template", 0)])
         self.ranks = [set(j.get("ranks", range(self.n))) for j in specs]
-        self.mem_bytes = max([memory_bytes(self.jobs_of(r), r) for r in range(self.n)] + [1 << 18])
+        self.mem_bytes = max([memory_bytes(self.jobs_of(r), r) for r in range(self.n)]
+                             + [int(p.get("mem_bytes", 1 << 18))])
         self.rams, self.drivers = [], []
         pause = float(p.get("pause", 0.0))
         # cocotbext-axi still calls cocotb APIs that 2.x deprecates, and announces every model it creates

@@ -1,0 +1,213 @@
+"""System configuration: one YAML file (or dict) describes an emulated system - the topology, the engine
+parameters, the links, each endpoint's memory, the simulator backend and the clock used to report time.
+
+Example (every key but ``topology`` is optional; the values shown are the defaults)::
+
+    topology: ring:4          # ring:N, bidir-ring:N, torus:LxVxH or switch:N
+    backend: amaranth         # amaranth (no external simulator), verilator or icarus
+    clock_mhz: 1000           # engine clock: simulated cycles -> microseconds
+    seed: 1
+    engine:
+      profile: small          # small, medium or paper (AceConfig.profile); any AceConfig field overrides it
+      landing_headers: 8
+    links:
+      latency: null           # cycles on every link; null: the topology's own (fast local, slow inter-package)
+      rate: null              # flits per cycle on every link, e.g. 1, 0.5 or "1/8"; null: the topology's own
+    memory:
+      bytes: 1MiB             # per endpoint (its emulated NPU memory)
+
+:func:`load_config` validates everything up front and raises :class:`ConfigError` naming the offending key
+(``engine.n_fsms: expected an integer, got 'four'``), so a bad file never reaches the simulator.
+"""
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ..hdl.ace.config import PROFILES, AceConfig
+from ..sim.golden.topology import parse as parse_topology
+
+__all__ = ["SystemConfig", "ConfigError", "load_config", "parse_bytes", "BACKENDS"]
+
+#: Simulator backends of the host API.
+BACKENDS = ("amaranth", "verilator", "icarus")
+_TOP_KEYS = ("topology", "backend", "clock_mhz", "seed", "engine", "links", "memory")
+#: Units of byte sizes (``64K``, ``1MiB``), binary.
+SIZE_UNITS = _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+#: Lowest address of the heap buffers are registered in (below: rings and the spill window).
+MIN_MEMORY = 1 << 17
+
+
+class ConfigError(ValueError):
+    """A system configuration is invalid; the message names the key (``engine.n_fsms``) and what is wrong."""
+
+
+def parse_bytes(value, key="bytes"):
+    """``value`` as a byte count: an integer or a string with a binary unit (``"64K"``, ``"1MiB"``, ``"4096"``)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a size, got {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", value)
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ConfigError(f"{key}: expected a size such as 4096, 64K or 1MiB, got {value!r}")
+        n = int(m.group(1)) * _UNITS[m.group(2).lower()]
+    else:
+        raise ConfigError(f"{key}: expected a size such as 4096, 64K or 1MiB, got {value!r}")
+    if n <= 0:
+        raise ConfigError(f"{key}: must be positive, got {value!r}")
+    return n
+
+
+def _rate(value, key):
+    if value is None:
+        return None
+    try:
+        r = Fraction(value) if not isinstance(value, bool) else None
+    except (ValueError, TypeError, ZeroDivisionError):
+        r = None
+    if r is None or not 0 < r <= 1:
+        raise ConfigError(f"{key}: expected a rate in (0, 1] flits per cycle (1, 0.5 or \"1/8\"), got {value!r}")
+    return r
+
+
+def _int(value, key, lo=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise ConfigError(f"{key}: must be at least {lo}, got {value}")
+    return value
+
+
+def _mapping(value, key):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _unknown(got, allowed, where):
+    extra = sorted(set(got) - set(allowed), key=str)
+    if extra:
+        raise ConfigError(f"{where}{extra[0]}: unknown key; expected one of {', '.join(allowed)}")
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """A validated system configuration (see the module documentation for the file format).
+
+    ``engine`` is the :class:`~syncfabric.hdl.ace.config.AceConfig` every endpoint instantiates, already
+    widened for the topology (ports, routing-table ranks, switch landing channels); ``latency``/``rate``
+    override every link's attributes when not None; ``memory_bytes`` is each endpoint's memory."""
+
+    topology: str
+    engine: AceConfig
+    backend: str = "amaranth"
+    clock_mhz: float = 1000.0
+    seed: int = 1
+    latency: int = None
+    rate: Fraction = None
+    memory_bytes: int = 1 << 20
+    source: dict = field(default=None, compare=False, repr=False)
+
+    @property
+    def n_endpoints(self):
+        return parse_topology(self.topology).n_endpoints
+
+    def cycles_to_us(self, cycles):
+        """Simulated cycles as microseconds at ``clock_mhz``."""
+        return cycles / self.clock_mhz
+
+    def replace(self, **kw):
+        return dataclasses.replace(self, **kw)
+
+
+def load_config(source=None, **overrides):
+    """A :class:`SystemConfig` from ``source``: a path to a YAML file, a YAML string containing a newline, a
+    dict, or None (all defaults; ``topology`` must then come from ``overrides``). ``overrides`` replace
+    top-level keys (``backend="verilator"``). Raises :class:`ConfigError` with the offending key."""
+    import yaml
+
+    if source is None:
+        raw = {}
+    elif isinstance(source, dict):
+        raw = dict(source)
+    elif isinstance(source, str) and "\n" not in source and not source.lstrip().startswith("{"):
+        try:
+            with open(source) as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"cannot read the configuration {source!r}: {e.strerror}") from None
+        raw = _yaml(text, source)
+    elif isinstance(source, str):
+        raw = _yaml(source, "<string>")
+    else:
+        raise ConfigError(f"expected a YAML path, a YAML string or a dict, got {type(source).__name__}")
+    raw = _mapping(raw, "the configuration")
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    _unknown(raw, _TOP_KEYS, "")
+
+    if "topology" not in raw:
+        raise ConfigError("topology: required (e.g. ring:4, torus:2x2x2 or switch:4)")
+    topo_s = raw["topology"]
+    if not isinstance(topo_s, str):
+        raise ConfigError(f"topology: expected a string such as ring:4, got {topo_s!r}")
+    try:
+        topo = parse_topology(topo_s)
+    except ValueError as e:
+        raise ConfigError(f"topology: {e}") from None
+
+    backend = raw.get("backend", "amaranth")
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    clock = raw.get("clock_mhz", 1000.0)
+    if isinstance(clock, bool) or not isinstance(clock, (int, float)) or clock <= 0:
+        raise ConfigError(f"clock_mhz: expected a positive number, got {clock!r}")
+    seed = _int(raw.get("seed", 1), "seed")
+
+    eng = dict(_mapping(raw.get("engine"), "engine"))
+    profile = eng.pop("profile", "small")
+    if profile not in PROFILES:
+        raise ConfigError(f"engine.profile: expected one of {', '.join(PROFILES)}, got {profile!r}")
+    fields = [f.name for f in dataclasses.fields(AceConfig)]
+    _unknown(eng, ["profile"] + fields, "engine.")
+    for k, v in eng.items():
+        _int(v, f"engine.{k}")
+    try:
+        engine = AceConfig.profile(profile, **eng)
+    except ValueError as e:
+        raise ConfigError(f"engine: {e}") from None
+    from .run import engine_config_for
+    engine = engine_config_for(engine, topo.spec)       # ports and routing-table ranks for the topology
+
+    links = _mapping(raw.get("links"), "links")
+    _unknown(links, ("latency", "rate"), "links.")
+    latency = links.get("latency")
+    if latency is not None:
+        _int(latency, "links.latency", 1)
+    rate = _rate(links.get("rate"), "links.rate")
+
+    mem = _mapping(raw.get("memory"), "memory")
+    _unknown(mem, ("bytes",), "memory.")
+    mem_bytes = parse_bytes(mem.get("bytes", 1 << 20), "memory.bytes")
+    if mem_bytes < MIN_MEMORY:
+        raise ConfigError(f"memory.bytes: at least {MIN_MEMORY} bytes (rings and spill window take the first "
+                          f"64 KiB), got {mem_bytes}")
+    if mem_bytes > 1 << engine.addr_width:
+        raise ConfigError(f"memory.bytes: {mem_bytes} bytes do not fit the engine's {engine.addr_width}-bit "
+                          f"addresses")
+    return SystemConfig(topology=topo.spec, engine=engine, backend=backend, clock_mhz=float(clock), seed=seed,
+                        latency=latency, rate=rate, memory_bytes=mem_bytes, source=raw)
+
+
+def _yaml(text, where):
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML: {e}") from None

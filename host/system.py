@@ -1,0 +1,633 @@
+"""The host API: a whole emulated system - every NPU endpoint with its engine and memory - driven from Python
+the way NCCL-style libraries are used.
+
+::
+
+    from syncfabric.host.system import System
+
+    with System("examples/ring4.yaml") as sys:           # or System({"topology": "ring:4"})
+        send = sys.register(4096)                         # a buffer at the same address on every endpoint
+        recv = sys.register(4096)
+        for r in range(sys.size):
+            send.write(r, np.full(1024, r, np.float32))
+        req = sys.world.allreduce(send, recv, 1024, "fp32", "sum")
+        req.wait(timeout_us=100)                          # the engines run while the host waits
+        print(recv.read(0, "fp32"), req.cycles)
+
+Concepts:
+
+* :class:`System` - built from a configuration (:mod:`syncfabric.host.config`): it opens the simulator
+  backend, brings every engine up (rings, spill window) and creates :attr:`System.world`.
+* :class:`Buffer` - a registered memory region, symmetric: the same address on every endpoint. Registration
+  claims one of the engine's memory windows (descriptors may only name memory inside a window), so an
+  engine of ``n_windows`` windows holds that many registrations; :meth:`Buffer.view` names part of one.
+* :class:`Communicator` - a set of ranks with an engine communicator id; :meth:`System.split` makes one from
+  a rank list. Collectives return a :class:`Request`.
+* :class:`Request` - ``wait()`` / ``test()``; a failed completion raises :class:`CollectiveError` with the
+  engine's status code, detail and the descriptor; a timeout raises :class:`RequestTimeout` and leaves the
+  request pending.
+
+Every bad call is refused before anything is posted, with a :class:`UsageError` (or
+:class:`RegistrationError`, :class:`CommunicatorError`) naming the problem; the system stays usable.
+"""
+
+import itertools
+
+import numpy as np
+
+from ..hdl.ace.regs import IRQ_CPL, IRQ_ERROR
+from ..hdl.common.layouts import DescFlags
+from ..sim.golden.algorithms import default_algorithm, generate
+from ..sim.golden.chunking import buffer_counts, decomposition_for
+from ..sim.golden.executor import NULL_COLLECTIVES, landing_deadlock
+from ..sim.golden.topology import Torus, parse as parse_topology
+from ..sim.golden.types import DType, ReduceOp, Status, dtype_bytes
+from .config import ConfigError, load_config
+from .driver import SyncAceDriver, status_name
+from .job import CQ_BASE, CQ_ENTRIES, DATA_BASE, SPILL_BASE, SQ_BASE, SQ_ENTRIES, engine_chunk_bytes, \
+    spill_entries_for
+
+__all__ = ["System", "Communicator", "Buffer", "Request", "SyncfabricError", "UsageError", "RegistrationError",
+           "CommunicatorError", "CollectiveError", "RequestTimeout", "ConfigError", "COLLECTIVES", "sub_topology"]
+
+#: The collectives of a :class:`Communicator`.
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier")
+#: Byte alignment of registered buffers (a beat of every engine profile).
+ALIGN = 64
+_COUNT_MAX = (1 << 32) - 1
+
+
+class SyncfabricError(Exception):
+    """Base of the host API's errors."""
+
+
+class UsageError(SyncfabricError, ValueError):
+    """A call the API refuses before posting anything (bad dtype, count, buffer, root, ...)."""
+
+
+class RegistrationError(SyncfabricError, ValueError):
+    """Memory registration failed (no window left, no memory left) or a buffer is not registered."""
+
+
+class CommunicatorError(SyncfabricError, ValueError):
+    """A communicator cannot be made (ranks that do not form a sub-topology, no engine id left) or is freed."""
+
+
+class RequestTimeout(SyncfabricError, TimeoutError):
+    """:meth:`Request.wait` ran out of time; the request is still pending and may be waited on again."""
+
+
+class CollectiveError(SyncfabricError):
+    """The engine completed a collective with an error status on some rank.
+
+    ``rank``: the first failing rank; ``status`` its status name (``"OUT_OF_WINDOW"``, ...), ``code`` the
+    numeric status, ``detail`` the completion's detail word, ``descriptor`` the descriptor that rank posted;
+    ``failures`` maps every failing rank to its ``(status, detail)``."""
+
+    def __init__(self, request, failures):
+        self.request = request
+        self.failures = failures
+        self.rank = min(failures)
+        self.status, self.detail = failures[self.rank]
+        self.code = int(Status[self.status]) if self.status in Status.__members__ else None
+        self.descriptor = request.descriptors[self.rank]
+        super().__init__(f"{request.collective} on {request.comm!r} failed: rank {self.rank} completed "
+                         f"{self.status} (detail {self.detail:#x})"
+                         + (f", {len(failures) - 1} more rank(s) failed" if len(failures) > 1 else "")
+                         + f"; descriptor {_short(self.descriptor)}")
+
+
+def _short(desc):
+    return ", ".join(f"{k}={v:#x}" if k in ("src", "dst") else f"{k}={v}" for k, v in desc.items()
+                     if k in ("collective", "dtype", "op", "flags", "comm", "root", "count", "src", "dst"))
+
+
+def _open_backend(config, progress=False):
+    if config.backend == "amaranth":
+        from ..tb.ace.stepped import SteppedSystem
+        return SteppedSystem(config.engine, config.topology, latency=config.latency, rate=config.rate,
+                             mem_bytes=config.memory_bytes, seed=config.seed)
+    from ..tb.ace.remote import RemoteSystem
+    return RemoteSystem(config.engine, config.topology, latency=config.latency, rate=config.rate,
+                        mem_bytes=config.memory_bytes, seed=config.seed, sim=config.backend, progress=progress)
+
+
+class Buffer:
+    """A registered region of ``nbytes`` at byte address ``addr`` on every endpoint (or a view into one)."""
+
+    def __init__(self, system, addr, nbytes, window=None, parent=None):
+        self.system, self.addr, self.nbytes = system, addr, nbytes
+        self.window, self.parent = window, parent
+        self._registered = parent is None
+
+    @property
+    def registered(self):
+        """True while the region (for a view: its parent) is registered."""
+        return self.parent.registered if self.parent is not None else self._registered
+
+    def view(self, offset, nbytes):
+        """The part ``[offset, offset + nbytes)`` of this buffer (shares its registration)."""
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise UsageError(f"view [{offset}, {offset + nbytes}) outside the buffer's {self.nbytes} bytes")
+        root = self.parent or self
+        return Buffer(self.system, self.addr + offset, nbytes, parent=root)
+
+    def _check(self, rank):
+        if not self.registered:
+            raise RegistrationError(f"{self!r} is not registered (deregistered)")
+        self.system._check_rank(rank)
+
+    def write(self, rank, data, offset=0):
+        """Write ``data`` (a numpy array, taken as its little-endian bytes, or bytes) at ``offset`` of endpoint
+        ``rank``'s copy."""
+        self._check(rank)
+        raw = np.ascontiguousarray(data).view(np.uint8).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        if offset < 0 or offset + len(raw) > self.nbytes:
+            raise UsageError(f"writing {len(raw)} bytes at offset {offset} overflows the {self.nbytes}-byte buffer")
+        self.system.transports[rank].write_mem(self.addr + offset, raw)
+
+    def read(self, rank, dtype=None, count=None, offset=0):
+        """Endpoint ``rank``'s copy: ``count`` elements of ``dtype`` (a syncfabric dtype name or numpy dtype;
+        None: raw bytes) from ``offset``."""
+        self._check(rank)
+        if dtype is None:
+            n = self.nbytes - offset if count is None else count
+            np_dtype = np.uint8
+        else:
+            np_dtype = _numpy_dtype(dtype)
+            size = np.dtype(np_dtype).itemsize
+            n = ((self.nbytes - offset) // size if count is None else count) * size
+        if offset < 0 or n < 0 or offset + n > self.nbytes:
+            raise UsageError(f"reading {n} bytes at offset {offset} overflows the {self.nbytes}-byte buffer")
+        raw = self.system.transports[rank].read_mem(self.addr + offset, n)
+        return np.frombuffer(raw, dtype=np_dtype).copy()
+
+    def __repr__(self):
+        kind = "view" if self.parent is not None else f"window {self.window}"
+        return f"Buffer({self.nbytes} B at {self.addr:#x}, {kind})"
+
+
+def _numpy_dtype(dtype):
+    if isinstance(dtype, str):
+        try:
+            dt = DType.parse(dtype)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        return {DType.FP32: np.float32, DType.FP16: np.float16, DType.INT32: np.int32,
+                DType.BF16: np.uint16}.get(dt, np.uint8)
+    return np.dtype(dtype)
+
+
+class Request:
+    """An outstanding collective. :meth:`wait` blocks (running the simulation) until every member rank has
+    completed it; :meth:`test` checks without blocking. After completion ``cycles`` is the engines' own
+    measure (descriptor fetch to completion, the largest over the ranks), ``elapsed_cycles`` the simulated
+    time from the first post to the last completion seen, ``contributors`` the count lane per rank;
+    ``chunk_bytes`` the engines' chunk size when it was posted (it fixes the reduction order)."""
+
+    def __init__(self, comm, collective, cookie, descriptors, post_cycle):
+        self.comm, self.collective, self.cookie = comm, collective, cookie
+        self.descriptors = descriptors          # rank -> descriptor dict
+        self.completions = {}                   # rank -> completion dict
+        self.post_cycle = post_cycle
+        self.done_cycle = None
+
+    @property
+    def done(self):
+        return len(self.completions) == len(self.descriptors)
+
+    @property
+    def cycles(self):
+        return max((c["cycles"] for c in self.completions.values()), default=0) if self.done else None
+
+    @property
+    def elapsed_cycles(self):
+        return None if self.done_cycle is None else self.done_cycle - self.post_cycle
+
+    @property
+    def time_us(self):
+        """:attr:`cycles` in microseconds at the system's clock."""
+        return None if not self.done else self.comm.system.config.cycles_to_us(self.cycles)
+
+    @property
+    def contributors(self):
+        return {r: c["contributors"] for r, c in sorted(self.completions.items())}
+
+    def test(self):
+        """True if every rank has completed (raises :class:`CollectiveError` if one failed)."""
+        self.comm.system.progress()
+        return self._result()
+
+    def wait(self, timeout_cycles=None, timeout_us=None):
+        """Block until done; raises :class:`RequestTimeout` after ``timeout_cycles`` simulated cycles (or
+        ``timeout_us`` microseconds at the system clock; None: no limit), :class:`CollectiveError` if a rank
+        failed. Returns the request."""
+        system = self.comm.system
+        if timeout_us is not None:
+            timeout_cycles = int(timeout_us * system.config.clock_mhz)
+        start = system.now
+        while True:
+            system.progress()
+            if self._result():
+                return self
+            waiting = sorted(set(self.descriptors) - set(self.completions))
+            left = None
+            if timeout_cycles is not None:
+                left = timeout_cycles - (system.now - start)
+                if left <= 0:
+                    raise RequestTimeout(f"{self.collective} on {self.comm!r}: ranks {waiting} have not completed "
+                                         f"after {timeout_cycles} cycles")
+            system._wait_irq(waiting[0], left)
+
+    def _result(self):
+        if not self.done:
+            return False
+        bad = {r: (c["status_name"], c["detail"]) for r, c in self.completions.items() if c["status"] != Status.OK}
+        if bad:
+            raise CollectiveError(self, bad)
+        return True
+
+    def __repr__(self):
+        state = "done" if self.done else f"{len(self.completions)}/{len(self.descriptors)} ranks done"
+        return f"Request({self.collective} on {self.comm!r}, {state})"
+
+
+class Communicator:
+    """Ranks ``ranks`` (system ranks, in communicator-rank order) on ``topology`` with engine id ``comm_id``.
+    Collectives follow NCCL's conventions for ``count`` (elements per rank; the output count of
+    reduce-scatter, the input count of all-gather, the count per peer of all-to-all)."""
+
+    def __init__(self, system, comm_id, ranks, topology):
+        self.system, self.id, self.ranks = system, comm_id, tuple(ranks)
+        self.topology = parse_topology(topology)
+        self.size = len(self.ranks)
+        self.loaded = set()             # (collective, root) with programs on the engines
+        self.freed = False
+        self._tags = itertools.count(1)
+
+    def __repr__(self):
+        return f"Communicator({self.id}, {self.topology.spec}, ranks {list(self.ranks)})"
+
+    # -- collectives -----------------------------------------------------------------------------------------
+    def allreduce(self, send, recv, count, dtype="fp32", op="sum", *, null_ranks=()):
+        """Every rank gets the reduction of all ranks' ``count`` elements. ``recv=None`` or ``recv is send``:
+        in place. ``null_ranks`` (communicator ranks) contribute nothing (partial all-reduce, op sum only);
+        each completion's ``contributors`` says how many did."""
+        return self._post("allreduce", send, recv, count, dtype, op, null_ranks=null_ranks)
+
+    def reduce_scatter(self, send, recv, count, dtype="fp32", op="sum", *, null_ranks=()):
+        """Rank r gets segment r (``count`` elements) of the reduction of every rank's ``size * count``."""
+        return self._post("reduce_scatter", send, recv, count, dtype, op, null_ranks=null_ranks)
+
+    def allgather(self, send, recv, count, dtype="fp32"):
+        """Every rank gets all ranks' ``count`` elements, in rank order."""
+        return self._post("allgather", send, recv, count, dtype, "sum")
+
+    def alltoall(self, send, recv, count, dtype="fp32"):
+        """Segment d (``count`` elements) of rank s's send buffer lands in segment s of rank d's receive buffer."""
+        return self._post("alltoall", send, recv, count, dtype, "sum")
+
+    def broadcast(self, send, recv, count, dtype="fp32", *, root=0):
+        """Every rank gets ``root``'s ``count`` elements (``send`` is read on the root only)."""
+        return self._post("broadcast", send, recv, count, dtype, "sum", root=root)
+
+    def reduce(self, send, recv, count, dtype="fp32", op="sum", *, root=0, null_ranks=()):
+        """``root`` gets the reduction of every rank's ``count`` elements (``recv`` is written on the root)."""
+        return self._post("reduce", send, recv, count, dtype, op, root=root, null_ranks=null_ranks)
+
+    def barrier(self):
+        """Completes on every rank once all ranks have entered it."""
+        return self._post("barrier", None, None, 0, "fp32", "sum")
+
+    def prepare(self, *collectives, roots=(0,)):
+        """Load the programs of ``collectives`` (all seven by default) now rather than at first use (loading
+        waits for every outstanding request of the system)."""
+        for coll in collectives or COLLECTIVES:
+            for root in (roots if coll in ("broadcast", "reduce") else (0,)):
+                self.system._ensure_program(self, coll, root)
+
+    def free(self):
+        """Release the engine communicator id (waits for the communicator's outstanding requests)."""
+        self.system._free_comm(self)
+
+    # -- posting ---------------------------------------------------------------------------------------------
+    def _post(self, coll, send, recv, count, dtype, op, *, root=0, null_ranks=()):
+        system = self.system
+        if self.freed:
+            raise CommunicatorError(f"{self!r} has been freed")
+        try:
+            dt, rop = DType.parse(dtype), ReduceOp.parse(op)
+        except ValueError as e:
+            raise UsageError(f"{coll}: {e}") from None
+        lo = 0 if coll == "barrier" else 1          # the engine rejects an empty collective (ZERO_COUNT)
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not lo <= count <= _COUNT_MAX:
+            raise UsageError(f"{coll}: count must be an integer in {lo}..{_COUNT_MAX}, got {count!r}")
+        count = int(count)
+        if coll in ("broadcast", "reduce") and not (isinstance(root, int) and 0 <= root < self.size):
+            raise UsageError(f"{coll}: root {root!r} is not a rank of {self!r} (0..{self.size - 1})")
+        null = sorted(set(null_ranks))
+        if null:
+            if coll not in NULL_COLLECTIVES or rop != ReduceOp.SUM:
+                raise UsageError(f"{coll}: null contributions need {', '.join(NULL_COLLECTIVES)} with op sum")
+            if any(not 0 <= r < self.size for r in null):
+                raise UsageError(f"{coll}: null ranks {null} outside 0..{self.size - 1}")
+        eb = dtype_bytes(dt)
+        in_place = coll != "barrier" and (recv is None or recv is send)
+        if in_place and coll == "alltoall":
+            raise UsageError("alltoall: in-place is not supported; pass a separate receive buffer")
+        addrs = {}
+        for cr, sr in enumerate(self.ranks):
+            n_in, n_out = buffer_counts(coll, count, self.size, cr, root)
+            src = dst = 0
+            if coll != "barrier":
+                buf = send if send is not None else recv
+                for what, b in (("send", send), ("recv", recv if not in_place else send)):
+                    if b is None and ((what == "send" and n_in) or (what == "recv" and n_out)):
+                        raise UsageError(f"{coll}: rank {cr} needs a {what} buffer")
+                    if b is not None:
+                        if not isinstance(b, Buffer) or b.system is not system:
+                            raise RegistrationError(f"{coll}: the {what} buffer is not a Buffer of this system "
+                                                    f"(register memory with System.register)")
+                        if not b.registered:
+                            raise RegistrationError(f"{coll}: the {what} buffer {b!r} is not registered")
+                        if b.addr % eb:
+                            raise UsageError(f"{coll}: the {what} buffer at {b.addr:#x} is not aligned to the "
+                                             f"{eb}-byte {dt.name.lower()} element")
+                if in_place:
+                    if buf is None:
+                        raise UsageError(f"{coll}: no buffer given")
+                    seg = count * eb
+                    need = max(n_in, n_out) * eb
+                    if buf.nbytes < need:
+                        raise UsageError(f"{coll}: in place, rank {cr} needs {need} bytes, the buffer has "
+                                         f"{buf.nbytes}")
+                    src = dst = buf.addr
+                    if coll == "reduce_scatter":
+                        dst = buf.addr + cr * seg
+                    elif coll == "allgather":
+                        src = buf.addr + cr * seg
+                else:
+                    if n_in and send.nbytes < n_in * eb:
+                        raise UsageError(f"{coll}: rank {cr} sends {n_in * eb} bytes ({n_in} x {dt.name.lower()}), "
+                                         f"the send buffer has {send.nbytes}")
+                    if n_out and recv.nbytes < n_out * eb:
+                        raise UsageError(f"{coll}: rank {cr} receives {n_out * eb} bytes, the receive buffer has "
+                                         f"{recv.nbytes}")
+                    src = send.addr if send is not None else 0
+                    dst = recv.addr if recv is not None else 0
+            addrs[sr] = (src, dst, cr)
+        system._ensure_program(self, coll, root if coll in ("broadcast", "reduce") else 0)
+        system._check_landing(self, coll, root, count, eb)
+        cookie = next(system._cookies)
+        tag = next(self._tags) & 0xFFFF
+        descs = {}
+        for sr, (src, dst, cr) in addrs.items():
+            descs[sr] = {
+                "collective": coll, "algorithm": 0, "dtype": dt, "op": rop,
+                "flags": (DescFlags.IN_PLACE if in_place else 0) | (DescFlags.NULL if cr in null else 0),
+                "comm": self.id, "root": root, "tag": tag, "count": count, "src": src, "dst": dst,
+                "cookie": cookie,
+            }
+        req = Request(self, coll, cookie, descs, system.now)
+        req.chunk_bytes = system.chunk_bytes
+        system._requests[cookie] = req
+        for sr, desc in descs.items():
+            system.drivers[sr].post(desc)
+        return req
+
+
+def sub_topology(topology, ranks):
+    """The topology spec a communicator of the ranks ``ranks`` of ``topology`` runs on. They must form a
+    sub-topology the links connect directly: all ranks, or on a torus the ranks of a line or a plane (every
+    rank sharing the coordinates of the dimensions left out), which is a torus with those dimensions of size
+    1 using the same ports. Raises :class:`CommunicatorError` otherwise."""
+    topo = parse_topology(topology)
+    ranks = sorted(set(ranks))
+    n = topo.n_endpoints
+    if ranks == list(range(n)):
+        return topo.spec
+    if isinstance(topo, Torus) and len(ranks) > 1 and all(0 <= r < n for r in ranks):
+        dims = topo.dims
+
+        def coords(r):
+            return (r % dims[0], r // dims[0] % dims[1], r // (dims[0] * dims[1]))
+        cs = [coords(r) for r in ranks]
+        varying = [len({c[d] for c in cs}) > 1 for d in range(3)]
+        members = [r for r in range(n) if all(varying[d] or coords(r)[d] == cs[0][d] for d in range(3))]
+        if members == ranks:
+            return "torus:{}x{}x{}".format(*(dims[d] if varying[d] else 1 for d in range(3)))
+    raise CommunicatorError(f"ranks {ranks} do not form a sub-topology of {topo.spec} its links connect "
+                            f"directly (all ranks, or a line or plane of a torus)")
+
+
+class System:
+    """An emulated system built from ``config`` (a YAML path, YAML text, a dict or a
+    :class:`~syncfabric.host.config.SystemConfig`; ``overrides`` replace top-level keys, e.g.
+    ``backend="verilator"``). ``progress``: say what is happening while a simulator model builds. Use it as a
+    context manager, or call :meth:`close`."""
+
+    def __init__(self, config=None, *, progress=False, **overrides):
+        from .config import SystemConfig
+        self.config = config if isinstance(config, SystemConfig) and not overrides else load_config(
+            config.source if isinstance(config, SystemConfig) else config, **overrides)
+        cfg = self.config.engine
+        self.backend = _open_backend(self.config, progress)
+        self.transports = list(self.backend.transports)
+        self.drivers = [SyncAceDriver(t, cfg) for t in self.transports]
+        self.size = len(self.drivers)
+        for drv in self.drivers:
+            drv.check_config()
+            drv.configure(SQ_BASE, SQ_ENTRIES, CQ_BASE, CQ_ENTRIES)
+            drv.set_spill_window(SPILL_BASE, spill_entries_for(cfg))
+        self.chunk_bytes = None
+        self._heap = [(DATA_BASE, self.config.memory_bytes - DATA_BASE)]     # free (base, size), sorted
+        self._windows = list(range(cfg.n_windows))
+        self._buffers = []
+        self._comm_ids = list(range(cfg.n_comms))
+        self._requests = {}             # cookie -> Request, outstanding
+        self._cookies = itertools.count(1)
+        self._programs = {}             # (comm id, collective, root) -> head program
+        self.world = self._new_comm(list(range(self.size)), self.config.topology)
+
+    # -- context -------------------------------------------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Stop the simulation (outstanding requests are abandoned)."""
+        self.backend.close()
+
+    @property
+    def now(self):
+        """Simulated clock cycles so far."""
+        return self.backend.now
+
+    def advance(self, cycles):
+        """Let ``cycles`` clock cycles pass without host activity (the engines keep running): an emulated
+        compute phase."""
+        self.backend.idle(cycles)
+
+    def _check_rank(self, rank):
+        if not (isinstance(rank, (int, np.integer)) and 0 <= rank < self.size):
+            raise UsageError(f"rank {rank!r} is not an endpoint of {self.config.topology} (0..{self.size - 1})")
+
+    # -- memory ----------------------------------------------------------------------------------------------
+    def register(self, nbytes):
+        """Allocate and register ``nbytes`` on every endpoint (the same address everywhere); returns a
+        :class:`Buffer`. Claims one engine memory window per endpoint."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
+            raise UsageError(f"register: expected a positive byte count, got {nbytes!r}")
+        if not self._windows:
+            raise RegistrationError(f"register: all {self.config.engine.n_windows} memory windows of the engines "
+                                    f"are in use; register fewer, larger buffers and use Buffer.view")
+        size = -(-int(nbytes) // ALIGN) * ALIGN
+        for k, (base, free) in enumerate(self._heap):
+            if free >= size:
+                break
+        else:
+            raise RegistrationError(f"register: no {size} contiguous bytes left in the endpoints' "
+                                    f"{self.config.memory_bytes}-byte memories (memory.bytes)")
+        self._heap[k] = (base + size, free - size)
+        if free == size:
+            del self._heap[k]
+        window = self._windows.pop(0)
+        for drv in self.drivers:
+            drv.add_window(window, base, size)
+        buf = Buffer(self, base, int(nbytes), window)
+        self._buffers.append(buf)
+        return buf
+
+    def deregister(self, buf):
+        """Release ``buf`` (its window and memory). Refused while an outstanding request uses it."""
+        if not isinstance(buf, Buffer) or buf.parent is not None or buf.system is not self:
+            raise RegistrationError(f"deregister: {buf!r} is not a buffer this system registered")
+        if not buf._registered:
+            raise RegistrationError(f"deregister: {buf!r} is already deregistered")
+        size = -(-buf.nbytes // ALIGN) * ALIGN
+        for req in self._requests.values():
+            for d in req.descriptors.values():
+                if buf.addr <= d["src"] < buf.addr + size or buf.addr <= d["dst"] < buf.addr + size:
+                    raise RegistrationError(f"deregister: {req!r} still uses {buf!r}; wait for it first")
+        for drv in self.drivers:
+            drv.add_window(buf.window, 0, 0)
+        buf._registered = False
+        self._windows.append(buf.window)
+        self._buffers.remove(buf)
+        self._heap.append((buf.addr, size))
+        self._heap.sort()
+        merged = []
+        for base, n in self._heap:
+            if merged and merged[-1][0] + merged[-1][1] == base:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((base, n))
+        self._heap = merged
+
+    # -- communicators ---------------------------------------------------------------------------------------
+    def split(self, ranks):
+        """A communicator of the system ranks ``ranks`` (see :func:`sub_topology` for the rank sets that
+        work). Communicator rank order is the system rank order."""
+        ranks = sorted(set(int(r) for r in ranks))
+        for r in ranks:
+            self._check_rank(r)
+        return self._new_comm(ranks, sub_topology(self.config.topology, ranks))
+
+    def _new_comm(self, ranks, topology):
+        if not self._comm_ids:
+            raise CommunicatorError(f"all {self.config.engine.n_comms} engine communicators are in use; free one "
+                                    f"first (Communicator.free)")
+        return Communicator(self, self._comm_ids.pop(0), ranks, topology)
+
+    def _free_comm(self, comm):
+        if comm.freed:
+            raise CommunicatorError(f"{comm!r} is already freed")
+        if comm is self.world:
+            raise CommunicatorError("the world communicator cannot be freed")
+        for req in list(self._requests.values()):
+            if req.comm is comm:
+                req.wait()
+        for sr in comm.ranks:
+            self.drivers[sr].write_fields("COMM_CFG", comm.id, enable=0)
+        for key in [k for k in self._programs if k[0] == comm.id]:
+            del self._programs[key]
+        comm.freed = True
+        self._comm_ids.append(comm.id)
+
+    # -- programs --------------------------------------------------------------------------------------------
+    def _ensure_program(self, comm, coll, root):
+        if (coll, root) in comm.loaded:
+            return
+        progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
+        head = progs[0]
+        try:
+            chunk = engine_chunk_bytes(self.config.engine, head.n_blocks, segments=head.segments,
+                                       n_slots=head.n_slots)
+        except ValueError as e:
+            raise UsageError(f"{coll} on {comm!r}: {e}") from None
+        # the engines must be idle: programs, partitions and CHUNK_BEATS change under no command
+        for req in list(self._requests.values()):
+            req.wait()
+        wanted = sorted(comm.loaded | {(coll, root)})
+        for cr, sr in enumerate(comm.ranks):
+            table = {}
+            for c, rt in wanted:
+                p = generate(c, default_algorithm(c, comm.topology), comm.topology, root=rt)[cr]
+                if c in ("broadcast", "reduce"):
+                    table.setdefault(c, []).append(p)
+                else:
+                    table[c] = p
+            try:
+                self.drivers[sr].configure_comm(comm.id, cr, comm.size, table, comm.topology)
+            except (ValueError, MemoryError) as e:
+                raise UsageError(f"{coll} on {comm!r}: its programs do not fit the engine ({e})") from None
+        comm.loaded.add((coll, root))
+        self._programs[(comm.id, coll, root)] = head
+        new_chunk = min(chunk, self.chunk_bytes or chunk)
+        if new_chunk != self.chunk_bytes:
+            self.chunk_bytes = new_chunk
+            for drv in self.drivers:
+                drv.write("CHUNK_BEATS", new_chunk // self.config.engine.beat_bytes)
+
+    def _check_landing(self, comm, coll, root, count, eb):
+        cfg = self.config.engine
+        head = self._programs[(comm.id, coll, root)]
+        d = decomposition_for(coll, comm.size, max(1, count), eb, head.n_blocks, self.chunk_bytes,
+                              cfg.packet_bytes, cfg.beat_bytes)
+        beats = max(1, -(-d.slot_bytes // cfg.beat_bytes))
+        progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
+        stuck = landing_deadlock(progs, comm.topology, cfg.landing_headers, cfg.landing_beats, beats)
+        if stuck:
+            raise UsageError(f"{coll} on {comm!r} needs more landing buffer space per port and FSM than the "
+                             f"engine has (landing_headers {cfg.landing_headers}); it would never finish")
+
+    # -- completions -----------------------------------------------------------------------------------------
+    def progress(self):
+        """Collect the completions every endpoint has written and hand them to their requests."""
+        ranks = sorted({r for req in self._requests.values() for r in req.descriptors if r not in req.completions})
+        for r in ranks:
+            self._collect(r)
+
+    def _collect(self, rank):
+        for cpl in self.drivers[rank].poll():
+            req = self._requests.get(cpl["cookie"])
+            if req is None:
+                continue
+            req.completions[rank] = cpl
+            if req.done:
+                req.done_cycle = self.now
+                del self._requests[req.cookie]
+
+    def _wait_irq(self, rank, timeout_cycles):
+        drv = self.drivers[rank]
+        drv.write("IRQ", IRQ_CPL | IRQ_ERROR)   # clear, then look again: nothing that lands in between is lost
+        self._collect(rank)
+        if any(rank in req.descriptors and rank not in req.completions for req in self._requests.values()):
+            self.transports[rank].wait_irq(timeout_cycles)
+
+    @property
+    def outstanding(self):
+        """Requests posted and not yet completed."""
+        return list(self._requests.values())

@@ -1,0 +1,64 @@
+"""System configuration files: defaults, overrides, and a clear error naming the key for every bad value."""
+
+from fractions import Fraction
+
+import pytest
+
+from syncfabric.host.config import ConfigError, load_config, parse_bytes
+
+
+def test_defaults_and_a_full_file(tmp_path):
+    c = load_config({"topology": "ring:4"})
+    assert (c.topology, c.backend, c.clock_mhz, c.memory_bytes) == ("ring:4", "amaranth", 1000.0, 1 << 20)
+    assert c.engine.beat_bytes == 16 and c.latency is None and c.rate is None
+    path = tmp_path / "sys.yaml"
+    path.write_text("topology: torus:2x2x1\nbackend: verilator\nclock_mhz: 500\nseed: 7\n"
+                    "engine:\n  profile: medium\n  landing_headers: 8\n"
+                    "links:\n  latency: 20\n  rate: 1/8\nmemory:\n  bytes: 2MiB\n")
+    c = load_config(str(path))
+    assert c.topology == "torus:2x2x1" and c.backend == "verilator" and c.seed == 7
+    assert c.engine.n_fsms == 8 and c.engine.landing_headers == 8 and c.engine.n_ports == 6
+    assert c.latency == 20 and c.rate == Fraction(1, 8) and c.memory_bytes == 2 << 20
+    assert c.cycles_to_us(1000) == 2.0
+    assert load_config(str(path), backend="icarus").backend == "icarus"
+
+
+@pytest.mark.parametrize("raw, key", [
+    ({}, "topology: required"),
+    ({"topology": "ring:1x"}, "topology:"),
+    ({"topology": 4}, "topology: expected a string"),
+    ({"topology": "ring:4", "colour": 1}, "colour: unknown key"),
+    ({"topology": "ring:4", "backend": "modelsim"}, "backend: expected one of"),
+    ({"topology": "ring:4", "clock_mhz": 0}, "clock_mhz"),
+    ({"topology": "ring:4", "engine": {"profile": "huge"}}, "engine.profile"),
+    ({"topology": "ring:4", "engine": {"n_fsms": "four"}}, "engine.n_fsms: expected an integer"),
+    ({"topology": "ring:4", "engine": {"n_fsm": 4}}, "engine.n_fsm: unknown key"),
+    ({"topology": "ring:4", "engine": {"n_fsms": 3}}, "engine: bad ACE configuration"),
+    ({"topology": "ring:4", "engine": []}, "engine: expected a mapping"),
+    ({"topology": "ring:4", "seed": "x"}, "seed: expected an integer"),
+    ({"topology": "ring:4", "links": {"latency": 0}}, "links.latency: must be at least 1"),
+    ({"topology": "ring:4", "links": {"rate": 2}}, "links.rate"),
+    ({"topology": "ring:4", "links": {"rate": "fast"}}, "links.rate"),
+    ({"topology": "ring:4", "memory": {"bytes": "lots"}}, "memory.bytes: expected a size"),
+    ({"topology": "ring:4", "memory": {"bytes": 4096}}, "memory.bytes: at least"),
+    ({"topology": "ring:4", "memory": {"bytes": "8GiB"}}, "32-bit addresses"),
+])
+def test_bad_configurations_name_the_key(raw, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("(", r"\(")):
+        load_config(raw)
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config("topology: [ring:4\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config("- a\n- b\n")
+
+
+def test_sizes():
+    assert parse_bytes("64K") == 65536 and parse_bytes("1MiB") == 1 << 20 and parse_bytes(4096) == 4096
+    for bad in ("-1", "1 parsec", True, 0, 1.5):
+        with pytest.raises(ConfigError):
+            parse_bytes(bad)

@@ -5,6 +5,9 @@
 ``simspeed``    the same job on each simulator: simulated cycles per wall second.
 ``sweep``       chunk buffers x FSMs on one build (through the PART and FSM_LIMIT registers): where extra SRAM
                 and FSMs stop paying (the shape of ACE Fig. 9a).
+``transports``  the host API's backends on the same all-reduces: simulated cycles per wall second and the
+                host's own wall time per collective (driver, API and transport: everything outside the
+                simulator).
 
 Every run checks every output byte against the golden model; a failing run is reported and makes the command
 exit non-zero.
@@ -16,7 +19,7 @@ import time
 
 from .run import passed, run_collective
 
-__all__ = ["bench_efficiency", "bench_simspeed", "bench_sweep", "busbw", "main"]
+__all__ = ["bench_efficiency", "bench_simspeed", "bench_sweep", "bench_transports", "busbw", "main"]
 
 
 def busbw(r):
@@ -115,6 +118,55 @@ COLUMNS = [
 ]
 
 
+def bench_transports(backends=("amaranth", "verilator", "icarus"), topology="ring:2", nbytes=4096, repeats=5,
+                     config="small", latency=10, progress=True):
+    """The same ``repeats`` all-reduces of ``nbytes`` per NPU through the host API on each backend. Per
+    backend: ``cycles_per_s`` (simulated cycles over the wall time spent in the simulator),
+    ``host_ms_per_collective`` (wall time outside the simulator per collective: the API, the driver's
+    register and memory traffic, the transport), the collective's ``cycles`` (the same on every backend) and
+    the start-up time (elaboration or build, bring-up)."""
+    import numpy as np
+
+    from .system import System
+
+    rows = []
+    for backend in backends:
+        t0 = time.monotonic()
+        with System({"topology": topology, "engine": {"profile": config}, "links": {"latency": latency}},
+                    backend=backend, progress=progress) as system:
+            start_s = time.monotonic() - t0
+            count = nbytes // 4
+            a, b = system.register(nbytes), system.register(nbytes)
+            for r in range(system.size):
+                a.write(r, np.arange(count, dtype=np.float32))
+            system.world.allreduce(a, b, count).wait()          # load the program outside the measurement
+            sim0, cyc0, w0 = system.backend.sim_seconds, system.now, time.monotonic()
+            cycles = [system.world.allreduce(a, b, count).wait().cycles for _ in range(repeats)]
+            wall = time.monotonic() - w0
+            sim_s = system.backend.sim_seconds - sim0
+            sim_cycles = system.now - cyc0
+        rows.append({"backend": backend, "topology": topology, "bytes": nbytes, "repeats": repeats,
+                     "cycles": cycles[-1], "sim_cycles": sim_cycles, "cycles_per_s": round(sim_cycles / sim_s, 1),
+                     "host_ms_per_collective": round(1e3 * (wall - sim_s) / repeats, 2),
+                     "wall_s_per_collective": round(wall / repeats, 3), "startup_s": round(start_s, 1),
+                     "passed": len(set(cycles)) == 1})
+        if progress:
+            print(f"  {backend}: {rows[-1]['cycles_per_s']:.0f} cycles/s, host {rows[-1]['host_ms_per_collective']}"
+                  f" ms per collective", flush=True)
+    return rows
+
+
+TRANSPORT_COLUMNS = [
+    ("backend", lambda r: r["backend"]),
+    ("all-reduce", lambda r: f"{r['bytes']} B on {r['topology']}"),
+    ("cycles", lambda r: str(r["cycles"])),
+    ("simulated cycles/s", lambda r: f"{r['cycles_per_s']:,.0f}"),
+    ("host ms per collective", lambda r: f"{r['host_ms_per_collective']:.2f}"),
+    ("wall s per collective", lambda r: f"{r['wall_s_per_collective']:.3f}"),
+    ("start-up s", lambda r: f"{r['startup_s']:.1f}"),
+]
+
+
 def main(args):
     """Run the benchmark ``args.bench`` with the parsed command line options; print a table."""
     sizes = args.bytes or [1 << 20]
@@ -123,6 +175,15 @@ def main(args):
     if args.bench == "efficiency":
         rows = bench_efficiency(args.config, sizes, args.topology or ["ring:8", "bidir-ring:8"], args.latency,
                                 args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes)
+    elif args.bench == "transports":
+        rows = bench_transports([args.backend] if args.backend else ["amaranth", "verilator", "icarus"],
+                                (args.topology or ["ring:2"])[0], sizes[0] if args.bytes else 4096,
+                                config=args.config, latency=args.latency)
+        print(_table(rows, TRANSPORT_COLUMNS))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=2)
+        return 0 if all(r["passed"] for r in rows) else 1
     elif args.bench == "simspeed":
         rows = bench_simspeed(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                               [args.backend] if args.backend else ["verilator", "icarus"])

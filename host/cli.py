@@ -110,7 +110,7 @@ def _cmd_bench(args):
     try:
         if args.bench in BENCH_COLLECTIVES:
             return nccl_main(args)
-        args.config = args.config or "paper"
+        args.config = args.config or ("small" if args.bench == "transports" else "paper")
         args.latency = 10 if args.latency is None else args.latency
         return bench_main(args)
     except (ValueError, RuntimeError) as exc:
@@ -138,12 +138,15 @@ def main(argv=None):
         description="syncfabric bench COLLECTIVE -b MIN -e MAX -f FACTOR prints nccl-tests' table for a size sweep "
                     "through the host API (every result checked: #wrong); efficiency, simspeed and sweep are the "
                     "engine benchmarks of docs/results.md.")
-    p_bench.add_argument("bench", choices=list(BENCH_COLLECTIVES) + ["efficiency", "simspeed", "sweep"],
+    p_bench.add_argument("bench", choices=list(BENCH_COLLECTIVES) + ["efficiency", "simspeed", "sweep",
+                                                                     "transports"],
                          help="a collective (nccl-tests style sweep), or efficiency: all-reduce against the link "
                               "bound on uni- and bidirectional rings; simspeed: simulated cycles/s per simulator; "
-                              "sweep: chunk buffers x FSMs")
+                              "sweep: chunk buffers x FSMs; transports: the host API's backends (simulated "
+                              "cycles/s, host time per collective)")
     p_bench.add_argument("--config", default=None, choices=list(PROFILES),
-                         help="engine configuration (default: small for collective sweeps, paper otherwise)")
+                         help="engine configuration (default: small for collective sweeps and transports, paper "
+                              "otherwise)")
     p_bench.add_argument("--system", metavar="FILE", help="collective sweeps: the system's YAML configuration "
                                                            "(docs/api.md); --topology/--backend override it")
     p_bench.add_argument("-b", "--minbytes", type=parse_size, default=8, help="smallest size (default 8)")

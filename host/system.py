@@ -466,9 +466,26 @@ class System:
         return self.backend.now
 
     def advance(self, cycles):
-        """Let ``cycles`` clock cycles pass without host activity (the engines keep running): an emulated
-        compute phase."""
+        """Let ``cycles`` clock cycles pass without host activity (the engines keep running)."""
         self.backend.idle(cycles)
+
+    def set_npu_share(self, share, ranks=None):
+        """From now on each NPU of ``ranks`` (default all) takes ``share`` (0..1) of its memory port for its
+        own compute: the engine gets about ``1 - share`` of the port's beats (``docs/api.md``)."""
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
+            raise UsageError(f"memory share {share!r} must be a number in [0, 1)")
+        for r in (range(self.size) if ranks is None else ranks):
+            self._check_rank(r)
+            self.backend.set_npu_share(r, share)
+
+    def compute(self, cycles, share=0.5, ranks=None):
+        """An emulated compute phase: ``cycles`` clock cycles during which the NPUs of ``ranks`` (default
+        all) take ``share`` of their memory ports; collectives in flight keep running on what is left."""
+        self.set_npu_share(share, ranks)
+        try:
+            self.advance(cycles)
+        finally:
+            self.set_npu_share(0.0, ranks)
 
     def _check_rank(self, rank):
         if not (isinstance(rank, (int, np.integer)) and 0 <= rank < self.size):

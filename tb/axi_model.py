@@ -23,6 +23,10 @@ the address handshake (after the last W beat) plus ``latency`` (``write_latency`
 cycles; after that, every cycle has a ``valid_prob`` chance to present the next beat, and
 ARREADY/AWREADY/WREADY are high with probability ``ready_prob`` in each cycle. With the defaults (no latency,
 probabilities 1) the RAM moves one beat per cycle on every channel.
+
+``npu_share`` (0 by default, settable at any time) models the NPU's own compute competing for the memory port:
+in each cycle every channel is taken by the NPU with that probability (its READY and VALID stay low for the
+engine), so the engine gets about ``1 - npu_share`` of the port's beats.
 """
 
 import random
@@ -69,6 +73,7 @@ class AxiRamModel:
         self.max_reads_in_flight = self.max_writes_in_flight = 0
         self.r_stalls = self.b_stalls = 0
         self.cycles = 0
+        self.npu_share = 0.0
 
     # ---- back door ----------------------------------------------------------------------------------------
     def read(self, addr, length):
@@ -97,11 +102,14 @@ class AxiRamModel:
             sim.add_process(self._write_process)
 
     # ---- protocol helpers ---------------------------------------------------------------------------------
+    def _npu_takes(self):
+        return self.npu_share > 0 and self.rng.random() < self.npu_share
+
     def _ready(self):
-        return self.ready_prob >= 1.0 or self.rng.random() < self.ready_prob
+        return not self._npu_takes() and (self.ready_prob >= 1.0 or self.rng.random() < self.ready_prob)
 
     def _offer(self):
-        return self.valid_prob >= 1.0 or self.rng.random() < self.valid_prob
+        return not self._npu_takes() and (self.valid_prob >= 1.0 or self.rng.random() < self.valid_prob)
 
     def _check_burst(self, kind, addr, length, size, burst):
         beats = length + 1

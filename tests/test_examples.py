@@ -27,6 +27,13 @@ def test_sweep_example(capsys):
     assert "# Out of bounds values : 0 OK" in capsys.readouterr().out
 
 
+@pytest.mark.cocotb
+def test_training_overlap_example(capsys):
+    assert _load("training_overlap").main(["--shares", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "exposed" in out and out.count("0.50") == 2
+
+
 def test_every_example_is_tested():
-    tested = {"allreduce", "sweep"}
+    tested = {"allreduce", "sweep", "training_overlap"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested

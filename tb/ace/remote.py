@@ -52,6 +52,7 @@ class RemoteSystem:
         self._error = None
         self._conn = None
         self._closed = False
+        self.sim_seconds = 0.0      # wall time the server spent in the simulator, as it reports
 
         def simulate():
             try:
@@ -95,10 +96,11 @@ class RemoteSystem:
             raise TransportError("the simulation is closed")
         try:
             self._conn.send((op, rank) + args)
-            status, value = self._conn.recv()
+            status, value, sim_s = self._conn.recv()
         except (EOFError, OSError) as e:
             self._closed = True
             raise TransportError(f"the {self.sim} simulation went away ({e}; see {self.log_file})") from None
+        self.sim_seconds += sim_s
         if status != "ok":
             raise TransportError(f"{op} on rank {rank}: {value}")
         return value
@@ -108,10 +110,14 @@ class RemoteSystem:
         if cycles > 0:
             self.call("idle", 0, int(cycles))
 
+    def set_npu_share(self, rank, share):
+        """The share of endpoint ``rank``'s memory port its NPU's compute takes from now on (0..1)."""
+        self.call("npu_share", rank, float(share))
+
     @property
     def now(self):
         """Clock cycles simulated so far."""
-        return self.call("cycles")
+        return int(self.call("cycles"))
 
     def close(self):
         """End the simulation and, if it ran cleanly, remove its run directory and log (the build stays cached)."""

@@ -12,6 +12,8 @@ This is the backend of :class:`syncfabric.host.system.System` with ``backend: am
 simulator is needed at all. It is slow (a few hundred cycles per second for small engines).
 """
 
+import time
+
 from amaranth.sim import Simulator
 
 from ...hdl.system.top import AceSystem
@@ -41,6 +43,8 @@ class SteppedSystem:
         self._request = None
         self._answer = None
         self._closed = False
+        self.sim_seconds = 0.0      # wall time spent advancing the simulation
+        self.sim_cycles = 0
         self._vcd = None
         sim.add_testbench(self._bridge, background=True)
         if vcd:
@@ -75,8 +79,12 @@ class SteppedSystem:
         if self._closed:
             raise TransportError("the simulation is closed")
         self._request, self._answer = (rank, op, args), None
+        t0 = time.perf_counter()
+        start = self.clock.now
         while self._answer is None:
             self.sim.advance()
+        self.sim_seconds += time.perf_counter() - t0
+        self.sim_cycles += self.clock.now - start
         ok, value = self._answer
         self._answer = None
         if not ok:
@@ -87,6 +95,10 @@ class SteppedSystem:
         """Let the engines run ``cycles`` clock cycles without host activity (an emulated compute phase)."""
         if cycles > 0:
             self.call(0, "idle", int(cycles))
+
+    def set_npu_share(self, rank, share):
+        """The share of endpoint ``rank``'s memory port its NPU's compute takes from now on (0..1)."""
+        self.rams[rank].npu_share = float(share)
 
     @property
     def now(self):

@@ -7,9 +7,12 @@ models, idle time - until the host says ``close``.
 While it waits for the next request the simulator is blocked, so simulated time passes only while the host
 waits on the engines (as with the Amaranth backend). The host side is
 :class:`syncfabric.tb.ace.remote.RemoteSystem`; the protocol is pickled tuples over a
-``multiprocessing.connection`` socket: ``(op, rank, *args)`` in, ``("ok", value)`` or ``("err", message)`` out.
+``multiprocessing.connection`` socket: ``(op, rank, *args)`` in, ``("ok", value, seconds)`` or ``("err", message,
+seconds)`` out, ``seconds`` being the wall time the request spent in the simulator.
 """
 
+import random
+import time
 from multiprocessing.connection import Client
 
 import cocotb
@@ -20,6 +23,21 @@ from .test_system import SystemTB
 
 #: Requests the server performs on an endpoint's transport.
 TRANSPORT_OPS = ("read_reg", "write_reg", "read_mem", "write_mem", "wait_irq")
+
+
+def _set_npu_share(tb, rank, share):
+    """The NPU's compute takes ``share`` of endpoint ``rank``'s memory port: every AXI channel of its
+    ``AxiRam`` pauses in a cycle with that probability (seeded per endpoint and channel)."""
+    ram = tb.rams[rank]
+    channels = (ram.write_if.aw_channel, ram.write_if.w_channel, ram.write_if.b_channel,
+                ram.read_if.ar_channel, ram.read_if.r_channel)
+    for k, ch in enumerate(channels):
+        if share <= 0:
+            ch.set_pause_generator(None)
+            ch.pause = False            # the killed generator may have left the channel paused
+        else:
+            rng = random.Random(tb.seed * 7919 + rank * 16 + k)
+            ch.set_pause_generator(iter(lambda: rng.random() < share, None))
 
 
 @cocotb.test()
@@ -38,12 +56,16 @@ async def serve(dut):
             except EOFError:            # the host went away: end the simulation
                 return
             op = req[0]
+            t0 = time.perf_counter()
             try:
                 if op == "close":
-                    conn.send(("ok", None))
+                    conn.send(("ok", None, 0.0))
                     return
                 if op == "idle":
                     await ClockCycles(dut.clk, max(1, int(req[2])))
+                    value = None
+                elif op == "npu_share":
+                    _set_npu_share(tb, req[1], req[2])
                     value = None
                 elif op == "cycles":
                     value = await ports[0].cycles() - t0
@@ -51,8 +73,8 @@ async def serve(dut):
                     value = await getattr(ports[req[1]], op)(*req[2:])
                 else:
                     raise ValueError(f"unknown request {op!r}")
-                conn.send(("ok", value))
+                conn.send(("ok", value, time.perf_counter() - t0))
             except Exception as e:      # reported to the host, which raises it; the server keeps serving
-                conn.send(("err", f"{type(e).__name__}: {e}"))
+                conn.send(("err", f"{type(e).__name__}: {e}", time.perf_counter() - t0))
     finally:
         conn.close()

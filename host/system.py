@@ -447,6 +447,8 @@ class System:
         self._requests = {}             # cookie -> Request, outstanding
         self._cookies = itertools.count(1)
         self._programs = {}             # (comm id, collective, root) -> head program
+        #: Cycles to wait for outstanding requests before loading programs or freeing a communicator.
+        self.drain_timeout_cycles = 2_000_000
         self.world = self._new_comm(list(range(self.size)), self.config.topology)
 
     # -- context -------------------------------------------------------------------------------------------
@@ -563,9 +565,7 @@ class System:
             raise CommunicatorError(f"{comm!r} is already freed")
         if comm is self.world:
             raise CommunicatorError("the world communicator cannot be freed")
-        for req in list(self._requests.values()):
-            if req.comm is comm:
-                req.wait()
+        self._drain(f"freeing {comm!r}", comm)
         for sr in comm.ranks:
             self.drivers[sr].write_fields("COMM_CFG", comm.id, enable=0)
         for key in [k for k in self._programs if k[0] == comm.id]:
@@ -585,8 +585,7 @@ class System:
         except ValueError as e:
             raise UsageError(f"{coll} on {comm!r}: {e}") from None
         # the engines must be idle: programs, partitions and CHUNK_BEATS change under no command
-        for req in list(self._requests.values()):
-            req.wait()
+        self._drain(f"loading the {coll} program")
         wanted = sorted(comm.loaded | {(coll, root)})
         for cr, sr in enumerate(comm.ranks):
             table = {}
@@ -619,6 +618,16 @@ class System:
         if stuck:
             raise UsageError(f"{coll} on {comm!r} needs more landing buffer space per port and FSM than the "
                              f"engine has (landing_headers {cfg.landing_headers}); it would never finish")
+
+    def _drain(self, why, comm=None):
+        """Wait for the outstanding requests (of ``comm``, or all); a request that does not finish within
+        :attr:`drain_timeout_cycles` raises :class:`RequestTimeout` instead of hanging."""
+        for req in list(self._requests.values()):
+            if comm is None or req.comm is comm:
+                try:
+                    req.wait(timeout_cycles=self.drain_timeout_cycles)
+                except RequestTimeout as e:
+                    raise RequestTimeout(f"{why} waits for {req!r}, which did not finish: {e}") from None
 
     # -- completions -----------------------------------------------------------------------------------------
     def progress(self):

@@ -55,6 +55,7 @@ class Switch(wiring.Component):
 
     def __init__(self, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None):
         if n_ports < 2:
+            self._MustUse__silence = True       # refused: never to be elaborated, so no "unused" warning
             raise ValueError(f"a switch needs at least 2 ports, not {n_ports}")
         if n_fsms < 1 or n_fsms & (n_fsms - 1):
             raise ValueError(f"n_fsms must be a power of two, not {n_fsms}")

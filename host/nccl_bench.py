@@ -16,9 +16,9 @@ import time
 import numpy as np
 
 from ..sim.golden.algorithms import default_algorithm, generate
-from ..sim.golden.chunking import buffer_counts
 from ..sim.golden.executor import execute
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
+from .run import random_inputs
 
 __all__ = ["BENCH_COLLECTIVES", "bus_factor", "bench", "format_table", "parse_table"]
 
@@ -50,28 +50,12 @@ def _sizes(min_bytes, max_bytes, factor):
     return out
 
 
-def _inputs(rng, coll, n, count, dtype, root):
-    out = []
-    for r in range(n):
-        k, _ = buffer_counts(coll, count, n, r, root)
-        if dtype == DType.INT32:
-            out.append(rng.integers(-1000, 1000, k, dtype=np.int32))
-        elif dtype == DType.BF16:
-            out.append((rng.standard_normal(k).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
-        elif dtype == DType.FP16:
-            out.append(rng.standard_normal(k).astype(np.float16))
-        else:
-            out.append(rng.standard_normal(k).astype(np.float32))
-    return out
-
-
 def _one(system, comm, coll, count, dtype, op, root, in_place, send, recv, inputs, eb):
     """Run one collective; returns (cycles, wrong elements)."""
     for cr, sr in enumerate(comm.ranks):
-        if coll == "allgather" and in_place:
-            send.write(sr, inputs[cr], offset=cr * count * eb)
-        elif len(inputs[cr]):
-            send.write(sr, inputs[cr])
+        if inputs[cr] is None:
+            continue
+        send.write(sr, inputs[cr], offset=cr * count * eb if coll == "allgather" and in_place else 0)
     kw = {"root": root} if coll in _ROOTED else {}
     args = (count, dtype.name.lower()) + ((op.name.lower(),) if coll in _REDUCING else ())
     req = getattr(comm, coll)(send, None if in_place else recv, *args, **kw)
@@ -126,7 +110,7 @@ def bench(system, collective, min_bytes=8, max_bytes=1 << 16, factor=2, *, dtype
             for place in placements:
                 cycles, wrong = [], 0
                 for it in range(warmup + iters):
-                    inputs = _inputs(rng, collective, n, count, dt, root)
+                    inputs = random_inputs(collective, count, n, dt, root, rng)
                     c, w = _one(system, comm, collective, count, dt, rop, root, place == "in", send, recv,
                                 inputs, eb)
                     if it >= warmup:

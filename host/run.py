@@ -83,11 +83,17 @@ def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0,
 
 def make_inputs(spec):
     """Seeded random send buffers of every endpoint (None where a rank has no send buffer)."""
-    dtype = DType.parse(spec["dtype"])
-    rng = np.random.default_rng(spec["seed"])
+    return random_inputs(spec["collective"], spec["count"], spec["npus"], spec["dtype"], spec["root"],
+                         np.random.default_rng(spec["seed"]))
+
+
+def random_inputs(collective, count, npus, dtype, root, rng):
+    """Random send buffers of ``npus`` ranks for ``collective`` of ``count`` elements (NCCL convention) drawn
+    from the numpy generator ``rng``; None where a rank has no send buffer."""
+    dtype = DType.parse(dtype)
     inputs = []
-    for r in range(spec["npus"]):
-        n, _ = buffer_counts(spec["collective"], spec["count"], spec["npus"], r, spec["root"])
+    for r in range(npus):
+        n, _ = buffer_counts(collective, count, npus, r, root)
         if n == 0:
             inputs.append(None)
         elif dtype == DType.INT32:

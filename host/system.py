@@ -173,8 +173,7 @@ def _numpy_dtype(dtype):
             dt = DType.parse(dtype)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        return {DType.FP32: np.float32, DType.FP16: np.float16, DType.INT32: np.int32,
-                DType.BF16: np.uint16}.get(dt, np.uint8)
+        return {DType.FP32: np.float32, DType.FP16: np.float16, DType.INT32: np.int32, DType.BF16: np.uint16}[dt]
     return np.dtype(dtype)
 
 

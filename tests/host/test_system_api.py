@@ -8,12 +8,12 @@ import os
 import numpy as np
 import pytest
 
+from syncfabric.host.run import random_inputs
 from syncfabric.host.system import (CollectiveError, CommunicatorError, RegistrationError, RequestTimeout, System,
                                     UsageError, sub_topology)
 from syncfabric.sim.golden.algorithms import default_algorithm, generate
 from syncfabric.sim.golden.chunking import buffer_counts
 from syncfabric.sim.golden.executor import execute
-from syncfabric.sim.golden.topology import parse as parse_topology
 from syncfabric.sim.golden.types import DType, ReduceOp, dtype_bytes
 
 
@@ -23,39 +23,21 @@ def seed_for(default):
     print(f"seed {seed}")
     return seed
 
-_NP = {"fp32": np.float32, "int32": np.int32, "fp16": np.float16, "bf16": np.uint16}
-
-
-def _inputs(rng, coll, comm, count, dtype, root=0):
-    out = []
-    for cr in range(comm.size):
-        n, _ = buffer_counts(coll, count, comm.size, cr, root)
-        if dtype == "int32":
-            out.append(rng.integers(-1000, 1000, n, dtype=np.int32))
-        elif dtype == "bf16":
-            out.append((rng.standard_normal(n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
-        else:
-            out.append(rng.standard_normal(n).astype(_NP[dtype]))
-    return out
-
-
 def run_and_check(system, comm, coll, count, dtype="fp32", op="sum", *, root=0, null_ranks=(), seed=1,
                   in_place=False):
     """Post one collective through the API with random inputs and compare every rank's output with the
     golden executor running the same programs at the request's chunk size."""
     rng = np.random.default_rng(seed)
     eb = dtype_bytes(DType.parse(dtype))
-    inputs = _inputs(rng, coll, comm, count, dtype, root)
+    inputs = random_inputs(coll, count, comm.size, dtype, root, rng)
     n_in = max(buffer_counts(coll, count, comm.size, r, root)[0] for r in range(comm.size))
     n_out = max(buffer_counts(coll, count, comm.size, r, root)[1] for r in range(comm.size))
     send = system.register(max(n_in, n_out, 1) * eb)
     recv = None if in_place else system.register(max(n_out, 1) * eb)
     try:
         for cr, sr in enumerate(comm.ranks):
-            if in_place and coll == "allgather":
-                send.write(sr, inputs[cr], offset=cr * count * eb)
-            elif len(inputs[cr]):
-                send.write(sr, inputs[cr])
+            if inputs[cr] is not None:
+                send.write(sr, inputs[cr], offset=cr * count * eb if in_place and coll == "allgather" else 0)
         kw = {"root": root} if coll in ("broadcast", "reduce") else {}
         if null_ranks:
             kw["null_ranks"] = null_ranks

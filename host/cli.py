@@ -8,6 +8,7 @@
 """
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -118,6 +119,12 @@ def _cmd_bench(args):
         return 2
 
 
+#: Modules that add their own subcommands: each has ``register(subparsers)``, which adds its parser(s) and sets
+#: ``func`` (called with the parsed arguments, returns the exit status). Imported when the command line is built.
+EXTRA_COMMANDS = (
+)
+
+
 def main(argv=None):
     """Entry point of the ``syncfabric`` command."""
     parser = argparse.ArgumentParser(prog="syncfabric", description=__doc__.splitlines()[0])
@@ -177,6 +184,8 @@ def main(argv=None):
     p_bench.add_argument("--fsms", type=int, action="append", help="sweep: FSMs (repeatable)")
     p_bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     p_bench.set_defaults(func=_cmd_bench)
+    for name in EXTRA_COMMANDS:
+        importlib.import_module(name).register(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -16,6 +16,17 @@ Example (every key but ``topology`` is optional; the values shown are the defaul
     memory:
       bytes: 1MiB             # per endpoint (its emulated NPU memory)
 
+A prototype board (``backend: serial``) is reached through its UART bridge; its memory size and clock are read
+from the board unless given, and ``engine`` must describe the configuration the board was built with (the
+driver checks the engine's CFG registers)::
+
+    topology: ring:2
+    backend: serial
+    serial:
+      port: /dev/ttyUSB0      # required
+      baud: 115200            # the rate the board was built for
+      timeout_s: 2            # seconds to wait for each response
+
 :func:`load_config` validates everything up front and raises :class:`ConfigError` naming the offending key
 (``engine.n_fsms: expected an integer, got 'four'``), so a bad file never reaches the simulator.
 """
@@ -30,14 +41,14 @@ from ..sim.golden.topology import parse as parse_topology
 
 __all__ = ["SystemConfig", "ConfigError", "load_config", "parse_bytes", "BACKENDS"]
 
-#: Simulator backends of the host API.
-BACKENDS = ("amaranth", "verilator", "icarus")
-_TOP_KEYS = ("topology", "backend", "clock_mhz", "seed", "engine", "links", "memory")
+#: Backends of the host API: three simulators and a prototype board on a serial port.
+BACKENDS = ("amaranth", "verilator", "icarus", "serial")
+_TOP_KEYS = ("topology", "backend", "clock_mhz", "seed", "engine", "links", "memory", "serial")
 #: Units of byte sizes (``64K``, ``1MiB``), binary.
 SIZE_UNITS = _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-#: Lowest address of the heap buffers are registered in (below: rings and the spill window).
-MIN_MEMORY = 1 << 17
+#: Smallest endpoint memory: below 128 KiB the host uses a compact layout (``host.system.memory_layout``).
+MIN_MEMORY = 1 << 13
 
 
 class ConfigError(ValueError):
@@ -112,6 +123,8 @@ class SystemConfig:
     latency: int = None
     rate: Fraction = None
     memory_bytes: int = 1 << 20
+    #: ``backend: serial``: ``{"port": path, "baud": int, "timeout_s": float}``
+    serial: dict = None
     source: dict = field(default=None, compare=False, repr=False)
 
     @property
@@ -191,17 +204,35 @@ def load_config(source=None, **overrides):
         _int(latency, "links.latency", 1)
     rate = _rate(links.get("rate"), "links.rate")
 
+    serial = None
+    if backend == "serial":
+        ser = dict(_mapping(raw.get("serial"), "serial"))
+        _unknown(ser, ("port", "baud", "timeout_s"), "serial.")
+        if not isinstance(ser.get("port"), str) or not ser["port"]:
+            raise ConfigError("serial.port: required with backend: serial (the board's device, e.g. /dev/ttyUSB0)")
+        baud = _int(ser.get("baud", 115200), "serial.baud", 1)
+        tmo = ser.get("timeout_s", 2.0)
+        if isinstance(tmo, bool) or not isinstance(tmo, (int, float)) or tmo <= 0:
+            raise ConfigError(f"serial.timeout_s: expected a positive number of seconds, got {tmo!r}")
+        serial = {"port": ser["port"], "baud": baud, "timeout_s": float(tmo)}
+    elif "serial" in raw:
+        raise ConfigError(f"serial: only with backend: serial (the backend is {backend})")
+
     mem = _mapping(raw.get("memory"), "memory")
     _unknown(mem, ("bytes",), "memory.")
-    mem_bytes = parse_bytes(mem.get("bytes", 1 << 20), "memory.bytes")
-    if mem_bytes < MIN_MEMORY:
-        raise ConfigError(f"memory.bytes: at least {MIN_MEMORY} bytes (rings and spill window take the first "
-                          f"64 KiB), got {mem_bytes}")
-    if mem_bytes > 1 << engine.addr_width:
+    # a board's memory is what it was built with: None means "read it from the board"
+    mem_default = None if backend == "serial" else 1 << 20
+    mem_bytes = parse_bytes(mem["bytes"], "memory.bytes") if "bytes" in mem else mem_default
+    if mem_bytes is None:
+        pass
+    elif mem_bytes < MIN_MEMORY:
+        raise ConfigError(f"memory.bytes: at least {MIN_MEMORY} bytes (rings, the spill window and 4 KiB of "
+                          f"data), got {mem_bytes}")
+    elif mem_bytes > 1 << engine.addr_width:
         raise ConfigError(f"memory.bytes: {mem_bytes} bytes do not fit the engine's {engine.addr_width}-bit "
                           f"addresses")
     return SystemConfig(topology=topo.spec, engine=engine, backend=backend, clock_mhz=float(clock), seed=seed,
-                        latency=latency, rate=rate, memory_bytes=mem_bytes, source=raw)
+                        latency=latency, rate=rate, memory_bytes=mem_bytes, serial=serial, source=raw)
 
 
 def _yaml(text, where):

@@ -31,6 +31,7 @@ Every bad call is refused before anything is posted, with a :class:`UsageError` 
 :class:`RegistrationError`, :class:`CommunicatorError`) naming the problem; the system stays usable.
 """
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -44,11 +45,11 @@ from ..sim.golden.topology import Torus, parse as parse_topology
 from ..sim.golden.types import DType, ReduceOp, Status, dtype_bytes
 from .config import ConfigError, load_config
 from .driver import SyncAceDriver, status_name
-from .job import CQ_BASE, CQ_ENTRIES, DATA_BASE, SPILL_BASE, SQ_BASE, SQ_ENTRIES, engine_chunk_bytes, \
-    spill_entries_for
+from .job import CQ_BASE, CQ_ENTRIES, DATA_BASE, SPILL_BASE, SQ_BASE, SQ_ENTRIES, engine_chunk_bytes
 
 __all__ = ["System", "Communicator", "Buffer", "Request", "SyncfabricError", "UsageError", "RegistrationError",
-           "CommunicatorError", "CollectiveError", "RequestTimeout", "ConfigError", "COLLECTIVES", "sub_topology"]
+           "CommunicatorError", "CollectiveError", "RequestTimeout", "ConfigError", "COLLECTIVES", "sub_topology",
+           "MemoryLayout", "memory_layout"]
 
 #: The collectives of a :class:`Communicator`.
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier")
@@ -102,7 +103,36 @@ def _short(desc):
                      if k in ("collective", "dtype", "op", "flags", "comm", "root", "count", "src", "dst"))
 
 
+@dataclasses.dataclass(frozen=True)
+class MemoryLayout:
+    """Where the host puts the engine's rings, the spill window and the registered buffers in each endpoint's
+    memory (:func:`memory_layout`)."""
+    sq_base: int
+    sq_entries: int
+    cq_base: int
+    cq_entries: int
+    spill_base: int
+    spill_entries: int
+    data_base: int
+
+
+def memory_layout(mem_bytes, cfg):
+    """The layout for ``mem_bytes`` of memory per endpoint and engine configuration ``cfg``: the job runner's
+    (rings and spill window in the first 64 KiB) from 128 KiB on, below that a compact one for the on-chip
+    memories of prototype boards (16-entry rings, a 2 KiB spill window, buffers from 4 KiB)."""
+    record = cfg.max_message_beats * cfg.beat_bytes
+    if mem_bytes >= 1 << 17:
+        sq, sqn, cq, cqn, spill, data = SQ_BASE, SQ_ENTRIES, CQ_BASE, CQ_ENTRIES, SPILL_BASE, DATA_BASE
+    else:
+        sq, sqn, cq, cqn, spill, data = 0x0, 16, 0x400, 16, 0x800, 0x1000
+    return MemoryLayout(sq, sqn, cq, cqn, spill, min(cfg.spill_entries, (data - spill) // record), data)
+
+
 def _open_backend(config, progress=False):
+    if config.backend == "serial":
+        from .serial import SerialBoard
+        ser = config.serial
+        return SerialBoard(ser["port"], ser["baud"], timeout=ser["timeout_s"])
     if config.backend == "amaranth":
         from ..tb.ace.stepped import SteppedSystem
         return SteppedSystem(config.engine, config.topology, latency=config.latency, rate=config.rate,
@@ -431,15 +461,19 @@ class System:
             config.source if isinstance(config, SystemConfig) else config, **overrides)
         cfg = self.config.engine
         self.backend = _open_backend(self.config, progress)
+        if self.config.backend == "serial":
+            self._adopt_board()
         self.transports = list(self.backend.transports)
         self.drivers = [SyncAceDriver(t, cfg) for t in self.transports]
         self.size = len(self.drivers)
+        #: Where rings, spill window and buffers are in each endpoint's memory.
+        self.layout = lay = memory_layout(self.config.memory_bytes, cfg)
         for drv in self.drivers:
             drv.check_config()
-            drv.configure(SQ_BASE, SQ_ENTRIES, CQ_BASE, CQ_ENTRIES)
-            drv.set_spill_window(SPILL_BASE, spill_entries_for(cfg))
+            drv.configure(lay.sq_base, lay.sq_entries, lay.cq_base, lay.cq_entries)
+            drv.set_spill_window(lay.spill_base, lay.spill_entries)
         self.chunk_bytes = None
-        self._heap = [(DATA_BASE, self.config.memory_bytes - DATA_BASE)]     # free (base, size), sorted
+        self._heap = [(lay.data_base, self.config.memory_bytes - lay.data_base)]     # free (base, size), sorted
         self._windows = list(range(cfg.n_windows))
         self._buffers = []
         self._comm_ids = list(range(cfg.n_comms))
@@ -449,6 +483,22 @@ class System:
         #: Cycles to wait for outstanding requests before loading programs or freeing a communicator.
         self.drain_timeout_cycles = 2_000_000
         self.world = self._new_comm(list(range(self.size)), self.config.topology)
+
+    def _adopt_board(self):
+        """A board's memory and clock are what it was built with: check the configuration against them."""
+        board, cfg = self.backend, self.config
+        try:
+            if board.n_endpoints != cfg.n_endpoints:
+                raise ConfigError(f"topology: the board has {board.n_endpoints} endpoints, {cfg.topology} has "
+                                  f"{cfg.n_endpoints}")
+            if cfg.memory_bytes is not None and cfg.memory_bytes != board.mem_bytes:
+                raise ConfigError(f"memory.bytes: the board has {board.mem_bytes} bytes per endpoint, the "
+                                  f"configuration says {cfg.memory_bytes}")
+        except ConfigError:
+            board.close()
+            raise
+        clock = cfg.clock_mhz if "clock_mhz" in (cfg.source or {}) else board.clk_hz / 1e6
+        self.config = cfg.replace(memory_bytes=board.mem_bytes, clock_mhz=clock)
 
     # -- context -------------------------------------------------------------------------------------------
     def __enter__(self):

@@ -1,0 +1,108 @@
+"""A prototype board in simulation: :class:`~syncfabric.hdl.system.board.BoardSystem` on Verilator or Icarus,
+its UART connected to a pseudo-terminal, so the host's serial transport talks to it exactly as to a board on
+``/dev/ttyUSB0``.
+
+:class:`SimulatedBoard` starts the cocotb testbench :mod:`syncfabric.tb.board.test_pty` in a background thread
+(the simulator runs as a child process); the testbench opens a pseudo-terminal, drives the board's ``uart_rx``
+pin bit by bit with the bytes the host writes to it and sends back the bytes it decodes from ``uart_tx``.
+:attr:`SimulatedBoard.path` is the terminal's device, for :class:`~syncfabric.host.serial.SerialBoard` or the
+host API (``backend: serial``, ``serial: {port: PATH}``). The simulation ends when the host closes the terminal.
+"""
+
+import dataclasses
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+from ...hdl.ace.config import AceConfig
+from ...hdl.system.board import BoardSystem
+from ...hdl.system.top import ENGINE_MODULE, engine_verilog, link_verilog
+
+__all__ = ["board_verilog", "SimulatedBoard", "SIM_CLK_HZ", "SIM_DIVISOR"]
+
+#: The simulated board's clock (a 10 ns period) and its UART's cycles per bit.
+SIM_CLK_HZ = 100_000_000
+SIM_DIVISOR = 8
+
+_instances = itertools.count()
+
+
+def board_verilog(cfg, topology="ring:2", mem_bytes=16384, clk_hz=SIM_CLK_HZ, baud=SIM_CLK_HZ // SIM_DIVISOR,
+                  link_latency=4, max_words=64):
+    """Verilog of a :class:`BoardSystem` (module ``board``) followed by its link and engine modules."""
+    from amaranth.back import verilog
+    cfg = AceConfig(**cfg) if isinstance(cfg, dict) else cfg
+    board = BoardSystem(cfg, topology=topology, mem_bytes=mem_bytes, clk_hz=clk_hz, baud=baud,
+                        link_latency=link_latency, max_words=max_words, inline=False)
+    top = verilog.convert(board, name="board", emit_src=False)
+    return top + "\n" + link_verilog(cfg.beat_bytes, link_latency) + "\n" + engine_verilog(cfg)
+
+
+class SimulatedBoard:
+    """A board with engines of ``cfg`` on ``topology`` and ``mem_bytes`` of memory per endpoint, simulated by
+    ``sim`` (``"verilator"`` or ``"icarus"``) behind a pseudo-terminal. ``start_timeout``: seconds to wait for
+    the simulator to build and open the terminal. ``noise``: probability that the testbench flips a bit of a
+    byte on its way to the board (transmission errors the bridge must reject). Use as a context manager or
+    call :meth:`close` (which closes the terminal if the host has not, ending the simulation)."""
+
+    def __init__(self, cfg, *, topology="ring:2", mem_bytes=16384, sim="verilator", seed=1, noise=0.0,
+                 start_timeout=3600, progress=False):
+        from ..harness import run_cocotb, run_dir_for
+        self.sim = sim
+        self.cfg = cfg
+        params = {"cfg": dataclasses.asdict(cfg), "topology": topology, "mem_bytes": mem_bytes}
+        self.build_tag = f"board-{topology.replace(':', '_')}-{os.getpid()}-{next(_instances)}"
+        self.run_dir = run_dir_for(self.build_tag, sim)
+        self.log_file = self.run_dir.parent / f"{self.build_tag}-{sim}.log"
+        self._tmp = tempfile.mkdtemp(prefix="syncfabric-board-")
+        path_file = os.path.join(self._tmp, "pty")
+        self._stop_file = os.path.join(self._tmp, "stop")
+        tbp = {"path_file": path_file, "stop_file": self._stop_file, "divisor": SIM_DIVISOR, "seed": seed, "noise": noise}
+        self._error = None
+        self.result = None
+
+        def simulate():
+            try:
+                self.result = run_cocotb(board_verilog, params, toplevel="board",
+                                         test_module="syncfabric.tb.board.test_pty", sim=sim, testcase="serve",
+                                         tb_params=tbp, build_tag=self.build_tag, hier_blocks=(ENGINE_MODULE,),
+                                         log_file=self.log_file)
+            except BaseException as e:      # handed to the host thread
+                self._error = e
+
+        if progress:
+            print(f"starting the {sim} model of a {topology} board (built once per configuration; simulator "
+                  f"output in {self.log_file})", flush=True)
+        self._thread = threading.Thread(target=simulate, name=f"board-{sim}", daemon=True)
+        self._thread.start()
+        t0 = time.monotonic()
+        while not os.path.exists(path_file) or not open(path_file).read().endswith("\n"):
+            if not self._thread.is_alive():
+                raise RuntimeError(f"the {sim} board simulation ended before it opened its terminal: "
+                                   f"{self._error} (see {self.log_file})")
+            if time.monotonic() - t0 > start_timeout:
+                raise RuntimeError(f"the {sim} board simulation did not start within {start_timeout} s")
+            time.sleep(0.1)
+        self.path = open(path_file).read().strip()
+
+    def close(self, timeout=120):
+        """Wait for the simulation to end (it ends once the host has closed the terminal) and clean up.
+        Raises the simulation's error, if it had one."""
+        with open(self._stop_file, "w"):     # ends a simulation whose host never came
+            pass
+        self._thread.join(timeout)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._error is not None:
+            raise RuntimeError(f"the board simulation failed: {self._error} (see {self.log_file})")
+        if not self._thread.is_alive():
+            shutil.rmtree(self.run_dir.parent, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

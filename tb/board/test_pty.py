@@ -1,0 +1,109 @@
+"""The board testbench behind a pseudo-terminal (see :mod:`syncfabric.tb.board`).
+
+The testbench opens a pseudo-terminal pair and writes the terminal's device path to ``tb_params()["path_file"]``.
+Bytes the host writes there are sent to the board's ``uart_rx`` pin bit by bit (start, 8 data bits LSB first,
+stop; ``divisor`` clock cycles per bit, the line level set on the clock's falling edge); bytes the board sends on
+``uart_tx`` are sampled in the middle of each bit and written back to the terminal. With ``noise`` > 0 a byte
+on its way to the board has one bit flipped with that probability (seeded), to exercise the bridge's CRC.
+
+The simulation ends when the host closes the terminal after having used it, or when ``stop_file`` appears.
+"""
+
+import errno
+import os
+import random
+import tty
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge, Timer
+
+from ...hdl.common.uart import uart_bits
+from ..harness import tb_params
+
+PERIOD_NS = 10
+
+
+@cocotb.test()
+async def serve(dut):
+    """Connect the board's UART to a pseudo-terminal until the host is done with it."""
+    p = tb_params()
+    div = p["divisor"]
+    rng = random.Random(p["seed"])
+    noise = p.get("noise", 0.0)
+    Clock(dut.clk, PERIOD_NS, unit="ns").start()
+    dut.uart_rx.value = 1
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+    await ClockCycles(dut.clk, 4)
+
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    os.set_blocking(master, False)
+    path = os.ttyname(slave)
+    with open(p["path_file"], "w") as f:
+        f.write(path + "\n")
+    # the host opens the device by name; our own descriptor of it would hide the host's close
+    os.close(slave)
+    state = {"connected": False, "done": False, "to_board": 0, "to_host": 0, "flipped": 0}
+
+    async def send_bit_times(n):
+        await Timer(n * div * PERIOD_NS, unit="ns")
+
+    async def to_board():
+        idle_polls = 0
+        while not state["done"]:
+            try:
+                data = os.read(master, 4096)
+            except BlockingIOError:
+                data = None
+            except OSError as e:
+                if e.errno != errno.EIO:
+                    raise
+                data = None
+                if state["connected"]:      # the host closed the terminal
+                    state["done"] = True
+                    break
+            if not data:
+                if os.path.exists(p["stop_file"]):
+                    state["done"] = True
+                    break
+                idle_polls += 1
+                # poll often while the host is active, rarely when it has gone quiet
+                await send_bit_times(10 if idle_polls < 100 else 200)
+                continue
+            idle_polls = 0
+            state["connected"] = True
+            await FallingEdge(dut.clk)
+            for byte in data:
+                if noise and rng.random() < noise:
+                    byte ^= 1 << rng.randrange(8)
+                    state["flipped"] += 1
+                for level in uart_bits(byte):
+                    dut.uart_rx.value = level
+                    await send_bit_times(1)
+                state["to_board"] += 1
+
+    async def to_host():
+        while True:
+            await FallingEdge(dut.uart_tx)
+            await Timer(div * PERIOD_NS // 2, unit="ns")     # middle of the start bit
+            byte = 0
+            for i in range(8):
+                await send_bit_times(1)
+                byte |= int(dut.uart_tx.value) << i
+            await send_bit_times(1)
+            assert int(dut.uart_tx.value) == 1, "the board sent a byte without a stop bit"
+            state["to_host"] += 1
+            try:
+                os.write(master, bytes([byte]))
+            except OSError:
+                pass                        # the host is gone; to_board() ends the run
+
+    writer = cocotb.start_soon(to_host())
+    await cocotb.start_soon(to_board())
+    writer.cancel()
+    os.close(master)
+    dut._log.info(f"board served: {state['to_board']} bytes in, {state['to_host']} bytes out, "
+                  f"{state['flipped']} bits flipped")

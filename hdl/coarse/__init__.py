@@ -1,0 +1,1 @@
+"""COARSE memory device RTL: sync cores, the CCI transaction layer, the device and the system top."""

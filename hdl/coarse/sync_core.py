@@ -1,0 +1,310 @@
+"""The COARSE sync core: a near-memory core that synchronizes chunks of device DRAM with the cores of the same
+group on the other memory devices, over CCI writes into their RecvBufs.
+
+Per chunk (``ranks`` entries of ``entry_beats`` beats, one entry per device)::
+
+    LOAD       AXI read bursts (one per entry) DRAM -> LocalBuf
+    RING       2(ranks-1) steps. Sender: step s sends one entry (LocalBuf entry ``rank`` for s = 0, else the
+               SendBuf entry the receiver finished in step s-1) as MEM_WR flits to the next core's RecvBuf slot
+               (chunk parity, s). Receiver: when RecvBuf slot (parity, s) is full, reads it beat by beat with
+               the LocalBuf entry (reduce-scatter steps: RecvBuf (+) LocalBuf through the ALU) or alone
+               (all-gather steps: a copy, delayed as long as the ALU) into SendBuf.
+    WRITEBACK  AXI write bursts SendBuf -> DRAM, then the next chunk (``stride`` bytes further)
+
+The entry order and the reduction order are those of :func:`syncfabric.sim.golden.coarse.sync_chunk`: both the
+sender's and the receiver's entry index start at ``rank`` / ``rank - 1`` and decrease by one (mod ``ranks``)
+every step. RecvBuf has two sets of slots (chunk parity): a core cannot start chunk k+2 before its successor
+finished chunk k (the successor's final entry passes through it), so a slot is never written while full. RecvBuf
+always accepts (``i_ring.ready`` is 1), so ring traffic never backs up into the links: no deadlock between
+groups or with host traffic.
+
+Throughput: the ALU takes one beat per cycle (it is never the bottleneck: links carry at most one flit per
+cycle); a step's send waits for the previous step's last result, so a step costs about
+``max(entry_beats / link rate, entry_beats + link latency + ALU latency)`` cycles.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from ...sim.golden.types import DType, ReduceOp
+from ..alu import ReductionAlu
+from ..common.axi import AXI4Signature, AxiBurst
+from ..common.layouts import DTYPE_SHAPE, OP_SHAPE
+from .layouts import ADDR_BITS, CciOpcode, Region, cci_flit_layout, core_addr
+
+__all__ = ["SyncCore"]
+
+
+class SyncCore(wiring.Component):
+    """One sync core (see the module docstring).
+
+    Parameters: ``beat_bytes`` (AXI and flit data width, a power of two >= 4; the ALU has ``beat_bytes/4``
+    lanes), ``entry_beats`` (beats per entry, a power of two), ``max_ranks`` (largest ring), ``index`` (the
+    core's index in its device; the same index on every device of the group, used in RecvBuf addresses).
+
+    Ports: ``axi`` (AXI4 master to device DRAM), ``o_ring`` (MEM_WR flits to the next core), ``i_ring``
+    (MEM_WR flits into RecvBuf; always ready), control inputs ``base``, ``stride``, ``chunks``, ``rank``,
+    ``ranks``, ``dtype``, ``op`` (held while busy) and ``start`` (one-cycle pulse), outputs ``busy``, ``done``
+    (set at the end of a run, cleared by ``start``), counters ``cycles``, ``stalls``, ``alu_beats``,
+    ``err`` (an AXI error response or a bad ``ranks`` was seen in the last run).
+    """
+
+    def __init__(self, beat_bytes=16, entry_beats=16, max_ranks=8, index=0):
+        exact_log2(beat_bytes)
+        exact_log2(entry_beats)
+        if beat_bytes < 4:
+            raise ValueError(f"beat_bytes must be at least 4, not {beat_bytes}")
+        if entry_beats > 256:
+            raise ValueError("an entry is one AXI burst: at most 256 beats")
+        if not 2 <= max_ranks <= 64:
+            raise ValueError(f"max_ranks must be in 2..64, not {max_ranks}")
+        self.beat_bytes, self.entry_beats, self.max_ranks, self.index = beat_bytes, entry_beats, max_ranks, index
+        self.max_steps = 2 * (max_ranks - 1)
+        flit = cci_flit_layout(beat_bytes)
+        super().__init__({
+            "axi": Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes)),
+            "o_ring": Out(stream.Signature(flit)),
+            "i_ring": In(stream.Signature(flit)),
+            "base": In(ADDR_BITS),
+            "stride": In(ADDR_BITS),
+            "chunks": In(32),
+            "rank": In(range(max_ranks)),
+            "ranks": In(range(max_ranks + 1)),
+            "dtype": In(DTYPE_SHAPE),
+            "op": In(OP_SHAPE),
+            "start": In(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "err": Out(1),
+            "cycles": Out(32),
+            "stalls": Out(32),
+            "alu_beats": Out(32),
+        })
+
+    def recv_offset(self, parity, step, beat):
+        """Byte offset in RecvBuf of ``beat`` of the slot of (chunk ``parity``, ring ``step``)."""
+        return ((parity * self.max_steps + step) * self.entry_beats + beat) * self.beat_bytes
+
+    def elaborate(self, platform):
+        m = Module()
+        bb, eb, R = self.beat_bytes, self.entry_beats, self.max_ranks
+        eb_bits, bb_bits = exact_log2(eb), exact_log2(bb)
+        width = 8 * bb
+        buf_depth = R * eb
+        slots = 2 * self.max_steps
+
+        m.submodules.local = local = Memory(shape=width, depth=buf_depth, init=[])
+        m.submodules.send = send = Memory(shape=width, depth=buf_depth, init=[])
+        m.submodules.recv = recv = Memory(shape=width, depth=slots * eb, init=[])
+        local_w = local.write_port()
+        local_tx = local.read_port()        # sender, step 0
+        local_rx = local.read_port()        # receiver, reduce-scatter steps
+        send_w = send.write_port()
+        send_r = send.read_port()           # sender (steps >= 1) and write-back
+        recv_w = recv.write_port()
+        recv_r = recv.read_port()
+
+        ranks = Signal(range(R + 1))
+        n_steps = Signal(range(self.max_steps + 1))
+        chunk_addr = Signal(ADDR_BITS)
+        chunk_no = Signal(32)
+        parity = Signal()
+        m.d.comb += n_steps.eq((ranks - 1) << 1)
+
+        # ---- RecvBuf: remote writes, a full bit per slot ------------------------------------------------------
+        full = Signal(slots)
+        set_full = Signal(slots)
+        clr_full = Signal(slots)
+        m.d.comb += self.i_ring.ready.eq(1)
+        in_beat = self.i_ring.payload.addr[bb_bits:bb_bits + eb_bits]
+        in_slot = self.i_ring.payload.addr[bb_bits + eb_bits:bb_bits + eb_bits + ceil_log2(slots + 1)]
+        in_fire = self.i_ring.valid & (self.i_ring.payload.opcode == CciOpcode.MEM_WR)
+        m.d.comb += [
+            recv_w.addr.eq(Cat(in_beat, in_slot)),
+            recv_w.data.eq(self.i_ring.payload.data),
+            recv_w.en.eq(in_fire),
+        ]
+        with m.If(in_fire & (in_beat == eb - 1)):
+            m.d.comb += set_full.eq(1 << in_slot)
+        m.d.sync += full.eq((full | set_full) & ~clr_full)
+
+        # ---- control --------------------------------------------------------------------------------------
+        tx_step = Signal(range(self.max_steps + 1))
+        tx_beat = Signal(eb_bits)
+        tx_entry = Signal(range(R))
+        rx_step = Signal(range(self.max_steps + 1))
+        rx_beat = Signal(eb_bits)
+        rx_entry = Signal(range(R))
+        rx_done = Signal(range(self.max_steps + 1))
+        ring_reset = Signal()
+
+        def dec(value):
+            return Mux(value == 0, ranks - 1, value - 1)
+
+        with m.If(ring_reset):
+            m.d.sync += [tx_step.eq(0), tx_beat.eq(0), tx_entry.eq(self.rank),
+                         rx_step.eq(0), rx_beat.eq(0), rx_entry.eq(dec(self.rank)), rx_done.eq(0)]
+
+        # AXI constants
+        axi = self.axi
+        m.d.comb += [
+            axi.arlen.eq(eb - 1), axi.arsize.eq(bb_bits), axi.arburst.eq(AxiBurst.INCR),
+            axi.awlen.eq(eb - 1), axi.awsize.eq(bb_bits), axi.awburst.eq(AxiBurst.INCR),
+            axi.wstrb.eq(Const(-1, bb)), axi.rready.eq(1), axi.bready.eq(1),
+        ]
+        ar_entry = Signal(range(R + 1))
+        r_count = Signal(range(buf_depth + 1))
+        aw_entry = Signal(range(R + 1))
+        b_count = Signal(range(R + 1))
+        wb_issue = Signal(range(buf_depth + 1))
+        wb_pend = Signal()
+        wb_last = Signal()
+
+        in_ring = Signal()
+        in_wb = Signal()
+        with m.FSM(name="core"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [ranks.eq(self.ranks), chunk_addr.eq(self.base), chunk_no.eq(0), parity.eq(0),
+                                 self.done.eq(0), self.err.eq(0), self.cycles.eq(0), self.stalls.eq(0),
+                                 self.alu_beats.eq(0)]
+                    with m.If((self.ranks < 2) | (self.ranks > R) | (self.rank >= self.ranks)):
+                        m.d.sync += [self.done.eq(1), self.err.eq(1)]
+                    with m.Elif(self.chunks == 0):
+                        m.d.sync += self.done.eq(1)
+                    with m.Else():
+                        m.d.sync += [ar_entry.eq(0), r_count.eq(0)]
+                        m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.comb += [self.busy.eq(1),
+                             axi.arvalid.eq(ar_entry < ranks),
+                             axi.araddr.eq(chunk_addr + (ar_entry << (eb_bits + bb_bits)))]
+                with m.If(axi.arvalid & axi.arready):
+                    m.d.sync += ar_entry.eq(ar_entry + 1)
+                m.d.comb += [local_w.addr.eq(r_count), local_w.data.eq(axi.rdata), local_w.en.eq(axi.rvalid)]
+                with m.If(axi.rvalid):
+                    m.d.sync += r_count.eq(r_count + 1)
+                    with m.If(axi.rresp[1]):
+                        m.d.sync += self.err.eq(1)
+                    with m.If(r_count == (ranks << eb_bits) - 1):
+                        m.d.comb += ring_reset.eq(1)
+                        m.next = "RING"
+            with m.State("RING"):
+                m.d.comb += [self.busy.eq(1), in_ring.eq(1)]
+                with m.If((tx_step == n_steps) & ~self.o_ring.valid & (rx_done == n_steps)):
+                    m.d.sync += [aw_entry.eq(0), b_count.eq(0), wb_issue.eq(0)]
+                    m.next = "WRITEBACK"
+            with m.State("WRITEBACK"):
+                m.d.comb += [self.busy.eq(1), in_wb.eq(1),
+                             axi.awvalid.eq(aw_entry < ranks),
+                             axi.awaddr.eq(chunk_addr + (aw_entry << (eb_bits + bb_bits)))]
+                with m.If(axi.awvalid & axi.awready):
+                    m.d.sync += aw_entry.eq(aw_entry + 1)
+                with m.If(axi.bvalid):
+                    m.d.sync += b_count.eq(b_count + 1)
+                    with m.If(axi.bresp[1]):
+                        m.d.sync += self.err.eq(1)
+                    with m.If(b_count == ranks - 1):
+                        m.d.sync += [chunk_no.eq(chunk_no + 1), chunk_addr.eq(chunk_addr + self.stride),
+                                     parity.eq(~parity), ar_entry.eq(0), r_count.eq(0)]
+                        with m.If(chunk_no + 1 == self.chunks):
+                            m.d.sync += self.done.eq(1)
+                            m.next = "IDLE"
+                        with m.Else():
+                            m.next = "LOAD"
+        with m.If(self.busy):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+
+        # ---- sender: one read ahead of the o_ring register (the read port holds its data while stalled) -----
+        o = self.o_ring
+        tx_pend = Signal()
+        tx_src_local = Signal()
+        tx_out_step = Signal(range(self.max_steps))
+        tx_out_beat = Signal(eb_bits)
+        tx_adv = ~o.valid | o.ready
+        tx_can = in_ring & (tx_step < n_steps) & ((tx_step == 0) | (rx_done >= tx_step))
+        with m.If(tx_adv):
+            m.d.sync += tx_pend.eq(tx_can)
+            with m.If(tx_can):
+                m.d.sync += [tx_src_local.eq(tx_step == 0), tx_out_step.eq(tx_step), tx_out_beat.eq(tx_beat),
+                             tx_beat.eq(tx_beat + 1)]
+                with m.If(tx_beat == eb - 1):
+                    m.d.sync += [tx_step.eq(tx_step + 1), tx_entry.eq(dec(tx_entry))]
+        slot_offset = Signal(20)
+        m.d.comb += slot_offset.eq(
+            Cat(Const(0, bb_bits), tx_out_beat, (parity * self.max_steps + tx_out_step)[:ceil_log2(slots + 1)]))
+        m.d.comb += [
+            local_tx.addr.eq(Cat(tx_beat, tx_entry)),
+            local_tx.en.eq(tx_adv),
+            o.valid.eq(tx_pend),
+            o.payload.opcode.eq(CciOpcode.MEM_WR),
+            o.payload.addr.eq(core_addr(self.index, Region.RECV) | slot_offset),
+            o.payload.data.eq(Mux(tx_src_local, local_tx.data, send_r.data)),
+        ]
+
+        # ---- write-back: the same read-ahead pattern into W ---------------------------------------------------
+        wb_adv = ~axi.wvalid | axi.wready
+        wb_can = in_wb & (wb_issue < (ranks << eb_bits))
+        with m.If(wb_adv):
+            m.d.sync += wb_pend.eq(wb_can)
+            with m.If(wb_can):
+                m.d.sync += [wb_issue.eq(wb_issue + 1), wb_last.eq(wb_issue[:eb_bits] == eb - 1)]
+        m.d.comb += [axi.wvalid.eq(wb_pend), axi.wdata.eq(send_r.data), axi.wlast.eq(wb_last)]
+        with m.If(in_wb):
+            m.d.comb += [send_r.addr.eq(wb_issue), send_r.en.eq(wb_adv)]
+        with m.Else():
+            m.d.comb += [send_r.addr.eq(Cat(tx_beat, tx_entry)), send_r.en.eq(tx_adv)]
+
+        # ---- receiver: RecvBuf (+) LocalBuf -> ALU -> SendBuf (or a copy in all-gather steps) -----------------
+        slot_bits = ceil_log2(slots + 1)
+        rx_slot = Signal(slot_bits)
+        m.d.comb += rx_slot.eq(parity * self.max_steps + rx_step)
+        rx_copy = rx_step >= ranks - 1
+        rx_can = in_ring & (rx_step < n_steps) & full.bit_select(rx_slot, 1)
+        m.d.comb += [recv_r.addr.eq(Cat(rx_beat, rx_slot)), local_rx.addr.eq(Cat(rx_beat, rx_entry))]
+        with m.If(in_ring & (rx_step < n_steps) & ~rx_can):
+            m.d.sync += self.stalls.eq(self.stalls + 1)
+        with m.If(rx_can):
+            m.d.sync += rx_beat.eq(rx_beat + 1)
+            with m.If(rx_beat == eb - 1):
+                m.d.comb += clr_full.eq(1 << rx_slot)
+                m.d.sync += [rx_step.eq(rx_step + 1), rx_entry.eq(dec(rx_entry))]
+
+        idx_bits = ceil_log2(buf_depth)
+        m.submodules.alu = alu = ReductionAlu(lanes=bb // 4, tag_width=2 + idx_bits)
+        issued = Signal()
+        issued_copy = Signal()
+        issued_last = Signal()
+        issued_idx = Signal(idx_bits)
+        m.d.sync += [issued.eq(rx_can), issued_copy.eq(rx_copy), issued_last.eq(rx_beat == eb - 1),
+                     issued_idx.eq(Cat(rx_beat, rx_entry))]
+        m.d.comb += [
+            alu.i.valid.eq(issued),
+            alu.i.payload.a.eq(recv_r.data),
+            alu.i.payload.b.eq(local_rx.data),
+            alu.i.payload.dtype.eq(self.dtype),
+            alu.i.payload.op.eq(self.op),
+            alu.i.payload.tag.eq(Cat(issued_copy, issued_last, issued_idx)),
+            alu.o.ready.eq(1),
+        ]
+        with m.If(issued & ~issued_copy):
+            m.d.sync += self.alu_beats.eq(self.alu_beats + 1)
+        # the copied entry follows the ALU's pipeline (it always advances: o.ready is 1)
+        copy_data = recv_r.data
+        for k in range(ReductionAlu.latency):
+            reg = Signal(width, name=f"copy_d{k + 1}")
+            m.d.sync += reg.eq(copy_data)
+            copy_data = reg
+        tag = alu.o.payload.tag
+        out_copy, out_last, out_idx = tag[0], tag[1], tag[2:]
+        m.d.comb += [
+            send_w.addr.eq(out_idx),
+            send_w.data.eq(Mux(out_copy, copy_data, alu.o.payload.data)),
+            send_w.en.eq(alu.o.valid),
+        ]
+        with m.If(alu.o.valid & out_last):
+            m.d.sync += rx_done.eq(rx_done + 1)
+        return m

@@ -1,0 +1,101 @@
+"""The model against the engine RTL: collective cycles predicted from the engine configuration (beat bytes,
+chunk size, chunk buffers, FSMs) and the links (latency, rate), next to the cycles ``syncfabric run`` /
+``syncfabric bench`` measured on Verilator (recorded in ``docs/results.md`` with their commands).
+
+Engine units: one cycle per second (``clock_hz=1``), a rate-1 link carries one beat per cycle
+(``link_bw=beat_bytes``), no link efficiency factor (the RTL's links lose nothing), memory one beat per cycle
+on each AXI channel, 7 cycles per FSM step.
+"""
+
+from dataclasses import dataclass
+
+from ..golden.topology import LinkAttr, Ring, Switch, Torus, parse as parse_topology
+from .collective import collective_time
+from .system import SystemParams, endpoint_from_ace
+
+__all__ = ["RtlPoint", "RTL_POINTS", "predict_cycles", "calibrate"]
+
+
+@dataclass(frozen=True)
+class RtlPoint:
+    """One measured RTL run: the configuration, the job and the cycles it took."""
+
+    command: str
+    config: str
+    collective: str
+    topology: str
+    nbytes: int
+    cycles: int
+    latency: int = None
+    rate: float = None
+    buffers: int = None
+    fsms: int = None
+
+
+_P = "syncfabric bench sweep --config paper --bytes 1M"
+#: Measured on Verilator (docs/results.md); cycles from the descriptor fetch to the last completion.
+RTL_POINTS = (
+    RtlPoint("syncfabric bench efficiency --config paper --bytes 1M --topology ring:8", "paper", "allreduce",
+             "ring:8", 1 << 20, 29860, latency=10),
+    RtlPoint("syncfabric bench efficiency --config paper --bytes 1M --topology bidir-ring:8", "paper",
+             "allreduce", "bidir-ring:8", 1 << 20, 18513, latency=10),
+    RtlPoint("syncfabric bench efficiency --config paper --bytes 1M --topology ring:8 --rate 0.5", "paper",
+             "allreduce", "ring:8", 1 << 20, 58135, latency=10, rate=0.5),
+    RtlPoint("syncfabric bench efficiency --config paper --bytes 1M --topology bidir-ring:8 --rate 0.5", "paper",
+             "allreduce", "bidir-ring:8", 1 << 20, 30977, latency=10, rate=0.5),
+    RtlPoint(_P + " --topology ring:8 --fsms 1", "paper", "allreduce", "ring:8", 1 << 20, 35065, latency=10,
+             buffers=52, fsms=1),
+    RtlPoint(_P + " --topology ring:8 --fsms 2", "paper", "allreduce", "ring:8", 1 << 20, 31645, latency=10,
+             buffers=52, fsms=2),
+    RtlPoint(_P + " --topology ring:8 --buffers 4 --fsms 16", "paper", "allreduce", "ring:8", 1 << 20, 31855,
+             latency=10, buffers=4, fsms=16),
+    RtlPoint(_P + " --topology bidir-ring:8 --latency 90 --fsms 1", "paper", "allreduce", "bidir-ring:8", 1 << 20,
+             38841, latency=90, buffers=52, fsms=1),
+    RtlPoint(_P + " --topology bidir-ring:8 --latency 90 --fsms 2", "paper", "allreduce", "bidir-ring:8", 1 << 20,
+             20770, latency=90, buffers=52, fsms=2),
+    RtlPoint(_P + " --topology bidir-ring:8 --latency 90 --fsms 16", "paper", "allreduce", "bidir-ring:8",
+             1 << 20, 18513, latency=90, buffers=52, fsms=16),
+    RtlPoint("syncfabric bench simspeed --config small --bytes 16K --topology ring:4", "small", "allreduce",
+             "ring:4", 16 << 10, 1947, latency=10),
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config small --bytes 16K", "small", "allreduce",
+             "torus:4x2x2", 16 << 10, 19477),
+    RtlPoint("syncfabric run --collective alltoall --topology torus:4x2x2 --config small --bytes 16K", "small",
+             "alltoall", "torus:4x2x2", 16 << 10, 12761),
+    RtlPoint("syncfabric run --collective alltoall --topology switch:8 --config small --bytes 16K", "small",
+             "alltoall", "switch:8", 16 << 10, 2953, latency=90),
+    RtlPoint("syncfabric run --collective allreduce --topology switch:8 --config small --bytes 16K", "small",
+             "allreduce", "switch:8", 16 << 10, 6245, latency=90),
+)
+
+
+def _topology(spec, latency, rate):
+    t = parse_topology(spec)
+    if latency is None and rate is None:
+        return t
+    attr = LinkAttr(rate=1.0 if rate is None else rate, latency=90 if latency is None else latency)
+    if isinstance(t, Ring):
+        return Ring(t.p, t.bidirectional, attr)
+    if isinstance(t, Switch):
+        return Switch(t.p, attr)
+    return Torus(*t.dims, attrs=(attr,) * 3)
+
+
+def predict_cycles(config, collective, topology, nbytes, latency=None, rate=None, buffers=None, fsms=None):
+    """Cycles the model predicts for one RTL job (``config``: an AceConfig or a profile name)."""
+    from ...hdl.ace.config import AceConfig
+    cfg = AceConfig.profile(config) if isinstance(config, str) else config
+    topo = _topology(topology, latency, rate)
+    ep = endpoint_from_ace(cfg, buffers=buffers, fsms=fsms)
+    system = SystemParams(clock_hz=1.0, link_bw=float(cfg.beat_bytes), link_efficiency=1.0)
+    return collective_time(collective, nbytes, topo, ep, system).time
+
+
+def calibrate(points=RTL_POINTS):
+    """Rows of (command, RTL cycles, model cycles, error) and the mean absolute error."""
+    rows = []
+    for p in points:
+        m = predict_cycles(p.config, p.collective, p.topology, p.nbytes, p.latency, p.rate, p.buffers, p.fsms)
+        rows.append({"command": p.command, "collective": p.collective, "topology": p.topology, "bytes": p.nbytes,
+                     "rtl_cycles": p.cycles, "model_cycles": round(m), "error": m / p.cycles - 1})
+    mae = sum(abs(r["error"]) for r in rows) / len(rows)
+    return rows, mae

@@ -1,0 +1,158 @@
+"""``syncfabric perf``: the system performance model's command line (registered by ``host/cli.py``)."""
+
+import json
+import sys
+
+__all__ = ["register"]
+
+
+def _add_common(p, out=True):
+    if out:
+        p.add_argument("--out", default="build/perf", help="folder for the CSV/JSON/SVG outputs (default %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _sched(p):
+    p.add_argument("--scheduler", default=None,
+                   help="Dask scheduler address, 'local' (a LocalCluster) or 'processes' (a process pool); default: "
+                        "a LocalCluster when dask.distributed is installed, else a process pool")
+
+
+def register(subparsers):
+    """Add ``perf`` and its subcommands to the ``syncfabric`` command line."""
+    perf = subparsers.add_parser("perf", help="system performance model: training iterations, the ACE, BytePS, "
+                                              "COARSE and RNA reproductions, calibration against the RTL")
+    sub = perf.add_subparsers(dest="perf_command", required=True)
+    p = sub.add_parser("iteration", help="one training iteration of a workload on a system")
+    p.add_argument("--workload", default="resnet50", help="built-in name or a YAML file (default %(default)s)")
+    p.add_argument("--npus", type=int, default=128, help="system size (default %(default)s)")
+    p.add_argument("--topology", default=None, help="topology spec (default: the torus of --npus)")
+    p.add_argument("--config", action="append", help="Table VI configuration (repeatable; default all)")
+    p.add_argument("--batch", type=int, default=None, help="batch per NPU (default: the workload's)")
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p = sub.add_parser("fig5", help="network BW driven vs memory BW (ACE Fig. 5)")
+    p.add_argument("--npus", type=int, action="append", help="system sizes (default 16 and 64)")
+    p.add_argument("--bytes", type=int, default=64 << 20, help="all-reduce bytes (default 64 MiB)")
+    _add_common(p)
+    _sched(p)
+    p = sub.add_parser("fig9a", help="ACE SRAM size x FSM sweep (ACE Fig. 9a)")
+    p.add_argument("--npus", type=int, default=128)
+    p.add_argument("--bytes", type=int, default=64 << 20)
+    p.add_argument("--sram-mb", type=float, action="append", help="SRAM sizes in MB (repeatable)")
+    p.add_argument("--fsms", type=int, action="append", help="FSM counts (repeatable)")
+    _add_common(p)
+    _sched(p)
+    p = sub.add_parser("fig10", help="compute and network utilization timelines (ACE Fig. 10)")
+    p.add_argument("--workload", default="resnet50")
+    p.add_argument("--npus", type=int, default=128)
+    _add_common(p)
+    p = sub.add_parser("fig11", help="iteration time across system sizes and ACE's speedup (ACE Fig. 11)")
+    p.add_argument("--workload", action="append", help="workloads (default resnet50, gnmt, dlrm)")
+    p.add_argument("--npus", type=int, action="append", help="system sizes (default 16 32 64 128)")
+    _add_common(p)
+    _sched(p)
+    p = sub.add_parser("byteps", help="BytePS: time vs CPU machines, formula and traffic simulation; PCIe")
+    p.add_argument("--n", type=int, default=32, help="GPU machines (default %(default)s)")
+    p.add_argument("--kmax", type=int, default=40, help="largest k (default %(default)s)")
+    _add_common(p)
+    p = sub.add_parser("coarse", help="COARSE dual synchronization vs all-reduce")
+    p.add_argument("--p", type=int, default=4, help="GPUs (default %(default)s)")
+    _add_common(p)
+    p = sub.add_parser("rna", help="RNA under straggler delays; median response time with 1 and 2 probes")
+    p.add_argument("--ranks", type=int, default=16)
+    p.add_argument("--seed", type=int, default=1)
+    _add_common(p)
+    p = sub.add_parser("calibrate", help="model vs RTL cycle counts (docs/results.md runs)")
+    _add_common(p)
+    p = sub.add_parser("bench", help="model speed: simulated iterations per second")
+    p.add_argument("--npus", type=int, action="append", help="sizes (default 16 128 1024)")
+    p.add_argument("--workload", default="resnet50")
+    perf.set_defaults(func=_run)
+
+
+def _table(rows, keys):
+    print("  ".join(f"{k:>14}" for k in keys))
+    for r in rows:
+        cells = []
+        for k in keys:
+            v = r.get(k)
+            cells.append(f"{v:>14.4g}" if isinstance(v, float) else f"{str(v):>14}")
+        print("  ".join(cells))
+
+
+def _run(args):
+    try:
+        return _dispatch(args)
+    except (ValueError, RuntimeError) as exc:
+        print(f"syncfabric perf {args.perf_command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args):
+    from . import repro
+    from .system import CONFIGS, endpoint, torus_for
+    from .training import simulate
+    from .workload import load_workload
+
+    c = args.perf_command
+    progress = not getattr(args, "quiet", False)
+    if c == "iteration":
+        wl = load_workload(args.workload, batch=args.batch)
+        topo = args.topology or torus_for(args.npus)
+        rows = []
+        for name in args.config or list(CONFIGS):
+            r = simulate(wl, topo, endpoint(name))
+            rows.append({**r.as_dict(), "time_ms": r.time * 1e3, "compute_ms": r.compute * 1e3,
+                         "exposed_ms": r.exposed * 1e3})
+        _table(rows, ["config", "time_ms", "compute_ms", "exposed_ms", "collectives"])
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
+    if c == "fig5":
+        rows, need = repro.fig5(args.out, sizes=tuple(args.npus or (16, 64)), nbytes=args.bytes,
+                                scheduler=args.scheduler or "processes", progress=progress)
+        _table(rows, ["npus", "config", "mem_bw_GBps", "network_bw_GBps"])
+        print("memory BW for 90% of Ideal (GB/s):", need)
+    elif c == "fig9a":
+        rows, backend = repro.fig9a(args.out, srams=tuple(args.sram_mb or (0.5, 1, 2, 4, 8)),
+                                    fsms=tuple(args.fsms or (4, 8, 12, 16, 20)), npus=args.npus, nbytes=args.bytes,
+                                    scheduler=args.scheduler, progress=progress)
+        _table(rows, ["sram_MB", "fsms", "network_bw_GBps", "normalized"])
+    elif c == "fig10":
+        rows = repro.fig10(args.out, args.workload, args.npus, progress=progress)
+        for name in ("BaselineCommOpt", "BaselineCompOpt", "ACE", "Ideal"):
+            sel = [r for r in rows if r["config"] == name]
+            print(f"{name:>16}: mean compute utilization {sum(r['compute_util'] for r in sel) / len(sel):.3f}, "
+                  f"network {sum(r['network_util'] for r in sel) / len(sel):.3f}")
+    elif c == "fig11":
+        rows, summary = repro.fig11(args.out, tuple(args.workload or ("resnet50", "gnmt", "dlrm")),
+                                    tuple(args.npus or repro.FIG11_SIZES), scheduler=args.scheduler,
+                                    progress=progress)
+        _table(rows, ["workload", "npus", "config", "iteration_ms", "compute_ms", "exposed_ms", "of_ideal"])
+        print(json.dumps(summary, indent=1))
+    elif c == "byteps":
+        rows, pcie = repro.byteps(args.out, n=args.n, ks=range(0, args.kmax + 1, 2))
+        _table(rows, ["n", "k", "model_s", "traffic_s", "allreduce_s", "speedup_over_allreduce"])
+        _table(pcie, ["m", "rho", "x_opt", "x_brute", "J_ca_s", "J_opt_s", "J_allreduce_s"])
+    elif c == "coarse":
+        rows = repro.coarse(args.out, p=args.p)
+        _table(rows, ["model", "gpu", "params_MB", "m_layers_MB", "T_layers_ms", "T_allreduce_ms", "speedup"])
+    elif c == "rna":
+        rows, meta = repro.rna(args.out, ranks=args.ranks, seed=args.seed)
+        _table(rows, ["delay_ms", "barrier_ms", "rna1_ms", "rna2_ms"])
+        print(f"median response time: 1 probe {meta['median_response_ms'][1]:.1f} ms, 2 probes "
+              f"{meta['median_response_ms'][2]:.1f} ms ({meta['response_ratio']:.2f}x)")
+    elif c == "calibrate":
+        from .calibrate import calibrate
+        rows, mae = calibrate()
+        repro.write_outputs(args.out, "calibrate", rows, {"mean_abs_error": mae})
+        _table(rows, ["topology", "collective", "bytes", "rtl_cycles", "model_cycles", "error"])
+        print(f"mean absolute error {mae:.3f}")
+    elif c == "bench":
+        rows = repro.bench(tuple(args.npus or (16, 128, 1024)), args.workload)
+        _table(rows, ["npus", "topology", "iteration_ms", "cold_s", "warm_s", "iterations_per_s"])
+        return 0
+    if c != "calibrate":
+        print(f"outputs in {args.out}/")
+    return 0

@@ -1,0 +1,210 @@
+"""Collective time at chunk granularity: the chunks of a payload flow through the phases of the algorithm's
+program, each phase reserving the resources its traffic needs.
+
+For every chunk ``c`` and phase ``p`` (in order) the model computes
+
+* the entry time: when the chunk left phase ``p-1`` and a place in phase ``p`` is free (at most ``K_p``
+  chunks in a phase: the SRAM partition's chunk buffers and the phase's FSMs for an engine, ``inflight`` for
+  a memory-backed endpoint);
+* a reservation on every resource the phase uses - each output port's link (``rate * link_bw *
+  efficiency``), the memory channel(s) reserved for communication, the ALUs, the phase's FSMs - of
+  ``demand / capacity`` seconds starting when both the chunk and the resource are free;
+* the exit time: the last reservation's end plus the phase's latency, ``depth * (link latency + step
+  overhead)`` (the longest chain of dependent messages, each crossing one link and one endpoint).
+
+So a lone chunk pays every hop (the alpha-beta time of the ring), and many chunks in flight approach the
+busiest resource's bound (the link bound for ACE, the memory bound for a baseline short of memory bandwidth).
+Demands come from :mod:`.profile` (the golden programs), so the model follows whatever algorithm runs.
+"""
+
+from dataclasses import dataclass, field
+import heapq
+import math
+
+from ..golden.topology import parse as parse_topology
+from .profile import profile as get_profile
+from .system import SystemParams
+
+__all__ = ["CollectiveResult", "collective_time", "phase_slots", "link_capacity", "ring_bound"]
+
+
+@dataclass
+class CollectiveResult:
+    """Time of one collective and what it used. ``sent``: bytes one NPU put on its links; ``busy``: seconds
+    each resource was reserved; ``slots``: chunks in flight allowed per phase."""
+
+    time: float
+    n_chunks: int
+    sent: float
+    bound: float
+    slots: tuple
+    busy: dict = field(default_factory=dict)
+
+    @property
+    def network_bw(self):
+        """Bytes per second one NPU drives into the network."""
+        return self.sent / self.time if self.time > 0 else 0.0
+
+
+def link_capacity(topo, port, system):
+    """Bytes per second a link leaving ``port`` carries (rank 0's; the fabrics are symmetric)."""
+    attr = topo.link_attr(0, port)
+    return attr.rate * system.link_bw * system.link_efficiency
+
+
+def _phase_latency(topo, ports, system):
+    lat = max((topo.link_attr(0, p).latency for p in ports if p < topo.n_ports and topo.has_tx(0, p)),
+              default=0)
+    hops = 2 if topo.routed else 1          # up-link and down-link through a switch
+    return hops * lat / system.clock_hz
+
+
+def phase_slots(prof, topo, ep, system, chunk, need=None):
+    """Chunks in flight per phase: an engine's share of its SRAM by the ACE heuristic (the driver's own
+    :func:`~syncfabric.host.programs.partition_sizes`) bounded by the FSMs of the phase; ``inflight``
+    otherwise. FSMs go to the phases in proportion to ``need`` (chunks a phase needs in flight to keep its
+    busiest resource going: (latency + service) / service; default: the partition sizes)."""
+    n = len(prof.phases)
+    if ep.kind != "ace":
+        return (ep.inflight,) * n
+    from ...host.programs import partition_sizes
+    n_buffers = max(n + 1, ep.sram_bytes // chunk)
+    weights = []
+    for ph in prof.phases:
+        bw = sum(topo.link_attr(0, p).rate for p in ph.ports if p < topo.n_ports and topo.has_tx(0, p))
+        weights.append(bw * ph.input)
+    if n <= 4:
+        parts = list(partition_sizes([weights], n_buffers)[:n])
+    else:
+        parts = [max(1, n_buffers // (n + 1))] * n
+    if not ep.buffer_granular:
+        # Byte-sized partitions: a chunk takes only its phase's share of the chunk in that partition.
+        parts = [max(1, int(s / max(ph.input, 1e-12))) for s, ph in zip(parts, prof.phases)]
+    fsms = _fsms_per_phase(parts if need is None else [min(a, b) for a, b in zip(parts, need)], ep.n_fsms)
+    return tuple(max(1, min(s, f)) for s, f in zip(parts, fsms))
+
+
+def _fsms_per_phase(parts, n_fsms):
+    """FSMs given to each phase: in proportion to its chunks in flight, at least one each."""
+    n = len(parts)
+    if n_fsms <= n:
+        return [1] * n
+    total = float(sum(parts))
+    quota = [n_fsms * s / total for s in parts]
+    out = [max(1, int(q)) for q in quota]
+    while sum(out) > n_fsms:
+        i = max((i for i in range(n) if out[i] > 1), key=lambda i: out[i] - quota[i])
+        out[i] -= 1
+    while sum(out) < n_fsms:
+        i = max(range(n), key=lambda i: quota[i] - out[i])
+        out[i] += 1
+    return out
+
+
+def ring_bound(nbytes, p, bandwidth):
+    """The bandwidth bound of a unidirectional ring all-reduce: ``2(p-1)/p * nbytes / bandwidth``."""
+    return 2 * (p - 1) / p * nbytes / bandwidth
+
+
+def collective_time(collective, nbytes, topology, ep, system=None, algorithm=None):
+    """:class:`CollectiveResult` of ``collective`` on ``nbytes`` per NPU (NCCL's buffer convention) over
+    ``topology`` with endpoint configuration ``ep`` (:class:`~.system.Endpoint`)."""
+    system = system or SystemParams()
+    topo = parse_topology(topology)
+    prof = get_profile(collective, topo, algorithm)
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    chunk = ep.chunk_bytes or system.chunk_bytes
+    sent = nbytes * sum(ph.sent for ph in prof.phases)
+    if nbytes == 0:
+        return CollectiveResult(0.0, 0, 0.0, 0.0, ())
+    n_chunks = math.ceil(nbytes / chunk)
+    sizes = [chunk] * (n_chunks - 1) + [nbytes - chunk * (n_chunks - 1)]
+    step_s = ep.step_cycles / system.clock_hz
+
+    # Per phase: [(resource, seconds per byte of chunk)], latency.
+    plans = []
+    n_ph = len(prof.phases)
+    for pi, ph in enumerate(prof.phases):
+        dem = {}
+        for port, frac in ph.link.items():
+            dem[("link", port)] = dem.get(("link", port), 0.0) + frac / link_capacity(topo, port, system)
+        if ep.kind == "ace":
+            rd, wr = ("mem_rd", "mem_wr") if ep.split_memory else ("mem", "mem")
+            if ph.ace_read:
+                dem[rd] = dem.get(rd, 0.0) + ph.ace_read / ep.comm_mem_bw
+            if ph.ace_write:
+                dem[wr] = dem.get(wr, 0.0) + ph.ace_write / ep.comm_mem_bw
+            if ph.reduce:
+                dem["alu"] = ph.reduce / (ep.alus * ep.alu_bytes * system.clock_hz)
+        elif ep.kind == "npu":
+            cap = min(ep.comm_mem_bw, max(ep.comm_sms, 1) * system.sm_bw)
+            if ep.split_memory:
+                dem["mem_rd"] = ph.npu_read / cap
+                dem["mem_wr"] = ph.npu_write / cap
+            else:
+                dem["mem"] = (ph.npu_read + ph.npu_write) / cap
+        lat = ph.depth * (_phase_latency(topo, ph.ports, system) + step_s)
+        plans.append([dem, {}, lat])
+    need = []
+    for dem, _, lat in plans:
+        service = max(dem.values(), default=0.0) * chunk
+        need.append(math.ceil((lat + service) / service) if service > 0 else 1)
+    slots = phase_slots(prof, topo, ep, system, chunk, need)
+    if ep.kind == "ace":
+        for pi, ph in enumerate(prof.phases):
+            plans[pi][1] = {("fsm", pi): ph.steps * step_s / slots[pi]}
+
+    # Event-driven: chunks ask for a phase in time order; each resource serves its reservations first come,
+    # first served (so phases sharing a link, like a torus's first and last, interleave their chunks).
+    free, busy = {}, {}
+    inphase = [0] * n_ph
+    waiting = [[] for _ in range(n_ph)]
+    done = [0.0] * n_chunks
+    events = [(0.0, c, 0, c) for c in range(n_chunks)]       # (time, seq, kind 0=ready/1=exit, chunk) per phase
+    heapq.heapify(events)
+    seq = n_chunks
+    phase_of = [0] * n_chunks
+
+    def enter(c, pi, t):
+        nonlocal seq
+        dem, fixed, lat = plans[pi]
+        size = sizes[c]
+        end = t
+        for r, spb in dem.items():
+            d = spb * size
+            s = max(t, free.get(r, 0.0))
+            free[r] = s + d
+            busy[r] = busy.get(r, 0.0) + d
+            end = max(end, s + d)
+        for r, d in fixed.items():
+            s = max(t, free.get(r, 0.0))
+            free[r] = s + d
+            busy[r] = busy.get(r, 0.0) + d
+            end = max(end, s + d)
+        inphase[pi] += 1
+        seq += 1
+        heapq.heappush(events, (end + lat, seq, 1, c))
+
+    while events:
+        t, _, kind, c = heapq.heappop(events)
+        pi = phase_of[c]
+        if kind == 0:
+            if inphase[pi] < slots[pi]:
+                enter(c, pi, t)
+            else:
+                waiting[pi].append(c)
+            continue
+        inphase[pi] -= 1
+        if waiting[pi]:
+            enter(waiting[pi].pop(0), pi, t)
+        if pi + 1 < n_ph:
+            phase_of[c] = pi + 1
+            seq += 1
+            heapq.heappush(events, (t, seq, 0, c))
+        else:
+            done[c] = t
+    total = max(done)
+    bound = max((sum(ph.link.get(port, 0.0) for ph in prof.phases) * nbytes / link_capacity(topo, port, system)
+                 for port in {p for ph in prof.phases for p in ph.link}), default=0.0)
+    return CollectiveResult(total, n_chunks, sent, bound, slots, busy)

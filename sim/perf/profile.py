@@ -1,0 +1,234 @@
+"""Per-phase traffic profiles of a collective, read off the golden algorithm programs.
+
+The performance model never re-derives an algorithm's formulas: it runs the same step lists the engine's FSMs
+execute (:mod:`syncfabric.sim.golden.algorithms`) through a counting pass and keeps, per phase and as fractions
+of one chunk's working set:
+
+* ``link``: bytes sent on each output port (the busiest rank's, per port index);
+* ``depth``: the longest chain of dependent messages (a message forwarded after it was received extends the
+  chain of the one it came from), i.e. how many link latencies one chunk pays in the phase;
+* ``steps``: steps per rank (each costs an FSM its per-step overhead);
+* ``ace_read`` / ``ace_write``: NPU memory an engine touches (LOAD / STORE only: everything else stays in SRAM);
+* ``npu_read`` / ``npu_write``: NPU memory a baseline endpoint touches when its cores run the same program out
+  of memory: a SEND reads its block, a message lands in memory, a reduction reads the local and the received
+  block and writes the result, a forward reads the block again (ACE section VI-A: 2N read per N sent in a
+  reduce-scatter, N per N in an all-gather);
+* ``reduce``: bytes the ALU reduces;
+* ``input``: the phase's initial chunk share (the SRAM partition heuristic's weight, with the port rates).
+
+Programs exist for up to 512 ranks (the step encoding's rank field). Hierarchical all-reduce,
+reduce-scatter and all-gather on larger tori are composed from the bidirectional-ring programs of each
+dimension, scaled by the share of the chunk that reaches the dimension (the hierarchical algorithm is that
+composition; ``tests/perf`` checks that both give the same profile on tori small enough to generate).
+"""
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..golden.algorithms import generate, default_algorithm
+from ..golden.chunking import normalize_collective
+from ..golden.program import StepOp
+from ..golden.topology import Ring, Torus, parse as parse_topology
+
+__all__ = ["PhaseProfile", "CollectiveProfile", "profile", "profile_from_programs", "MAX_PROGRAM_RANKS"]
+
+#: Largest rank count the program encoding supports (9-bit rank fields).
+MAX_PROGRAM_RANKS = 512
+
+
+@dataclass(frozen=True)
+class PhaseProfile:
+    """Traffic of one phase for one chunk, as fractions of the chunk's working set (see the module doc)."""
+
+    name: str
+    ports: tuple
+    link: dict = field(hash=False)
+    depth: int
+    steps: int
+    ace_read: float
+    ace_write: float
+    npu_read: float
+    npu_write: float
+    reduce: float
+    input: float
+    message: float
+
+    @property
+    def sent(self):
+        """Bytes sent per chunk byte on all ports together (one rank)."""
+        return sum(self.link.values())
+
+
+@dataclass(frozen=True)
+class CollectiveProfile:
+    """A collective's phases on a topology, with the algorithm that produced them."""
+
+    collective: str
+    algorithm: str
+    topology: str
+    nranks: int
+    phases: tuple
+
+    @property
+    def sent_per_read(self):
+        """Bytes put on the links per byte an engine reads from NPU memory (2.25 for all-reduce on 4x4x4)."""
+        read = sum(p.ace_read for p in self.phases)
+        return sum(p.sent for p in self.phases) / read if read else float("inf")
+
+    @property
+    def npu_read_per_sent(self):
+        """NPU memory bytes a baseline endpoint reads per byte it sends (1.5 for a ring all-reduce)."""
+        sent = sum(p.sent for p in self.phases)
+        return sum(p.npu_read for p in self.phases) / sent if sent else 0.0
+
+
+def profile_from_programs(programs, topology):
+    """The :class:`CollectiveProfile` of a set of golden programs (one per rank) on ``topology``."""
+    topo = parse_topology(topology)
+    progs = list(programs)
+    head = progs[0]
+    n_phases = len(head.phases)
+    frac = 1.0 / head.n_blocks
+    phases = []
+    for pi in range(n_phases):
+        link, reads, writes, nreads, nwrites, red, steps = {}, 0.0, 0.0, 0.0, 0.0, 0.0, 0
+        # Dependency depth: messages are events; a RECV with a forward emits depth(in) + 1.
+        recv_at = {}
+        for p in progs:
+            for s in p.phases[pi].steps:
+                if s.op == StepOp.RECV:
+                    recv_at[(p.rank, s.key)] = s
+        depth_of = {}
+        frontier = []
+        for p in progs:
+            lk, r_, w_, nr, nw, rd = {}, 0.0, 0.0, 0.0, 0.0, 0.0
+            for s in p.phases[pi].steps:
+                b = frac
+                if s.op == StepOp.LOAD:
+                    r_ += b
+                elif s.op == StepOp.STORE:
+                    w_ += b
+                elif s.op in (StepOp.SEND, StepOp.PUT):
+                    nr += b
+                    lk[s.port] = lk.get(s.port, 0.0) + b
+                    if s.op == StepOp.SEND:
+                        dst, _ = topo.link(p.rank, s.port, s.peer)
+                        frontier.append(((dst, s.key), 1))
+                else:
+                    nw += b                              # the message lands in memory
+                    if s.reduce:
+                        nr += 2 * b
+                        nw += b
+                        rd += b
+                    if s.fwd is not None:
+                        lk[s.fwd] = lk.get(s.fwd, 0.0) + b
+                        if not s.reduce:
+                            nr += b
+            for port, v in lk.items():
+                link[port] = max(link.get(port, 0.0), v)
+            reads, writes = max(reads, r_), max(writes, w_)
+            nreads, nwrites, red = max(nreads, nr), max(nwrites, nw), max(red, rd)
+            steps = max(steps, len(p.phases[pi].steps))
+        src_of = {(p.rank, s.key): p.rank for p in progs for s in p.phases[pi].steps if s.op == StepOp.RECV}
+        depth = 1 if any(s.op == StepOp.PUT for p in progs for s in p.phases[pi].steps) else 0
+        while frontier:
+            nxt = []
+            for (where, d) in frontier:
+                if depth_of.get(where, 0) >= d:
+                    continue
+                depth_of[where] = d
+                depth = max(depth, d)
+                s = recv_at.get(where)
+                if s is not None and s.fwd is not None:
+                    r = src_of[where]
+                    dst, _ = topo.link(r, s.fwd, s.peer)
+                    nxt.append(((dst, s.fwd_key), d + 1))
+            frontier = nxt
+        input_frac = _input_fraction(head, pi)
+        phases.append(PhaseProfile(head.phases[pi].name, tuple(head.phases[pi].ports), link, depth, steps,
+                                   reads, writes, nreads, nwrites, red, input_frac, frac))
+    return CollectiveProfile(head.collective, head.algorithm, topo.spec, topo.n_endpoints, tuple(phases))
+
+
+def _input_fraction(program, pi):
+    from ...host.programs import phase_input_fraction
+    return phase_input_fraction(program, pi)
+
+
+def _scaled(ph, name, ports, scale, input_frac, ace_read, ace_write, port_map):
+    link = {port_map[p]: v * scale for p, v in ph.link.items()}
+    return PhaseProfile(name, ports, link, ph.depth, ph.steps, ace_read, ace_write, ph.npu_read * scale,
+                        ph.npu_write * scale, ph.reduce * scale, input_frac, ph.message * scale)
+
+
+_DIM = ("local", "vertical", "horizontal")
+
+
+def _composed_torus(collective, topo):
+    """Hierarchical profile on a torus too large for the program encoding, from per-dimension ring programs."""
+    L, V, H = topo.dims
+    active = [d for d in range(3) if topo.dims[d] > 1]
+    parts = []   # (dim, kind, scale)
+    if collective == "allreduce":
+        if L > 1:
+            parts.append((0, "reduce_scatter", 1.0))
+        share = 1.0 / L
+        for d in (1, 2):
+            if topo.dims[d] > 1:
+                parts.append((d, "allreduce", share))
+        if L > 1:
+            parts.append((0, "allgather", 1.0))
+    elif collective == "reduce_scatter":
+        share = 1.0
+        for d in active:
+            parts.append((d, "reduce_scatter", share))
+            share /= topo.dims[d]
+    elif collective == "allgather":
+        share = 1.0 / topo.n_endpoints
+        for d in reversed(active):
+            share *= topo.dims[d]
+            parts.append((d, "allgather", share))
+    else:
+        raise ValueError(f"{collective} on {topo.spec}: programs are limited to {MAX_PROGRAM_RANKS} ranks and "
+                         f"only all-reduce, reduce-scatter and all-gather are composed beyond that")
+    phases = []
+    for k, (d, kind, scale) in enumerate(parts):
+        ring = Ring(topo.dims[d], bidirectional=True, attr=topo.attrs[d])
+        ph = _ring_profile(kind, ring).phases[0]
+        first, last = k == 0, k == len(parts) - 1
+        ace_read = 1.0 if first else 0.0
+        ace_write = 1.0 if last else 0.0
+        if collective == "allgather" and first:
+            ace_read = 1.0 / topo.n_endpoints
+        if collective == "reduce_scatter" and last:
+            ace_write = 1.0 / topo.n_endpoints
+        # An all-gather phase starts from its share of the data and grows it by the ring size.
+        in_frac = scale / topo.dims[d] if kind == "allgather" else scale
+        name = {"reduce_scatter": "rs", "allreduce": "ar", "allgather": "ag"}[kind] + "-" + _DIM[d]
+        port_map = {0: 2 * d, 1: 2 * d + 1}
+        phases.append(_scaled(ph, name, (2 * d, 2 * d + 1), scale, in_frac, ace_read, ace_write, port_map))
+    return CollectiveProfile(collective, "hierarchical", topo.spec, topo.n_endpoints, tuple(phases))
+
+
+@lru_cache(maxsize=64)
+def _ring_profile(kind, ring):
+    return profile_from_programs(generate(kind, "bidir-ring", ring), ring)
+
+
+@lru_cache(maxsize=256)
+def _cached(collective, algorithm, topo):
+    if topo.n_endpoints > MAX_PROGRAM_RANKS:
+        if isinstance(topo, Torus) and algorithm == "hierarchical":
+            return _composed_torus(collective, topo)
+        raise ValueError(f"{collective}/{algorithm} on {topo.spec}: programs are limited to {MAX_PROGRAM_RANKS} "
+                         f"ranks (only hierarchical torus collectives are composed beyond that)")
+    return profile_from_programs(generate(collective, algorithm, topo), topo)
+
+
+def profile(collective, topology, algorithm=None):
+    """The :class:`CollectiveProfile` of ``collective`` on ``topology`` (a spec or a Topology) with
+    ``algorithm`` (default: the topology's default). Cached."""
+    topo = parse_topology(topology)
+    coll = normalize_collective(collective)
+    algo = algorithm or default_algorithm(coll, topo)
+    return _cached(coll, algo, topo)

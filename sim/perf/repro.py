@@ -1,0 +1,343 @@
+"""The reproductions behind ``syncfabric perf``: each returns its rows and writes ``NAME.csv``, ``NAME.json``
+and ``NAME.svg`` into an output folder (``docs/perf.md`` lists them with the papers' numbers)."""
+
+import csv
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+from ..golden import byteps as bp
+from ..golden import coarse as co
+from .collective import collective_time
+from .sweep import run_sweep
+from .svg import bar_chart, line_chart
+from .system import CONFIGS, Endpoint, SystemParams, endpoint, torus_for
+from .training import simulate
+from .workload import load_workload
+
+__all__ = ["fig5", "fig9a", "fig10", "fig11", "byteps", "coarse", "rna", "bench", "write_outputs",
+           "FIG11_SIZES"]
+
+MB = 1 << 20
+GB = 1e9
+FIG11_SIZES = (16, 32, 64, 128)
+
+
+def write_outputs(out_dir, name, rows, meta=None):
+    """Write ``rows`` (a list of flat dicts) as ``name.csv`` and, with ``meta``, ``name.json``."""
+    os.makedirs(out_dir, exist_ok=True)
+    if rows:
+        keys = list(rows[0])
+        for r in rows[1:]:
+            keys += [k for k in r if k not in keys]
+        with open(os.path.join(out_dir, name + ".csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, keys)
+            w.writeheader()
+            w.writerows(rows)
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump({"meta": meta or {}, "rows": rows}, f, indent=1)
+    return os.path.join(out_dir, name + ".svg")
+
+
+# ---- Fig. 5: network bandwidth driven vs memory bandwidth -------------------------------------------------
+
+def _fig5_point(args):
+    npus, kind, mem, nbytes = args
+    if kind == "Ideal":
+        ep = CONFIGS["Ideal"]
+    elif kind == "ACE":
+        ep = CONFIGS["ACE"].replace(comm_mem_bw=mem * GB)
+    else:
+        ep = Endpoint("Baseline", "npu", comm_mem_bw=mem * GB, comm_sms=80)
+    r = collective_time("allreduce", nbytes, torus_for(npus), ep)
+    return {"npus": npus, "config": kind, "mem_bw_GBps": mem, "time_us": r.time * 1e6,
+            "network_bw_GBps": r.network_bw / GB}
+
+
+def fig5(out_dir, sizes=(16, 64), mem_bws=(32, 64, 96, 128, 192, 256, 350, 450, 600, 900), nbytes=64 * MB,
+         scheduler="processes", progress=True):
+    """ACE Fig. 5: network bandwidth one NPU drives in a 64 MB all-reduce against the memory bandwidth given
+    to communication, baseline vs ACE (Ideal for reference); and the bandwidth each needs for 90% of Ideal."""
+    pts = [(n, k, m, nbytes) for n in sizes for k in ("Baseline", "ACE") for m in mem_bws]
+    pts += [(n, "Ideal", 0, nbytes) for n in sizes]
+    rows, backend = run_sweep(_fig5_point, pts, scheduler=scheduler, progress=progress, label="fig5")
+    need = {}
+    for n in sizes:
+        ideal = next(r["network_bw_GBps"] for r in rows if r["npus"] == n and r["config"] == "Ideal")
+        for k in ("Baseline", "ACE"):
+            ok = [r["mem_bw_GBps"] for r in rows if r["npus"] == n and r["config"] == k
+                  and r["network_bw_GBps"] >= 0.9 * ideal]
+            need[f"{k}@{n}"] = min(ok) if ok else None
+    svg = write_outputs(out_dir, "fig5", rows, {"bytes": nbytes, "mem_for_90pct_ideal_GBps": need,
+                                                "backend": backend})
+    series = {f"{k} {n} NPUs": [(r["mem_bw_GBps"], r["network_bw_GBps"]) for r in rows
+                                if r["npus"] == n and r["config"] == k] for n in sizes for k in ("Baseline", "ACE")}
+    line_chart(svg, "Fig. 5: 64 MB all-reduce", "memory BW for communication (GB/s)", "network BW (GB/s)",
+               series)
+    return rows, need
+
+
+# ---- Fig. 9a: SRAM x FSMs ---------------------------------------------------------------------------------
+
+def _fig9_point(args):
+    sram_mb, fsms, npus, nbytes = args
+    ep = CONFIGS["ACE"].replace(sram_bytes=int(sram_mb * MB), n_fsms=fsms)
+    r = collective_time("allreduce", nbytes, torus_for(npus), ep)
+    return {"sram_MB": sram_mb, "fsms": fsms, "time_us": r.time * 1e6, "network_bw_GBps": r.network_bw / GB}
+
+
+def fig9a(out_dir, srams=(0.5, 1, 2, 4, 8), fsms=(4, 8, 12, 16, 20), npus=128, nbytes=64 * MB,
+          scheduler=None, progress=True):
+    """ACE Fig. 9a: ACE's all-reduce bandwidth over SRAM size x FSM count (normalized to the best point)."""
+    pts = [(s, f, npus, nbytes) for s in srams for f in fsms]
+    rows, backend = run_sweep(_fig9_point, pts, scheduler=scheduler, progress=progress, label="fig9a")
+    best = max(r["network_bw_GBps"] for r in rows)
+    for r in rows:
+        r["normalized"] = r["network_bw_GBps"] / best
+    svg = write_outputs(out_dir, "fig9a", rows, {"npus": npus, "bytes": nbytes, "backend": backend})
+    series = {f"{s} MB": [(r["fsms"], r["normalized"]) for r in rows if r["sram_MB"] == s] for s in srams}
+    line_chart(svg, f"Fig. 9a: ACE SRAM x FSMs ({npus} NPUs, all-reduce)", "FSMs", "performance (normalized)",
+               series)
+    return rows, backend
+
+
+# ---- Fig. 10: utilization timelines ----------------------------------------------------------------------
+
+def _utilization(res, system, topo, bins):
+    from ..golden.topology import parse
+    t = parse(topo)
+    cap = sum(t.link_attr(0, p).rate * system.link_bw for p in range(t.n_ports) if t.has_tx(0, p))
+    start = min(iv.start for iv in res.timeline)
+    end = start + res.time
+    edges = np.linspace(start, end, bins + 1)
+    comp, net = np.zeros(bins), np.zeros(bins)
+    for iv in res.timeline:
+        if iv.kind in ("fwd", "wg", "ig"):
+            _spread(comp, edges, iv.start, iv.end, 1.0)
+    for iv in res.network:
+        if iv.end > iv.start:
+            _spread(net, edges, iv.start, iv.end, iv.sent / (iv.end - iv.start) / cap)
+    return edges, comp, net
+
+
+def _spread(acc, edges, a, b, level):
+    w = edges[1] - edges[0]
+    for i in range(len(acc)):
+        lo, hi = max(a, edges[i]), min(b, edges[i + 1])
+        if hi > lo:
+            acc[i] += level * (hi - lo) / w
+
+
+def fig10(out_dir, workload="resnet50", npus=128, bins=100, progress=True):
+    """ACE Fig. 10: compute and network utilization over one steady-state iteration, per configuration."""
+    wl = load_workload(workload)
+    system = SystemParams()
+    topo = torus_for(npus)
+    rows, series = [], {}
+    for name in ("BaselineCommOpt", "BaselineCompOpt", "ACE", "Ideal"):
+        res = simulate(wl, topo, CONFIGS[name], system)
+        edges, comp, net = _utilization(res, system, topo, bins)
+        t0 = edges[0]
+        for i in range(bins):
+            rows.append({"config": name, "t_ms": (edges[i] - t0) * 1e3, "compute_util": comp[i],
+                         "network_util": net[i]})
+        series[f"{name} compute"] = [((edges[i] - t0) * 1e3, comp[i]) for i in range(bins)]
+        series[f"{name} network"] = [((edges[i] - t0) * 1e3, net[i]) for i in range(bins)]
+    svg = write_outputs(out_dir, f"fig10_{wl.name}", rows, {"workload": wl.name, "npus": npus})
+    line_chart(svg, f"Fig. 10: {wl.name}, {npus} NPUs", "time in iteration (ms)", "utilization", series, step=True)
+    return rows
+
+
+# ---- Fig. 11: iteration time across sizes ------------------------------------------------------------------
+
+def _fig11_point(args):
+    wl_name, npus, cfg = args
+    r = simulate(load_workload(wl_name), torus_for(npus), endpoint(cfg))
+    return {"workload": wl_name, "npus": npus, "config": cfg, "iteration_ms": r.time * 1e3,
+            "compute_ms": r.compute * 1e3, "exposed_ms": r.exposed * 1e3}
+
+
+def fig11(out_dir, workloads=("resnet50", "gnmt", "dlrm"), sizes=FIG11_SIZES, scheduler=None, progress=True):
+    """ACE Fig. 11: iteration time (compute + exposed communication) per workload, size and configuration,
+    the share of Ideal each reaches and ACE's speedup over the best baseline."""
+    pts = [(w, n, c) for w in workloads for n in sizes for c in CONFIGS]
+    rows, backend = run_sweep(_fig11_point, pts, scheduler=scheduler, progress=progress, label="fig11")
+    summary = {}
+    for w in workloads:
+        sp = []
+        for n in sizes:
+            pick = {r["config"]: r for r in rows if r["workload"] == w and r["npus"] == n}
+            ideal = pick["Ideal"]["iteration_ms"]
+            for r in pick.values():
+                r["of_ideal"] = ideal / r["iteration_ms"]
+            best = min(pick[c]["iteration_ms"] for c in CONFIGS if c.startswith("Baseline"))
+            pick["ACE"]["speedup_over_best_baseline"] = best / pick["ACE"]["iteration_ms"]
+            sp.append(best / pick["ACE"]["iteration_ms"])
+        summary[w] = {"mean_speedup": float(np.mean(sp)), "max_speedup": float(np.max(sp))}
+    for c in CONFIGS:
+        summary[f"of_ideal_{c}"] = float(np.mean([r["of_ideal"] for r in rows if r["config"] == c]))
+    svg = write_outputs(out_dir, "fig11", rows, {"summary": summary, "backend": backend})
+    groups = [(f"{w} {n}", [(c, [r["compute_ms"], r["exposed_ms"]]) for r in rows
+                            for c in [r["config"]] if r["workload"] == w and r["npus"] == n])
+              for w in workloads for n in sizes]
+    bar_chart(svg, "Fig. 11: iteration time", "ms", groups, ["compute", "exposed communication"])
+    return rows, summary
+
+
+# ---- BytePS -----------------------------------------------------------------------------------------------
+
+def byteps_traffic_time(n, k, M, B, part_bytes=4 * MB):
+    """Time of one BytePS iteration from a simulation of the summation-service traffic: the model is cut into
+    parts, each placed on a service by the bucket map; every GPU machine pushes every part to its service and
+    pulls the sum back; a machine's time is the larger of the bytes it receives and sends at ``B``."""
+    parts = bp.split_parts([M], part_bytes) if part_bytes < M else bp.split_parts([M], max(1, M // bp.bucket_count(n, k)))
+    place = bp.place_parts(len(parts), n, k)
+    kk = bp.effective_cpu(n, k)
+    rx = {("gpu", j): 0.0 for j in range(n)}
+    rx.update({("cpu", j): 0.0 for j in range(kk)})
+    tx = dict(rx)
+    for (_, _, length), srv in zip(parts, place):
+        for g in range(n):
+            if srv == ("gpu", g):
+                continue                          # its own contribution stays local
+            tx[("gpu", g)] += length              # push
+            rx[srv] += length
+            tx[srv] += length                     # the sum goes back
+            rx[("gpu", g)] += length
+    return max(max(rx[m], tx[m]) for m in rx) / B
+
+
+def byteps(out_dir, n=32, ks=range(0, 41, 2), M=1 << 30, B=100e9 / 8):
+    """BytePS Fig. 12's shape: communication time against CPU machines ``k`` for ``n`` GPU machines, from the
+    formula (Eq. 6) and from the summation-service traffic; and the intra-machine PCIe strategies."""
+    rows = []
+    for k in ks:
+        model = bp.byteps_time(n, k, M, B)
+        simt = byteps_traffic_time(n, k, M, B, part_bytes=max(1, M // (4 * bp.bucket_count(n, k))))
+        rows.append({"n": n, "k": k, "model_s": model, "traffic_s": simt, "allreduce_s": bp.allreduce_time(n, M, B),
+                     "ps_s": bp.ps_time(n, k, M, B) if k else None,
+                     "speedup_over_allreduce": bp.allreduce_time(n, M, B) / model})
+    kbest = min(rows, key=lambda r: r["model_s"])["k"]
+    # Intra-machine: p switches, m GPUs each; CPU-assisted aggregation vs ring all-reduce.
+    pcie = []
+    for m, rho in ((4, 1.0), (4, 80 / 105), (2, 1.0), (8, 1.0)):
+        b = 13.1e9
+        xs = np.linspace(0, 1, 101)
+        brute = xs[int(np.argmin([bp.pcie_time(x, m, M, b, b * rho) for x in xs]))]
+        ar = 2 * (2 * m - 1) * M / (2 * m * 80e9 / 8)
+        pcie.append({"m": m, "rho": rho, "x_opt": bp.optimal_x(m, rho), "x_brute": float(brute),
+                     "J_ca_s": bp.pcie_time(0, m, M, b, b * rho),
+                     "J_opt_s": bp.pcie_time(bp.optimal_x(m, rho), m, M, b, b * rho), "J_allreduce_s": ar})
+    svg = write_outputs(out_dir, "byteps", rows, {"best_k": kbest, "pcie": pcie, "M": M, "B": B})
+    line_chart(svg, f"BytePS: n={n} GPU machines, {M / 2**30:g} GiB", "CPU machines k", "time (s)",
+               {"model (Eq. 6)": [(r["k"], r["model_s"]) for r in rows],
+                "traffic simulation": [(r["k"], r["traffic_s"]) for r in rows],
+                "all-reduce": [(r["k"], r["allreduce_s"]) for r in rows]})
+    return rows, pcie
+
+
+# ---- COARSE -----------------------------------------------------------------------------------------------
+
+#: Bandwidth profiles (bytes/s): proxies talk over the memory devices' links, GPUs over PCIe (notes: V100
+#: local 9 / remote 16 GB/s, P100 local 25 / remote 18 GB/s; FP32 training throughput of each GPU).
+COARSE_PROFILES = {"V100": {"bw_proxy": 16e9, "bw_gpu": 9e9, "flops": 15.7e12},
+                   "P100": {"bw_proxy": 18e9, "bw_gpu": 25e9, "flops": 9.3e12}}
+
+
+def _param_sets():
+    bert = [30522 * 1024 + 512 * 1024 + 2 * 1024] + [4 * 1024 * 1024 + 2 * 1024 * 4096 + 4096 + 1024 * 9] * 24 \
+        + [1024 * 1024 + 1024]
+    resnet = [l.params for l in load_workload("resnet50").layers if l.params]
+    return {"BERT-large": ([4 * p for p in bert], 3 * 2 * 340e6 * 128 * 4),      # fp32, 128 tokens x batch 4
+            "ResNet-50": ([4 * p for p in resnet], load_workload("resnet50", batch=32).flops)}
+
+
+def coarse(out_dir, p=4):
+    """COARSE dual synchronization: the optimal m (closed form and over layer boundaries, checked by brute
+    force) and the iteration time against an all-reduce after back-propagation, per model and GPU profile."""
+    rows = []
+    for model, (sizes, flops) in _param_sets().items():
+        n = sum(sizes)
+        for gpu, prof in COARSE_PROFILES.items():
+            t_comp = flops / prof["flops"]
+            t_fp, t_bp = t_comp / 3, 2 * t_comp / 3
+            m, t = co.optimal_m(n, p, prof["bw_proxy"], prof["bw_gpu"], t_fp, t_bp)
+            ml, tl = co.optimal_m(n, p, prof["bw_proxy"], prof["bw_gpu"], t_fp, t_bp, layer_bytes=sizes)
+            grid = np.linspace(0, n, 2001)
+            brute = min(co.dual_sync_time(x, n, p, prof["bw_proxy"], prof["bw_gpu"], t_fp, t_bp) for x in grid)
+            t_ar = t_fp + t_bp + 2 * (p - 1) / p * n / prof["bw_gpu"]
+            rows.append({"model": model, "gpu": gpu, "params_MB": n / MB, "m_opt_MB": m / MB, "T_opt_ms": t * 1e3,
+                         "m_layers_MB": ml / MB, "T_layers_ms": tl * 1e3, "T_brute_ms": brute * 1e3,
+                         "T_allreduce_ms": t_ar * 1e3, "speedup": t_ar / tl})
+    svg = write_outputs(out_dir, "coarse", rows, {"p": p, "profiles": COARSE_PROFILES})
+    bar_chart(svg, f"COARSE dual sync vs all-reduce (p={p})", "ms",
+              [(f"{r['model']} {r['gpu']}", [("all-reduce", [r["T_allreduce_ms"]]), ("dual", [r["T_layers_ms"]])])
+               for r in rows], ["iteration time"])
+    return rows
+
+
+# ---- RNA --------------------------------------------------------------------------------------------------
+
+def rna(out_dir, ranks=16, delays_ms=(0, 10, 20, 30, 40, 50), iters=200, compute_ms=100.0, grad_bytes=100 * MB,
+        link_GBps=12.5, seed=1, nodes=100, skew=(10.0, 50.0), response_iters=100):
+    """RNA: iteration time under injected straggler delays (uniform 0..D ms per rank per iteration) for ring
+    all-reduce behind a readiness barrier vs RNA with 1 and 2 probes (the initiator is the first probed rank
+    to be ready; late ranks contribute null tensors), and the median response time of the dissertation's
+    microbenchmark (``nodes`` ranks, tasks of ``skew`` ms, the round ends when the first probed rank is done)."""
+    rng = np.random.default_rng(seed)
+    t_ar = 2 * (ranks - 1) / ranks * grad_bytes / (link_GBps * GB) * 1e3
+    rows = []
+    for d in delays_ms:
+        delays = rng.uniform(0, d, size=(iters, ranks)) if d else np.zeros((iters, ranks))
+        barrier = compute_ms + delays.max(axis=1) + t_ar
+        out = {"delay_ms": d, "barrier_ms": float(barrier.mean())}
+        for q in (1, 2):
+            probes = np.stack([rng.choice(ranks, q, replace=False) for _ in range(iters)])
+            first = np.take_along_axis(delays, probes, axis=1).min(axis=1)
+            out[f"rna{q}_ms"] = float((compute_ms + first + t_ar).mean())
+        rows.append(out)
+    # Response-time microbenchmark: every rank runs a task per round; unfinished work carries over (a rank
+    # that was not waited for is still busy), so picking a loaded rank is what the second probe avoids.
+    resp = {}
+    for q in (1, 2):
+        r2 = np.random.default_rng(seed)
+        backlog = np.zeros(nodes)
+        times = []
+        for _ in range(response_iters):
+            backlog += r2.uniform(*skew, size=nodes)
+            probes = r2.choice(nodes, q, replace=False)
+            t = backlog[probes].min()
+            times.append(t)
+            backlog = np.maximum(backlog - t, 0.0)
+        resp[q] = float(np.median(times))
+    meta = {"ranks": ranks, "allreduce_ms": t_ar, "seed": seed, "median_response_ms": resp,
+            "response_ratio": resp[1] / resp[2]}
+    svg = write_outputs(out_dir, "rna", rows, meta)
+    line_chart(svg, f"RNA: {ranks} ranks, straggler delay", "max injected delay per rank (ms)", "iteration (ms)",
+               {"ring all-reduce + barrier": [(r["delay_ms"], r["barrier_ms"]) for r in rows],
+                "RNA, 1 probe": [(r["delay_ms"], r["rna1_ms"]) for r in rows],
+                "RNA, 2 probes": [(r["delay_ms"], r["rna2_ms"]) for r in rows]})
+    return rows, meta
+
+
+# ---- model speed ------------------------------------------------------------------------------------------
+
+def bench(sizes=(16, 128, 1024), workload="resnet50", config="ACE", repeat=3):
+    """Simulated iterations per second of the model, cold (profiles and collective times computed) and warm
+    (profiles cached). Returns rows; prints nothing."""
+    rows = []
+    wl = load_workload(workload)
+    for n in sizes:
+        t0 = time.perf_counter()
+        r = simulate(wl, torus_for(n), endpoint(config))
+        cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            simulate(wl, torus_for(n), endpoint(config))
+        warm = (time.perf_counter() - t0) / repeat
+        rows.append({"npus": n, "topology": torus_for(n), "iteration_ms": r.time * 1e3, "cold_s": cold,
+                     "warm_s": warm, "iterations_per_s": r.iterations / warm if warm else math.inf})
+    return rows

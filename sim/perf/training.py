@@ -1,0 +1,173 @@
+"""Event-driven model of training iterations: one NPU's compute stream and the network's collective stream.
+
+Compute runs the layers in order (forward, then for each layer from the last: input gradient, weight
+gradient), each kernel timed by the roofline of :func:`~.system.compute_time` with the SMs and memory
+bandwidth the endpoint configuration leaves to compute. A weight gradient issues its all-reduce when it is
+computed; the network runs one collective at a time, choosing among the issued ones the most recent (LIFO:
+the first layers' gradients, needed first by the next forward pass, go first; ACE section V). The forward pass
+of layer ``i`` waits for layer ``i``'s all-reduce of the previous iteration; a model-parallel embedding waits
+for its all-to-all (forward: before the next layer; backward: before the iteration ends). BaselineNoOverlap
+issues one all-reduce of all gradients after back-propagation and waits for it.
+
+Collective times come from :func:`~.collective.collective_time` (cached per size). The iteration time is the
+steady state: the time between the ends of the last two simulated iterations; exposed communication is that
+minus the compute time of one iteration.
+"""
+
+from dataclasses import dataclass, field
+
+from .collective import collective_time
+from .system import SystemParams, compute_time
+
+__all__ = ["IterationResult", "simulate", "Interval"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A busy interval of the compute stream or the network: ``kind`` is fwd/wg/ig/wait or a collective."""
+
+    start: float
+    end: float
+    kind: str
+    layer: str
+    sent: float = 0.0
+
+
+@dataclass
+class IterationResult:
+    """Steady-state iteration: ``time`` = ``compute`` + ``exposed``; ``timeline``: compute intervals (waits
+    included) and ``network``: collective intervals with the bytes each NPU sent."""
+
+    workload: str
+    config: str
+    topology: str
+    time: float
+    compute: float
+    exposed: float
+    iterations: int
+    timeline: list = field(default_factory=list)
+    network: list = field(default_factory=list)
+    collectives: int = 0
+
+    def as_dict(self):
+        return {"workload": self.workload, "config": self.config, "topology": self.topology, "time_s": self.time,
+                "compute_s": self.compute, "exposed_s": self.exposed, "collectives": self.collectives}
+
+
+class _Network:
+    """One collective at a time, LIFO among the issued ones."""
+
+    def __init__(self, timer):
+        self.timer = timer
+        self.pending = []      # (issue time, seq, id, collective, bytes, layer)
+        self.free = 0.0
+        self.done = {}
+        self.log = []
+        self.seq = 0
+
+    def issue(self, t, cid, coll, nbytes, layer):
+        self.seq += 1
+        self.pending.append((t, self.seq, cid, coll, nbytes, layer))
+
+    def _start_next(self):
+        s = max(self.free, min(p[0] for p in self.pending))
+        cands = [p for p in self.pending if p[0] <= s]
+        pick = max(cands, key=lambda p: p[1])
+        self.pending.remove(pick)
+        _, _, cid, coll, nbytes, layer = pick
+        res = self.timer(coll, nbytes)
+        self.free = s + res.time
+        self.done[cid] = self.free
+        self.log.append(Interval(s, self.free, coll, layer, res.sent))
+
+    def run_until(self, t):
+        """Start every collective that can start by ``t`` (the compute stream has issued all up to ``t``)."""
+        while self.pending and max(self.free, min(p[0] for p in self.pending)) <= t:
+            self._start_next()
+
+    def wait(self, cid):
+        """Finish time of collective ``cid`` (compute is blocked: nothing new is issued meanwhile)."""
+        while cid not in self.done:
+            if not self.pending:
+                raise RuntimeError(f"collective {cid} was never issued")
+            self._start_next()
+        return self.done[cid]
+
+
+def simulate(workload, topology, ep, system=None, iterations=3, algorithm=None):
+    """Simulate ``iterations`` (>= 2) training iterations of ``workload`` (:class:`~.workload.Workload`) on
+    ``topology`` with endpoint configuration ``ep``; returns an :class:`IterationResult` for the last one."""
+    if iterations < 2:
+        raise ValueError("simulate needs at least 2 iterations for a steady state")
+    system = system or SystemParams()
+    sms, mem = ep.compute_share(system)
+    cache = {}
+
+    def timer(coll, nbytes):
+        key = (coll, nbytes)
+        if key not in cache:
+            cache[key] = collective_time(coll, nbytes, topology, ep, system, algorithm)
+        return cache[key]
+
+    net = _Network(timer)
+    layers = workload.layers
+    kt = [(compute_time(l.fwd_flops, l.fwd_bytes, system, sms, mem),
+           compute_time(l.wg_flops, l.wg_bytes, system, sms, mem),
+           compute_time(l.ig_flops, l.ig_bytes, system, sms, mem)) for l in layers]
+    compute_per_iter = sum(a + b + (c if i else 0.0) for i, (a, b, c) in enumerate(kt))
+    t = 0.0
+    timeline = []
+    ends = []
+    n_coll = 0
+
+    def run(kind, name, dt):
+        nonlocal t
+        if dt > 0:
+            timeline.append(Interval(t, t + dt, kind, name))
+        t += dt
+        net.run_until(t)
+
+    def wait(cid, name):
+        nonlocal t
+        done = net.wait(cid)
+        if done > t:
+            timeline.append(Interval(t, done, "wait", name))
+            t = done
+        net.run_until(t)
+
+    for it in range(iterations):
+        for i, l in enumerate(layers):
+            if it and l.allreduce_bytes and ep.overlap:
+                wait(("ar", it - 1, i), l.name)
+            run("fwd", l.name, kt[i][0])
+            if l.alltoall_bytes:
+                net.issue(t, ("a2a-f", it, i), "alltoall", l.alltoall_bytes, l.name)
+                n_coll += 1
+                wait(("a2a-f", it, i), l.name)
+        bwd_a2a = []
+        for i in range(len(layers) - 1, -1, -1):
+            l = layers[i]
+            if i:
+                run("ig", l.name, kt[i][2])
+            if l.alltoall_bytes:
+                net.issue(t, ("a2a-b", it, i), "alltoall", l.alltoall_bytes, l.name)
+                n_coll += 1
+                bwd_a2a.append(("a2a-b", it, i))
+            run("wg", l.name, kt[i][1])
+            if l.allreduce_bytes and ep.overlap:
+                net.issue(t, ("ar", it, i), "allreduce", l.allreduce_bytes, l.name)
+                n_coll += 1
+        if not ep.overlap:
+            net.issue(t, ("ar", it, "all"), "allreduce", workload.allreduce_bytes, "all")
+            n_coll += 1
+            wait(("ar", it, "all"), "all")
+        for cid in bwd_a2a:
+            wait(cid, layers[cid[2]].name)
+        ends.append(t)
+    it_time = ends[-1] - ends[-2]
+    start = ends[-2]
+    tl = [iv for iv in timeline if iv.end > start]
+    nw = [iv for iv in net.log if iv.end > start and iv.start < ends[-1]]
+    return IterationResult(workload.name, ep.name, str(topology), it_time, compute_per_iter,
+                           max(0.0, it_time - compute_per_iter), iterations, tl, nw,
+                           n_coll // iterations)

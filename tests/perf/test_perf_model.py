@@ -1,0 +1,181 @@
+"""The system performance model: profiles from the golden programs, the collective model's bounds, the
+configurations' ordering, the workload loader, the formula reproductions and the command line."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from syncfabric.host.cli import main
+from syncfabric.sim.golden import byteps as bp
+from syncfabric.sim.golden import coarse as co
+from syncfabric.sim.golden.topology import LinkAttr, Ring, parse
+from syncfabric.sim.perf import repro
+from syncfabric.sim.perf.calibrate import RTL_POINTS, calibrate
+from syncfabric.sim.perf.collective import collective_time, ring_bound
+from syncfabric.sim.perf.profile import _composed_torus, profile
+from syncfabric.sim.perf.system import CONFIGS, Endpoint, SystemParams, torus_for
+from syncfabric.sim.perf.training import simulate
+from syncfabric.sim.perf.workload import WorkloadError, load_workload
+
+MB = 1 << 20
+
+
+def test_profile_bytes_sent_per_byte_read_is_2_25_on_4x4x4_and_baseline_reads_1_5_on_a_ring():
+    assert profile("allreduce", "torus:4x4x4").sent_per_read == pytest.approx(2.25)
+    assert profile("allreduce", "ring:8").npu_read_per_sent == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("spec", ["torus:4x4x4", "torus:4x2x2", "torus:2x4x2"])
+def test_composed_torus_profile_matches_the_generated_programs(spec):
+    gen, comp = profile("allreduce", spec), _composed_torus("allreduce", parse(spec))
+    assert [p.name for p in gen.phases] == [p.name for p in comp.phases]
+    for a, b in zip(gen.phases, comp.phases):
+        assert a.depth == b.depth
+        assert a.link == pytest.approx(b.link)
+        assert (a.ace_read, a.ace_write) == (b.ace_read, b.ace_write)
+        assert a.npu_read == pytest.approx(b.npu_read) and a.reduce == pytest.approx(b.reduce)
+
+
+def test_ring_model_approaches_the_bandwidth_bound_formula_with_many_chunks():
+    system = SystemParams(clock_hz=1.0, link_bw=64.0, link_efficiency=1.0)
+    topo = Ring(8, attr=LinkAttr(1.0, 0))
+    ep = CONFIGS["Ideal"].replace(step_cycles=0.0)
+    r = collective_time("allreduce", 64 * MB, topo, ep, system)
+    assert r.bound == pytest.approx(ring_bound(64 * MB, 8, 64.0))
+    assert r.bound <= r.time <= 1.01 * r.bound
+
+
+def test_infinite_bandwidth_gives_no_exposed_communication():
+    fast = SystemParams(link_bw=1e30, clock_hz=1e30)
+    r = simulate(load_workload("resnet50"), "torus:4x2x2", CONFIGS["Ideal"], fast)
+    assert r.exposed == pytest.approx(0.0, abs=1e-12)
+    assert r.time == pytest.approx(r.compute)
+
+
+@pytest.mark.parametrize("nbytes", [1 * MB, 64 * MB])
+def test_ideal_is_fastest_and_ace_beats_the_memory_starved_baseline_on_an_allreduce(nbytes):
+    t = {k: collective_time("allreduce", nbytes, "torus:4x4x4", v).time for k, v in CONFIGS.items()}
+    assert t["Ideal"] <= min(t.values()) + 1e-12
+    assert t["ACE"] < t["BaselineCompOpt"]
+
+
+@pytest.mark.parametrize("wl", ["resnet50", "gnmt"])
+def test_iteration_ideal_le_ace_le_overlapping_baselines(wl):
+    w = load_workload(wl)
+    t = {k: simulate(w, torus_for(64), v).time for k, v in CONFIGS.items()}
+    assert t["Ideal"] <= t["ACE"] * (1 + 1e-9)
+    assert t["ACE"] <= t["BaselineCompOpt"] and t["ACE"] <= t["BaselineCommOpt"]
+
+
+def test_more_memory_bandwidth_never_slows_a_baseline_collective():
+    times = [collective_time("allreduce", 8 * MB, "torus:4x2x2",
+                             Endpoint("b", "npu", comm_mem_bw=m * 1e9, comm_sms=80)).time for m in (32, 128, 450, 900)]
+    assert times == sorted(times, reverse=True)
+
+
+def test_resnet50_table_has_torchvision_parameter_count():
+    w = load_workload("resnet50")
+    assert w.params == 25_557_032
+    assert w.flops == pytest.approx(3 * 2 * 4.09e9 * 32, rel=0.02)
+
+
+def test_dlrm_moves_embeddings_with_alltoall_and_allreduces_only_the_mlps():
+    w = load_workload("dlrm")
+    emb = next(l for l in w.layers if l.type == "embedding")
+    assert emb.allreduce_bytes == 0 and emb.alltoall_bytes == 512 * 26 * 128 * 2
+    assert sum(l.allreduce_bytes for l in w.layers) == 2 * sum(l.params for l in w.layers if l.type == "fc")
+
+
+@pytest.mark.parametrize("doc, msg", [
+    ({"batch": 1, "layers": [{"name": "a", "type": "fc", "in": 1, "out": 1}]}, "name"),
+    ({"name": "x", "batch": 0, "layers": [{"name": "a", "type": "fc", "in": 1, "out": 1}]}, "batch"),
+    ({"name": "x", "batch": 1, "layers": []}, "layers"),
+    ({"name": "x", "batch": 1, "layers": [{"name": "a", "type": "gru"}]}, "unknown layer type"),
+    ({"name": "x", "batch": 1, "layers": [{"name": "a", "type": "fc", "in": 1}]}, "missing field"),
+    ({"name": "x", "batch": 1, "layers": [{"name": "a", "type": "fc", "in": 1, "out": 1, "k": 3}]}, "unknown field"),
+    ({"name": "x", "batch": 1, "layers": [{"name": "a", "type": "fc", "in": 1, "out": 1},
+                                          {"name": "a", "type": "fc", "in": 1, "out": 1}]}, "duplicate"),
+    ({"name": "x", "batch": 1, "layers": [{"name": "a", "type": "conv", "cin": 1, "cout": 1, "k": -3,
+                                           "hin": 8}]}, "k must be"),
+    ({"name": "x", "batch": 1, "extra": 1, "layers": []}, "unknown top-level"),
+])
+def test_workload_loader_rejects_bad_input_with_the_field_named(doc, msg):
+    with pytest.raises(WorkloadError, match=msg):
+        load_workload(doc)
+
+
+def test_workload_loader_reads_a_user_yaml_file_and_reports_bad_yaml(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\nbatch: 4\nlayers:\n  - {name: l0, type: custom, fwd_flops: 1.0e9, fwd_bytes: 1.0e6, "
+                 "params: 1000}\n")
+    w = load_workload(str(f))
+    assert w.layers[0].allreduce_bytes == 2000 and w.flops == 3e9
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(WorkloadError, match="not valid YAML"):
+        load_workload(str(bad))
+    with pytest.raises(WorkloadError, match="no workload file"):
+        load_workload(str(tmp_path / "missing.yaml"))
+
+
+def test_coarse_optimal_m_matches_brute_force():
+    n, p, bwp, bwg, tf, tb = 400e6, 4, 16e9, 9e9, 0.02, 0.04
+    m, t = co.optimal_m(n, p, bwp, bwg, tf, tb)
+    grid = np.linspace(0, n, 20001)
+    brute = min(co.dual_sync_time(x, n, p, bwp, bwg, tf, tb) for x in grid)
+    assert t == pytest.approx(brute, rel=1e-4)
+
+
+@pytest.mark.parametrize("n", [4, 8, 32])
+def test_byteps_traffic_simulation_and_formula_agree_and_k_equal_n_is_optimal(n):
+    M, B = 1 << 28, 12.5e9
+    times = {k: bp.byteps_time(n, k, M, B) for k in range(0, 2 * n + 1)}
+    assert min(times.values()) == pytest.approx(times[n])
+    assert times[n] == pytest.approx(M / B)
+    for k in (0, n // 2, n):
+        sim = repro.byteps_traffic_time(n, k, M, B, part_bytes=max(1, M // (8 * bp.bucket_count(n, k))))
+        assert sim == pytest.approx(bp.byteps_time(n, k, M, B), rel=0.02)
+
+
+def test_rna_with_probes_beats_the_barrier_under_stragglers_and_two_probes_beat_one(tmp_path):
+    rows, meta = repro.rna(str(tmp_path), ranks=8, delays_ms=(0, 50), iters=100)
+    print("seed", meta["seed"])
+    assert rows[0]["barrier_ms"] == pytest.approx(rows[0]["rna2_ms"])
+    assert rows[1]["rna2_ms"] < rows[1]["rna1_ms"] < rows[1]["barrier_ms"]
+    assert meta["response_ratio"] > 1.0
+
+
+def test_calibration_error_on_the_ring_design_point_is_within_ten_percent():
+    rows, mae = calibrate([p for p in RTL_POINTS if p.config == "paper"][:4])
+    assert all(abs(r["error"]) < 0.11 for r in rows)
+
+
+@pytest.mark.parametrize("args", [
+    ["iteration", "--npus", "16", "--workload", "resnet50", "--config", "ACE"],
+    ["fig5", "--npus", "16", "--bytes", str(4 * MB), "--scheduler", "processes"],
+    ["fig9a", "--npus", "16", "--bytes", str(4 * MB), "--sram-mb", "1", "--fsms", "4", "--fsms", "16",
+     "--scheduler", "processes"],
+    ["fig10", "--npus", "16", "--workload", "gnmt"],
+    ["fig11", "--npus", "16", "--workload", "dlrm", "--scheduler", "processes"],
+    ["byteps", "--n", "8", "--kmax", "8"],
+    ["coarse"],
+    ["rna", "--ranks", "8"],
+    ["calibrate"],
+])
+def test_perf_subcommand_runs_at_a_small_size_and_writes_its_outputs(args, tmp_path, capsys):
+    out = ["--out", str(tmp_path), "--quiet"] if args[0] != "iteration" else []
+    assert main(["perf", *args, *out]) == 0
+    if args[0] != "iteration":
+        files = {p.name for p in tmp_path.iterdir()}
+        assert any(f.endswith(".json") for f in files)
+        if args[0] != "calibrate":
+            svg = [f for f in files if f.endswith(".svg")]
+            assert svg and (tmp_path / svg[0]).read_text().startswith("<svg")
+    assert capsys.readouterr().out.strip()
+
+
+def test_perf_reports_a_bad_workload_as_an_error(capsys):
+    assert main(["perf", "iteration", "--workload", "nonexistent"]) == 2
+    assert "no workload file" in capsys.readouterr().err

@@ -12,6 +12,12 @@ def _add_common(p, out=True):
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
+def _eff(p):
+    p.add_argument("--compute-efficiency", type=float, default=1.0,
+                   help="fraction of the NPU's peak FLOPs the roofline uses (default 1; 2 counts a MAC as one FLOP, "
+                        "as the ACE paper's compute times suggest)")
+
+
 def _sched(p):
     p.add_argument("--scheduler", default=None,
                    help="Dask scheduler address, 'local' (a LocalCluster) or 'processes' (a process pool); default: "
@@ -30,6 +36,7 @@ def register(subparsers):
     p.add_argument("--config", action="append", help="Table VI configuration (repeatable; default all)")
     p.add_argument("--batch", type=int, default=None, help="batch per NPU (default: the workload's)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    _eff(p)
     p = sub.add_parser("fig5", help="network BW driven vs memory BW (ACE Fig. 5)")
     p.add_argument("--npus", type=int, action="append", help="system sizes (default 16 and 64)")
     p.add_argument("--bytes", type=int, default=64 << 20, help="all-reduce bytes (default 64 MiB)")
@@ -45,10 +52,12 @@ def register(subparsers):
     p = sub.add_parser("fig10", help="compute and network utilization timelines (ACE Fig. 10)")
     p.add_argument("--workload", default="resnet50")
     p.add_argument("--npus", type=int, default=128)
+    _eff(p)
     _add_common(p)
     p = sub.add_parser("fig11", help="iteration time across system sizes and ACE's speedup (ACE Fig. 11)")
     p.add_argument("--workload", action="append", help="workloads (default resnet50, gnmt, dlrm)")
     p.add_argument("--npus", type=int, action="append", help="system sizes (default 16 32 64 128)")
+    _eff(p)
     _add_common(p)
     _sched(p)
     p = sub.add_parser("byteps", help="BytePS: time vs CPU machines, formula and traffic simulation; PCIe")
@@ -90,7 +99,7 @@ def _run(args):
 
 def _dispatch(args):
     from . import repro
-    from .system import CONFIGS, endpoint, torus_for
+    from .system import CONFIGS, SystemParams, endpoint, torus_for
     from .training import simulate
     from .workload import load_workload
 
@@ -101,7 +110,7 @@ def _dispatch(args):
         topo = args.topology or torus_for(args.npus)
         rows = []
         for name in args.config or list(CONFIGS):
-            r = simulate(wl, topo, endpoint(name))
+            r = simulate(wl, topo, endpoint(name), SystemParams(compute_efficiency=args.compute_efficiency))
             rows.append({**r.as_dict(), "time_ms": r.time * 1e3, "compute_ms": r.compute * 1e3,
                          "exposed_ms": r.exposed * 1e3})
         _table(rows, ["config", "time_ms", "compute_ms", "exposed_ms", "collectives"])
@@ -120,7 +129,8 @@ def _dispatch(args):
                                     scheduler=args.scheduler, progress=progress)
         _table(rows, ["sram_MB", "fsms", "network_bw_GBps", "normalized"])
     elif c == "fig10":
-        rows = repro.fig10(args.out, args.workload, args.npus, progress=progress)
+        rows = repro.fig10(args.out, args.workload, args.npus, progress=progress,
+                           compute_efficiency=args.compute_efficiency)
         for name in ("BaselineCommOpt", "BaselineCompOpt", "ACE", "Ideal"):
             sel = [r for r in rows if r["config"] == name]
             print(f"{name:>16}: mean compute utilization {sum(r['compute_util'] for r in sel) / len(sel):.3f}, "
@@ -128,7 +138,7 @@ def _dispatch(args):
     elif c == "fig11":
         rows, summary = repro.fig11(args.out, tuple(args.workload or ("resnet50", "gnmt", "dlrm")),
                                     tuple(args.npus or repro.FIG11_SIZES), scheduler=args.scheduler,
-                                    progress=progress)
+                                    progress=progress, compute_efficiency=args.compute_efficiency)
         _table(rows, ["workload", "npus", "config", "iteration_ms", "compute_ms", "exposed_ms", "of_ideal"])
         print(json.dumps(summary, indent=1))
     elif c == "byteps":
@@ -141,8 +151,10 @@ def _dispatch(args):
     elif c == "rna":
         rows, meta = repro.rna(args.out, ranks=args.ranks, seed=args.seed)
         _table(rows, ["delay_ms", "barrier_ms", "rna1_ms", "rna2_ms"])
-        print(f"median response time: 1 probe {meta['median_response_ms'][1]:.1f} ms, 2 probes "
-              f"{meta['median_response_ms'][2]:.1f} ms ({meta['response_ratio']:.2f}x)")
+        m = meta["median_response_ms"]
+        print(f"median response time, fresh tasks: 1 probe {m['iid_1']:.1f} ms, 2 probes {m['iid_2']:.1f} ms "
+              f"({meta['response_ratio']:.2f}x); with carried-over work: {m['backlog_1']:.1f} ms, "
+              f"{m['backlog_2']:.1f} ms ({meta['response_ratio_backlog']:.2f}x)")
     elif c == "calibrate":
         from .calibrate import calibrate
         rows, mae = calibrate()

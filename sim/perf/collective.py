@@ -60,43 +60,53 @@ def _phase_latency(topo, ports, system):
 
 
 def phase_slots(prof, topo, ep, system, chunk, need=None):
-    """Chunks in flight per phase: an engine's share of its SRAM by the ACE heuristic (the driver's own
-    :func:`~syncfabric.host.programs.partition_sizes`) bounded by the FSMs of the phase; ``inflight``
-    otherwise. FSMs go to the phases in proportion to ``need`` (chunks a phase needs in flight to keep its
-    busiest resource going: (latency + service) / service; default: the partition sizes)."""
+    """Chunks in flight per phase: an engine's SRAM partition for the phase bounded by the FSMs given to it;
+    ``inflight`` for memory-backed endpoints.
+
+    Partitions follow the ACE heuristic (size proportional to the phase's link bandwidth x its initial chunk
+    size, the terminal partition as large as the last phase's). The RTL splits whole chunk buffers (the
+    driver's own :func:`~syncfabric.host.programs.partition_sizes`, one chunk per buffer whatever the phase);
+    the paper's engine splits bytes, and a chunk takes only its share of the chunk in a later phase. FSMs are
+    handed out one at a time to the phase furthest from covering ``need`` (the chunks it needs in flight to
+    keep its busiest resource going: (latency + service) / service), then to phases with room left."""
     n = len(prof.phases)
     if ep.kind != "ace":
         return (ep.inflight,) * n
-    from ...host.programs import partition_sizes
-    n_buffers = max(n + 1, ep.sram_bytes // chunk)
     weights = []
     for ph in prof.phases:
         bw = sum(topo.link_attr(0, p).rate for p in ph.ports if p < topo.n_ports and topo.has_tx(0, p))
         weights.append(bw * ph.input)
-    if n <= 4:
-        parts = list(partition_sizes([weights], n_buffers)[:n])
+    if ep.buffer_granular:
+        from ...host.programs import partition_sizes
+        n_buffers = max(n + 1, ep.sram_bytes // chunk)
+        if n <= 4:
+            parts = list(partition_sizes([weights], n_buffers)[:n])
+        else:
+            parts = [max(1, n_buffers // (n + 1))] * n
     else:
-        parts = [max(1, n_buffers // (n + 1))] * n
-    if not ep.buffer_granular:
-        # Byte-sized partitions: a chunk takes only its phase's share of the chunk in that partition.
-        parts = [max(1, int(s / max(ph.input, 1e-12))) for s, ph in zip(parts, prof.phases)]
-    fsms = _fsms_per_phase(parts if need is None else [min(a, b) for a, b in zip(parts, need)], ep.n_fsms)
+        w = weights + [weights[-1]]
+        total = sum(w) or 1.0
+        parts = [max(1, int(ep.sram_bytes * wi / total / (chunk * max(ph.input, 1e-12))))
+                 for wi, ph in zip(w, prof.phases)]
+    need = list(parts) if need is None else [max(1, min(a, b)) for a, b in zip(parts, need)]
+    fsms = _fsms_per_phase(parts, need, ep.n_fsms)
     return tuple(max(1, min(s, f)) for s, f in zip(parts, fsms))
 
 
-def _fsms_per_phase(parts, n_fsms):
-    """FSMs given to each phase: in proportion to its chunks in flight, at least one each."""
+def _fsms_per_phase(parts, need, n_fsms):
+    """At least one FSM per phase; the rest one at a time to the phase with the lowest covered share of its
+    need, then (all needs covered) to the phase with the most SRAM room per FSM. Monotone in ``n_fsms``."""
     n = len(parts)
-    if n_fsms <= n:
-        return [1] * n
-    total = float(sum(parts))
-    quota = [n_fsms * s / total for s in parts]
-    out = [max(1, int(q)) for q in quota]
-    while sum(out) > n_fsms:
-        i = max((i for i in range(n) if out[i] > 1), key=lambda i: out[i] - quota[i])
-        out[i] -= 1
-    while sum(out) < n_fsms:
-        i = max(range(n), key=lambda i: quota[i] - out[i])
+    out = [1] * n
+    for _ in range(max(0, n_fsms - n)):
+        short = [i for i in range(n) if out[i] < need[i]]
+        if short:
+            i = min(short, key=lambda i: (out[i] / need[i], i))
+        else:
+            room = [i for i in range(n) if out[i] < parts[i]]
+            if not room:
+                break
+            i = max(room, key=lambda i: (parts[i] / out[i], -i))
         out[i] += 1
     return out
 

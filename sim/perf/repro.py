@@ -131,10 +131,10 @@ def _spread(acc, edges, a, b, level):
             acc[i] += level * (hi - lo) / w
 
 
-def fig10(out_dir, workload="resnet50", npus=128, bins=100, progress=True):
+def fig10(out_dir, workload="resnet50", npus=128, bins=100, progress=True, compute_efficiency=1.0):
     """ACE Fig. 10: compute and network utilization over one steady-state iteration, per configuration."""
     wl = load_workload(workload)
-    system = SystemParams()
+    system = SystemParams(compute_efficiency=compute_efficiency)
     topo = torus_for(npus)
     rows, series = [], {}
     for name in ("BaselineCommOpt", "BaselineCompOpt", "ACE", "Ideal"):
@@ -146,7 +146,8 @@ def fig10(out_dir, workload="resnet50", npus=128, bins=100, progress=True):
                          "network_util": net[i]})
         series[f"{name} compute"] = [((edges[i] - t0) * 1e3, comp[i]) for i in range(bins)]
         series[f"{name} network"] = [((edges[i] - t0) * 1e3, net[i]) for i in range(bins)]
-    svg = write_outputs(out_dir, f"fig10_{wl.name}", rows, {"workload": wl.name, "npus": npus})
+    svg = write_outputs(out_dir, f"fig10_{wl.name}", rows, {"workload": wl.name, "npus": npus,
+                                                            "compute_efficiency": compute_efficiency})
     line_chart(svg, f"Fig. 10: {wl.name}, {npus} NPUs", "time in iteration (ms)", "utilization", series, step=True)
     return rows
 
@@ -154,16 +155,18 @@ def fig10(out_dir, workload="resnet50", npus=128, bins=100, progress=True):
 # ---- Fig. 11: iteration time across sizes ------------------------------------------------------------------
 
 def _fig11_point(args):
-    wl_name, npus, cfg = args
-    r = simulate(load_workload(wl_name), torus_for(npus), endpoint(cfg))
+    wl_name, npus, cfg, eff = args
+    r = simulate(load_workload(wl_name), torus_for(npus), endpoint(cfg), SystemParams(compute_efficiency=eff))
     return {"workload": wl_name, "npus": npus, "config": cfg, "iteration_ms": r.time * 1e3,
             "compute_ms": r.compute * 1e3, "exposed_ms": r.exposed * 1e3}
 
 
-def fig11(out_dir, workloads=("resnet50", "gnmt", "dlrm"), sizes=FIG11_SIZES, scheduler=None, progress=True):
+def fig11(out_dir, workloads=("resnet50", "gnmt", "dlrm"), sizes=FIG11_SIZES, scheduler=None, progress=True,
+          compute_efficiency=1.0):
     """ACE Fig. 11: iteration time (compute + exposed communication) per workload, size and configuration,
-    the share of Ideal each reaches and ACE's speedup over the best baseline."""
-    pts = [(w, n, c) for w in workloads for n in sizes for c in CONFIGS]
+    the share of Ideal each reaches and ACE's speedup over the best baseline. ``compute_efficiency`` scales
+    the NPU's peak in the roofline (see docs/perf.md)."""
+    pts = [(w, n, c, compute_efficiency) for w in workloads for n in sizes for c in CONFIGS]
     rows, backend = run_sweep(_fig11_point, pts, scheduler=scheduler, progress=progress, label="fig11")
     summary = {}
     for w in workloads:
@@ -179,7 +182,9 @@ def fig11(out_dir, workloads=("resnet50", "gnmt", "dlrm"), sizes=FIG11_SIZES, sc
         summary[w] = {"mean_speedup": float(np.mean(sp)), "max_speedup": float(np.max(sp))}
     for c in CONFIGS:
         summary[f"of_ideal_{c}"] = float(np.mean([r["of_ideal"] for r in rows if r["config"] == c]))
-    svg = write_outputs(out_dir, "fig11", rows, {"summary": summary, "backend": backend})
+    name = "fig11" if compute_efficiency == 1.0 else f"fig11_eff{compute_efficiency:g}"
+    svg = write_outputs(out_dir, name, rows, {"summary": summary, "backend": backend,
+                                              "compute_efficiency": compute_efficiency})
     groups = [(f"{w} {n}", [(c, [r["compute_ms"], r["exposed_ms"]]) for r in rows
                             for c in [r["config"]] if r["workload"] == w and r["npus"] == n])
               for w in workloads for n in sizes]
@@ -223,14 +228,15 @@ def byteps(out_dir, n=32, ks=range(0, 41, 2), M=1 << 30, B=100e9 / 8):
     kbest = min(rows, key=lambda r: r["model_s"])["k"]
     # Intra-machine: p switches, m GPUs each; CPU-assisted aggregation vs ring all-reduce.
     pcie = []
-    for m, rho in ((4, 1.0), (4, 80 / 105), (2, 1.0), (8, 1.0)):
+    for m, rho in ((4, 1.0), (4, 0.5), (4, 2.0), (2, 1.0), (8, 1.0)):
         b = 13.1e9
         xs = np.linspace(0, 1, 101)
-        brute = xs[int(np.argmin([bp.pcie_time(x, m, M, b, b * rho) for x in xs]))]
+        b_sc = b / rho                            # rho = b_NS / b_SC
+        brute = xs[int(np.argmin([bp.pcie_time(x, m, M, b, b_sc) for x in xs]))]
         ar = 2 * (2 * m - 1) * M / (2 * m * 80e9 / 8)
         pcie.append({"m": m, "rho": rho, "x_opt": bp.optimal_x(m, rho), "x_brute": float(brute),
-                     "J_ca_s": bp.pcie_time(0, m, M, b, b * rho),
-                     "J_opt_s": bp.pcie_time(bp.optimal_x(m, rho), m, M, b, b * rho), "J_allreduce_s": ar})
+                     "J_ca_s": bp.pcie_time(0, m, M, b, b_sc),
+                     "J_opt_s": bp.pcie_time(bp.optimal_x(m, rho), m, M, b, b_sc), "J_allreduce_s": ar})
     svg = write_outputs(out_dir, "byteps", rows, {"best_k": kbest, "pcie": pcie, "M": M, "B": B})
     line_chart(svg, f"BytePS: n={n} GPU machines, {M / 2**30:g} GiB", "CPU machines k", "time (s)",
                {"model (Eq. 6)": [(r["k"], r["model_s"]) for r in rows],
@@ -299,22 +305,27 @@ def rna(out_dir, ranks=16, delays_ms=(0, 10, 20, 30, 40, 50), iters=200, compute
             first = np.take_along_axis(delays, probes, axis=1).min(axis=1)
             out[f"rna{q}_ms"] = float((compute_ms + first + t_ar).mean())
         rows.append(out)
-    # Response-time microbenchmark: every rank runs a task per round; unfinished work carries over (a rank
-    # that was not waited for is still busy), so picking a loaded rank is what the second probe avoids.
+    # Response-time microbenchmark (dissertation Fig. 5.7): every rank runs a task of ``skew`` ms per round and
+    # the round ends when the first probed rank is done. "iid": fresh tasks every round (order statistics);
+    # "backlog": unfinished work carries over (a rank nobody waited for is still busy when the next round
+    # starts), which is where a second probe avoids loaded ranks.
     resp = {}
-    for q in (1, 2):
-        r2 = np.random.default_rng(seed)
-        backlog = np.zeros(nodes)
-        times = []
-        for _ in range(response_iters):
-            backlog += r2.uniform(*skew, size=nodes)
-            probes = r2.choice(nodes, q, replace=False)
-            t = backlog[probes].min()
-            times.append(t)
-            backlog = np.maximum(backlog - t, 0.0)
-        resp[q] = float(np.median(times))
+    for mode in ("iid", "backlog"):
+        for q in (1, 2):
+            r2 = np.random.default_rng(seed)
+            backlog = np.zeros(nodes)
+            times = []
+            for _ in range(response_iters):
+                task = r2.uniform(*skew, size=nodes)
+                backlog = backlog + task if mode == "backlog" else task
+                probes = r2.choice(nodes, q, replace=False)
+                t = backlog[probes].min()
+                times.append(t)
+                backlog = np.maximum(backlog - t, 0.0)
+            resp[f"{mode}_{q}"] = float(np.median(times))
     meta = {"ranks": ranks, "allreduce_ms": t_ar, "seed": seed, "median_response_ms": resp,
-            "response_ratio": resp[1] / resp[2]}
+            "response_ratio": resp["iid_1"] / resp["iid_2"],
+            "response_ratio_backlog": resp["backlog_1"] / resp["backlog_2"]}
     svg = write_outputs(out_dir, "rna", rows, meta)
     line_chart(svg, f"RNA: {ranks} ranks, straggler delay", "max injected delay per rank (ms)", "iteration (ms)",
                {"ring all-reduce + barrier": [(r["delay_ms"], r["barrier_ms"]) for r in rows],

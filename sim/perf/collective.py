@@ -59,16 +59,14 @@ def _phase_latency(topo, ports, system):
     return hops * lat / system.clock_hz
 
 
-def phase_slots(prof, topo, ep, system, chunk, need=None):
-    """Chunks in flight per phase: an engine's SRAM partition for the phase bounded by the FSMs given to it;
-    ``inflight`` for memory-backed endpoints.
+def phase_slots(prof, topo, ep, system, chunk):
+    """Chunks in flight per phase: an engine's SRAM partition for the phase; ``inflight`` for memory-backed
+    endpoints.
 
     Partitions follow the ACE heuristic (size proportional to the phase's link bandwidth x its initial chunk
     size, the terminal partition as large as the last phase's). The RTL splits whole chunk buffers (the
     driver's own :func:`~syncfabric.host.programs.partition_sizes`, one chunk per buffer whatever the phase);
-    the paper's engine splits bytes, and a chunk takes only its share of the chunk in a later phase. FSMs are
-    handed out one at a time to the phase furthest from covering ``need`` (the chunks it needs in flight to
-    keep its busiest resource going: (latency + service) / service), then to phases with room left."""
+    the paper's engine splits bytes, and a chunk takes only its share of the chunk in a later phase."""
     n = len(prof.phases)
     if ep.kind != "ace":
         return (ep.inflight,) * n
@@ -80,33 +78,21 @@ def phase_slots(prof, topo, ep, system, chunk, need=None):
         from ...host.programs import partition_sizes
         n_buffers = max(n + 1, ep.sram_bytes // chunk)
         if n <= 4:
-            parts = list(partition_sizes([weights], n_buffers)[:n])
-        else:
-            parts = [max(1, n_buffers // (n + 1))] * n
-    else:
-        w = weights + [weights[-1]]
-        total = sum(w) or 1.0
-        parts = [max(1, int(ep.sram_bytes * wi / total / (chunk * max(ph.input, 1e-12))))
-                 for wi, ph in zip(w, prof.phases)]
-    need = list(parts) if need is None else [max(1, min(a, b)) for a, b in zip(parts, need)]
-    fsms = _fsms_per_phase(parts, need, ep.n_fsms)
-    return tuple(max(1, min(s, f)) for s, f in zip(parts, fsms))
+            return tuple(partition_sizes([weights], n_buffers)[:n])
+        return (max(1, n_buffers // (n + 1)),) * n
+    w = weights + [weights[-1]]
+    total = sum(w) or 1.0
+    return tuple(max(1, int(ep.sram_bytes * wi / total / (chunk * max(ph.input, 1e-12))))
+                 for wi, ph in zip(w, prof.phases))
 
 
-def _fsms_per_phase(parts, need, n_fsms):
-    """At least one FSM per phase; the rest one at a time to the phase with the lowest covered share of its
-    need, then (all needs covered) to the phase with the most SRAM room per FSM. Monotone in ``n_fsms``."""
-    n = len(parts)
+def fsms_per_phase(work, n_fsms):
+    """FSMs per phase: at least one each, the rest one at a time to the phase with the most FSM work per FSM
+    (``work``: FSM seconds per chunk). Monotone in ``n_fsms``."""
+    n = len(work)
     out = [1] * n
     for _ in range(max(0, n_fsms - n)):
-        short = [i for i in range(n) if out[i] < need[i]]
-        if short:
-            i = min(short, key=lambda i: (out[i] / need[i], i))
-        else:
-            room = [i for i in range(n) if out[i] < parts[i]]
-            if not room:
-                break
-            i = max(room, key=lambda i: (parts[i] / out[i], -i))
+        i = max(range(n), key=lambda i: (work[i] / out[i], -i))
         out[i] += 1
     return out
 
@@ -156,14 +142,16 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
                 dem["mem"] = (ph.npu_read + ph.npu_write) / cap
         lat = ph.depth * (_phase_latency(topo, ph.ports, system) + step_s)
         plans.append([dem, {}, lat])
-    need = []
-    for dem, _, lat in plans:
-        service = max(dem.values(), default=0.0) * chunk
-        need.append(math.ceil((lat + service) / service) if service > 0 else 1)
-    slots = phase_slots(prof, topo, ep, system, chunk, need)
+    slots = phase_slots(prof, topo, ep, system, chunk)
     if ep.kind == "ace":
-        for pi, ph in enumerate(prof.phases):
-            plans[pi][1] = {("fsm", pi): ph.steps * step_s / slots[pi]}
+        # An FSM runs a chunk's steps one after another (it may hold several chunks and switch between
+        # them): per step its overhead, per message the time to stream it through the datapath. The phase's
+        # FSMs share that work.
+        datapath = ep.alu_bytes * system.clock_hz
+        work = [(ph.steps * step_s + ph.transfers * ph.message * chunk / datapath) for ph in prof.phases]
+        fsms = fsms_per_phase(work, ep.n_fsms)
+        for pi in range(n_ph):
+            plans[pi][1] = {("fsm", pi): work[pi] / fsms[pi]}
 
     # Event-driven: chunks ask for a phase in time order; each resource serves its reservations first come,
     # first served (so phases sharing a link, like a torus's first and last, interleave their chunks).

@@ -7,7 +7,8 @@ of one chunk's working set:
 * ``link``: bytes sent on each output port (the busiest rank's, per port index);
 * ``depth``: the longest chain of dependent messages (a message forwarded after it was received extends the
   chain of the one it came from), i.e. how many link latencies one chunk pays in the phase;
-* ``steps``: steps per rank (each costs an FSM its per-step overhead);
+* ``steps``: steps per rank (each costs an FSM its per-step overhead) and ``transfers``: the steps that stream
+  a message through the FSM's datapath (SEND, PUT, RECV);
 * ``ace_read`` / ``ace_write``: NPU memory an engine touches (LOAD / STORE only: everything else stays in SRAM);
 * ``npu_read`` / ``npu_write``: NPU memory a baseline endpoint touches when its cores run the same program out
   of memory: a SEND reads its block, a message lands in memory, a reduction reads the local and the received
@@ -52,6 +53,7 @@ class PhaseProfile:
     reduce: float
     input: float
     message: float
+    transfers: int = 0
 
     @property
     def sent(self):
@@ -91,7 +93,7 @@ def profile_from_programs(programs, topology):
     frac = 1.0 / head.n_blocks
     phases = []
     for pi in range(n_phases):
-        link, reads, writes, nreads, nwrites, red, steps = {}, 0.0, 0.0, 0.0, 0.0, 0.0, 0
+        link, reads, writes, nreads, nwrites, red, steps, transfers = {}, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0
         # Dependency depth: messages are events; a RECV with a forward emits depth(in) + 1.
         recv_at = {}
         for p in progs:
@@ -129,6 +131,8 @@ def profile_from_programs(programs, topology):
             reads, writes = max(reads, r_), max(writes, w_)
             nreads, nwrites, red = max(nreads, nr), max(nwrites, nw), max(red, rd)
             steps = max(steps, len(p.phases[pi].steps))
+            transfers = max(transfers, sum(1 for s in p.phases[pi].steps
+                                           if s.op in (StepOp.SEND, StepOp.PUT, StepOp.RECV)))
         src_of = {(p.rank, s.key): p.rank for p in progs for s in p.phases[pi].steps if s.op == StepOp.RECV}
         depth = 1 if any(s.op == StepOp.PUT for p in progs for s in p.phases[pi].steps) else 0
         while frontier:
@@ -146,7 +150,7 @@ def profile_from_programs(programs, topology):
             frontier = nxt
         input_frac = _input_fraction(head, pi)
         phases.append(PhaseProfile(head.phases[pi].name, tuple(head.phases[pi].ports), link, depth, steps,
-                                   reads, writes, nreads, nwrites, red, input_frac, frac))
+                                   reads, writes, nreads, nwrites, red, input_frac, frac, transfers))
     return CollectiveProfile(head.collective, head.algorithm, topo.spec, topo.n_endpoints, tuple(phases))
 
 
@@ -158,7 +162,7 @@ def _input_fraction(program, pi):
 def _scaled(ph, name, ports, scale, input_frac, ace_read, ace_write, port_map):
     link = {port_map[p]: v * scale for p, v in ph.link.items()}
     return PhaseProfile(name, ports, link, ph.depth, ph.steps, ace_read, ace_write, ph.npu_read * scale,
-                        ph.npu_write * scale, ph.reduce * scale, input_frac, ph.message * scale)
+                        ph.npu_write * scale, ph.reduce * scale, input_frac, ph.message * scale, ph.transfers)
 
 
 _DIM = ("local", "vertical", "horizontal")

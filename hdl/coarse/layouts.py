@@ -112,3 +112,21 @@ def pack_flit(beat_bytes, opcode, tag=0, addr=0, data=0):
 def unpack_flit(beat_bytes, bits):
     """Fields of a flit's bits."""
     return unpack(cci_flit_layout(beat_bytes), bits)
+
+
+def format_markdown(beat_bytes=16):
+    """Markdown tables of the flit layout, the opcodes and the control registers (``docs/coarse.md`` holds
+    this text; a test keeps them equal)."""
+    lines = [f"Flit ({cci_flit_layout(beat_bytes).size} bits with {beat_bytes}-byte beats):", "",
+             "| field | bits | width |", "|---|---|---|"]
+    for name, field in cci_flit_layout(beat_bytes):
+        lines.append(f"| `{name}` | {field.offset}..{field.offset + field.width - 1} | {field.width} |")
+    lines += ["", "| opcode | code | direction | carries |", "|---|---|---|---|"]
+    carries = {CciOpcode.MEM_RD: ("request", "tag, addr"), CciOpcode.MEM_WR: ("request", "tag, addr, data"),
+               CciOpcode.MEM_DATA: ("response", "tag, data"), CciOpcode.CMP: ("response", "tag")}
+    for op in CciOpcode:
+        lines.append(f"| `{op.name}` | {op.value} | {carries[op][0]} | {carries[op][1]} |")
+    lines += ["", "| register | index | byte offset in region 3 |", "|---|---|---|"]
+    for reg in CoreReg:
+        lines.append(f"| `{reg.name}` | {reg.value} | {reg.value} x beat_bytes |")
+    return "\n".join(lines) + "\n"

@@ -140,3 +140,21 @@ def test_byteps_pcie_split_matches_derived_optimum():
     xs = np.linspace(0, 1, 1001)
     best = xs[np.argmin([byteps.pcie_time(x, 4, 1.0, 1.0, 1.0) for x in xs])]
     assert abs(best - 0.2) < 2e-3
+
+
+def test_docs_hold_the_formats_generated_from_the_layouts():
+    from pathlib import Path
+    from syncfabric.hdl.coarse.layouts import format_markdown
+    text = (Path(__file__).resolve().parents[2] / "docs" / "coarse.md").read_text()
+    start = text.index("<!-- generated: format_markdown(16) -->\n") + len("<!-- generated: format_markdown(16) -->\n")
+    end = text.index("<!-- end generated -->")
+    assert text[start:end] == format_markdown(16)
+
+
+def test_core_address_map_round_trips():
+    from syncfabric.hdl.coarse.layouts import Region, core_addr, decode_core_addr, is_core_addr
+    a = core_addr(5, Region.CTRL, 0x30)
+    assert is_core_addr(a) and decode_core_addr(a) == (5, Region.CTRL, 0x30)
+    assert not is_core_addr(0x1000)
+    with pytest.raises(ValueError):
+        core_addr(200, Region.RECV)

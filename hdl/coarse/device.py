@@ -1,0 +1,153 @@
+"""A COARSE memory device: one DRAM port (AXI4), one CCI port to its GPU, two ring ports (left and right
+neighbour devices) and ``n_groups`` sync cores (core ``g`` belongs to group ``g``).
+
+Even groups send their ring traffic to the right neighbour and receive from the left one; odd groups the
+reverse, so two groups keep both directions of every ring link busy. Flits arriving on a ring port are routed
+to a core by the core index in their address; cores sending on the same port share it flit by flit
+(round-robin). The cores, the CCI target and nothing else share the DRAM port through :class:`AxiArbiter`.
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.axi import AXI4Signature
+from .cci import CciTarget
+from .layouts import ADDR_BITS, cci_flit_layout
+from .sync_core import SyncCore
+
+__all__ = ["AxiArbiter", "MemoryDevice"]
+
+_AR = ("arid", "araddr", "arlen", "arsize", "arburst", "arlock", "arcache", "arprot")
+_AW = ("awid", "awaddr", "awlen", "awsize", "awburst", "awlock", "awcache", "awprot")
+
+
+class AxiArbiter(wiring.Component):
+    """``n`` AXI4 masters (``m0``..) onto one port (``axi``), one burst at a time per direction: a read grant
+    lasts from AR to the last R beat, a write grant from AW to B (forwarding one AW and W beats up to WLAST, so a
+    master streaming its next burst's data waits for its next grant); grants rotate round-robin."""
+
+    def __init__(self, n, beat_bytes=16):
+        self.n = n
+        sig = AXI4Signature(ADDR_BITS, 8 * beat_bytes)
+        super().__init__({"axi": Out(sig), **{f"m{k}": In(sig) for k in range(n)}})
+
+    def elaborate(self, platform):
+        m = Module()
+        ports = [getattr(self, f"m{k}") for k in range(self.n)]
+        out = self.axi
+        for kind, addr_fields, want, done_cond in (
+                ("r", _AR, "arvalid", out.rvalid & out.rready & out.rlast),
+                ("w", _AW, "awvalid", out.bvalid & out.bready)):
+            grant = Signal(range(self.n), name=f"{kind}_grant")
+            busy = Signal(name=f"{kind}_busy")
+            addr_sent = Signal(name=f"{kind}_addr_sent")
+            data_sent = Signal(name=f"{kind}_data_sent")     # W: the burst's last beat went (no next-burst beats)
+            with m.If(~busy):
+                # pick the first requester after the last grant
+                for off in reversed(range(1, self.n + 1)):
+                    for g in range(self.n):
+                        with m.If((grant == g) & getattr(ports[(g + off) % self.n], want)):
+                            m.d.sync += [grant.eq((g + off) % self.n), busy.eq(1), addr_sent.eq(0),
+                                         data_sent.eq(0)]
+            with m.Elif(done_cond):
+                m.d.sync += busy.eq(0)
+            for k, p in enumerate(ports):
+                sel = busy & (grant == k)
+                if kind == "r":
+                    with m.If(sel):
+                        m.d.comb += [getattr(out, f).eq(getattr(p, f)) for f in _AR]
+                        m.d.comb += [out.arvalid.eq(p.arvalid & ~addr_sent), p.arready.eq(out.arready & ~addr_sent),
+                                     p.rdata.eq(out.rdata), p.rresp.eq(out.rresp), p.rlast.eq(out.rlast),
+                                     p.rid.eq(out.rid), p.rvalid.eq(out.rvalid), out.rready.eq(p.rready)]
+                else:
+                    with m.If(sel):
+                        m.d.comb += [getattr(out, f).eq(getattr(p, f)) for f in _AW]
+                        m.d.comb += [out.awvalid.eq(p.awvalid & ~addr_sent), p.awready.eq(out.awready & ~addr_sent),
+                                     out.wdata.eq(p.wdata), out.wstrb.eq(p.wstrb), out.wlast.eq(p.wlast),
+                                     out.wvalid.eq(p.wvalid & ~data_sent), p.wready.eq(out.wready & ~data_sent),
+                                     p.bresp.eq(out.bresp), p.bid.eq(out.bid), p.bvalid.eq(out.bvalid),
+                                     out.bready.eq(p.bready)]
+            valid = out.arvalid if kind == "r" else out.awvalid
+            ready = out.arready if kind == "r" else out.awready
+            with m.If(busy & valid & ready):
+                m.d.sync += addr_sent.eq(1)
+            if kind == "w":
+                with m.If(busy & out.wvalid & out.wready & out.wlast):
+                    m.d.sync += data_sent.eq(1)
+        return m
+
+
+class MemoryDevice(wiring.Component):
+    """A memory device (see the module docstring). Ports: ``axi`` (DRAM), ``i_host``/``o_host`` (CCI requests
+    in, responses out), ``i_left``/``o_left``/``i_right``/``o_right`` (ring flits)."""
+
+    def __init__(self, n_groups=2, beat_bytes=16, entry_beats=16, max_ranks=8):
+        if n_groups < 1:
+            raise ValueError("a device needs at least one sync core")
+        self.n_groups, self.beat_bytes, self.entry_beats, self.max_ranks = \
+            n_groups, beat_bytes, entry_beats, max_ranks
+        super().__init__(self.signature_of(beat_bytes))
+
+    @staticmethod
+    def signature_of(beat_bytes):
+        """The device's signature (a system top instantiating the separately converted device needs only it)."""
+        flit = stream.Signature(cci_flit_layout(beat_bytes))
+        return wiring.Signature({
+            "axi": Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes)),
+            "i_host": In(flit), "o_host": Out(flit),
+            "i_left": In(flit), "o_left": Out(flit),
+            "i_right": In(flit), "o_right": Out(flit),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        G = self.n_groups
+        cores = [SyncCore(self.beat_bytes, self.entry_beats, self.max_ranks, index=g) for g in range(G)]
+        for g, c in enumerate(cores):
+            m.submodules[f"core{g}"] = c
+        m.submodules.target = target = CciTarget(self.beat_bytes, G)
+        m.submodules.arbiter = arb = AxiArbiter(G + 1, self.beat_bytes)
+        wiring.connect(m, wiring.flipped(self.axi), arb.axi)
+        wiring.connect(m, target.axi, arb.m0)
+        for g, c in enumerate(cores):
+            wiring.connect(m, c.axi, getattr(arb, f"m{g + 1}"))
+        wiring.connect(m, wiring.flipped(self.i_host), target.i_req)
+        wiring.connect(m, target.o_rsp, wiring.flipped(self.o_host))
+        for g, c in enumerate(cores):
+            m.d.comb += [
+                c.base.eq(getattr(target, f"c{g}_base")), c.stride.eq(getattr(target, f"c{g}_stride")),
+                c.chunks.eq(getattr(target, f"c{g}_chunks")), c.rank.eq(getattr(target, f"c{g}_rank")),
+                c.ranks.eq(getattr(target, f"c{g}_ranks")), c.dtype.eq(getattr(target, f"c{g}_mode")[0:2]),
+                c.op.eq(getattr(target, f"c{g}_mode")[2:4]), c.start.eq(getattr(target, f"c{g}_start")),
+                getattr(target, f"c{g}_status").eq(c.busy | (c.done << 1) | (c.err << 2)),
+                getattr(target, f"c{g}_cycles").eq(c.cycles),
+                getattr(target, f"c{g}_stalls").eq(c.stalls),
+                getattr(target, f"c{g}_alu_beats").eq(c.alu_beats),
+            ]
+        # ring inputs: even groups listen left, odd groups right; route by the core index in the address
+        for port, parity in ((self.i_left, 0), (self.i_right, 1)):
+            m.d.comb += port.ready.eq(1)
+            for g in range(parity, G, 2):
+                m.d.comb += [cores[g].i_ring.payload.eq(port.payload),
+                             cores[g].i_ring.valid.eq(port.valid & (port.payload.addr[24:31] == g))]
+        # ring outputs: round-robin per flit among the cores of one direction
+        for port, parity in ((self.o_right, 0), (self.o_left, 1)):
+            group = [cores[g] for g in range(parity, G, 2)]
+            if not group:
+                m.d.comb += port.valid.eq(0)
+                continue
+            last = Signal(range(len(group)), name=f"rr_{parity}")
+            pick = Signal(range(len(group)), name=f"pick_{parity}")
+            any_valid = Signal(name=f"any_{parity}")
+            for off in reversed(range(1, len(group) + 1)):
+                for k in range(len(group)):
+                    with m.If((last == k) & group[(k + off) % len(group)].o_ring.valid):
+                        m.d.comb += [pick.eq((k + off) % len(group)), any_valid.eq(1)]
+            for k, c in enumerate(group):
+                with m.If(pick == k):
+                    m.d.comb += [port.payload.eq(c.o_ring.payload), c.o_ring.ready.eq(port.ready & any_valid)]
+            m.d.comb += port.valid.eq(any_valid)
+            with m.If(port.valid & port.ready):
+                m.d.sync += last.eq(pick)
+        return m

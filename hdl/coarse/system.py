@@ -1,0 +1,117 @@
+"""System top of COARSE: ``n`` memory devices in a CCI ring, each with a CCI path to its GPU (the GPUs are
+emulated by the testbench or the host) and its DRAM port.
+
+Every path is a :class:`~syncfabric.hdl.coarse.cci.CciLink` whose latency, rate and stall are top-level
+inputs, so one build serves every link profile (local vs remote bandwidth, slow ring links, random
+backpressure). Link names: ``h{d}_req`` (GPU d -> device d), ``h{d}_rsp`` (device d -> GPU d), ``r{d}_cw``
+(device d -> d+1, clockwise: even groups), ``r{d}_ccw`` (device d+1 -> d: odd groups). Top-level ports:
+``d{d}_axi`` (DRAM), ``gpu{d}_req`` (In flits), ``gpu{d}_rsp`` (Out flits), and per link ``<link>_latency``,
+``<link>_rate_num``, ``<link>_rate_den``, ``<link>_stall``, ``<link>_flits``.
+"""
+
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Value
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.axi import AXI4Signature
+from ..system.link import RATE_DEN_MAX
+from .cci import CciLink
+from .device import MemoryDevice
+from .layouts import ADDR_BITS, cci_flit_layout
+
+__all__ = ["CoarseSystem", "link_names", "system_verilog", "DEVICE_MODULE"]
+
+#: Verilog module name of the separately converted memory device.
+DEVICE_MODULE = "coarse_device"
+
+
+def link_names(n_devices):
+    """Names of every link of a system of ``n_devices``."""
+    out = []
+    for d in range(n_devices):
+        out += [f"h{d}_req", f"h{d}_rsp", f"r{d}_cw", f"r{d}_ccw"]
+    return out
+
+
+def _ports(component):
+    ports = []
+    for path, member, value in component.signature.flatten(component):
+        ports.append(("i" if member.flow == In else "o", "__".join(str(p) for p in path), Value.cast(value)))
+    return ports
+
+
+class CoarseSystem(wiring.Component):
+    """``n_devices`` :class:`MemoryDevice` (``n_groups`` sync cores each) joined in a bidirectional ring.
+
+    ``inline=False`` instantiates the separately converted module :data:`DEVICE_MODULE` (Verilog simulators
+    compile the device once; :func:`system_verilog` emits both), ``inline=True`` makes the devices
+    submodules (Amaranth's simulator)."""
+
+    def __init__(self, n_devices=4, n_groups=1, beat_bytes=16, entry_beats=16, max_ranks=None, latency=4,
+                 credits=8, max_latency=64, inline=True):
+        if n_devices < 2:
+            raise ValueError("a COARSE ring needs at least 2 devices")
+        self.n_devices, self.n_groups, self.beat_bytes, self.entry_beats = n_devices, n_groups, beat_bytes, \
+            entry_beats
+        self.max_ranks = max_ranks or n_devices
+        self.latency, self.credits, self.max_latency = latency, credits, max_latency
+        self.inline = inline
+        flit = stream.Signature(cci_flit_layout(beat_bytes))
+        members = {}
+        for d in range(n_devices):
+            members[f"d{d}_axi"] = Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes))
+            members[f"gpu{d}_req"] = In(flit)
+            members[f"gpu{d}_rsp"] = Out(flit)
+        for name in link_names(n_devices):
+            members[f"{name}_latency"] = In(range(1, max_latency + 1), init=latency)
+            members[f"{name}_rate_num"] = In(range(1, RATE_DEN_MAX + 1), init=1)
+            members[f"{name}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=1)
+            members[f"{name}_stall"] = In(1)
+            members[f"{name}_flits"] = Out(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.n_devices
+        args = (self.n_groups, self.beat_bytes, self.entry_beats, self.max_ranks)
+        devs = []
+        for d in range(n):
+            if self.inline:
+                dev = m.submodules[f"dev{d}"] = MemoryDevice(*args)
+            else:
+                dev = MemoryDevice.signature_of(self.beat_bytes).create(path=(f"dev{d}",))
+                m.submodules[f"dev{d}"] = Instance(
+                    DEVICE_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
+                    *_ports(dev))
+            devs.append(dev)
+        links = {}
+        for name in link_names(n):
+            link = links[name] = CciLink(self.beat_bytes, self.latency, credits=self.credits,
+                                         max_latency=self.max_latency)
+            m.submodules[f"link_{name}"] = link
+            m.d.comb += [link.latency.eq(getattr(self, f"{name}_latency")),
+                         link.rate_num.eq(getattr(self, f"{name}_rate_num")),
+                         link.rate_den.eq(getattr(self, f"{name}_rate_den")),
+                         link.stall.eq(getattr(self, f"{name}_stall")),
+                         getattr(self, f"{name}_flits").eq(link.flits)]
+        for d, dev in enumerate(devs):
+            wiring.connect(m, wiring.flipped(getattr(self, f"d{d}_axi")), dev.axi)
+            wiring.connect(m, wiring.flipped(getattr(self, f"gpu{d}_req")), links[f"h{d}_req"].tx)
+            wiring.connect(m, links[f"h{d}_req"].rx, dev.i_host)
+            wiring.connect(m, dev.o_host, links[f"h{d}_rsp"].tx)
+            wiring.connect(m, links[f"h{d}_rsp"].rx, wiring.flipped(getattr(self, f"gpu{d}_rsp")))
+            nxt = devs[(d + 1) % n]
+            wiring.connect(m, dev.o_right, links[f"r{d}_cw"].tx)
+            wiring.connect(m, links[f"r{d}_cw"].rx, nxt.i_left)
+            wiring.connect(m, nxt.o_left, links[f"r{d}_ccw"].tx)
+            wiring.connect(m, links[f"r{d}_ccw"].rx, dev.i_right)
+        return m
+
+
+def system_verilog(**params):
+    """Verilog of ``CoarseSystem(**params, inline=False)`` (module ``coarse_system``) and of one memory device."""
+    from amaranth.back import verilog
+    system = CoarseSystem(**params, inline=False)
+    top = verilog.convert(system, name="coarse_system", emit_src=False)
+    dev = MemoryDevice(system.n_groups, system.beat_bytes, system.entry_beats, system.max_ranks)
+    return top + "\n" + verilog.convert(dev, name=DEVICE_MODULE, emit_src=False)

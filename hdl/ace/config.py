@@ -11,7 +11,7 @@ from ..common.layouts import CHANNEL_BITS
 __all__ = ["AceConfig", "PROFILES"]
 
 #: Named configurations (:meth:`AceConfig.profile`).
-PROFILES = ("small", "medium", "paper")
+PROFILES = ("small", "medium", "paper", "board")
 
 
 def _pow2(x):
@@ -177,9 +177,21 @@ class AceConfig:
         return cls(**base)
 
     @classmethod
+    def board(cls, **kw):
+        """The prototype-board configuration (two engines on one ECP5-85F, syncfabric.fpga): 8 B beats, 512 B
+        chunks, 2 FSMs, 4 buffers; it runs every collective of ring:2 and a loop-back ring:1."""
+        base = dict(beat_bytes=8, packet_bytes=64, chunk_bytes=512, n_buffers=4, max_blocks=8, n_fsms=2,
+                    n_ports=2, landing_beats=32, landing_headers=2, spill_entries=2, n_cmds=2, n_comms=1,
+                    n_windows=2, imem_words=128, n_programs=4, max_ranks=4, dma_max_burst=8, dma_outstanding=2,
+                    addr_width=32)
+        base.update(kw)
+        return cls(**base)
+
+    @classmethod
     def profile(cls, name, **kw):
-        """A named configuration: ``small`` (tests), ``medium`` (the demo) or ``paper`` (the design point)."""
-        makers = {"small": cls.small, "medium": cls.medium, "paper": lambda **k: cls(**k)}
+        """A named configuration: ``small`` (tests), ``medium`` (the demo), ``paper`` (the design point) or
+        ``board`` (a prototype board)."""
+        makers = {"small": cls.small, "medium": cls.medium, "paper": lambda **k: cls(**k), "board": cls.board}
         if name not in makers:
             raise ValueError(f"unknown engine configuration {name!r}; expected one of {', '.join(makers)}")
         return makers[name](**kw)

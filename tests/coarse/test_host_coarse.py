@@ -154,3 +154,28 @@ def test_dual_plan_gives_layers_to_proxies_from_the_back():
     svc = CoarseService(4, "fp32")
     m, t = svc.dual_plan([4e6, 8e6, 16e6, 4e6], 16e9, 9e9, 0.005, 0.001)
     assert m in (0, 4e6, 20e6, 28e6, 32e6)
+
+
+def test_byteps_cluster_sums_every_part_once_and_splits_bytes_as_eq1_eq2():
+    from syncfabric.host.coarse.byteps import BytePSCluster
+    from syncfabric.sim.golden import byteps
+    print("seed 9")
+    rng = np.random.default_rng(9)
+    n, k = 4, 2
+    D = byteps.bucket_count(n, k)
+    part = 64
+    cl = BytePSCluster(n, k, "fp32", part_bytes=part)
+    tensors = [[rng.standard_normal(D * part // 4 // 2).astype(np.float32) for _ in range(2)] for _ in range(n)]
+    for w in range(n - 1):
+        cl.push(w, tensors[w])
+    with pytest.raises(RuntimeError, match="wait for contributions"):
+        cl.pull(0)
+    cl.push(n - 1, tensors[n - 1])
+    out = cl.pull(2)
+    for t in range(2):
+        want = dense_allreduce([tensors[w][t].view(np.uint8) for w in range(n)], DType.FP32, ReduceOp.SUM)
+        assert np.array_equal(out[t], want)
+    M = 2 * (D * part // 2)
+    for (kind, j), b in cl.bytes_summed.items():
+        share = byteps.cpu_share(n, k, M) if kind == "cpu" else byteps.gpu_share(n, k, M)
+        assert b == share

@@ -120,7 +120,7 @@ def _dispatch(args):
         return 0
     if c == "fig5":
         rows, need = repro.fig5(args.out, sizes=tuple(args.npus or (16, 64)), nbytes=args.bytes,
-                                scheduler=args.scheduler or "processes", progress=progress)
+                                scheduler=args.scheduler, progress=progress)
         _table(rows, ["npus", "config", "mem_bw_GBps", "network_bw_GBps"])
         print("memory BW for 90% of Ideal (GB/s):", need)
     elif c == "fig9a":

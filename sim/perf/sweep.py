@@ -31,9 +31,9 @@ def run_sweep(fn, points, scheduler=None, workers=None, progress=True, label="sw
     bar = ProgressLine(enabled=progress)
     results = [None] * len(points)
     if scheduler in (None, "local") and not dask_available():
-        if scheduler == "local":
-            bar.update(f"{label}: dask.distributed is not installed (pip install syncfabric[perf]); "
-                       f"using a local process pool")
+        bar.update(f"{label}: dask.distributed is not installed (pip install syncfabric[perf]); "
+                   f"using a local process pool")
+        bar.done()
         scheduler = "processes"
     if scheduler == "processes" or workers == 1 and scheduler is None:
         backend = f"process pool ({workers} workers)"

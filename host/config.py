@@ -26,6 +26,7 @@ driver checks the engine's CFG registers)::
       port: /dev/ttyUSB0      # required
       baud: 115200            # the rate the board was built for
       timeout_s: 2            # seconds to wait for each response
+      quiet_s: 0.1            # after a transmission error: silence to wait for before the next request
 
 :func:`load_config` validates everything up front and raises :class:`ConfigError` naming the offending key
 (``engine.n_fsms: expected an integer, got 'four'``), so a bad file never reaches the simulator.
@@ -123,7 +124,7 @@ class SystemConfig:
     latency: int = None
     rate: Fraction = None
     memory_bytes: int = 1 << 20
-    #: ``backend: serial``: ``{"port": path, "baud": int, "timeout_s": float}``
+    #: ``backend: serial``: ``{"port": path, "baud": int, "timeout_s": float, "quiet_s": float}``
     serial: dict = None
     source: dict = field(default=None, compare=False, repr=False)
 
@@ -207,14 +208,17 @@ def load_config(source=None, **overrides):
     serial = None
     if backend == "serial":
         ser = dict(_mapping(raw.get("serial"), "serial"))
-        _unknown(ser, ("port", "baud", "timeout_s"), "serial.")
+        _unknown(ser, ("port", "baud", "timeout_s", "quiet_s"), "serial.")
         if not isinstance(ser.get("port"), str) or not ser["port"]:
             raise ConfigError("serial.port: required with backend: serial (the board's device, e.g. /dev/ttyUSB0)")
         baud = _int(ser.get("baud", 115200), "serial.baud", 1)
-        tmo = ser.get("timeout_s", 2.0)
-        if isinstance(tmo, bool) or not isinstance(tmo, (int, float)) or tmo <= 0:
-            raise ConfigError(f"serial.timeout_s: expected a positive number of seconds, got {tmo!r}")
-        serial = {"port": ser["port"], "baud": baud, "timeout_s": float(tmo)}
+        secs = {}
+        for key, default in (("timeout_s", 2.0), ("quiet_s", 0.1)):
+            v = ser.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ConfigError(f"serial.{key}: expected a positive number of seconds, got {v!r}")
+            secs[key] = float(v)
+        serial = {"port": ser["port"], "baud": baud, **secs}
     elif "serial" in raw:
         raise ConfigError(f"serial: only with backend: serial (the backend is {backend})")
 

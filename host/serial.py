@@ -124,8 +124,8 @@ class BoardLink:
     ``read(n)``/``write(data)``); ``max_words``: the board's largest burst; ``retries``: attempts of a read
     after a transmission error."""
 
-    def __init__(self, port, *, max_words=DEFAULT_MAX_WORDS, retries=3):
-        self.port, self.max_words, self.retries = port, max_words, retries
+    def __init__(self, port, *, max_words=DEFAULT_MAX_WORDS, retries=3, quiet_s=0.1):
+        self.port, self.max_words, self.retries, self.quiet_s = port, max_words, retries, quiet_s
         self.frames = 0             # request frames sent
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -150,13 +150,17 @@ class BoardLink:
         return data
 
     def _resync(self):
-        """After an error: let the bridge abandon any half frame, then drop what is in flight."""
-        time.sleep(0.05)
-        if hasattr(self.port, "flush_input"):
-            self.port.flush_input()
-        else:
+        """After an error: drop whatever the board is still sending until the line has been quiet for
+        ``quiet_s`` (longer than the bridge's frame timeout, so a half-received request is abandoned too)."""
+        timeout = getattr(self.port, "timeout", None)
+        if timeout is not None:
+            self.port.timeout = self.quiet_s
+        try:
             while self.port.read(4096):
                 pass
+        finally:
+            if timeout is not None:
+                self.port.timeout = timeout
 
     def read(self, addr, count):
         """``count`` words at ``addr`` (split into bursts of at most ``max_words``)."""
@@ -192,11 +196,12 @@ class BoardLink:
 
 class SerialBoard:
     """A board on serial device ``port`` (a path, or an open port object) at ``baud``. ``timeout``: seconds to
-    wait for each response (raise it for a simulated board, whose bytes take longer)."""
+    wait for each response; ``quiet_s``: after a transmission error, how long the line must stay silent before
+    the next request (raise both for a simulated board, whose bytes take far longer than a real one's)."""
 
-    def __init__(self, port, baud=115200, *, timeout=2.0, retries=3):
+    def __init__(self, port, baud=115200, *, timeout=2.0, retries=3, quiet_s=0.1):
         self.port = SerialPort(port, baud, timeout) if isinstance(port, (str, os.PathLike)) else port
-        probe = BoardLink(self.port, max_words=1, retries=retries)
+        probe = BoardLink(self.port, max_words=1, retries=retries, quiet_s=quiet_s)
         try:
             ident = probe.read(board_address(SPACE_BOARD, _BOARD.addr("ID")), 1)[0]
             if ident != BOARD_ID:
@@ -210,7 +215,7 @@ class SerialBoard:
         if version != BOARD_VERSION:
             self.close()
             raise SerialError(f"board register block version {version}, this host knows {BOARD_VERSION}")
-        self.link = BoardLink(self.port, max_words=self.max_words, retries=retries)
+        self.link = BoardLink(self.port, max_words=self.max_words, retries=retries, quiet_s=quiet_s)
         self.transports = [SerialTransport(self, i) for i in range(self.n_endpoints)]
 
     def board_reg(self, name):

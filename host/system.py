@@ -132,7 +132,7 @@ def _open_backend(config, progress=False):
     if config.backend == "serial":
         from .serial import SerialBoard
         ser = config.serial
-        return SerialBoard(ser["port"], ser["baud"], timeout=ser["timeout_s"])
+        return SerialBoard(ser["port"], ser["baud"], timeout=ser["timeout_s"], quiet_s=ser["quiet_s"])
     if config.backend == "amaranth":
         from ..tb.ace.stepped import SteppedSystem
         return SteppedSystem(config.engine, config.topology, latency=config.latency, rate=config.rate,

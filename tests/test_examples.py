@@ -34,6 +34,13 @@ def test_training_overlap_example(capsys):
     assert "exposed" in out and out.count("0.50") == 2
 
 
+@pytest.mark.cocotb
+def test_serial_board_example(capsys):
+    assert _load("serial_board").main(["--simulate", "--count", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "2 endpoints" in out and "every rank holds the sum" in out and "0 transmission errors" in out
+
+
 def test_every_example_is_tested():
-    tested = {"allreduce", "sweep", "training_overlap"}
+    tested = {"allreduce", "sweep", "training_overlap", "serial_board"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested

@@ -180,3 +180,7 @@ def _any(values):
 def board_registers_markdown():
     """The board register table (``docs/board.md`` includes it)."""
     return board_regmap().markdown("Board registers (space SPACE_BOARD)")
+
+
+if __name__ == "__main__":
+    print(board_registers_markdown())

@@ -6,7 +6,8 @@ its UART connected to a pseudo-terminal, so the host's serial transport talks to
 (the simulator runs as a child process); the testbench opens a pseudo-terminal, drives the board's ``uart_rx``
 pin bit by bit with the bytes the host writes to it and sends back the bytes it decodes from ``uart_tx``.
 :attr:`SimulatedBoard.path` is the terminal's device, for :class:`~syncfabric.host.serial.SerialBoard` or the
-host API (``backend: serial``, ``serial: {port: PATH}``). The simulation ends when the host closes the terminal.
+host API (``backend: serial``, ``serial: {port: PATH}``); the host may close and reopen it. The simulation ends
+when :meth:`SimulatedBoard.close` is called.
 """
 
 import dataclasses
@@ -25,7 +26,7 @@ __all__ = ["board_verilog", "SimulatedBoard", "SIM_CLK_HZ", "SIM_DIVISOR"]
 
 #: The simulated board's clock (a 10 ns period) and its UART's cycles per bit.
 SIM_CLK_HZ = 100_000_000
-SIM_DIVISOR = 8
+SIM_DIVISOR = 4
 
 _instances = itertools.count()
 
@@ -46,7 +47,7 @@ class SimulatedBoard:
     ``sim`` (``"verilator"`` or ``"icarus"``) behind a pseudo-terminal. ``start_timeout``: seconds to wait for
     the simulator to build and open the terminal. ``noise``: probability that the testbench flips a bit of a
     byte on its way to the board (transmission errors the bridge must reject). Use as a context manager or
-    call :meth:`close` (which closes the terminal if the host has not, ending the simulation)."""
+    call :meth:`close`, which ends the simulation."""
 
     def __init__(self, cfg, *, topology="ring:2", mem_bytes=16384, sim="verilator", seed=1, noise=0.0,
                  start_timeout=3600, progress=False):
@@ -89,8 +90,8 @@ class SimulatedBoard:
         self.path = open(path_file).read().strip()
 
     def close(self, timeout=120):
-        """Wait for the simulation to end (it ends once the host has closed the terminal) and clean up.
-        Raises the simulation's error, if it had one."""
+        """End the simulation, wait for it (``timeout`` seconds) and clean up. Raises the simulation's error,
+        if it had one."""
         with open(self._stop_file, "w"):     # ends a simulation whose host never came
             pass
         self._thread.join(timeout)

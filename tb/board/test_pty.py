@@ -6,7 +6,8 @@ stop; ``divisor`` clock cycles per bit, the line level set on the clock's fallin
 ``uart_tx`` are sampled in the middle of each bit and written back to the terminal. With ``noise`` > 0 a byte
 on its way to the board has one bit flipped with that probability (seeded), to exercise the bridge's CRC.
 
-The simulation ends when the host closes the terminal after having used it, or when ``stop_file`` appears.
+The host may close and reopen the terminal; the simulation ends when ``stop_file`` appears (or when the process
+that started the simulator is gone).
 """
 
 import errno
@@ -46,7 +47,8 @@ async def serve(dut):
         f.write(path + "\n")
     # the host opens the device by name; our own descriptor of it would hide the host's close
     os.close(slave)
-    state = {"connected": False, "done": False, "to_board": 0, "to_host": 0, "flipped": 0}
+    parent = os.getppid()
+    state = {"done": False, "to_board": 0, "to_host": 0, "flipped": 0}
 
     async def send_bit_times(n):
         await Timer(n * div * PERIOD_NS, unit="ns")
@@ -59,14 +61,11 @@ async def serve(dut):
             except BlockingIOError:
                 data = None
             except OSError as e:
-                if e.errno != errno.EIO:
+                if e.errno != errno.EIO:    # EIO: no host has the terminal open (yet, or any more)
                     raise
                 data = None
-                if state["connected"]:      # the host closed the terminal
-                    state["done"] = True
-                    break
             if not data:
-                if os.path.exists(p["stop_file"]):
+                if os.path.exists(p["stop_file"]) or os.getppid() != parent:
                     state["done"] = True
                     break
                 idle_polls += 1
@@ -74,7 +73,6 @@ async def serve(dut):
                 await send_bit_times(10 if idle_polls < 100 else 200)
                 continue
             idle_polls = 0
-            state["connected"] = True
             await FallingEdge(dut.clk)
             for byte in data:
                 if noise and rng.random() < noise:
@@ -96,6 +94,9 @@ async def serve(dut):
             await send_bit_times(1)
             assert int(dut.uart_tx.value) == 1, "the board sent a byte without a stop bit"
             state["to_host"] += 1
+            if noise and rng.random() < noise:
+                byte ^= 1 << rng.randrange(8)
+                state["flipped"] += 1
             try:
                 os.write(master, bytes([byte]))
             except OSError:

@@ -42,6 +42,11 @@ def test_defaults_and_a_full_file(tmp_path):
     ({"topology": "ring:4", "memory": {"bytes": "lots"}}, "memory.bytes: expected a size"),
     ({"topology": "ring:4", "memory": {"bytes": 4096}}, "memory.bytes: at least"),
     ({"topology": "ring:4", "memory": {"bytes": "8GiB"}}, "32-bit addresses"),
+    ({"topology": "ring:2", "backend": "serial"}, "serial.port: required"),
+    ({"topology": "ring:2", "backend": "serial", "serial": {"port": "/dev/x", "timeout_s": 0}}, "serial.timeout_s"),
+    ({"topology": "ring:2", "backend": "serial", "serial": {"port": "/dev/x", "speed": 9600}},
+     "serial.speed: unknown key"),
+    ({"topology": "ring:2", "serial": {"port": "/dev/x"}}, "serial: only with backend: serial"),
 ])
 def test_bad_configurations_name_the_key(raw, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("(", r"\(")):
@@ -62,3 +67,18 @@ def test_sizes():
     for bad in ("-1", "1 parsec", True, 0, 1.5):
         with pytest.raises(ConfigError):
             parse_bytes(bad)
+
+
+def test_serial_backend_takes_memory_and_clock_from_the_board_unless_given():
+    conf = load_config({"topology": "ring:2", "backend": "serial", "serial": {"port": "/dev/ttyUSB1"}})
+    assert conf.memory_bytes is None and conf.serial == {"port": "/dev/ttyUSB1", "baud": 115200,
+                                                         "timeout_s": 2.0, "quiet_s": 0.1}
+    conf = load_config({"topology": "ring:2", "backend": "serial", "serial": {"port": "p"}, "memory": {"bytes": "16K"}})
+    assert conf.memory_bytes == 16384
+
+
+def test_a_missing_serial_device_is_a_clear_error():
+    from syncfabric.host.serial import SerialError
+    from syncfabric.host.system import System
+    with pytest.raises(SerialError, match="cannot open /nonexistent/tty"):
+        System({"topology": "ring:2", "backend": "serial", "serial": {"port": "/nonexistent/tty"}})

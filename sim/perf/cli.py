@@ -119,10 +119,13 @@ def _dispatch(args):
                 json.dump(rows, f, indent=1)
         return 0
     if c == "fig5":
-        rows, need = repro.fig5(args.out, sizes=tuple(args.npus or (16, 64)), nbytes=args.bytes,
+        rows, need, reads = repro.fig5(args.out, sizes=tuple(args.npus or (16, 64)), nbytes=args.bytes,
                                 scheduler=args.scheduler, progress=progress)
         _table(rows, ["npus", "config", "mem_bw_GBps", "network_bw_GBps"])
         print("memory BW for 90% of Ideal (GB/s):", need)
+        for n, r in reads.items():
+            print(f"{n} NPUs: NPU memory read per byte sent: baseline {r['baseline']:.3f}, ACE {r['ACE']:.3f} "
+                  f"({1 / r['ACE']:.2f} bytes sent per byte read)")
     elif c == "fig9a":
         rows, backend = repro.fig9a(args.out, srams=tuple(args.sram_mb or (0.5, 1, 2, 4, 8)),
                                     fsms=tuple(args.fsms or (4, 8, 12, 16, 20)), npus=args.npus, nbytes=args.bytes,

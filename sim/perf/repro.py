@@ -71,13 +71,19 @@ def fig5(out_dir, sizes=(16, 64), mem_bws=(32, 64, 96, 128, 192, 256, 350, 450, 
             ok = [r["mem_bw_GBps"] for r in rows if r["npus"] == n and r["config"] == k
                   and r["network_bw_GBps"] >= 0.9 * ideal]
             need[f"{k}@{n}"] = min(ok) if ok else None
+    # Section VI-A: NPU memory read per byte sent, from the programs (baseline 1.5 on a ring, ACE 1/2.25 on 4x4x4).
+    from .profile import profile
+    reads = {}
+    for n in sizes:
+        prof = profile("allreduce", torus_for(n))
+        reads[n] = {"baseline": prof.npu_read_per_sent, "ACE": 1 / prof.sent_per_read}
     svg = write_outputs(out_dir, "fig5", rows, {"bytes": nbytes, "mem_for_90pct_ideal_GBps": need,
-                                                "backend": backend})
+                                                "read_per_sent": reads, "backend": backend})
     series = {f"{k} {n} NPUs": [(r["mem_bw_GBps"], r["network_bw_GBps"]) for r in rows
                                 if r["npus"] == n and r["config"] == k] for n in sizes for k in ("Baseline", "ACE")}
     line_chart(svg, "Fig. 5: 64 MB all-reduce", "memory BW for communication (GB/s)", "network BW (GB/s)",
                series)
-    return rows, need
+    return rows, need, reads
 
 
 # ---- Fig. 9a: SRAM x FSMs ---------------------------------------------------------------------------------

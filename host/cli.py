@@ -122,6 +122,7 @@ def _cmd_bench(args):
 #: Modules that add their own subcommands: each has ``register(subparsers)``, which adds its parser(s) and sets
 #: ``func`` (called with the parsed arguments, returns the exit status). Imported when the command line is built.
 EXTRA_COMMANDS = (
+    "syncfabric.host.coarse.cli",
     "syncfabric.sim.perf.cli",
 )
 

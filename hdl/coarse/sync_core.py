@@ -5,8 +5,8 @@ Per chunk (``ranks`` entries of ``entry_beats`` beats, one entry per device)::
 
     LOAD       AXI read bursts (one per entry) DRAM -> LocalBuf
     RING       2(ranks-1) steps. Sender: step s sends one entry (LocalBuf entry ``rank`` for s = 0, else the
-               SendBuf entry the receiver finished in step s-1) as MEM_WR flits to the next core's RecvBuf slot
-               (chunk parity, s). Receiver: when RecvBuf slot (parity, s) is full, reads it beat by beat with
+               SendBuf entry the receiver produced in step s-1, cut-through: beat b goes as soon as beat b of
+               step s-1 is in SendBuf) as MEM_WR flits to the next core's RecvBuf slot (chunk parity, s). Receiver: when RecvBuf slot (parity, s) is full, reads it beat by beat with
                the LocalBuf entry (reduce-scatter steps: RecvBuf (+) LocalBuf through the ALU) or alone
                (all-gather steps: a copy, delayed as long as the ALU) into SendBuf.
     WRITEBACK  AXI write bursts SendBuf -> DRAM, then the next chunk (``stride`` bytes further)
@@ -19,8 +19,10 @@ always accepts (``i_ring.ready`` is 1), so ring traffic never backs up into the 
 groups or with host traffic.
 
 Throughput: the ALU takes one beat per cycle (it is never the bottleneck: links carry at most one flit per
-cycle); a step's send waits for the previous step's last result, so a step costs about
-``max(entry_beats / link rate, entry_beats + link latency + ALU latency)`` cycles.
+cycle). A step's beats stream as the previous step's results appear, so a step costs about
+``max(entry_beats / link rate, hop)`` cycles, ``hop`` being a beat's way around one core (link latency, RecvBuf
+write, read, ALU latency, SendBuf write, read: link latency + about 9 cycles); entries of at least
+``hop x rate`` beats keep the links busy.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -139,6 +141,7 @@ class SyncCore(wiring.Component):
         rx_beat = Signal(eb_bits)
         rx_entry = Signal(range(R))
         rx_done = Signal(range(self.max_steps + 1))
+        rx_beats = Signal(range(self.max_steps * eb + 1))     # SendBuf beats written this chunk
         ring_reset = Signal()
 
         def dec(value):
@@ -146,7 +149,8 @@ class SyncCore(wiring.Component):
 
         with m.If(ring_reset):
             m.d.sync += [tx_step.eq(0), tx_beat.eq(0), tx_entry.eq(self.rank),
-                         rx_step.eq(0), rx_beat.eq(0), rx_entry.eq(dec(self.rank)), rx_done.eq(0)]
+                         rx_step.eq(0), rx_beat.eq(0), rx_entry.eq(dec(self.rank)), rx_done.eq(0),
+                         rx_beats.eq(0)]
 
         # AXI constants
         axi = self.axi
@@ -225,7 +229,10 @@ class SyncCore(wiring.Component):
         tx_out_step = Signal(range(self.max_steps))
         tx_out_beat = Signal(eb_bits)
         tx_adv = ~o.valid | o.ready
-        tx_can = in_ring & (tx_step < n_steps) & ((tx_step == 0) | (rx_done >= tx_step))
+        # cut-through: beat b of step s may go once beat b of step s-1 is in SendBuf
+        tx_need = Signal(range(self.max_steps * eb + 1))
+        m.d.comb += tx_need.eq(Cat(tx_beat, tx_step - 1))
+        tx_can = in_ring & (tx_step < n_steps) & ((tx_step == 0) | (rx_beats > tx_need))
         with m.If(tx_adv):
             m.d.sync += tx_pend.eq(tx_can)
             with m.If(tx_can):
@@ -305,6 +312,8 @@ class SyncCore(wiring.Component):
             send_w.data.eq(Mux(out_copy, copy_data, alu.o.payload.data)),
             send_w.en.eq(alu.o.valid),
         ]
+        with m.If(alu.o.valid):
+            m.d.sync += rx_beats.eq(rx_beats + 1)
         with m.If(alu.o.valid & out_last):
             m.d.sync += rx_done.eq(rx_done + 1)
         return m

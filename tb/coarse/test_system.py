@@ -6,7 +6,8 @@ latencies, random link stalls and random GPU-side backpressure.
 Parameters (``tb_params``): ``params`` (the system's), ``seed``, ``runs`` (a list of ``[dtype, op]``),
 ``chunks`` (per group and run), ``max_latency`` (link latencies drawn from 1..this), ``stall`` (probability a
 link stalls in a cycle), ``backpressure`` (GPU response side), ``tensors`` (push/pull sizes in bytes),
-``ring_rate`` ([num, den] of the ring links), ``report`` (a JSON file for the measured cycles).
+``ring_rate`` ([num, den] of the ring links), ``fixed_latency`` (every link's latency, instead of random ones),
+``report`` (a JSON file for the measured cycles, link flits and core counters).
 """
 
 import json
@@ -115,7 +116,7 @@ class SystemTB:
         num, den = self.p.get("ring_rate", [1, 1])
         self.latencies = {}
         for name in link_names(self.n):
-            lat = self.rng.randint(1, max_lat)
+            lat = int(self.p["fixed_latency"]) if "fixed_latency" in self.p else self.rng.randint(1, max_lat)
             self.latencies[name] = lat
             getattr(self.dut, f"{name}_latency").value = lat
             getattr(self.dut, f"{name}_stall").value = 0
@@ -156,6 +157,7 @@ class SystemTB:
                                    (CoreReg.RANK, ring_positions(self.n, g)[d]), (CoreReg.RANKS, self.n),
                                    (CoreReg.MODE, int(dtype) | int(op) << 2)):
                     await gpu.reg_write(g, reg, value)
+        flits0 = self._flits()
         t0 = self.cycles()
         await _all(gpu.reg_write(g, CoreReg.START, 1) for gpu in self.gpus for g in range(self.G))
         for _ in range(100_000):
@@ -167,7 +169,15 @@ class SystemTB:
             raise AssertionError("sync cores did not finish")
         assert not any(s & 4 for s in status), f"a sync core reported an error: {status}"
         cycles = self.cycles() - t0
-        core_cycles = [await gpu.reg_read(g, CoreReg.CYCLES) for gpu in self.gpus for g in range(self.G)]
+        flits = {k: v - flits0[k] for k, v in self._flits().items()}
+        cores = []
+        for gpu in self.gpus:
+            for g in range(self.G):
+                cores.append({"device": gpu.d, "group": g,
+                              **{name: await gpu.reg_read(g, reg) for name, reg in (
+                                  ("cycles", CoreReg.CYCLES), ("stalls", CoreReg.STALLS),
+                                  ("alu_beats", CoreReg.ALU_BEATS))}})
+        core_cycles = [c["cycles"] for c in cores]
         want = coarse_allreduce(bufs, dtype, op, self.eb * self.bb, self.G).tobytes()
         pulled = await _all(g.read(base, nbytes) for g in self.gpus)
         for d in range(self.n):
@@ -180,7 +190,10 @@ class SystemTB:
         self.log.info("%s %s: %d bytes per device on %d devices x %d groups: %d cycles (cores busy %d max)",
                       DType(dtype).name, ReduceOp(op).name, nbytes, self.n, self.G, cycles, max(core_cycles))
         return {"dtype": DType(dtype).name, "op": ReduceOp(op).name, "bytes": nbytes, "cycles": cycles,
-                "core_cycles": max(core_cycles)}
+                "core_cycles": max(core_cycles), "cores": cores, "links": flits}
+
+    def _flits(self):
+        return {name: int(getattr(self.dut, f"{name}_flits").value) for name in link_names(self.n)}
 
 
 async def _all(coros):
@@ -199,7 +212,8 @@ async def sync_matches_golden(dut):
         report.append(await tb.sync(DType.parse(dtype), ReduceOp.parse(op), chunks, DATA_BASE))
     if tb.p.get("report"):
         with open(tb.p["report"], "w") as f:
-            json.dump({"runs": report, "latencies": tb.latencies}, f)
+            json.dump({"runs": report, "latencies": tb.latencies, "links": report[-1]["links"] if report else {},
+                       "cores": report[-1]["cores"] if report else []}, f)
 
 
 @cocotb.test()

@@ -1,0 +1,167 @@
+"""``syncfabric coarse``: COARSE runs and figures.
+
+``syncfabric coarse sync``     the system top (sync cores on Verilator or Icarus): push, sync, pull, every byte
+                               checked; prints cycles against the ring bound, for one or several ring-link rates;
+``syncfabric coarse compare``  DENSE (model), COARSE sync cores (RTL) and the dual-sync split on the same links;
+``syncfabric coarse profile``  the routing table and shard size the profiler picks for a bandwidth profile;
+``syncfabric coarse byteps``   BytePS times, CPU/GPU shares and speedups for n GPU and k CPU machines.
+"""
+
+import json
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+
+from ...sim.golden import byteps
+from ...sim.golden.coarse import dense_cycles, optimal_m, ring_bound_cycles
+from ...sim.golden.types import DType, ReduceOp
+from .profiler import PROFILES, Profiler, model_measure, profile_paths
+
+__all__ = ["register", "run_system"]
+
+
+def _rate(text):
+    f = Fraction(text)
+    if not 0 < f <= 1:
+        raise ValueError(f"a link rate is in (0, 1] flits per cycle, not {text}")
+    f = f.limit_denominator(256)
+    return f.numerator, f.denominator
+
+
+def run_system(n_devices, n_groups, chunks, dtype="fp32", op="sum", ring_rate=(1, 1), latency=4,
+               beat_bytes=16, entry_beats=16, sim="verilator", seed=1, stall=0.0):
+    """Run the COARSE system top once (push, sync, pull, all checked); returns the testbench's report dict
+    (``runs``: cycles per run; ``links``: flits per link; ``cores``: per-core counters)."""
+    from ...hdl.coarse.system import system_verilog
+    from ...tb.harness import run_cocotb
+    params = {"n_devices": n_devices, "n_groups": n_groups, "beat_bytes": beat_bytes, "entry_beats": entry_beats}
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        run_cocotb(system_verilog, params, toplevel="coarse_system",
+                   test_module="syncfabric.tb.coarse.test_system", sim=sim, testcase="sync_matches_golden",
+                   build_tag=f"coarse_cli_{n_devices}x{n_groups}", hier_blocks=("coarse_device",),
+                   log_file=Path(tmp) / "sim.log",
+                   tb_params={"seed": seed, "runs": [[dtype, op]], "chunks": chunks, "report": str(report),
+                              "fixed_latency": latency, "ring_rate": list(ring_rate), "stall": stall,
+                              "mem_bytes": max(1 << 14, 2 * 0x1000 + chunks * n_groups * n_devices * entry_beats
+                                               * beat_bytes * 2)})
+        return json.loads(report.read_text())
+
+
+def _sync(args):
+    from ..progress import ProgressLine
+    rates = [_rate(r) for r in args.ring_rate.split(",")]
+    line = ProgressLine(enabled=not args.quiet)
+    rows = []
+    for k, rate in enumerate(rates):
+        line.update(f"coarse sync: rate {rate[0]}/{rate[1]} ({k + 1}/{len(rates)})")
+        rep = run_system(args.devices, args.groups, args.chunks, args.dtype, args.op, rate, args.latency,
+                         args.beat_bytes, args.entry_beats, args.backend, args.seed)
+        run = rep["runs"][0]
+        r = rate[0] / rate[1]
+        # per direction and link: each group's chunks cross every ring link once per step
+        bound = ring_bound_cycles(run["bytes"] // args.groups, args.devices, args.beat_bytes, r) \
+            * max(1, -(-args.groups // 2))
+        ring_flits = max(v for name, v in rep["links"].items() if name.startswith("r"))
+        alu = max(c["alu_beats"] for c in rep["cores"])
+        busy = max(c["cycles"] for c in rep["cores"])
+        rows.append((f"{rate[0]}/{rate[1]}", run["bytes"], run["core_cycles"], bound, bound / run["core_cycles"],
+                     ring_flits / busy, alu / busy))
+    line.done("")
+    print(f"COARSE sync cores: {args.devices} devices x {args.groups} groups, {args.dtype} {args.op}, "
+          f"{args.beat_bytes} B beats, {args.entry_beats}-beat entries, link latency {args.latency} ({args.backend})")
+    print(f"{'rate':>6} {'bytes/dev':>10} {'cycles':>8} {'bound':>8} {'link eff':>9} {'flits/cyc':>10} "
+          f"{'ALU beats/cyc':>14}")
+    for rate, nb, cyc, bound, eff, fpc, apc in rows:
+        print(f"{rate:>6} {nb:>10} {cyc:>8} {bound:>8.0f} {eff:>9.2f} {fpc:>10.3f} {apc:>14.3f}")
+    print("ALU capacity: 1 beat/cycle per core (pipelined); cycles = cores busy (load, ring, write-back)")
+    return 0
+
+
+def _compare(args):
+    rate = _rate(args.ring_rate)
+    r = rate[0] / rate[1]
+    rep = run_system(args.devices, args.groups, args.chunks, args.dtype, args.op, rate, args.latency,
+                     args.beat_bytes, args.entry_beats, args.backend, args.seed)
+    run = rep["runs"][0]
+    nbytes = run["bytes"]
+    dense = dense_cycles(nbytes, args.devices, args.beat_bytes, r, args.latency)
+    print(f"{nbytes} bytes per device, {args.devices} devices, links {rate[0]}/{rate[1]} flits/cycle of "
+          f"{args.beat_bytes} B, latency {args.latency}")
+    print(f"  DENSE (central server, model)     {dense:>10.0f} cycles")
+    print(f"  COARSE sync cores (RTL, measured) {run['core_cycles']:>10} cycles  ({args.groups} groups)")
+    print(f"  ring bound 2(p-1)/p*S/W           {ring_bound_cycles(nbytes, args.devices, args.beat_bytes, r):>10.0f}"
+          " cycles")
+    # dual sync: proxies at the measured sync-core rate, GPUs at the same link rate (bytes per cycle)
+    bw_proxy = nbytes * 2 * (args.devices - 1) / args.devices / run["core_cycles"]
+    bw_gpu = args.beat_bytes * r
+    m, t = optimal_m(nbytes, args.devices, bw_proxy, bw_gpu, args.t_fp, args.t_bp)
+    print(f"  dual sync (T_FP {args.t_fp}, T_BP {args.t_bp} cycles): m = {m:.0f} of {nbytes} bytes to the "
+          f"proxies, T_train {t:.0f} cycles (all proxies: "
+          f"{max(args.t_fp + args.t_bp, args.t_fp + run['core_cycles']):.0f})")
+    print("  engine ring all-reduce: syncfabric run --topology ring:P --config small --bytes <same>")
+    return 0
+
+
+def _profile(args):
+    names = list(PROFILES) if args.profile == "all" else [args.profile]
+    for name in names:
+        prof = Profiler(model_measure(profile_paths(name, args.devices)), args.devices)
+        t = prof.table(args.client)
+        local, remote = PROFILES[name]["local"], PROFILES[name]["remote"]
+        print(f"{name}: local {local[1] / 1e9:g} GB/s {local[0] * 1e6:g} us, remote {remote[1] / 1e9:g} GB/s "
+              f"{remote[0] * 1e6:g} us -> LatProxy {t.lat_proxy}, BwProxy {t.bw_proxy}, threshold S "
+              f"{t.threshold} B, shard S' {t.shard_bytes} B ({prof.measurements} timings)")
+    return 0
+
+
+def _byteps(args):
+    n, k, M, B = args.n, args.k, args.model_bytes, args.bandwidth
+    print(f"n={n} GPU machines, k={k} CPU machines, M={M} B, B={B:g} B/s: D={byteps.bucket_count(n, k)}")
+    print(f"  M_cpu {byteps.cpu_share(n, k, M):.0f} B  M_gpu {byteps.gpu_share(n, k, M):.0f} B per service")
+    print(f"  BytePS {byteps.byteps_time(n, k, M, B) * 1e3:.3f} ms, all-reduce "
+          f"{byteps.allreduce_time(n, M, B) * 1e3:.3f} ms, speedup {byteps.speedup_over_allreduce(n, k):.3f}x")
+    if k:
+        print(f"  non-colocated PS {byteps.ps_time(n, k, M, B) * 1e3:.3f} ms")
+    return 0
+
+
+def register(subparsers):
+    """Add ``syncfabric coarse`` to the command line."""
+    p = subparsers.add_parser("coarse", help="COARSE sync cores, profiler and BytePS figures")
+    sub = p.add_subparsers(dest="coarse_command", required=True)
+
+    def common(q):
+        q.add_argument("--devices", type=int, default=4)
+        q.add_argument("--groups", type=int, default=2)
+        q.add_argument("--chunks", type=int, default=4, help="chunks per group (default %(default)s)")
+        q.add_argument("--dtype", default="fp32", type=str.lower, choices=[d.name.lower() for d in DType])
+        q.add_argument("--op", default="sum", type=str.lower, choices=[o.name.lower() for o in ReduceOp])
+        q.add_argument("--latency", type=int, default=4, help="cycles per link (default %(default)s)")
+        q.add_argument("--beat-bytes", type=int, default=16)
+        q.add_argument("--entry-beats", type=int, default=16)
+        q.add_argument("--backend", default="verilator", choices=["verilator", "icarus"])
+        q.add_argument("--seed", type=int, default=1)
+        q.add_argument("--quiet", action="store_true")
+
+    q = sub.add_parser("sync", help="sync cores on the RTL against the ring bound")
+    common(q)
+    q.add_argument("--ring-rate", default="1", help="comma-separated ring link rates (flits/cycle), e.g. 1/4,1/2,1")
+    q.set_defaults(func=_sync)
+    q = sub.add_parser("compare", help="DENSE vs COARSE vs ring bound, and the dual-sync split")
+    common(q)
+    q.add_argument("--ring-rate", default="1")
+    q.add_argument("--t-fp", type=float, default=2000.0, help="forward pass, cycles")
+    q.add_argument("--t-bp", type=float, default=4000.0, help="backward pass, cycles")
+    q.set_defaults(func=_compare)
+    q = sub.add_parser("profile", help="routing table and shard size for a bandwidth profile")
+    q.add_argument("--profile", default="all", choices=["all", *PROFILES])
+    q.add_argument("--devices", type=int, default=4)
+    q.add_argument("--client", type=int, default=0)
+    q.set_defaults(func=_profile)
+    q = sub.add_parser("byteps", help="BytePS model figures")
+    q.add_argument("--n", type=int, default=32)
+    q.add_argument("--k", type=int, default=16)
+    q.add_argument("--model-bytes", type=float, default=100e6)
+    q.add_argument("--bandwidth", type=float, default=12.5e9)
+    q.set_defaults(func=_byteps)

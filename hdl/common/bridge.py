@@ -180,17 +180,19 @@ class UartBridge(wiring.Component):
         with m.Else():
             m.d.sync += timer.eq(0)
 
-        with m.FSM() as fsm:
+        def receive():          # in a state taking the bytes of a frame: give up when they stop coming
+            m.d.comb += [rx.ready.eq(1), receiving.eq(1)]
+            with m.If(timer == self.timeout_cycles):
+                m.next = "SYNC"
 
+        with m.FSM() as fsm:
             with m.State("SYNC"):
                 m.d.comb += rx.ready.eq(1)
                 with m.If(got & (byte == SYNC_REQ)):
                     m.d.sync += crc.eq(0)
                     m.next = "OP"
             with m.State("OP"):
-                m.d.comb += [rx.ready.eq(1), receiving.eq(1)]
-                with m.If(timer == self.timeout_cycles):
-                    m.next = "SYNC"
+                receive()
                 with m.If(got):
                     m.d.sync += [op.eq(byte[:2]), crc.eq(nxt_crc), bidx.eq(0)]
                     with m.If((byte == Op.READ) | (byte == Op.WRITE)):
@@ -200,17 +202,13 @@ class UartBridge(wiring.Component):
                     with m.Else():
                         m.next = "SYNC"
             with m.State("ADDR"):
-                m.d.comb += [rx.ready.eq(1), receiving.eq(1)]
-                with m.If(timer == self.timeout_cycles):
-                    m.next = "SYNC"
+                receive()
                 with m.If(got):
                     m.d.sync += [addr.eq((byte << 24) | (addr >> 8)), crc.eq(nxt_crc), bidx.eq(bidx + 1)]
                     with m.If(bidx == 3):
                         m.next = "COUNT"
             with m.State("COUNT"):
-                m.d.comb += [rx.ready.eq(1), receiving.eq(1)]
-                with m.If(timer == self.timeout_cycles):
-                    m.next = "SYNC"
+                receive()
                 with m.If(got):
                     m.d.sync += [count.eq(byte), crc.eq(nxt_crc), widx.eq(0), bidx.eq(0)]
                     with m.If(op == Op.WRITE):
@@ -218,9 +216,7 @@ class UartBridge(wiring.Component):
                     with m.Else():
                         m.next = "CRC"
             with m.State("DATA"):
-                m.d.comb += [rx.ready.eq(1), receiving.eq(1)]
-                with m.If(timer == self.timeout_cycles):
-                    m.next = "SYNC"
+                receive()
                 with m.If(got):
                     m.d.sync += [word.eq((byte << 24) | (word >> 8)), crc.eq(nxt_crc), bidx.eq(bidx + 1)]
                     with m.If(bidx == 3):
@@ -230,9 +226,7 @@ class UartBridge(wiring.Component):
                         with m.If(widx == count):
                             m.next = "CRC"
             with m.State("CRC"):
-                m.d.comb += [rx.ready.eq(1), receiving.eq(1)]
-                with m.If(timer == self.timeout_cycles):
-                    m.next = "SYNC"
+                receive()
                 with m.If(got):
                     m.d.sync += widx.eq(0)
                     with m.If(byte != crc):

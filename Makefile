@@ -12,15 +12,16 @@ export AMARANTH_USE_YOSYS := builtin
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml scripts/setup.sh
-	sh scripts/setup.sh "$(VENV)" "$(PYTHON)" test
+	sh scripts/setup.sh "$(VENV)" "$(PYTHON)" test,fpga
 	@touch $@
 
 demo: setup
 	$(VENV)/bin/syncfabric demo
 
-# The default suite: everything except the long sweeps (marked slow), in parallel.
+# The default suite: everything except the long sweeps (marked slow), in parallel; it includes one small
+# bitstream build and one small area/power report (the fpga marker).
 test: setup
-	$(VENV)/bin/python -m pytest -n $(JOBS) -m "not slow and not fpga" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(JOBS) -m "not slow" $(PYTEST_ARGS)
 
 # Long sweeps and full vector counts (e.g. 100,000 random ALU beats per dtype/op on both simulators).
 test-slow: setup

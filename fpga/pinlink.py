@@ -147,6 +147,8 @@ class PinLink(wiring.Component):
     """
 
     def __init__(self, cfg, *, width=8, credit_width=2, div=4):
+        if div < 4 or div % 2 or width < 2 or credit_width < 1:
+            self._MustUse__silence = True       # refused: never to be elaborated, so no "unused" warning
         if div < 4 or div % 2:
             raise ValueError(f"div must be an even number >= 4, got {div}")
         if width < 2 or credit_width < 1:

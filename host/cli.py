@@ -123,6 +123,7 @@ def _cmd_bench(args):
 #: ``func`` (called with the parsed arguments, returns the exit status). Imported when the command line is built.
 EXTRA_COMMANDS = (
     "syncfabric.host.coarse.cli",
+    "syncfabric.fpga.cli",
     "syncfabric.sim.perf.cli",
 )
 

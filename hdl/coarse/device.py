@@ -8,6 +8,7 @@ to a core by the core index in their address; cores sending on the same port sha
 """
 
 from amaranth.hdl import Module, Signal
+from amaranth.utils import ceil_log2
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -23,58 +24,69 @@ _AW = ("awid", "awaddr", "awlen", "awsize", "awburst", "awlock", "awcache", "awp
 
 
 class AxiArbiter(wiring.Component):
-    """``n`` AXI4 masters (``m0``..) onto one port (``axi``), one burst at a time per direction: a read grant
-    lasts from AR to the last R beat, a write grant from AW to B (forwarding one AW and W beats up to WLAST, so a
-    master streaming its next burst's data waits for its next grant); grants rotate round-robin."""
+    """``n`` AXI4 masters (``m0``..) onto one port (``axi``, ID width ``ceil(log2 n)``: the ID is the master).
+
+    Reads: every cycle one master's AR goes (round-robin), so bursts of several masters are in flight at once;
+    R beats return to the master their RID names. Writes: a master holds the write grant from its AW to its
+    WLAST (AXI4 does not interleave write data), then the grant rotates; B returns by BID. Masters must accept
+    R and B whenever they are valid (``rready``/``bready`` high), as the sync cores and the CCI target do."""
 
     def __init__(self, n, beat_bytes=16):
         self.n = n
+        self.id_width = max(1, ceil_log2(n))
         sig = AXI4Signature(ADDR_BITS, 8 * beat_bytes)
-        super().__init__({"axi": Out(sig), **{f"m{k}": In(sig) for k in range(n)}})
+        super().__init__({"axi": Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes, self.id_width)),
+                          **{f"m{k}": In(sig) for k in range(n)}})
+
+    def _round_robin(self, m, name, requests):
+        """Index of the first requester after ``last`` (comb) and whether any requests; ``last`` register."""
+        last = Signal(range(self.n), name=f"{name}_last")
+        pick = Signal(range(self.n), name=f"{name}_pick")
+        any_req = Signal(name=f"{name}_any")
+        for off in reversed(range(1, self.n + 1)):
+            for k in range(self.n):
+                with m.If((last == k) & requests[(k + off) % self.n]):
+                    m.d.comb += [pick.eq((k + off) % self.n), any_req.eq(1)]
+        return last, pick, any_req
 
     def elaborate(self, platform):
         m = Module()
         ports = [getattr(self, f"m{k}") for k in range(self.n)]
         out = self.axi
-        for kind, addr_fields, want, done_cond in (
-                ("r", _AR, "arvalid", out.rvalid & out.rready & out.rlast),
-                ("w", _AW, "awvalid", out.bvalid & out.bready)):
-            grant = Signal(range(self.n), name=f"{kind}_grant")
-            busy = Signal(name=f"{kind}_busy")
-            addr_sent = Signal(name=f"{kind}_addr_sent")
-            data_sent = Signal(name=f"{kind}_data_sent")     # W: the burst's last beat went (no next-burst beats)
-            with m.If(~busy):
-                # pick the first requester after the last grant
-                for off in reversed(range(1, self.n + 1)):
-                    for g in range(self.n):
-                        with m.If((grant == g) & getattr(ports[(g + off) % self.n], want)):
-                            m.d.sync += [grant.eq((g + off) % self.n), busy.eq(1), addr_sent.eq(0),
-                                         data_sent.eq(0)]
-            with m.Elif(done_cond):
-                m.d.sync += busy.eq(0)
-            for k, p in enumerate(ports):
-                sel = busy & (grant == k)
-                if kind == "r":
-                    with m.If(sel):
-                        m.d.comb += [getattr(out, f).eq(getattr(p, f)) for f in _AR]
-                        m.d.comb += [out.arvalid.eq(p.arvalid & ~addr_sent), p.arready.eq(out.arready & ~addr_sent),
-                                     p.rdata.eq(out.rdata), p.rresp.eq(out.rresp), p.rlast.eq(out.rlast),
-                                     p.rid.eq(out.rid), p.rvalid.eq(out.rvalid), out.rready.eq(p.rready)]
-                else:
-                    with m.If(sel):
-                        m.d.comb += [getattr(out, f).eq(getattr(p, f)) for f in _AW]
-                        m.d.comb += [out.awvalid.eq(p.awvalid & ~addr_sent), p.awready.eq(out.awready & ~addr_sent),
-                                     out.wdata.eq(p.wdata), out.wstrb.eq(p.wstrb), out.wlast.eq(p.wlast),
-                                     out.wvalid.eq(p.wvalid & ~data_sent), p.wready.eq(out.wready & ~data_sent),
-                                     p.bresp.eq(out.bresp), p.bid.eq(out.bid), p.bvalid.eq(out.bvalid),
-                                     out.bready.eq(p.bready)]
-            valid = out.arvalid if kind == "r" else out.awvalid
-            ready = out.arready if kind == "r" else out.awready
-            with m.If(busy & valid & ready):
-                m.d.sync += addr_sent.eq(1)
-            if kind == "w":
-                with m.If(busy & out.wvalid & out.wready & out.wlast):
-                    m.d.sync += data_sent.eq(1)
+        # ---- reads ----
+        last, pick, any_ar = self._round_robin(m, "ar", [p.arvalid for p in ports])
+        for k, p in enumerate(ports):
+            with m.If(pick == k):
+                m.d.comb += [getattr(out, f).eq(getattr(p, f)) for f in _AR if f != "arid"]
+                m.d.comb += [out.arid.eq(k), p.arready.eq(out.arready & any_ar)]
+            m.d.comb += [p.rdata.eq(out.rdata), p.rresp.eq(out.rresp), p.rlast.eq(out.rlast), p.rid.eq(0),
+                         p.rvalid.eq(out.rvalid & (out.rid == k))]
+            with m.If(out.rid == k):
+                m.d.comb += out.rready.eq(p.rready)
+        m.d.comb += out.arvalid.eq(any_ar)
+        with m.If(out.arvalid & out.arready):
+            m.d.sync += last.eq(pick)
+        # ---- writes ----
+        wlast_, wpick, any_aw = self._round_robin(m, "aw", [p.awvalid for p in ports])
+        grant = Signal(range(self.n))
+        busy = Signal()
+        addr_sent = Signal()
+        with m.If(~busy & any_aw):
+            m.d.sync += [grant.eq(wpick), busy.eq(1), addr_sent.eq(0), wlast_.eq(wpick)]
+        for k, p in enumerate(ports):
+            with m.If(busy & (grant == k)):
+                m.d.comb += [getattr(out, f).eq(getattr(p, f)) for f in _AW if f != "awid"]
+                m.d.comb += [out.awid.eq(k), out.awvalid.eq(p.awvalid & ~addr_sent),
+                             p.awready.eq(out.awready & ~addr_sent),
+                             out.wdata.eq(p.wdata), out.wstrb.eq(p.wstrb), out.wlast.eq(p.wlast),
+                             out.wvalid.eq(p.wvalid & addr_sent), p.wready.eq(out.wready & addr_sent)]
+            m.d.comb += [p.bresp.eq(out.bresp), p.bid.eq(0), p.bvalid.eq(out.bvalid & (out.bid == k))]
+            with m.If(out.bid == k):
+                m.d.comb += out.bready.eq(p.bready)
+        with m.If(out.awvalid & out.awready):
+            m.d.sync += addr_sent.eq(1)
+        with m.If(out.wvalid & out.wready & out.wlast):
+            m.d.sync += busy.eq(0)
         return m
 
 
@@ -87,14 +99,15 @@ class MemoryDevice(wiring.Component):
             raise ValueError("a device needs at least one sync core")
         self.n_groups, self.beat_bytes, self.entry_beats, self.max_ranks = \
             n_groups, beat_bytes, entry_beats, max_ranks
-        super().__init__(self.signature_of(beat_bytes))
+        super().__init__(self.signature_of(beat_bytes, n_groups))
 
     @staticmethod
-    def signature_of(beat_bytes):
-        """The device's signature (a system top instantiating the separately converted device needs only it)."""
+    def signature_of(beat_bytes, n_groups):
+        """The device's signature (a system top instantiating the separately converted device needs only it);
+        the DRAM port's ID names the master (CCI target or a sync core)."""
         flit = stream.Signature(cci_flit_layout(beat_bytes))
         return wiring.Signature({
-            "axi": Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes)),
+            "axi": Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes, max(1, ceil_log2(n_groups + 1)))),
             "i_host": In(flit), "o_host": Out(flit),
             "i_left": In(flit), "o_left": Out(flit),
             "i_right": In(flit), "o_right": Out(flit),

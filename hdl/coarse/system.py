@@ -12,6 +12,7 @@ backpressure). Link names: ``h{d}_req`` (GPU d -> device d), ``h{d}_rsp`` (devic
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from ..common.axi import AXI4Signature
 from ..system.link import RATE_DEN_MAX
@@ -59,7 +60,7 @@ class CoarseSystem(wiring.Component):
         flit = stream.Signature(cci_flit_layout(beat_bytes))
         members = {}
         for d in range(n_devices):
-            members[f"d{d}_axi"] = Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes))
+            members[f"d{d}_axi"] = Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes, max(1, ceil_log2(n_groups + 1))))
             members[f"gpu{d}_req"] = In(flit)
             members[f"gpu{d}_rsp"] = Out(flit)
         for name in link_names(n_devices):
@@ -79,7 +80,7 @@ class CoarseSystem(wiring.Component):
             if self.inline:
                 dev = m.submodules[f"dev{d}"] = MemoryDevice(*args)
             else:
-                dev = MemoryDevice.signature_of(self.beat_bytes).create(path=(f"dev{d}",))
+                dev = MemoryDevice.signature_of(self.beat_bytes, self.n_groups).create(path=(f"dev{d}",))
                 m.submodules[f"dev{d}"] = Instance(
                     DEVICE_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                     *_ports(dev))

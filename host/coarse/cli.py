@@ -65,16 +65,19 @@ def _sync(args):
         ring_flits = max(v for name, v in rep["links"].items() if name.startswith("r"))
         alu = max(c["alu_beats"] for c in rep["cores"])
         busy = max(c["cycles"] for c in rep["cores"])
-        rows.append((f"{rate[0]}/{rate[1]}", run["bytes"], run["core_cycles"], bound, bound / run["core_cycles"],
-                     ring_flits / busy, alu / busy))
+        mem = run["bytes"] / args.beat_bytes      # each DRAM channel moves every byte once, a beat per cycle
+        rows.append((f"{rate[0]}/{rate[1]}", run["bytes"], run["core_cycles"], bound, mem,
+                     max(bound, mem) / run["core_cycles"], ring_flits / busy, alu / busy))
     line.done("")
     print(f"COARSE sync cores: {args.devices} devices x {args.groups} groups, {args.dtype} {args.op}, "
           f"{args.beat_bytes} B beats, {args.entry_beats}-beat entries, link latency {args.latency} ({args.backend})")
-    print(f"{'rate':>6} {'bytes/dev':>10} {'cycles':>8} {'bound':>8} {'link eff':>9} {'flits/cyc':>10} "
-          f"{'ALU beats/cyc':>14}")
-    for rate, nb, cyc, bound, eff, fpc, apc in rows:
-        print(f"{rate:>6} {nb:>10} {cyc:>8} {bound:>8.0f} {eff:>9.2f} {fpc:>10.3f} {apc:>14.3f}")
-    print("ALU capacity: 1 beat/cycle per core (pipelined); cycles = cores busy (load, ring, write-back)")
+    print(f"{'rate':>6} {'bytes/dev':>10} {'cycles':>8} {'link bnd':>9} {'DRAM bnd':>9} {'eff':>6} "
+          f"{'flits/cyc':>10} {'ALU beats/cyc':>14}")
+    for rate, nb, cyc, bound, mem, eff, fpc, apc in rows:
+        print(f"{rate:>6} {nb:>10} {cyc:>8} {bound:>9.0f} {mem:>9.0f} {eff:>6.2f} {fpc:>10.3f} {apc:>14.3f}")
+    print("cycles: cores busy (load, ring, write-back overlapped); link bnd: ring bound per link direction; DRAM "
+          "bnd: the device's one AXI port;\neff = max(bounds)/cycles; flits/cyc: busiest ring link; ALU: beats "
+          "per cycle of the busiest core (capacity 1)")
     return 0
 
 

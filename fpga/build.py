@@ -90,6 +90,19 @@ def parse_nextpnr_report(report, family):
     return resources, fmax, path
 
 
+def _over_utilized(log_path):
+    """``[(cell type, used, available)]`` of nextpnr's device utilisation lines over 100 %."""
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return []
+    out = []
+    for cell, used, avail in re.findall(r"Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", text):
+        if int(used) > int(avail) and (cell, int(used), int(avail)) not in out:
+            out.append((cell, int(used), int(avail)))
+    return out
+
+
 def _tail_errors(log_path, n=6):
     try:
         lines = Path(log_path).read_text(errors="replace").splitlines()
@@ -152,6 +165,11 @@ def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None
     if failed is not None:
         log = out / "top.tim" if (out / "top.tim").exists() else out / "top.rpt"
         detail = _tail_errors(log)
+        over = _over_utilized(out / "top.tim")
+        if over:
+            raise BuildError(f"{brd.name}: the design does not fit the {plat.device}: "
+                             + "; ".join(f"{cell} {used:,} of {avail:,}" for cell, used, avail in over)
+                             + f"\n{detail}", res)
         if re.search(r"(Unable to place|only has|too many|does not fit|resources)", detail, re.I):
             raise BuildError(f"{brd.name}: the design does not fit the {plat.device}:\n{detail}", res)
         raise BuildError(f"{brd.name}: the build failed ({Path(failed.cmd[-1]).name if failed.cmd else 'tool'} "

@@ -103,3 +103,14 @@ def test_two_engine_board_bitstream_fits_the_85f_and_meets_timing(tmp_path):
     print(format_build(res))
     (out / "result.json").write_text(json.dumps(res.as_dict(), indent=2))
     assert res.meets_timing and res.resources["BRAM"][0] > 0
+
+
+def test_an_over_full_device_is_read_from_the_nextpnr_log(tmp_path):
+    from syncfabric.fpga.build import _over_utilized
+
+    log = tmp_path / "top.tim"
+    log.write_text("Info: Device utilisation:\nInfo: \t          TRELLIS_FF:   30073/  83640    35%\n"
+                   "Info: \t        TRELLIS_COMB:   86128/  83640   102%\n")
+    assert _over_utilized(log) == [("TRELLIS_COMB", 86128, 83640)]
+    log.write_text("Info: \t        TRELLIS_COMB:   1000/  83640     1%\n")
+    assert _over_utilized(log) == []

@@ -46,15 +46,18 @@ class CoarseSystem(wiring.Component):
 
     ``inline=False`` instantiates the separately converted module :data:`DEVICE_MODULE` (Verilog simulators
     compile the device once; :func:`system_verilog` emits both), ``inline=True`` makes the devices
-    submodules (Amaranth's simulator)."""
+    submodules (Amaranth's simulator). ``credits`` (default ``2 x latency + 8``) is every link's receive buffer:
+    a link set to a latency longer than about ``(credits - 8) / 2`` is limited by credits, not by its rate."""
 
     def __init__(self, n_devices=4, n_groups=1, beat_bytes=16, entry_beats=16, max_ranks=None, latency=4,
-                 credits=8, max_latency=64, inline=True):
+                 credits=None, max_latency=64, inline=True):
         if n_devices < 2:
             raise ValueError("a COARSE ring needs at least 2 devices")
         self.n_devices, self.n_groups, self.beat_bytes, self.entry_beats = n_devices, n_groups, beat_bytes, \
             entry_beats
         self.max_ranks = max_ranks or n_devices
+        # enough credits to cover a flit's round trip at the reset latency (flit + credit latency, FIFO cycles)
+        credits = 2 * latency + 8 if credits is None else credits
         self.latency, self.credits, self.max_latency = latency, credits, max_latency
         self.inline = inline
         flit = stream.Signature(cci_flit_layout(beat_bytes))

@@ -179,3 +179,13 @@ def test_byteps_cluster_sums_every_part_once_and_splits_bytes_as_eq1_eq2():
     for (kind, j), b in cl.bytes_summed.items():
         share = byteps.cpu_share(n, k, M) if kind == "cpu" else byteps.gpu_share(n, k, M)
         assert b == share
+
+
+def test_coarse_command_prints_routing_tables_and_byteps_figures(capsys):
+    from syncfabric.host.cli import main
+    assert main(["coarse", "profile"]) == 0
+    out = capsys.readouterr().out
+    assert "v100" in out and "BwProxy 1" in out and "threshold S 41143 B" in out
+    assert "p100" in out and "BwProxy 0, threshold S 0 B" in out
+    assert main(["coarse", "byteps", "--n", "32", "--k", "16"]) == 0
+    assert "D=1504" in capsys.readouterr().out

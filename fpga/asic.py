@@ -105,7 +105,8 @@ def _run(cmd, cwd, log, what):
     Path(cwd, log).write_text(res.stdout + res.stderr)
     if res.returncode != 0:
         tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-8:])
-        raise ToolError(f"{what} failed (log {Path(cwd, log)}):\n{tail}")
+        how = f"crashed (signal {-res.returncode})" if res.returncode < 0 else f"failed (exit {res.returncode})"
+        raise ToolError(f"{what} {how}, log {Path(cwd, log)}\n{tail}")
     return res.stdout
 
 

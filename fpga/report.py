@@ -30,7 +30,7 @@ from pathlib import Path
 from amaranth.hdl import Elaboratable, Module, Value
 
 from .asic import SramModel, power as asic_power, synthesize as asic_synthesize
-from .tools import nangate45_liberty
+from .tools import ToolError, nangate45_liberty
 
 __all__ = ["COMPONENTS", "RULES", "PAPER_TABLE_IV", "NODE", "run_report", "format_markdown", "component_of",
            "sweep_points"]
@@ -191,6 +191,7 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                 "power_mw": None, "fpga": {"LUT": 0, "FF": 0, "LUTRAM": 0, "BRAM": 0, "DSP": 0}} for c in comps}
     macros = []
     ils = {}
+    power_alone = []
     for unit, top, make, comp_of in _units(cfg, comps):
         work = out / unit
         work.mkdir(parents=True, exist_ok=True)
@@ -212,28 +213,29 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                 rows[c]["macro_area_um2"] += mac["area_um2"]
                 rows[c]["macro_bits"] += mac["bits"]
         if power and act is not None:
-            say(f"{unit}: power (OpenSTA, {clock_mhz:g} MHz)")
-            engine_unit = unit == "engine" or unit in ENGINE_COMPONENTS
-            dens = {}
-
-            def reg_activity(path, comp_of=comp_of, unit=unit, engine_unit=engine_unit):
-                c = comp_of(path)
-                if c not in dens:
-                    if engine_unit:
-                        dens[c] = act.density([p for p in act.scopes if component_of(p) == c])
-                    else:           # outside the engine (switch, sync core): the engine's mean activity
-                        dens[c] = act.density(list(act.scopes))
-                return dens[c]
-
-            pw = asic_power(syn["netlist"], top, lib, work / "asic", clock_mhz=clock_mhz,
-                            input_activity=act.input_density, register_activity=reg_activity)
-            for path, (internal, switching, leakage) in pw.items():
-                if path == "*":
-                    continue
-                c = comp_of(path)
-                if c in rows:
-                    rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + 1e3 * (internal + switching + leakage)
+            try:
+                for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say).items():
+                    if c in rows:
+                        rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + mw
+            except ToolError as exc:
+                if unit != "engine":
+                    raise
+                # the whole engine is the only design the 2019 OpenSTA has crashed on: its components' power
+                # then comes from their own netlists, and the control unit's is not reported
+                notes.append(f"OpenSTA failed on the whole engine ({str(exc).splitlines()[0]}); the power of "
+                             f"alu, sram, dma and link comes from each synthesized alone, the control unit's "
+                             f"is not reported")
+                power_alone = [c for c in ("alu", "sram", "dma", "link") if c in comps]
         ils[unit] = (il, top)
+
+    for unit, top, make, comp_of in _units(cfg, power_alone):
+        work = out / unit
+        work.mkdir(parents=True, exist_ok=True)
+        say(f"{unit}: Amaranth -> RTLIL, synthesis alone for its power")
+        ils[unit] = (_rtlil(make(), top, work / "design.il"), top)
+        syn = asic_synthesize(ils[unit][0], top, lib, work / "asic")
+        for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say).items():
+            rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + mw
 
     if fpga:
         from .fpgasynth import synthesize_ecp5
@@ -313,6 +315,30 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
     (out / "report.md").write_text(format_markdown(rep) + "\n")
     rep["files"].insert(0, str(out / "report.md"))
     return rep
+
+
+def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say):
+    """``{component: mW}`` of one synthesized unit in OpenSTA, flip-flops toggling at their component's
+    activity in ``act`` (outside the engine, switch and sync core: the engine's mean activity)."""
+    say(f"{unit}: power (OpenSTA, {clock_mhz:g} MHz)")
+    engine_unit = unit == "engine" or unit in ENGINE_COMPONENTS
+    dens = {}
+
+    def reg_activity(path):
+        c = comp_of(path)
+        if c not in dens:
+            scopes = [p for p in act.scopes if component_of(p) == c] if engine_unit else list(act.scopes)
+            dens[c] = act.density(scopes)
+        return dens[c]
+
+    pw = asic_power(syn["netlist"], top, lib, work / "asic", clock_mhz=clock_mhz,
+                    input_activity=act.input_density, register_activity=reg_activity)
+    out = {}
+    for path, (internal, switching, leakage) in pw.items():
+        if path != "*":
+            c = comp_of(path)
+            out[c] = out.get(c, 0.0) + 1e3 * (internal + switching + leakage)
+    return out
 
 
 def sweep_points(cfg, out_dir, lib, *, progress=None):

@@ -7,7 +7,7 @@ to a core by the core index in their address; cores sending on the same port sha
 (round-robin). The cores, the CCI target and nothing else share the DRAM port through :class:`AxiArbiter`.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.utils import ceil_log2
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -133,7 +133,7 @@ class MemoryDevice(wiring.Component):
                 c.chunks.eq(getattr(target, f"c{g}_chunks")), c.rank.eq(getattr(target, f"c{g}_rank")),
                 c.ranks.eq(getattr(target, f"c{g}_ranks")), c.dtype.eq(getattr(target, f"c{g}_mode")[0:2]),
                 c.op.eq(getattr(target, f"c{g}_mode")[2:4]), c.start.eq(getattr(target, f"c{g}_start")),
-                getattr(target, f"c{g}_status").eq(c.busy | (c.done << 1) | (c.err << 2)),
+                getattr(target, f"c{g}_status").eq(Cat(c.busy, c.done, c.err)),  # CoreStatus bits
                 getattr(target, f"c{g}_cycles").eq(c.cycles),
                 getattr(target, f"c{g}_stalls").eq(c.stalls),
                 getattr(target, f"c{g}_alu_beats").eq(c.alu_beats),

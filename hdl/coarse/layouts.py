@@ -73,6 +73,7 @@ class CoreStatus(enum.IntFlag):
     """Bits of the status register."""
     BUSY = 1
     DONE = 2
+    ERROR = 4       #: an AXI error response, or a bad ``RANKS`` / ``RANK``
 
 
 def cci_flit_layout(beat_bytes=16):

@@ -36,7 +36,6 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ...sim.golden.types import DType, ReduceOp
 from ..alu import ReductionAlu
 from ..common.axi import AXI4Signature, AxiBurst
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE

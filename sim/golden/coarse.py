@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .arith import reduce_bytes
-from .types import DType, ReduceOp, dtype_bytes
+from .types import DType, dtype_bytes
 
 __all__ = ["ring_positions", "chunk_bytes_for", "sync_chunk", "coarse_allreduce", "dense_allreduce",
            "proxy_reduce", "PathModel", "crossover_size", "full_bandwidth_size", "partition",

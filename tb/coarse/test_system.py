@@ -167,7 +167,7 @@ class SystemTB:
                 break
         else:
             raise AssertionError("sync cores did not finish")
-        assert not any(s & 4 for s in status), f"a sync core reported an error: {status}"
+        assert not any(s & CoreStatus.ERROR for s in status), f"a sync core reported an error: {status}"
         cycles = self.cycles() - t0
         flits = {k: v - flits0[k] for k, v in self._flits().items()}
         cores = []

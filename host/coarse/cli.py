@@ -21,7 +21,10 @@ __all__ = ["register", "run_system"]
 
 
 def _rate(text):
-    f = Fraction(text)
+    try:
+        f = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"not a link rate: {text!r} (examples: 1, 1/2, 0.25)") from None
     if not 0 < f <= 1:
         raise ValueError(f"a link rate is in (0, 1] flits per cycle, not {text}")
     f = f.limit_denominator(256)
@@ -51,6 +54,8 @@ def run_system(n_devices, n_groups, chunks, dtype="fp32", op="sum", ring_rate=(1
 def _sync(args):
     from ..progress import ProgressLine
     rates = [_rate(r) for r in args.ring_rate.split(",")]
+    if args.devices < 2 or args.groups < 1 or args.chunks < 1:
+        raise ValueError("need --devices >= 2, --groups >= 1 and --chunks >= 1")
     line = ProgressLine(enabled=not args.quiet)
     rows = []
     for k, rate in enumerate(rates):
@@ -129,6 +134,18 @@ def _byteps(args):
     return 0
 
 
+def _checked(func):
+    """Run ``func``; bad parameters (ValueError) end with a one-line message and status 2, not a traceback."""
+    def run(args):
+        try:
+            return func(args)
+        except ValueError as exc:
+            import sys
+            print(f"syncfabric coarse: error: {exc}", file=sys.stderr)
+            return 2
+    return run
+
+
 def register(subparsers):
     """Add ``syncfabric coarse`` to the command line."""
     p = subparsers.add_parser("coarse", help="COARSE sync cores, profiler and BytePS figures")
@@ -150,21 +167,21 @@ def register(subparsers):
     q = sub.add_parser("sync", help="sync cores on the RTL against the ring bound")
     common(q)
     q.add_argument("--ring-rate", default="1", help="comma-separated ring link rates (flits/cycle), e.g. 1/4,1/2,1")
-    q.set_defaults(func=_sync)
+    q.set_defaults(func=_checked(_sync))
     q = sub.add_parser("compare", help="DENSE vs COARSE vs ring bound, and the dual-sync split")
     common(q)
     q.add_argument("--ring-rate", default="1")
     q.add_argument("--t-fp", type=float, default=2000.0, help="forward pass, cycles")
     q.add_argument("--t-bp", type=float, default=4000.0, help="backward pass, cycles")
-    q.set_defaults(func=_compare)
+    q.set_defaults(func=_checked(_compare))
     q = sub.add_parser("profile", help="routing table and shard size for a bandwidth profile")
     q.add_argument("--profile", default="all", choices=["all", *PROFILES])
     q.add_argument("--devices", type=int, default=4)
     q.add_argument("--client", type=int, default=0)
-    q.set_defaults(func=_profile)
+    q.set_defaults(func=_checked(_profile))
     q = sub.add_parser("byteps", help="BytePS model figures")
     q.add_argument("--n", type=int, default=32)
     q.add_argument("--k", type=int, default=16)
     q.add_argument("--model-bytes", type=float, default=100e6)
     q.add_argument("--bandwidth", type=float, default=12.5e9)
-    q.set_defaults(func=_byteps)
+    q.set_defaults(func=_checked(_byteps))

@@ -189,3 +189,11 @@ def test_coarse_command_prints_routing_tables_and_byteps_figures(capsys):
     assert "p100" in out and "BwProxy 0, threshold S 0 B" in out
     assert main(["coarse", "byteps", "--n", "32", "--k", "16"]) == 0
     assert "D=1504" in capsys.readouterr().out
+
+
+def test_coarse_command_refuses_bad_rates_and_ring_sizes_with_a_message(capsys):
+    from syncfabric.host.cli import main
+    assert main(["coarse", "sync", "--ring-rate", "3/2"]) == 2
+    assert "a link rate is in (0, 1]" in capsys.readouterr().err
+    assert main(["coarse", "sync", "--devices", "1"]) == 2
+    assert "--devices >= 2" in capsys.readouterr().err

@@ -13,9 +13,12 @@ def _add_common(p, out=True):
 
 
 def _eff(p):
+    p.add_argument("--compute", choices=("paper", "roofline"), default="paper",
+                   help="compute per iteration: 'paper' takes the ACE paper's (derived from section VI-B, ResNet-50 "
+                        "only; other workloads fall back to the roofline), 'roofline' the layers' roofline "
+                        "(default %(default)s)")
     p.add_argument("--compute-efficiency", type=float, default=1.0,
-                   help="fraction of the NPU's peak FLOPs the roofline uses (default 1; 2 counts a MAC as one FLOP, "
-                        "as the ACE paper's compute times suggest)")
+                   help="fraction of the NPU's peak FLOPs the roofline uses (default 1)")
 
 
 def _sched(p):
@@ -99,7 +102,7 @@ def _run(args):
 
 def _dispatch(args):
     from . import repro
-    from .system import CONFIGS, SystemParams, endpoint, torus_for
+    from .system import CONFIGS, SystemParams, endpoint, paper_compute, torus_for
     from .training import simulate
     from .workload import load_workload
 
@@ -110,7 +113,9 @@ def _dispatch(args):
         topo = args.topology or torus_for(args.npus)
         rows = []
         for name in args.config or list(CONFIGS):
-            r = simulate(wl, topo, endpoint(name), SystemParams(compute_efficiency=args.compute_efficiency))
+            cs = paper_compute(wl.name, endpoint(name).name) if args.compute == "paper" else None
+            r = simulate(wl, topo, endpoint(name), SystemParams(compute_efficiency=args.compute_efficiency),
+                         compute_s=cs)
             rows.append({**r.as_dict(), "time_ms": r.time * 1e3, "compute_ms": r.compute * 1e3,
                          "exposed_ms": r.exposed * 1e3})
         _table(rows, ["config", "time_ms", "compute_ms", "exposed_ms", "collectives"])
@@ -133,7 +138,7 @@ def _dispatch(args):
         _table(rows, ["sram_MB", "fsms", "network_bw_GBps", "normalized"])
     elif c == "fig10":
         rows = repro.fig10(args.out, args.workload, args.npus, progress=progress,
-                           compute_efficiency=args.compute_efficiency)
+                           compute_efficiency=args.compute_efficiency, compute=args.compute)
         for name in ("BaselineCommOpt", "BaselineCompOpt", "ACE", "Ideal"):
             sel = [r for r in rows if r["config"] == name]
             print(f"{name:>16}: mean compute utilization {sum(r['compute_util'] for r in sel) / len(sel):.3f}, "
@@ -141,7 +146,8 @@ def _dispatch(args):
     elif c == "fig11":
         rows, summary = repro.fig11(args.out, tuple(args.workload or ("resnet50", "gnmt", "dlrm")),
                                     tuple(args.npus or repro.FIG11_SIZES), scheduler=args.scheduler,
-                                    progress=progress, compute_efficiency=args.compute_efficiency)
+                                    progress=progress, compute_efficiency=args.compute_efficiency,
+                                    compute=args.compute)
         _table(rows, ["workload", "npus", "config", "iteration_ms", "compute_ms", "exposed_ms", "of_ideal"])
         print(json.dumps(summary, indent=1))
     elif c == "byteps":

@@ -14,7 +14,7 @@ from ..golden import coarse as co
 from .collective import collective_time
 from .sweep import run_sweep
 from .svg import bar_chart, line_chart
-from .system import CONFIGS, Endpoint, SystemParams, endpoint, torus_for
+from .system import CONFIGS, Endpoint, SystemParams, endpoint, paper_compute, torus_for
 from .training import simulate
 from .workload import load_workload
 
@@ -137,14 +137,16 @@ def _spread(acc, edges, a, b, level):
             acc[i] += level * (hi - lo) / w
 
 
-def fig10(out_dir, workload="resnet50", npus=128, bins=100, progress=True, compute_efficiency=1.0):
-    """ACE Fig. 10: compute and network utilization over one steady-state iteration, per configuration."""
+def fig10(out_dir, workload="resnet50", npus=128, bins=100, progress=True, compute_efficiency=1.0, compute="paper"):
+    """ACE Fig. 10: compute and network utilization over one steady-state iteration, per configuration.
+    ``compute``: ``"paper"`` uses the paper-derived compute per iteration where there is one
+    (:data:`~.system.PAPER_COMPUTE_S`), ``"roofline"`` the roofline."""
     wl = load_workload(workload)
     system = SystemParams(compute_efficiency=compute_efficiency)
     topo = torus_for(npus)
     rows, series = [], {}
     for name in ("BaselineCommOpt", "BaselineCompOpt", "ACE", "Ideal"):
-        res = simulate(wl, topo, CONFIGS[name], system)
+        res = simulate(wl, topo, CONFIGS[name], system, compute_s=_compute_s(compute, wl.name, name))
         edges, comp, net = _utilization(res, system, topo, bins)
         t0 = edges[0]
         for i in range(bins):
@@ -153,26 +155,35 @@ def fig10(out_dir, workload="resnet50", npus=128, bins=100, progress=True, compu
         series[f"{name} compute"] = [((edges[i] - t0) * 1e3, comp[i]) for i in range(bins)]
         series[f"{name} network"] = [((edges[i] - t0) * 1e3, net[i]) for i in range(bins)]
     svg = write_outputs(out_dir, f"fig10_{wl.name}", rows, {"workload": wl.name, "npus": npus,
-                                                            "compute_efficiency": compute_efficiency})
+                                                            "compute_efficiency": compute_efficiency,
+                                                            "compute": compute})
     line_chart(svg, f"Fig. 10: {wl.name}, {npus} NPUs", "time in iteration (ms)", "utilization", series, step=True)
     return rows
 
 
 # ---- Fig. 11: iteration time across sizes ------------------------------------------------------------------
 
+def _compute_s(compute, wl_name, cfg):
+    if compute not in ("paper", "roofline"):
+        raise ValueError(f"compute must be paper or roofline, not {compute!r}")
+    return paper_compute(wl_name, cfg) if compute == "paper" else None
+
+
 def _fig11_point(args):
-    wl_name, npus, cfg, eff = args
-    r = simulate(load_workload(wl_name), torus_for(npus), endpoint(cfg), SystemParams(compute_efficiency=eff))
+    wl_name, npus, cfg, eff, compute = args
+    r = simulate(load_workload(wl_name), torus_for(npus), endpoint(cfg), SystemParams(compute_efficiency=eff),
+                 compute_s=_compute_s(compute, wl_name, cfg))
     return {"workload": wl_name, "npus": npus, "config": cfg, "iteration_ms": r.time * 1e3,
             "compute_ms": r.compute * 1e3, "exposed_ms": r.exposed * 1e3}
 
 
 def fig11(out_dir, workloads=("resnet50", "gnmt", "dlrm"), sizes=FIG11_SIZES, scheduler=None, progress=True,
-          compute_efficiency=1.0):
+          compute_efficiency=1.0, compute="paper"):
     """ACE Fig. 11: iteration time (compute + exposed communication) per workload, size and configuration,
     the share of Ideal each reaches and ACE's speedup over the best baseline. ``compute_efficiency`` scales
-    the NPU's peak in the roofline (see docs/perf.md)."""
-    pts = [(w, n, c, compute_efficiency) for w in workloads for n in sizes for c in CONFIGS]
+    the NPU's peak in the roofline; ``compute`` as in :func:`fig10` (see docs/perf.md)."""
+    _compute_s(compute, "", "")
+    pts = [(w, n, c, compute_efficiency, compute) for w in workloads for n in sizes for c in CONFIGS]
     rows, backend = run_sweep(_fig11_point, pts, scheduler=scheduler, progress=progress, label="fig11")
     summary = {}
     for w in workloads:
@@ -193,8 +204,10 @@ def fig11(out_dir, workloads=("resnet50", "gnmt", "dlrm"), sizes=FIG11_SIZES, sc
     for c in CONFIGS:
         summary[f"of_ideal_{c}"] = float(np.mean([r["of_ideal"] for r in rows if r["config"] == c]))
     name = "fig11" if compute_efficiency == 1.0 else f"fig11_eff{compute_efficiency:g}"
+    if compute != "paper":
+        name += "_" + compute
     svg = write_outputs(out_dir, name, rows, {"summary": summary, "backend": backend,
-                                              "compute_efficiency": compute_efficiency})
+                                              "compute_efficiency": compute_efficiency, "compute": compute})
     groups = [(f"{w} {n}", [(c, [r["compute_ms"], r["exposed_ms"]]) for r in rows
                             for c in [r["config"]] if r["workload"] == w and r["npus"] == n])
               for w in workloads for n in sizes]

@@ -94,9 +94,11 @@ class _Network:
         return self.done[cid]
 
 
-def simulate(workload, topology, ep, system=None, iterations=3, algorithm=None):
+def simulate(workload, topology, ep, system=None, iterations=3, algorithm=None, compute_s=None):
     """Simulate ``iterations`` (>= 2) training iterations of ``workload`` (:class:`~.workload.Workload`) on
-    ``topology`` with endpoint configuration ``ep``; returns an :class:`IterationResult` for the last one."""
+    ``topology`` with endpoint configuration ``ep``; returns an :class:`IterationResult` for the last one.
+    ``compute_s``: compute per iteration to use instead of the roofline's total (e.g.
+    :func:`~.system.paper_compute`); the layers keep the roofline's shares of it."""
     if iterations < 2:
         raise ValueError("simulate needs at least 2 iterations for a steady state")
     system = system or SystemParams()
@@ -115,6 +117,12 @@ def simulate(workload, topology, ep, system=None, iterations=3, algorithm=None):
            compute_time(l.wg_flops, l.wg_bytes, system, sms, mem),
            compute_time(l.ig_flops, l.ig_bytes, system, sms, mem)) for l in layers]
     compute_per_iter = sum(a + b + (c if i else 0.0) for i, (a, b, c) in enumerate(kt))
+    if compute_s is not None:
+        if compute_s <= 0:
+            raise ValueError(f"compute_s must be positive, got {compute_s}")
+        f = compute_s / compute_per_iter
+        kt = [(a * f, b * f, c * f) for a, b, c in kt]
+        compute_per_iter = compute_s
     t = 0.0
     timeline = []
     ends = []

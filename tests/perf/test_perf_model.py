@@ -15,7 +15,7 @@ from syncfabric.sim.perf import repro
 from syncfabric.sim.perf.calibrate import RTL_POINTS, calibrate
 from syncfabric.sim.perf.collective import collective_time, ring_bound
 from syncfabric.sim.perf.profile import _composed_torus, profile
-from syncfabric.sim.perf.system import CONFIGS, Endpoint, SystemParams, torus_for
+from syncfabric.sim.perf.system import CONFIGS, PAPER_COMPUTE_S, Endpoint, SystemParams, paper_compute, torus_for
 from syncfabric.sim.perf.training import simulate
 from syncfabric.sim.perf.workload import WorkloadError, load_workload
 
@@ -184,6 +184,7 @@ def test_calibration_error_on_the_ring_design_point_is_within_ten_percent():
     ["fig9a", "--npus", "16", "--bytes", str(4 * MB), "--sram-mb", "1", "--fsms", "4", "--fsms", "16",
      "--scheduler", "processes"],
     ["fig10", "--npus", "16", "--workload", "gnmt"],
+    ["fig10", "--npus", "16", "--workload", "resnet50", "--compute", "roofline"],
     ["fig11", "--npus", "16", "--workload", "dlrm", "--scheduler", "processes"],
     ["byteps", "--n", "8", "--kmax", "8"],
     ["coarse"],
@@ -205,3 +206,31 @@ def test_perf_subcommand_runs_at_a_small_size_and_writes_its_outputs(args, tmp_p
 def test_perf_reports_a_bad_workload_as_an_error(capsys):
     assert main(["perf", "iteration", "--workload", "nonexistent"]) == 2
     assert "no workload file" in capsys.readouterr().err
+
+
+def test_paper_compute_reproduces_the_ratios_section_vi_b_states_for_resnet50():
+    pc = PAPER_COMPUTE_S["resnet50"]
+    assert pc["BaselineCommOpt"] / pc["BaselineCompOpt"] == pytest.approx(1.75)
+    assert pc["BaselineCompOpt"] / pc["ACE"] == pytest.approx(1.06)
+    ace_it = 3.5e-3 / 2.52                      # CompOpt iterates in 3.5 ms, ACE 2.52x faster
+    assert pc["BaselineCommOpt"] / (ace_it * 2.67) == pytest.approx(1 - 0.315)
+    assert pc["Ideal"] / ace_it == pytest.approx(0.943)
+    assert paper_compute("gnmt", "ACE") is None and paper_compute("resnet50", "nonexistent") is None
+
+
+def test_given_compute_replaces_the_roofline_total_and_keeps_its_layer_shares():
+    w = load_workload("resnet50")
+    roof = simulate(w, "torus:4x2x2", CONFIGS["Ideal"])
+    given = simulate(w, "torus:4x2x2", CONFIGS["Ideal"], compute_s=roof.compute / 4)
+    assert given.compute == pytest.approx(roof.compute / 4)
+    fwd = lambda r: [iv.end - iv.start for iv in r.timeline if iv.kind == "fwd"]
+    assert np.allclose(np.array(fwd(given)) * 4, fwd(roof))
+    with pytest.raises(ValueError, match="compute_s"):
+        simulate(w, "torus:4x2x2", CONFIGS["Ideal"], compute_s=0.0)
+
+
+def test_with_the_paper_compute_ace_beats_every_baseline_on_resnet50_at_128_npus():
+    w = load_workload("resnet50")
+    t = {k: simulate(w, torus_for(128), v, compute_s=paper_compute("resnet50", k)).time for k, v in CONFIGS.items()}
+    assert t["Ideal"] <= t["ACE"] < min(t[k] for k in CONFIGS if k.startswith("Baseline"))
+    assert t["BaselineCommOpt"] > t["BaselineCompOpt"]

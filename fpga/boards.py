@@ -62,7 +62,11 @@ class Board:
     link_conn: tuple = ("gpio", 0)
 
     def make_top(self, cfg=None, clk_hz=None):
-        """The top of a build of this board."""
+        """The top of a build of this board (``cfg`` widened for the board's topology: ports, landing
+        channels, routing-table ranks)."""
+        from ..host.run import engine_config_for
+
+        cfg = engine_config_for(cfg or self.engine_config(), self.topology)
         if self.top == "linktest":
             return LinkTestTop(self, cfg, clk_hz=clk_hz)
         return BoardTop(self, cfg, clk_hz=clk_hz)

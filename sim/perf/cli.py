@@ -113,7 +113,7 @@ def _dispatch(args):
         topo = args.topology or torus_for(args.npus)
         rows = []
         for name in args.config or list(CONFIGS):
-            cs = paper_compute(wl.name, endpoint(name).name) if args.compute == "paper" else None
+            cs = paper_compute(wl.name, endpoint(name).name, wl.batch) if args.compute == "paper" else None
             r = simulate(wl, topo, endpoint(name), SystemParams(compute_efficiency=args.compute_efficiency),
                          compute_s=cs)
             rows.append({**r.as_dict(), "time_ms": r.time * 1e3, "compute_ms": r.compute * 1e3,

@@ -173,7 +173,13 @@ def _paper_resnet50():
 #: paper's text states enough to derive it (see :func:`_paper_resnet50`). GNMT and DLRM have no stated times.
 PAPER_COMPUTE_S = {"resnet50": _paper_resnet50()}
 
+#: The batch per NPU the paper's figures are for (section V).
+PAPER_BATCH = {"resnet50": 32, "gnmt": 128, "dlrm": 512}
 
-def paper_compute(workload, config):
-    """The paper-derived compute per iteration of ``workload`` (a name) on ``config``, or ``None``."""
+
+def paper_compute(workload, config, batch=None):
+    """The paper-derived compute per iteration of ``workload`` (a name) on ``config``, or ``None`` (no stated
+    figure, or ``batch`` is not the paper's)."""
+    if batch is not None and batch != PAPER_BATCH.get(workload):
+        return None
     return PAPER_COMPUTE_S.get(workload, {}).get(config)

@@ -216,6 +216,8 @@ def test_paper_compute_reproduces_the_ratios_section_vi_b_states_for_resnet50():
     assert pc["BaselineCommOpt"] / (ace_it * 2.67) == pytest.approx(1 - 0.315)
     assert pc["Ideal"] / ace_it == pytest.approx(0.943)
     assert paper_compute("gnmt", "ACE") is None and paper_compute("resnet50", "nonexistent") is None
+    assert paper_compute("resnet50", "ACE", batch=32) == pc["ACE"]
+    assert paper_compute("resnet50", "ACE", batch=64) is None       # another batch is not the paper's figure
 
 
 def test_given_compute_replaces_the_roofline_total_and_keeps_its_layer_shares():

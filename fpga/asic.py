@@ -241,11 +241,15 @@ def liberty_areas(liberty):
     return areas
 
 
-def power(netlist, top, liberty, workdir, *, clock_mhz, input_activity, register_activity):
+def power(netlist, top, liberty, workdir, *, clock_mhz, input_activity, register_activity, global_activity=None):
     """Power of the flattened ``netlist`` in OpenSTA at ``clock_mhz``: inputs toggle at ``input_activity``
     (transitions per cycle), the outputs of the flip-flops of module path ``p`` at ``register_activity(p)``.
     Returns ``{path: (internal W, switching W, leakage W)}`` summed over the instances of each module path,
-    and the design total under ``"*"``."""
+    and the design total under ``"*"``.
+
+    OpenSTA propagates the activity through the logic, except with ``global_activity``: then every other net
+    toggles at that rate (``set_power_activity -global``). Debian's 2019 OpenSTA crashes in its propagation
+    on some large netlists; the global rate is the fallback for those."""
     sta = find_tool("sta", "install Debian's OpenSTA: apt-get install opensta (make test does)")
     work = Path(workdir)
     period_ns = 1e3 / clock_mhz
@@ -259,6 +263,7 @@ read_verilog {Path(netlist).resolve()}
 link_design {top}
 create_clock -name clk -period {period_ns:.6f} [get_ports clk]
 set_power_activity -input -activity {input_activity:.6f} -duty 0.5
+{"" if global_activity is None else f"set_power_activity -global -activity {global_activity:.6f} -duty 0.5"}
 set corner [sta::cmd_corner]
 report_power > /dev/null
 set act [dict create {act}]

@@ -188,7 +188,7 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
             raise RuntimeError("the activity simulation's all-reduce did not complete correctly")
 
     rows = {c: {"asic_area_um2": 0.0, "macro_area_um2": 0.0, "macro_bits": 0, "cells": 0, "flops": 0,
-                "power_mw": None, "fpga": {"LUT": 0, "FF": 0, "LUTRAM": 0, "BRAM": 0, "DSP": 0}} for c in comps}
+                "power_mw": None, "fpga": dict.fromkeys(("LUT", "FF", "LUTRAM", "BRAM", "DSP"))} for c in comps}
     macros = []
     ils = {}
     power_alone = []
@@ -219,14 +219,26 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                         rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + mw
             except ToolError as exc:
                 # Debian's 2019 OpenSTA crashes in its activity propagation on some designs (the whole engine,
-                # the sync core): the engine's components then get their power from their own netlists
+                # the sync core): such a unit is analysed again with every net at its mean measured activity;
+                # the engine's other components get their power from their own netlists, propagated
+                why = str(exc).splitlines()[0]
+                try:
+                    mw_of = _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say,
+                                        unpropagated=True)
+                except ToolError as exc2:
+                    mw_of = {}
+                    why += f"; without propagation too: {str(exc2).splitlines()[0]}"
+                keep = [c for c in mw_of if c in rows and (unit != "engine" or c == "control")]
+                for c in keep:
+                    rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + mw_of[c]
+                done = (f"{', '.join(keep)}: every net toggles at the unit's mean measured rate "
+                        f"({_unit_density(unit, act):.4f} per cycle), not propagated" if keep
+                        else "its power is not reported")
                 if unit != "engine":
-                    notes.append(f"{unit}: OpenSTA failed ({str(exc).splitlines()[0]}); its power is not "
-                                 f"reported")
+                    notes.append(f"{unit}: OpenSTA failed ({why}); {done}")
                 else:
-                    notes.append(f"OpenSTA failed on the whole engine ({str(exc).splitlines()[0]}); the power "
-                                 f"of alu, sram, dma and link comes from each synthesized alone, the control "
-                                 f"unit's is not reported")
+                    notes.append(f"OpenSTA failed on the whole engine ({why}); the power of alu, sram, dma and "
+                                 f"link comes from each synthesized alone; {done}")
                     power_alone = [c for c in ("alu", "sram", "dma", "link") if c in comps]
         ils[unit] = (il, top)
 
@@ -286,7 +298,9 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
     for c, r in rows.items():
         r["area_um2"] = r["asic_area_um2"] + r["macro_area_um2"]
     total_area = sum(r["area_um2"] for c, r in rows.items() if c in ENGINE_COMPONENTS)
-    total_power = sum(r["power_mw"] or 0.0 for c, r in rows.items() if c in ENGINE_COMPONENTS)
+    # a total only when every engine component has a power figure
+    total_power = (None if any(r["power_mw"] is None for c, r in rows.items() if c in ENGINE_COMPONENTS)
+                   else sum(r["power_mw"] for c, r in rows.items() if c in ENGINE_COMPONENTS))
 
     table = []
     for key, label in _PAPER_ROWS + (("total", "ACE (total)"),):
@@ -322,10 +336,19 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
     return rep
 
 
-def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say):
+def _unit_density(unit, act):
+    """Mean toggle rate of a unit's signals in the simulation (the whole engine's for units outside it)."""
+    if unit in ENGINE_COMPONENTS:
+        scopes = [p for p in act.scopes if component_of(p) == unit]
+        return act.density(scopes or list(act.scopes))
+    return act.density(list(act.scopes))
+
+
+def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, *, unpropagated=False):
     """``{component: mW}`` of one synthesized unit in OpenSTA, flip-flops toggling at their component's
-    activity in ``act`` (outside the engine, switch and sync core: the engine's mean activity)."""
-    say(f"{unit}: power (OpenSTA, {clock_mhz:g} MHz)")
+    activity in ``act`` (outside the engine, switch and sync core: the engine's mean activity). With
+    ``unpropagated``, every other net toggles at the unit's mean activity instead of OpenSTA's propagation."""
+    say(f"{unit}: power (OpenSTA, {clock_mhz:g} MHz{', activity not propagated' if unpropagated else ''})")
     engine_unit = unit == "engine" or unit in ENGINE_COMPONENTS
     dens = {}
 
@@ -337,7 +360,8 @@ def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say):
         return dens[c]
 
     pw = asic_power(syn["netlist"], top, lib, work / "asic", clock_mhz=clock_mhz,
-                    input_activity=act.input_density, register_activity=reg_activity)
+                    input_activity=act.input_density, register_activity=reg_activity,
+                    global_activity=_unit_density(unit, act) if unpropagated else None)
     out = {}
     for path, (internal, switching, leakage) in pw.items():
         if path != "*":

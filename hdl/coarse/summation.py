@@ -34,7 +34,10 @@ PULL = 1 << 30
 
 class SummationService(wiring.Component):
     """See the module docstring. Ports ``w{k}_req`` (In CCI flits) and ``w{k}_rsp`` (Out), ``dtype``/``op``
-    (inputs, held while parts are in flight), ``parts_summed`` (Out counter)."""
+    (inputs, held while parts are in flight), ``parts_summed`` (Out counter) and ``bad_requests`` (Out
+    counter of malformed requests: a push outside the parts or naming another port's worker, a pull outside
+    the parts, a read in the push region or a write in the pull region; each is answered at once, a read with
+    zero data, and changes nothing)."""
 
     def __init__(self, n_workers=4, beat_bytes=8, part_beats=4, n_parts=4):
         exact_log2(part_beats)
@@ -43,7 +46,8 @@ class SummationService(wiring.Component):
             raise ValueError("a summation service needs at least 2 workers and 1 part")
         self.n, self.bb, self.pb, self.n_parts = n_workers, beat_bytes, part_beats, n_parts
         flit = stream.Signature(cci_flit_layout(beat_bytes))
-        members = {"dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE), "parts_summed": Out(32)}
+        members = {"dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE), "parts_summed": Out(32),
+                   "bad_requests": Out(32)}
         for k in range(n_workers):
             members[f"w{k}_req"] = In(flit)
             members[f"w{k}_rsp"] = Out(flit)
@@ -82,8 +86,11 @@ class SummationService(wiring.Component):
         # (its next pull is of the next round) until every worker pulled it and the part is summed again
         taken = [[Signal(range(pb + 1), name=f"taken_{p}_{k}") for k in range(n)] for p in range(P)]
         psel = [pull_part[k][:max(1, ceil_log2(P))] for k in range(n)]
-        servable = [r.valid & (~pulling[k] | (complete.bit_select(psel[k], 1)
-                                              & (Array(taken[p][k] for p in range(P))[psel[k]] < pb)))
+        # a malformed request (see ``bad_requests``) is answered at once, so only good pulls wait
+        good_pull = [pulling[k] & (r.payload.opcode == CciOpcode.MEM_RD) & (pull_part[k] < P)
+                     for k, r in enumerate(reqs)]
+        servable = [r.valid & (~good_pull[k] | (complete.bit_select(psel[k], 1)
+                                                & (Array(taken[p][k] for p in range(P))[psel[k]] < pb)))
                     for k, r in enumerate(reqs)]
         # a response register per port (the answer is sent while the next request may be taken elsewhere)
         last = Signal(range(n))
@@ -105,13 +112,19 @@ class SummationService(wiring.Component):
 
         # push: store, count, answer CMP; pull: read the result, answer MEM_DATA next cycle
         push_index = head.addr[bb_bits:30]
+        pull_part_of_head = head.addr[bb_bits + pb_bits:30]
         # part of a push = index // (n * part_beats), by comparison (n need not be a power of two)
         part_of_push = Signal(range(P + 1))
         for p in range(P):
             with m.If((push_index >= p * n * pb) & (push_index < (p + 1) * n * pb)):
                 m.d.comb += part_of_push.eq(p)
-        is_push = fire & ~head.addr[30] & (head.opcode == CciOpcode.MEM_WR)
-        is_pull = fire & head.addr[30] & (head.opcode == CciOpcode.MEM_RD)
+        # a push must name an existing part and the worker of the port it came in on
+        slot = push_index >> pb_bits
+        is_push = (fire & ~head.addr[30] & (head.opcode == CciOpcode.MEM_WR) & (slot < P * n)
+                   & (slot == part_of_push * n + pick))
+        is_pull = fire & head.addr[30] & (head.opcode == CciOpcode.MEM_RD) & (pull_part_of_head < P)
+        with m.If(fire & ~is_push & ~is_pull):
+            m.d.sync += self.bad_requests.eq(self.bad_requests + 1)
         m.d.comb += [c_w.addr.eq(push_index), c_w.data.eq(head.data), c_w.en.eq(is_push),
                      r_pull.addr.eq(head.addr[bb_bits:30])]
         rsp_tag = [Signal(8, name=f"rsp_tag_{k}") for k in range(n)]
@@ -121,7 +134,7 @@ class SummationService(wiring.Component):
             with m.If(fire & (pick == k)):
                 m.d.sync += [busy_rsp[k].eq(1), rsp_tag[k].eq(head.tag),
                              rsp_op[k].eq(Mux(head.opcode == CciOpcode.MEM_RD, CciOpcode.MEM_DATA, CciOpcode.CMP)),
-                             rsp_data_from_mem[k].eq(head.opcode == CciOpcode.MEM_RD)]
+                             rsp_data_from_mem[k].eq(is_pull)]
             held = Signal(width, name=f"rsp_data_{k}")
             first = Signal(name=f"rsp_first_{k}")
             m.d.sync += first.eq(fire & (pick == k))
@@ -189,7 +202,6 @@ class SummationService(wiring.Component):
         ]
 
         # ---- part state: contributions counted, complete after the last pass, reusable after the last pull ----
-        pull_part_of_head = head.addr[bb_bits + pb_bits:30]
         for p in range(P):
             push_here = is_push & (part_of_push == p)
             last_pull = is_pull & (pull_part_of_head == p) & (pulled[p] == n * pb - 1)

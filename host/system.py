@@ -42,8 +42,8 @@ from ..sim.golden.algorithms import default_algorithm, generate
 from ..sim.golden.chunking import buffer_counts, decomposition_for
 from ..sim.golden.executor import NULL_COLLECTIVES, landing_deadlock
 from ..sim.golden.topology import Torus, parse as parse_topology
-from ..sim.golden.types import DType, ReduceOp, Status, dtype_bytes
-from .config import ConfigError, load_config
+from ..sim.golden.types import Collective, DType, ReduceOp, Status, dtype_bytes
+from .config import MIN_MEMORY, ConfigError, load_config
 from .driver import SyncAceDriver, status_name
 from .job import CQ_BASE, CQ_ENTRIES, DATA_BASE, SPILL_BASE, SQ_BASE, SQ_ENTRIES, engine_chunk_bytes
 
@@ -348,6 +348,10 @@ class Communicator:
             dt, rop = DType.parse(dtype), ReduceOp.parse(op)
         except ValueError as e:
             raise UsageError(f"{coll}: {e}") from None
+        engine = system.config.engine
+        if Collective.parse(coll).reduces and not engine.supports(dt):
+            raise UsageError(f"{coll}: this system's engines reduce only {', '.join(engine.dtypes)} (engine.dtypes), "
+                             f"not {dt.name.lower()}")
         lo = 0 if coll == "barrier" else 1          # the engine rejects an empty collective (ZERO_COUNT)
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not lo <= count <= _COUNT_MAX:
             raise UsageError(f"{coll}: count must be an integer in {lo}..{_COUNT_MAX}, got {count!r}")
@@ -494,6 +498,10 @@ class System:
             if cfg.memory_bytes is not None and cfg.memory_bytes != board.mem_bytes:
                 raise ConfigError(f"memory.bytes: the board has {board.mem_bytes} bytes per endpoint, the "
                                   f"configuration says {cfg.memory_bytes}")
+            if board.mem_bytes < MIN_MEMORY:
+                raise ConfigError(f"the board has {board.mem_bytes} bytes of memory per endpoint; the host needs "
+                                  f"at least {MIN_MEMORY} (rings, the spill window and 4 KiB of buffers): "
+                                  f"build it with more (syncfabric build --mem-bytes)")
         except ConfigError:
             board.close()
             raise

@@ -339,7 +339,11 @@ class CommandProcessor(wiring.Component):
                     m.d.sync += [code.eq(Status.BAD_COLLECTIVE), det.eq(coll)]
                 with m.Elif(~comm_ok):
                     m.d.sync += [code.eq(Status.BAD_COMM), det.eq(desc.comm)]
-                with m.Elif(desc.dtype > max(DType)):
+                with m.Elif((desc.dtype > max(DType)) |
+                            (Cat(*[coll == c for c in Collective if c.reduces]).any()
+                             & ~Cat(*[desc.dtype == d for d in cfg.dtype_codes]).any())):
+                    # an unknown code, or a reduction of a type the ALUs were not built for (AceConfig.dtypes,
+                    # CFG3); the other collectives only move bytes
                     m.d.sync += [code.eq(Status.BAD_DTYPE), det.eq(desc.dtype)]
                 with m.Elif(desc.op > max(ReduceOp)):
                     m.d.sync += [code.eq(Status.BAD_OP), det.eq(desc.op)]

@@ -6,9 +6,13 @@ smaller configurations of the same RTL (``AceConfig.small()``).
 
 from dataclasses import dataclass, asdict, replace
 
+from ...sim.golden.types import DType
 from ..common.layouts import CHANNEL_BITS
 
-__all__ = ["AceConfig", "PROFILES"]
+__all__ = ["AceConfig", "PROFILES", "ALL_DTYPES"]
+
+#: Every element type the ALU can be built for, in code order (the default of :attr:`AceConfig.dtypes`).
+ALL_DTYPES = tuple(d.name.lower() for d in DType)
 
 #: Named configurations (:meth:`AceConfig.profile`).
 PROFILES = ("small", "medium", "paper", "board")
@@ -48,6 +52,9 @@ class AceConfig:
     dma_max_burst   beats per AXI burst (<= 256).
     dma_outstanding read bursts in flight.
     addr_width      AXI address width.
+    dtypes          element types the ALUs are built for (names, e.g. ``("fp32", "int32")``; default all). Each
+                    float format costs adders in every lane; an engine refuses a descriptor of another type
+                    with ``BAD_DTYPE``. Given in any order and case, kept in code order.
     """
 
     beat_bytes: int = 64
@@ -70,9 +77,19 @@ class AceConfig:
     dma_max_burst: int = 16
     dma_outstanding: int = 4
     addr_width: int = 48
+    dtypes: tuple = ALL_DTYPES
 
     def __post_init__(self):
         errors = []
+        names = (self.dtypes,) if isinstance(self.dtypes, (str, DType)) else self.dtypes
+        try:
+            codes = {DType.parse(d) for d in names}
+        except (TypeError, ValueError) as e:
+            errors.append(f"dtypes: {e}")
+        else:
+            if not codes:
+                errors.append(f"dtypes must name at least one of {', '.join(ALL_DTYPES)}")
+            object.__setattr__(self, "dtypes", tuple(d.name.lower() for d in sorted(codes)))
         if not _pow2(self.beat_bytes) or self.beat_bytes < 8:
             errors.append(f"beat_bytes={self.beat_bytes} must be a power of two >= 8")
         if self.packet_bytes % self.beat_bytes or self.packet_bytes <= 0:
@@ -111,6 +128,24 @@ class AceConfig:
     def lanes(self):
         """32-bit ALU lanes (one beat per cycle)."""
         return self.beat_bytes // 4
+
+    @property
+    def dtype_codes(self):
+        """:attr:`dtypes` as :class:`DType` members."""
+        return tuple(DType.parse(d) for d in self.dtypes)
+
+    @property
+    def dtype_mask(self):
+        """Bit ``code`` set for each supported element type (the CFG3 register's ``dtypes`` field)."""
+        return sum(1 << d for d in self.dtype_codes)
+
+    def supports(self, dtype):
+        """Whether the ALUs are built for ``dtype`` (a :class:`DType`, its code or its name)."""
+        try:
+            code = DType(dtype) if isinstance(dtype, int) else DType.parse(dtype)
+        except ValueError:
+            return False
+        return code in self.dtype_codes
 
     @property
     def n_channels(self):

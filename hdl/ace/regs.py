@@ -148,6 +148,10 @@ def ace_regmap(cfg=None):
             dict(landing_headers=cfg.landing_headers, n_windows=cfg.n_windows, n_programs=cfg.n_programs,
                  max_ranks=cfg.max_ranks)),
         Register("IMEM_WORDS", 0x014, "ro", init=cfg.imem_words, doc="64-bit words of the instruction memory."),
+        _ro_const("CFG3", 0x018, (
+            _f("dtypes", 3, 0, "bit d set: the ALUs reduce element type code d (descriptors of other types "
+                               "complete with BAD_DTYPE)"),),
+            "Elaboration parameters (AceConfig).", cfg, dict(dtypes=cfg.dtype_mask)),
 
         Register("CTRL", 0x020, "rw", fields=(
             _f("enable", 0, 0, "fetch and run descriptors"),

@@ -266,7 +266,7 @@ class RecvUnit(wiring.Component):
         W = 8 * cfg.beat_bytes
         jl = job_layouts(cfg)["recv"]
         beat_shift = (cfg.beat_bytes - 1).bit_length()
-        m.submodules.alu = alu = ReductionAlu(cfg.lanes)
+        m.submodules.alu = alu = ReductionAlu(cfg.lanes, dtypes=cfg.dtypes)
         m.submodules.streamer = st = BankStreamer(cfg)
         m.submodules.bypass = bypass = fifo.SyncFIFOBuffered(width=W, depth=4)
         # back-end job queue (pushed when the front end takes a job) and status queue (pushed when it ends)

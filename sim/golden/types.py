@@ -92,6 +92,12 @@ class Collective(_Parsable):
     BARRIER = 7
 
     @property
+    def reduces(self):
+        """Whether the collective combines contributions in the ALUs (all-reduce, reduce-scatter, reduce); the
+        others only move data, so an engine runs them for element types its ALUs were not built for."""
+        return self in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE)
+
+    @property
     def golden_name(self):
         """The collective's name in :mod:`.chunking` / the program generators (e.g. ``"reduce_scatter"``)."""
         return self.name.lower()
@@ -128,7 +134,7 @@ class Status(enum.IntEnum):
     OK = 0
     BAD_COLLECTIVE = 1      #: unknown collective opcode
     BAD_ALGORITHM = 2       #: no program loaded for this collective on the communicator, or another algorithm
-    BAD_DTYPE = 3           #: unknown element type
+    BAD_DTYPE = 3           #: unknown element type, or a reduction of a type the ALUs were not built for
     BAD_OP = 4              #: unknown reduction operator
     ZERO_COUNT = 5          #: element count is zero
     MISALIGNED = 6          #: an address is not a multiple of the element size

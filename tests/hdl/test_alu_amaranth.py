@@ -10,6 +10,7 @@ import random
 
 import numpy as np
 import pytest
+from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from syncfabric.hdl.alu import ReductionAlu
@@ -402,3 +403,27 @@ def test_full_width_mixed_dtype_op_every_beat():
                       "tag": n % 16})
     outputs = simulate(dut, beats, seed=seed, valid_prob=0.8, ready_prob=0.7)
     check_against_golden(dut, beats, outputs)
+
+
+@pytest.mark.parametrize("dtypes", [("fp32", "int32"), ("bf16",)], ids=["fp32+int32", "bf16"])
+def test_dtype_subset_builds_only_its_formats_and_stays_exact(dtypes):
+    """An ALU built for a subset of the element types (a prototype board's) has only those formats' adders,
+    reduces them bit-exactly with dtype and op changing every beat, and gives zeros for the others."""
+    dut = ReductionAlu(lanes=2, dtypes=dtypes)
+    kept = {DType.parse(d) for d in dtypes}
+    names = [name for _, name, _ in Fragment.get(dut, None).subfragments]
+    formats = {n.split("_")[1] for n in names if n.startswith("add_")}
+    assert formats == {d.name.lower() for d in kept if d != DType.INT32}
+    assert len([n for n in names if n.startswith("add_")]) == sum(
+        {DType.FP32: 1, DType.FP16: 2, DType.BF16: 2, DType.INT32: 0}[d] for d in kept) * 2
+    rng = np.random.default_rng(seed_for(31))
+    beats = [b for dt in sorted(kept) for b in random_beats(rng, dt, list(ReduceOp), 150, 2)]
+    order = rng.permutation(len(beats))
+    beats = [beats[k] for k in order]
+    outputs = simulate(dut, beats, seed=3, ready_prob=0.8)
+    check_against_golden(dut, beats, outputs)
+    other = next(d for d in DType if d not in kept)
+    a, b = random_operands(rng, other, elements_per_beat(other, 2))
+    (data, _), = simulate(dut, [{"a": pack_elements(a, other), "b": pack_elements(b, other), "dtype": other,
+                                 "op": SUM}])
+    assert data == 0

@@ -82,3 +82,37 @@ def test_a_missing_serial_device_is_a_clear_error():
     from syncfabric.host.system import System
     with pytest.raises(SerialError, match="cannot open /nonexistent/tty"):
         System({"topology": "ring:2", "backend": "serial", "serial": {"port": "/nonexistent/tty"}})
+
+
+def test_a_board_too_small_for_the_host_layout_is_refused(monkeypatch):
+    """A board built with less memory per endpoint than the host's layout needs is refused when the system
+    opens (naming the fix), and its port is closed, instead of failing at the first registration."""
+    import syncfabric.host.serial as serial
+    from syncfabric.host.system import System
+
+    class TinyBoard:
+        n_endpoints, mem_bytes, clk_hz = 2, 4096, 25_000_000
+        closed = False
+
+        def __init__(self, *args, **kw):
+            TinyBoard.instance = self
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(serial, "SerialBoard", TinyBoard)
+    with pytest.raises(ConfigError, match=r"4096 bytes of memory per endpoint; the host needs at least 8192 .*"
+                                          r"--mem-bytes"):
+        System({"topology": "ring:2", "backend": "serial", "serial": {"port": "/dev/ttyUSB1"}})
+    assert TinyBoard.instance.closed
+
+
+def test_engine_dtypes():
+    conf = load_config({"topology": "ring:2", "engine": {"profile": "board", "dtypes": ["int32", "fp32"]}})
+    assert conf.engine.dtypes == ("fp32", "int32") and conf.engine.dtype_mask == 0b1001
+    assert conf.engine.supports("fp32") and not conf.engine.supports("bf16") and not conf.engine.supports(9)
+    assert load_config({"topology": "ring:2"}).engine.dtypes == ("fp32", "fp16", "bf16", "int32")
+    for bad, message in ((["fp8"], "engine: .*unknown dtype 'fp8'"), ("fp32", "engine.dtypes: expected a list"),
+                         ([], "engine: .*at least one"), ([1], "engine.dtypes: expected a list")):
+        with pytest.raises(ConfigError, match=message):
+            load_config({"topology": "ring:2", "engine": {"dtypes": bad}})

@@ -100,6 +100,7 @@ def test_markdown_lists_every_register_window_and_field():
 def test_ace_map_matches_its_specification(cfg):
     rm = ace_regmap(cfg)
     fixed = {"ID": 0x000, "VERSION": 0x004, "CFG0": 0x008, "CFG1": 0x00C, "CFG2": 0x010, "IMEM_WORDS": 0x014,
+             "CFG3": 0x018,
              "CTRL": 0x020, "STATUS": 0x024, "IRQ": 0x028, "SQ_BASE": 0x030, "SQ_SIZE": 0x038, "SQ_TAIL": 0x03C,
              "SQ_HEAD": 0x040, "CQ_BASE": 0x050, "CQ_SIZE": 0x058, "CQ_TAIL": 0x05C, "CQ_HEAD": 0x060,
              "CHUNK_BEATS": 0x070, "CYCLES": 0x400, "PAYLOAD_RD_BYTES": 0x408, "PAYLOAD_WR_BYTES": 0x410,
@@ -138,6 +139,8 @@ def test_ace_map_matches_its_specification(cfg):
     assert rm.decode("CFG2", rm.register("CFG2").init) == {
         "landing_headers": cfg.landing_headers, "n_windows": cfg.n_windows, "n_programs": cfg.n_programs,
         "max_ranks": cfg.max_ranks}
+    assert rm.decode("CFG3", rm.register("CFG3").init) == {"dtypes": 0b1111}
+    assert ace_regmap(cfg.replace(dtypes=("int32", "fp32"))).register("CFG3").init == 0b1001
     parts = [rm.register("PART", i).init for i in range(5)]
     assert sum(parts) == cfg.n_buffers and parts[1:4] == [0, 0, 0]
     assert imem_addr(cfg, 3, 1) == 0x8000 + 8 * 3 + 4 and ptab_addr(cfg, 2, 5) == 0x1000 + 32 * 2 + 4 * 5

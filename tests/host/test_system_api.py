@@ -199,3 +199,28 @@ def test_split_communicators_on_a_torus():
             line.allreduce(None, None, 1)
         other = s.split([0, 2])
         assert other.id == line.id and other.barrier().wait(timeout_cycles=20_000).done
+
+
+def test_engines_built_for_some_dtypes(monkeypatch):
+    """Engines whose ALUs are built for fp32 and int32 only (``engine.dtypes``, as on a prototype board): the API
+    refuses an fp16 reduction up front, the engine itself refuses one that gets past the API (BAD_DTYPE on every
+    rank, the ALU never sees it), data-movement collectives still run on any type, and the built types reduce
+    bit-exactly."""
+    conf = {"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(8),
+            "engine": {"profile": "small", "dtypes": ["int32", "FP32"]}}
+    with System(conf, backend="amaranth") as s:
+        w = s.world
+        assert s.config.engine.dtypes == ("fp32", "int32")
+        a, b = s.register(256), s.register(256)
+        with pytest.raises(UsageError, match=r"reduce only fp32, int32 \(engine.dtypes\), not fp16"):
+            w.allreduce(a, b, 8, "fp16")
+        monkeypatch.setattr(type(s.config.engine), "supports", lambda self, dtype: True)
+        with pytest.raises(CollectiveError) as err:
+            w.reduce_scatter(a, b, 8, "bf16").wait(timeout_cycles=10_000)
+        assert err.value.status == "BAD_DTYPE" and set(err.value.failures) == {0, 1}
+        monkeypatch.undo()
+        s.deregister(a)
+        s.deregister(b)
+        run_and_check(s, w, "allgather", 24, "fp16", seed=2)
+        run_and_check(s, w, "allreduce", 40, "int32", "max", seed=3)
+        run_and_check(s, w, "allreduce", 40, "fp32", seed=4)

@@ -1,12 +1,14 @@
 """Drive a prototype board over its serial port: identify it, then run an all-reduce on its two engines.
 
-    python examples/serial_board.py --port /dev/ttyUSB0 [--baud 115200] [--engine small]
-    python examples/serial_board.py --simulate          # no board: the board's RTL on Verilator behind a
-                                                        # pseudo-terminal (first build about a minute)
+    python examples/serial_board.py --port /dev/ttyUSB0 --board ulx3s-85f [--baud 115200]
+    python examples/serial_board.py --port /dev/ttyUSB0 --engine small    # a build of another configuration
+    python examples/serial_board.py --simulate [--board ulx3s-85f]   # no board: the board's RTL on Verilator
+                                                        # behind a pseudo-terminal (first build a minute or more)
 
-The board is a ``syncfabric build`` bitstream (``BoardSystem``: engines of the ``--engine`` profile joined by an
-on-chip link, on-chip NPU memories, the UART bridge). The same host API as on the simulators runs here, with
-``backend: serial``.
+The board is a ``syncfabric build`` bitstream (``BoardSystem``: engines joined by on-chip links, on-chip NPU
+memories, the UART bridge). ``--board`` takes the engine configuration and topology from that board's definition
+(``syncfabric build --list``), exactly as it was built; ``--engine`` names a profile built on ring:2 instead. The
+same host API as on the simulators runs here, with ``backend: serial``.
 """
 
 import argparse
@@ -15,6 +17,7 @@ import contextlib
 import numpy as np
 
 from syncfabric.hdl.ace.config import PROFILES, AceConfig
+from syncfabric.host.run import engine_config_for
 from syncfabric.host.serial import SerialBoard
 from syncfabric.host.system import System
 
@@ -25,16 +28,27 @@ def main(argv=None):
     where.add_argument("--port", help="the board's serial device, e.g. /dev/ttyUSB0")
     where.add_argument("--simulate", action="store_true", help="simulate the board behind a pseudo-terminal")
     ap.add_argument("--baud", type=int, default=115200, help="the rate the board was built for")
-    ap.add_argument("--engine", default="small", choices=PROFILES, help="engine profile the board was built with")
+    built = ap.add_mutually_exclusive_group()
+    built.add_argument("--board", help="the board definition the bitstream was built from (e.g. ulx3s-85f)")
+    built.add_argument("--engine", choices=PROFILES,
+                       help="engine profile of a ring:2 build (default small, when --board is not given)")
     ap.add_argument("--count", type=int, default=256, help="fp32 elements per NPU")
     args = ap.parse_args(argv)
+    if args.board:
+        from syncfabric.fpga.boards import board as board_named
+        b = board_named(args.board)
+        engine, topology, mem_bytes = {"profile": b.config, **b.overrides}, b.topology, b.mem_bytes
+    else:
+        engine, topology, mem_bytes = {"profile": args.engine or "small"}, "ring:2", 16384
+    overrides = {k: v for k, v in engine.items() if k != "profile"}
+    cfg = engine_config_for(AceConfig.profile(engine["profile"], **overrides), topology)
 
     with contextlib.ExitStack() as stack:
         timeout, quiet = 2.0, 0.1
         port = args.port
         if args.simulate:
             from syncfabric.tb.board import SimulatedBoard
-            sim = stack.enter_context(SimulatedBoard(AceConfig.profile(args.engine), progress=True))
+            sim = stack.enter_context(SimulatedBoard(cfg, topology=topology, mem_bytes=mem_bytes, progress=True))
             port, timeout, quiet = sim.path, 60.0, 1.0       # simulated bytes are far slower than a real UART's
 
         board = SerialBoard(port, args.baud, timeout=timeout)
@@ -43,7 +57,7 @@ def main(argv=None):
               f"up {board.now} cycles")
         board.close()
 
-        conf = {"topology": f"ring:{board.n_endpoints}", "backend": "serial", "engine": {"profile": args.engine},
+        conf = {"topology": topology, "backend": "serial", "engine": engine,
                 "serial": {"port": port, "baud": args.baud, "timeout_s": timeout, "quiet_s": quiet}}
         with System(conf) as system:
             n, count = system.size, args.count

@@ -99,9 +99,10 @@ _ULX3S_LINK = {"flit_out": " ".join(f"{i}+" for i in range(10)), "flit_in": " ".
 BOARDS = {
     "ulx3s-85f": Board(
         name="ulx3s-85f", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5", config="board",
-        clk_hz=25_000_000, mem_bytes=4096, topology="switch:2", reset=("button_fire", 0), n_leds=8,
-        note="two 'board' engines (8 B beats, 2 FSMs, 4 buffers, one link port each) joined through a "
-             "2-port switch, 4 KiB of NPU memory each"),
+        clk_hz=25_000_000, mem_bytes=16384, topology="switch:2", reset=("button_fire", 0), n_leds=8,
+        overrides={"dtypes": ("fp32", "int32")},
+        note="two 'board' engines (8 B beats, 2 FSMs, 4 buffers, one link port each, ALUs for fp32 and int32) "
+             "joined through a 2-port switch, 16 KiB of NPU memory each"),
     "ulx3s-85f-linktest": Board(
         name="ulx3s-85f-linktest", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5",
         config="board", clk_hz=25_000_000, reset=("button_fire", 0), n_leds=8, top="linktest",

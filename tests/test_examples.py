@@ -41,6 +41,15 @@ def test_serial_board_example(capsys):
     assert "2 endpoints" in out and "every rank holds the sum" in out and "0 transmission errors" in out
 
 
+@pytest.mark.cocotb
+def test_serial_board_example_on_the_ulx3s_build(capsys):
+    """The example as for a real ULX3S 85F: the engine configuration (fp32/int32 ALUs), topology (switch:2) and
+    memory that board is built with, here simulated behind the pseudo-terminal."""
+    assert _load("serial_board").main(["--simulate", "--board", "ulx3s-85f", "--count", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "2 endpoints, 16384 B of memory each" in out and "every rank holds the sum" in out
+
+
 def test_every_example_is_tested():
     tested = {"allreduce", "sweep", "training_overlap", "serial_board"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested

@@ -24,6 +24,22 @@ N, BB, PB, PARTS = 4, 8, 4, 2
 MAX_CYCLES = 20_000      # a hung pull fails the test instead of running forever
 
 
+async def cci_request(ctx, dut, w, opcode, tag, addr, value=0):
+    """Send one request flit on worker ``w``'s port, wait for its response and return it (its tag checked)."""
+    req, rsp = getattr(dut, f"w{w}_req"), getattr(dut, f"w{w}_rsp")
+    ctx.set(rsp.ready, 1)
+    ctx.set(req.payload.as_value(), pack_flit(BB, opcode, tag, addr, value))
+    ctx.set(req.valid, 1)
+    await ctx.tick().until(req.ready)
+    ctx.set(req.valid, 0)
+    if not ctx.get(rsp.valid):
+        await ctx.tick().until(rsp.valid)
+    f = unpack_flit(BB, ctx.get(rsp.payload.as_value()))
+    await ctx.tick()
+    assert f["tag"] == tag, (w, tag, f)
+    return f
+
+
 @pytest.mark.parametrize("dtype,op", [(DType.FP16, ReduceOp.SUM), (DType.FP32, ReduceOp.SUM),
                                       (DType.BF16, ReduceOp.MAX), (DType.INT32, ReduceOp.MIN)])
 def test_summation_service_answers_pulls_after_all_pushes_bit_exact(dtype, op):
@@ -60,42 +76,26 @@ def test_summation_service_answers_pulls_after_all_pushes_bit_exact(dtype, op):
     finished = []
     progress = [0] * N
 
-    async def worker(ctx, w):
-        req, rsp = getattr(dut, f"w{w}_req"), getattr(dut, f"w{w}_rsp")
-        ctx.set(rsp.ready, 1)
-        for k, (kind, r, p, b, value) in enumerate(scripts[w]):
-            for _ in range(delays[w][k]):
-                await ctx.tick()
-            if kind == "push":
-                bits = pack_flit(BB, CciOpcode.MEM_WR, k & 0xFF, dut.push_addr(p, w, b), value)
-            else:
-                bits = pack_flit(BB, CciOpcode.MEM_RD, k & 0xFF, dut.pull_addr(p, b))
-            ctx.set(req.payload.as_value(), bits)
-            ctx.set(req.valid, 1)
-            await ctx.tick().until(req.ready)
-            ctx.set(req.valid, 0)
-            if not ctx.get(rsp.valid):
-                await ctx.tick().until(rsp.valid)
-            f = unpack_flit(BB, ctx.get(rsp.payload.as_value()))
-            await ctx.tick()
-            assert f["tag"] == k & 0xFF, (w, k, f)
-            if kind == "pull":
-                assert f["opcode"] == CciOpcode.MEM_DATA
-                got.setdefault((r, p), {}).setdefault(w, {})[b] = f["data"].to_bytes(BB, "little")
-            else:
-                assert f["opcode"] == CciOpcode.CMP
-            progress[w] = k + 1
-        finished.append(w)
+    def worker(w):
+        async def bench(ctx):
+            for k, (kind, r, p, b, value) in enumerate(scripts[w]):
+                for _ in range(delays[w][k]):
+                    await ctx.tick()
+                if kind == "push":
+                    f = await cci_request(ctx, dut, w, CciOpcode.MEM_WR, k & 0xFF, dut.push_addr(p, w, b), value)
+                    assert f["opcode"] == CciOpcode.CMP
+                else:
+                    f = await cci_request(ctx, dut, w, CciOpcode.MEM_RD, k & 0xFF, dut.pull_addr(p, b))
+                    assert f["opcode"] == CciOpcode.MEM_DATA
+                    got.setdefault((r, p), {}).setdefault(w, {})[b] = f["data"].to_bytes(BB, "little")
+                progress[w] = k + 1
+            finished.append(w)
+        return bench
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
-    def bench_for(w):
-        async def bench(ctx):
-            await worker(ctx, w)
-        return bench
-
     for w in range(N):
-        sim.add_testbench(bench_for(w))
+        sim.add_testbench(worker(w))
 
     async def setup(ctx):
         ctx.set(dut.dtype, dtype)
@@ -103,7 +103,8 @@ def test_summation_service_answers_pulls_after_all_pushes_bit_exact(dtype, op):
 
     sim.add_testbench(setup)
     sim.run_until(MAX_CYCLES * 1e-6)
-    assert sorted(finished) == list(range(N)), f"workers {finished} finished, requests done per worker {progress} of {[len(s) for s in scripts]} (seed {seed})"
+    assert sorted(finished) == list(range(N)), (f"workers {finished} finished, requests done per worker "
+                                                f"{progress} of {[len(s) for s in scripts]} (seed {seed})")
     for key in want:
         for w in range(N):
             beats = got[key][w]
@@ -127,36 +128,22 @@ def test_malformed_requests_are_answered_counted_and_change_nothing():
            (CciOpcode.MEM_RD, dut.push_addr(0, 0, 0), 0)]             # read in the push region
     got = {}
 
-    async def request(ctx, w, opcode, addr, value, tag):
-        req, rsp = getattr(dut, f"w{w}_req"), getattr(dut, f"w{w}_rsp")
-        ctx.set(rsp.ready, 1)
-        ctx.set(req.payload.as_value(), pack_flit(BB, opcode, tag, addr, value))
-        ctx.set(req.valid, 1)
-        await ctx.tick().until(req.ready)
-        ctx.set(req.valid, 0)
-        if not ctx.get(rsp.valid):
-            await ctx.tick().until(rsp.valid)
-        f = unpack_flit(BB, ctx.get(rsp.payload.as_value()))
-        await ctx.tick()
-        assert f["tag"] == tag
-        return f
-
     def worker(w):
         async def bench(ctx):
             ctx.set(dut.dtype, DType.FP32)
             ctx.set(dut.op, ReduceOp.SUM)
             if w == 0:
                 for tag, (opcode, addr, value) in enumerate(bad):
-                    f = await request(ctx, 0, opcode, addr, value, tag)
+                    f = await cci_request(ctx, dut, 0, opcode, tag, addr, value)
                     want_op = CciOpcode.MEM_DATA if opcode == CciOpcode.MEM_RD else CciOpcode.CMP
                     assert f["opcode"] == want_op and f["data"] == 0, (tag, f)
                 assert ctx.get(dut.bad_requests) == len(bad)
             raw = data[w].tobytes()
             for b in range(pb):
-                await request(ctx, w, CciOpcode.MEM_WR, dut.push_addr(0, w, b),
-                              int.from_bytes(raw[b * BB:(b + 1) * BB], "little"), 10 + b)
+                await cci_request(ctx, dut, w, CciOpcode.MEM_WR, 10 + b, dut.push_addr(0, w, b),
+                                  int.from_bytes(raw[b * BB:(b + 1) * BB], "little"))
             for b in range(pb):
-                f = await request(ctx, w, CciOpcode.MEM_RD, dut.pull_addr(0, b), 0, 20 + b)
+                f = await cci_request(ctx, dut, w, CciOpcode.MEM_RD, 20 + b, dut.pull_addr(0, b))
                 got.setdefault(w, {})[b] = f["data"].to_bytes(BB, "little")
         return bench
 

@@ -236,7 +236,9 @@ def _clock_and_reset(m, platform, board, clk_hz):
             i_PHASEDIR=Const(0), i_PHASESTEP=Const(0), i_PHASELOADREG=Const(0), i_PLLWAKESYNC=Const(0),
             i_ENCLKOP=Const(0))
         m.d.comb += [locked.eq(pll_locked), ClockSignal("sync").eq(pll_clk)]
-        platform.add_clock_constraint(pll_clk, f)
+        # No constraint of our own on the output: synthesis merges `pll_clk` into the domain's clock net,
+        # so it would name a net the netlist does not have. nextpnr derives the output's constraint from the
+        # oscillator's and the PLL's dividers ("Derived frequency constraint of ... for net clk").
     else:
         raise ValueError(f"{board.name}: a {clk_hz / 1e6:g} MHz clock needs a PLL; only the "
                          f"board's {fin / 1e6:g} MHz is supported on {board.family}")

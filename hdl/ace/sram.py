@@ -80,8 +80,8 @@ class ChunkSram(wiring.Component):
         for b in range(cfg.n_buffers):
             for sub in range(nsub):
                 bank = b * nsub + sub
-                # `ram_style`: FPGA synthesis puts the bank in block RAM even when it is shallow (Yosys
-                # would otherwise choose LUT RAM below about 64 words and add a read mux per word group)
+                # `ram_style`: FPGA synthesis puts the bank in block RAM even when it is shallow (Yosys chose
+                # LUT RAM and a read mux per 16 words for the board engine's 36-word banks)
                 mem = Memory(shape=unsigned(width), depth=depth, init=[], attrs={"ram_style": "block"})
                 m.submodules[f"bank{b}_{sub}"] = mem
                 rp = mem.read_port()

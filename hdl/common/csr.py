@@ -32,7 +32,7 @@ present the word on ``rdata`` ``latency`` cycles later (``latency`` = 0: in the 
 for it before ``ack``.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -243,9 +243,40 @@ class CsrBank(wiring.Component):
                 self._decode_registers(m, clear)
         return m
 
+    def _read_mux(self, m):
+        """The word a register read at ``bus.addr`` returns (0 for unmapped, misaligned and ``wo`` words).
+
+        A two-level mux indexed by address bits: within each 256-byte page of registers a 64-word mux on
+        ``addr[2:8]``, then a choice between the pages. Yosys maps this to small mux trees driven by a few
+        address bits, where a decoder with one case per word would fan a select out to every bit of it."""
+        bus = self.bus
+        pages = {}
+        for reg in self.regmap.registers():
+            value = self._regs[reg.key]
+            for half, addr in enumerate(reg.addresses):
+                if reg.access == "wo":
+                    continue
+                if reg.access == "ro" and reg.width == 64 and half == 1:
+                    word = self._shadows[reg.key]
+                else:
+                    word = value[32 * half:32 * half + 32]
+                pages.setdefault(addr >> 8, {})[(addr >> 2) & 63] = word
+        word = Signal(32)
+        aligned = bus.addr[:2] == 0
+        with m.Switch(bus.addr[8:]):
+            for page, words in sorted(pages.items()):
+                with m.Case(page):
+                    n = max(words) + 1
+                    table = Cat(*(words.get(i, Const(0, 32)) for i in range(n)))
+                    m.d.comb += word.eq(Mux(aligned & (bus.addr[2:8] < n),
+                                            table.word_select(bus.addr[2:8], 32), 0))
+        return word
+
     def _decode_registers(self, m, clear):
         """The register address decoder (a request that hit no window)."""
         bus = self.bus
+        with m.If(~bus.we):
+            m.d.sync += bus.rdata.eq(self._read_mux(m))
         with m.Switch(bus.addr):
             for reg in self.regmap.registers():
                 for half, addr in enumerate(reg.addresses):
@@ -266,14 +297,6 @@ class CsrBank(wiring.Component):
             elif reg.access == "w1c":
                 m.d.comb += clear[reg.key][32 * half:32 * half + 32].eq(bus.wdata)
             # ro: writes are ignored
-        with m.Else():
-            if reg.access in ("rw", "w1c"):
-                m.d.sync += bus.rdata.eq(word)
-            elif reg.access == "ro" and reg.width == 64:
-                if half == 0:
-                    m.d.sync += [bus.rdata.eq(word), self._shadows[reg.key].eq(value[32:])]
-                else:
-                    m.d.sync += bus.rdata.eq(self._shadows[reg.key])
-            elif reg.access == "ro":
-                m.d.sync += bus.rdata.eq(word)
-            # wo: reads return 0
+        if reg.access == "ro" and reg.width == 64 and half == 0:
+            with m.Else():      # the read returns the low word (see _read_mux) and captures the high one
+                m.d.sync += self._shadows[reg.key].eq(value[32:])

@@ -89,9 +89,7 @@ class CommandProcessor(wiring.Component):
         m.d.sync += self.cycles.eq(self.cycles + 1)
 
         # ---- program table (register window) ------------------------------------------------------------
-        # block RAM on FPGAs: a few entries of 256 bits with two read ports are hundreds of LUT RAMs
-        ptab = Memory(shape=unsigned(32 * PTAB_WORDS), depth=max(2, cfg.n_programs), init=[],
-                      attrs={"ram_style": "block"})
+        ptab = Memory(shape=unsigned(32 * PTAB_WORDS), depth=max(2, cfg.n_programs), init=[])
         m.submodules.ptab = ptab
         pw = ptab.write_port(granularity=32)
         pr_csr = ptab.read_port()

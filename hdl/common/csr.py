@@ -194,6 +194,7 @@ class CsrBank(wiring.Component):
         wait = Signal(range(max(self._latency.values(), default=0) + 1))
         wins = list(self.regmap.windows())
         sel = Signal(range(max(2, len(wins))))
+        read_word = self._read_mux(m)       # combinational, outside the bus state machine
 
         # pulses last one cycle; rdata is only meaningful with ack, so it is 0 otherwise
         m.d.sync += [bus.ack.eq(0), bus.rdata.eq(0)]
@@ -238,30 +239,30 @@ class CsrBank(wiring.Component):
                 cond = m.Elif
             if wins:
                 with m.Else():
-                    self._decode_registers(m, clear)
+                    self._decode_registers(m, clear, read_word)
             else:
-                self._decode_registers(m, clear)
+                self._decode_registers(m, clear, read_word)
         return m
 
     def _read_mux(self, m):
         """The word a register read at ``bus.addr`` returns (0 for unmapped, misaligned and ``wo`` words).
 
-        A two-level mux indexed by address bits: within each 256-byte page of registers a 64-word mux on
-        ``addr[2:8]``, then a choice between the pages. Yosys maps this to small mux trees driven by a few
-        address bits, where a decoder with one case per word would fan a select out to every bit of it."""
+        A two-level mux indexed by address bits, built once outside the bus state machine: within each
+        256-byte page of registers a 64-word mux on ``addr[2:8]``, then a choice between the pages (on the
+        board engine's map half the LUTs of one case per word, synthesized alone)."""
         bus = self.bus
         pages = {}
         for reg in self.regmap.registers():
+            if reg.access == "wo":
+                continue
             value = self._regs[reg.key]
             for half, addr in enumerate(reg.addresses):
-                if reg.access == "wo":
-                    continue
                 if reg.access == "ro" and reg.width == 64 and half == 1:
-                    word = self._shadows[reg.key]
+                    src = self._shadows[reg.key]
                 else:
-                    word = value[32 * half:32 * half + 32]
-                pages.setdefault(addr >> 8, {})[(addr >> 2) & 63] = word
-        word = Signal(32)
+                    src = value[32 * half:32 * half + 32]
+                pages.setdefault(addr >> 8, {})[(addr >> 2) & 63] = src
+        word = Signal(32, name="read_word")
         aligned = bus.addr[:2] == 0
         with m.Switch(bus.addr[8:]):
             for page, words in sorted(pages.items()):
@@ -272,11 +273,11 @@ class CsrBank(wiring.Component):
                                             table.word_select(bus.addr[2:8], 32), 0))
         return word
 
-    def _decode_registers(self, m, clear):
-        """The register address decoder (a request that hit no window)."""
+    def _decode_registers(self, m, clear, read_word):
+        """The register address decoder (a request that hit no window); ``read_word`` is :meth:`_read_mux`."""
         bus = self.bus
         with m.If(~bus.we):
-            m.d.sync += bus.rdata.eq(self._read_mux(m))
+            m.d.sync += bus.rdata.eq(read_word)
         with m.Switch(bus.addr):
             for reg in self.regmap.registers():
                 for half, addr in enumerate(reg.addresses):

@@ -184,7 +184,7 @@ def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None
     plan = plat.build(top, name="top", build_dir=str(out), do_build=False,
                       script_after_synth="tee -q -o top.stat.json stat -json",
                       # placer static: on the two-engine top router2's overused wires bottom out at 1,520 after
-                      # the electrostatic placer, 5,780 after the default HeAP; router1 stalls on either
+                      # the electrostatic placer, 5,780 after the default HeAP; router1 stalls on HeAP's
                       nextpnr_opts=f"--report top.report.json --timing-allow-fail --placer static --router router2 "
                                    f"{seed_opt}")
     for stale in ("top.report.json", "top.bit", "top.bin", "top.tim", "top.rpt"):

@@ -94,15 +94,19 @@ _ULX3S_LINK = {"flit_out": " ".join(f"{i}+" for i in range(10)), "flit_in": " ".
                "credit_in": " ".join(f"{i}-" for i in range(10, 14))}
 
 #: The boards ``syncfabric build`` targets. ULX3S 85F holds two ``board`` engines with one link port each,
-#: joined through a 2-port switch (on ring:2 each engine has two ports and two ALUs: 102 % of the LUTs);
-#: the smaller ULX3S parts and iCE40 boards cannot hold even one (docs/fpga.md has the figures).
+#: joined through a 2-port switch (on ring:2 each engine has two ports and two ALUs: 102 % of the LUTs),
+#: each with one FSM and one command slot: with the profile's two of each the top places at 82 % of the
+#: logic cells and does not route, with one of each it packs at 75 % and routes (docs/fpga.md has the
+#: figures). The smaller ULX3S parts and iCE40 boards cannot hold even one engine.
 BOARDS = {
     "ulx3s-85f": Board(
         name="ulx3s-85f", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5", config="board",
-        clk_hz=25_000_000, mem_bytes=16384, topology="switch:2", reset=("button_fire", 0), n_leds=8,
-        overrides={"dtypes": ("fp32", "int32")},
-        note="two 'board' engines (8 B beats, 2 FSMs, 4 buffers, one link port each, ALUs for fp32 and int32) "
-             "joined through a 2-port switch, 16 KiB of NPU memory each"),
+        # 12.5 MHz through the PLL: that build routes (28.4 MHz after routing); placed for the oscillator's
+        # 25 MHz, router2 stalls at about 1,500 overused wires (docs/results.md)
+        clk_hz=12_500_000, mem_bytes=16384, topology="switch:2", reset=("button_fire", 0), n_leds=8,
+        overrides={"dtypes": ("fp32", "int32"), "n_fsms": 1, "n_cmds": 1},
+        note="two 'board' engines (8 B beats, 1 FSM, 1 command slot, 4 buffers, one link port each, ALUs for "
+             "fp32 and int32) joined through a 2-port switch, 16 KiB of NPU memory each"),
     "ulx3s-85f-linktest": Board(
         name="ulx3s-85f-linktest", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5",
         config="board", clk_hz=25_000_000, reset=("button_fire", 0), n_leds=8, top="linktest",

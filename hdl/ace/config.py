@@ -213,8 +213,9 @@ class AceConfig:
 
     @classmethod
     def board(cls, **kw):
-        """The prototype-board configuration (two engines on one ECP5-85F, syncfabric.fpga): 8 B beats, 512 B
-        chunks, 2 FSMs, 4 buffers; it runs every collective of ring:2 and a loop-back ring:1."""
+        """The prototype-board configuration: 8 B beats, 512 B chunks, 2 FSMs, 4 buffers; it runs every
+        collective of ring:2 and a loop-back ring:1. The ULX3S 85F build (syncfabric.fpga.boards) narrows it to
+        1 FSM, 1 command slot and fp32/int32 ALUs to fit two engines on the ECP5-85F."""
         base = dict(beat_bytes=8, packet_bytes=64, chunk_bytes=512, n_buffers=4, max_blocks=8, n_fsms=2,
                     n_ports=2, landing_beats=32, landing_headers=2, spill_entries=2, n_cmds=2, n_comms=1,
                     n_windows=2, imem_words=128, n_programs=4, max_ranks=4, dma_max_burst=8, dma_outstanding=2,

@@ -9,8 +9,9 @@ it), a reset synchronizer driven by a button and the PLL's lock, the UART to the
     LED 0  heartbeat (about 1 Hz: the clock runs and reset is released)
     LED 1  the bridge is receiving or executing a request (stretched to about 50 ms)
     LED 2  the UART is sending a response (stretched)
-    LED 3+ endpoint i's interrupt line (up to the LEDs the board has; the last LED shows the PLL lock
-           when a PLL is used)
+    LED 3+ endpoint i's interrupt line (up to the LEDs the board has), then on a board with a link port
+           flits arriving (a bit of the count) and words received outside a frame (sticky); the LED after
+           them (or the last) shows the PLL lock when a PLL is used
 """
 
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 
 from ..hdl.ace.config import AceConfig
 from ..hdl.system.board import BoardSystem
-from .pinlink import PinLink
+from ..hdl.system.pinlink import PinLink
 
 __all__ = ["Board", "BoardTop", "LinkTestTop", "BOARDS", "board", "ecp5_pll_params", "StretchPulse"]
 
@@ -38,6 +39,8 @@ class Board:
     clk_hz      target clock of the system (the PLL makes it from the board's oscillator if they differ).
     mem_bytes   on-chip NPU memory per endpoint.
     topology    endpoints on the board and their on-chip links.
+    ranks       the ranks of ``topology`` on this board (default all); the ring links to the others leave on
+                the pin-level link port (``link_pins``), one board per rank joined by cables.
     reset       ``(resource, number)`` of the reset button.
     n_leds      LEDs the top drives (``led`` resources 0..n-1).
     note        what a user should know about the configuration.
@@ -50,6 +53,7 @@ class Board:
     clk_hz: int
     mem_bytes: int = 4096
     topology: str = "ring:2"
+    ranks: tuple = None
     reset: tuple = ("button_fire", 0)
     n_leds: int = 8
     note: str = ""
@@ -57,7 +61,7 @@ class Board:
     #: ``"system"`` (:class:`BoardTop`) or ``"linktest"`` (:class:`LinkTestTop`).
     top: str = "system"
     #: ``{"flit_out": pins, "flit_in": pins, "credit_out": pins, "credit_in": pins}`` on ``link_conn``: the
-    #: pin-level link port (:class:`~syncfabric.fpga.pinlink.PinLink`, 8 + 2 flit and 2 + 2 credit pins).
+    #: pin-level link port (:class:`~syncfabric.hdl.system.pinlink.PinLink`, 8 + 2 flit and 2 + 2 credit pins).
     link_pins: dict = None
     link_conn: tuple = ("gpio", 0)
 
@@ -66,6 +70,8 @@ class Board:
         channels, routing-table ranks)."""
         from ..host.run import engine_config_for
 
+        if self.ranks is not None and not self.link_pins:
+            raise ValueError(f"{self.name} holds only ranks {self.ranks} of {self.topology} but has no link pins")
         cfg = engine_config_for(cfg or self.engine_config(), self.topology)
         if self.top == "linktest":
             return LinkTestTop(self, cfg, clk_hz=clk_hz)
@@ -107,6 +113,13 @@ BOARDS = {
         overrides={"dtypes": ("fp32", "int32"), "n_fsms": 1, "n_cmds": 1},
         note="two 'board' engines (8 B beats, 1 FSM, 1 command slot, 4 buffers, one link port each, ALUs for "
              "fp32 and int32) joined through a 2-port switch, 16 KiB of NPU memory each"),
+    "ulx3s-85f-ring": Board(
+        name="ulx3s-85f-ring", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5", config="board",
+        clk_hz=12_500_000, mem_bytes=16384, topology="ring:2", ranks=(0,), reset=("button_fire", 0), n_leds=8,
+        overrides={"dtypes": ("fp32", "int32"), "n_fsms": 1, "n_cmds": 1}, link_pins=_ULX3S_LINK,
+        note="one 'board' engine per board (two link ports, 1 FSM, 1 command slot, fp32/int32 ALUs, 16 KiB of "
+             "NPU memory) and the pin-level link port on GPIO: boards joined by cables in a ring, one rank each, "
+             "all loading the same bitstream"),
     "ulx3s-85f-linktest": Board(
         name="ulx3s-85f-linktest", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5",
         config="board", clk_hz=25_000_000, reset=("button_fire", 0), n_leds=8, top="linktest",
@@ -173,7 +186,8 @@ class BoardTop(Elaboratable):
         self.clk_hz = int(clk_hz or board.clk_hz)
         self.baud = baud
         self.system = BoardSystem(self.cfg, topology=board.topology, mem_bytes=board.mem_bytes,
-                                  clk_hz=self.clk_hz, baud=baud, link_latency=2)
+                                  clk_hz=self.clk_hz, baud=baud, link_latency=2, ranks=board.ranks,
+                                  link_port={} if board.ranks is not None else None)
 
     def elaborate(self, platform):
         m = Module()
@@ -188,6 +202,8 @@ class BoardTop(Elaboratable):
         m.submodules.uart_tx = tx_buf = io.Buffer("o", uart.tx)
         m.submodules.system = system = self.system
         m.d.comb += [system.uart_rx.eq(rx_buf.i), tx_buf.o.eq(system.uart_tx)]
+        if system.link_port is not None:
+            _link_pins(m, platform, self.board, system)
 
         heartbeat = Signal(range(self.clk_hz))
         beat = Signal()
@@ -199,6 +215,11 @@ class BoardTop(Elaboratable):
         m.submodules.tx_led = tx_led = StretchPulse(self.clk_hz // 20)
         m.d.comb += [rx_led.i.eq(system.rx_active), tx_led.i.eq(system.tx_active)]
         levels = [beat, rx_led.o, tx_led.o] + [system.irq[i] for i in range(system.n_endpoints)]
+        if system.link_port is not None:    # flits arriving (a bit of the count), words outside a frame
+            dropped = Signal()
+            with m.If(system.link_port.dropped != 0):
+                m.d.sync += dropped.eq(1)
+            levels += [system.link_port.flits_in[4], dropped]
         n_leds = self.board.n_leds
         levels = levels[:n_leds]
         if not abs(fin - self.clk_hz) < 1 and len(levels) == n_leds:
@@ -212,6 +233,26 @@ def _leds(m, platform, levels):
     for i, level in enumerate(levels):
         m.submodules[f"led{i}"] = buf = io.Buffer("o", platform.request("led", i, dir="-"))
         m.d.comb += buf.o.eq(level)
+
+
+def _link_pins(m, platform, board, port):
+    """Put the lanes of ``port`` (a :class:`PinLink` or a board system with one) on ``board``'s link pins."""
+    pins = board.link_pins
+    if not pins:
+        raise ValueError(f"{board.name} has no pins for the link port")
+    platform.add_resources([Resource("pinlink", 0, *[
+        Subsignal(name, Pins(pins[name], dir="o" if name.endswith("_out") else "i", conn=board.link_conn))
+        for name in ("flit_out", "flit_in", "credit_out", "credit_in")])])
+    lk = platform.request("pinlink", 0, dir="-")
+    for name in ("flit_out", "credit_out"):
+        lane = getattr(port, name)
+        m.submodules[f"{name}_buf"] = buf = io.Buffer("o", getattr(lk, name))
+        m.d.comb += buf.o.eq(Cat(lane.data, lane.frame, lane.strobe))
+    for name in ("flit_in", "credit_in"):
+        lane = getattr(port, name)
+        m.submodules[f"{name}_buf"] = buf = io.Buffer("i", getattr(lk, name))
+        w = len(lane.data)
+        m.d.comb += [lane.data.eq(buf.i[:w]), lane.frame.eq(buf.i[w]), lane.strobe.eq(buf.i[w + 1])]
 
 
 def _clock_and_reset(m, platform, board, clk_hz):
@@ -253,7 +294,7 @@ def _clock_and_reset(m, platform, board, clk_hz):
 
 
 class LinkTestTop(Elaboratable):
-    """Bring-up of the pin-level link: a :class:`~syncfabric.fpga.pinlink.PinLink` on the board's GPIO pins
+    """Bring-up of the pin-level link: a :class:`~syncfabric.hdl.system.pinlink.PinLink` on the board's GPIO pins
     with a traffic generator (packets of four flits of xorshift data, sent as credits allow, as an engine
     would) and a checker that compares every flit received with the same sequence and frees its landing
     credits at once. Two boards joined by a cable (or one board with a jumper per pin pair) run it.
@@ -271,23 +312,8 @@ class LinkTestTop(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         _clock_and_reset(m, platform, self.board, self.clk_hz)
-        pins = self.board.link_pins
-        if not pins:
-            raise ValueError(f"{self.board.name} has no pins for the link port")
-        platform.add_resources([Resource("pinlink", 0, *[
-            Subsignal(name, Pins(pins[name], dir="o" if name.endswith("_out") else "i", conn=self.board.link_conn))
-            for name in ("flit_out", "flit_in", "credit_out", "credit_in")])])
-        lk = platform.request("pinlink", 0, dir="-")
         m.submodules.link = link = self.link
-        for name in ("flit_out", "credit_out"):
-            lane = getattr(link, name)
-            m.submodules[f"{name}_buf"] = buf = io.Buffer("o", getattr(lk, name))
-            m.d.comb += buf.o.eq(Cat(lane.data, lane.frame, lane.strobe))
-        for name in ("flit_in", "credit_in"):
-            lane = getattr(link, name)
-            m.submodules[f"{name}_buf"] = buf = io.Buffer("i", getattr(lk, name))
-            w = len(lane.data)
-            m.d.comb += [lane.data.eq(buf.i[:w]), lane.frame.eq(buf.i[w]), lane.strobe.eq(buf.i[w + 1])]
+        _link_pins(m, platform, self.board, link)
 
         cfg = self.cfg
         dw = 8 * cfg.beat_bytes

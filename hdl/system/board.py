@@ -13,6 +13,12 @@ The bridge's 32-bit address space (:func:`board_address`)::
     bits 23:0   byte offset in the space
 
 Accesses to an endpoint or space that does not exist read 0 and are acknowledged (the host never hangs).
+
+A board may hold only some ranks of a ring (``ranks``, e.g. one engine per board, each board one rank of
+``ring:N``): its bridge endpoints are then those ranks in order, and the two ring links that leave the board go
+through a :class:`~syncfabric.hdl.system.pinlink.PinLink` to the ports ``flit_out``/``credit_in`` (to the next
+board) and ``flit_in``/``credit_out`` (from the previous one), which the board top puts on pins. The engines do not
+know their rank (the host's programs do), so one bitstream serves every board of the ring.
 """
 
 from amaranth.hdl import Module, Signal
@@ -25,6 +31,7 @@ from ..common.bridge import DEFAULT_MAX_WORDS, UartBridge
 from ..common.csr import CsrBank
 from ..common.regmap import Register, RegisterMap
 from ..common.uart import UartRx, UartTx, uart_divisor
+from .pinlink import LaneSignature, PinLink
 from .top import AceSystem
 
 __all__ = ["BoardSystem", "board_regmap", "board_address", "BOARD_ID", "BOARD_VERSION", "SPACE_BOARD",
@@ -68,6 +75,10 @@ def board_regmap():
         Register("SCRATCH", 0x28, "rw", doc="Free for the host (link tests)."),
         Register("BRIDGE_ERRORS", 0x2C, "ro", doc="Requests the bridge answered with an error status."),
         Register("UART_ERRORS", 0x30, "ro", doc="Bytes the UART dropped (bad stop bit)."),
+        Register("LINK_FLITS_OUT", 0x34, "ro", doc="Flits sent on the pin-level link port (0 without one)."),
+        Register("LINK_FLITS_IN", 0x38, "ro", doc="Flits received on the pin-level link port."),
+        Register("LINK_DROPPED", 0x3C, "ro", doc="Words the link port received outside a frame (a cable or "
+                                                  "clock fault; 0 on a healthy link)."),
     ], 0x40, doc="Board registers: bridge space SPACE_BOARD.")
 
 
@@ -79,15 +90,21 @@ class BoardSystem(wiring.Component):
     on an FPGA). ``max_words``: the bridge's largest burst. ``inline=False`` instantiates the engines and links
     as separately converted modules (Verilog simulators, see :mod:`~syncfabric.hdl.system.top`).
 
+    ``ranks`` (default all): the ranks of ``topology`` on this board; the links to the others leave through
+    one pin-level link port (``link_port``: :class:`~syncfabric.hdl.system.pinlink.PinLink` options, e.g.
+    ``{"width": 8, "credit_width": 2, "div": 4}``), so they must be one link out and one link in (a ring).
+
     Ports: ``uart_rx`` (In), ``uart_tx`` (Out), ``irq`` (one bit per endpoint), ``rx_active`` and ``tx_active``
-    (a request is being received or executed / a response is being sent; for LEDs).
+    (a request is being received or executed / a response is being sent; for LEDs); with a link port
+    ``flit_out``, ``credit_out`` (Out) and ``flit_in``, ``credit_in`` (In) lanes.
     """
 
     def __init__(self, cfg, *, topology="ring:2", mem_bytes=4096, clk_hz=50_000_000, baud=115200,
-                 link_latency=4, max_words=DEFAULT_MAX_WORDS, inline=True):
+                 link_latency=4, max_words=DEFAULT_MAX_WORDS, inline=True, ranks=None, link_port=None):
         self.cfg = cfg
         self.topology = parse_topology(topology)
-        n = self.topology.n_endpoints
+        self.ranks = tuple(range(self.topology.n_endpoints) if ranks is None else ranks)
+        n = len(self.ranks)
         if n > MAX_ENDPOINTS:
             raise ValueError(f"a board holds at most {MAX_ENDPOINTS} endpoints, {self.topology.spec} has {n}")
         if mem_bytes & (mem_bytes - 1) or not 4096 <= mem_bytes <= 1 << OFFSET_BITS:
@@ -96,15 +113,41 @@ class BoardSystem(wiring.Component):
             raise ValueError(f"{mem_bytes} bytes exceed the engine's {cfg.addr_width}-bit addresses")
         self.divisor = uart_divisor(clk_hz, baud)
         self.mem_bytes, self.clk_hz, self.baud = mem_bytes, int(clk_hz), int(baud)
+        self.system = AceSystem(cfg, self.topology, latency=link_latency, inline=inline,
+                                max_latency=link_latency, ranks=self.ranks)
+        external = self.system.external
+        ext = {x.direction: x for x in external}
+        problem = None
+        if external and (len(external) != 2 or set(ext) != {"tx", "rx"}):
+            problem = (f"ranks {self.ranks} of {self.topology.spec} leave the board on {len(external)} links; a "
+                       f"board has one link port (one link out, one in)")
+        elif external and link_port is None:
+            problem = (f"ranks {self.ranks} of {self.topology.spec} are not all of it: the links to the others "
+                       f"need link_port")
+        elif not external and link_port is not None:
+            problem = f"link_port: every rank of {self.topology.spec} is on the board, no link leaves it"
+        if problem:
+            self._MustUse__silence = self.system._MustUse__silence = True     # refused: never elaborated
+            raise ValueError(problem)
+        self.link_port = None
+        if link_port is not None:
+            self.link_port = PinLink(cfg, **link_port)
+            self.link_tx, self.link_rx = ext["tx"], ext["rx"]
         self.link_latency, self.max_words, self.inline = link_latency, max_words, inline
         self.n_endpoints = n
-        super().__init__({
+        members = {
             "uart_rx": In(1, init=1),
             "uart_tx": Out(1, init=1),
             "irq": Out(n),
             "rx_active": Out(1),
             "tx_active": Out(1),
-        })
+        }
+        if self.link_port is not None:
+            lp = self.link_port
+            members.update({"flit_out": Out(LaneSignature(lp.width)), "flit_in": In(LaneSignature(lp.width)),
+                            "credit_out": Out(LaneSignature(lp.credit_width)),
+                            "credit_in": In(LaneSignature(lp.credit_width))})
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -118,16 +161,25 @@ class BoardSystem(wiring.Component):
         m.d.comb += [rx.rx.eq(self.uart_rx), self.uart_tx.eq(tx.tx),
                      self.rx_active.eq(bridge.active), self.tx_active.eq(tx.busy)]
 
-        m.submodules.system = system = AceSystem(cfg, self.topology, latency=self.link_latency,
-                                                 inline=self.inline, max_latency=self.link_latency)
+        m.submodules.system = system = self.system
         rams = []
-        for i in range(n):
+        for i, rank in enumerate(self.ranks):
             ram = AxiRam(self.mem_bytes, data_width=8 * cfg.beat_bytes, addr_width=cfg.addr_width)
             m.submodules[f"mem{i}"] = ram
-            wiring.connect(m, getattr(system, f"ep{i}_axi"), ram.axi)
+            wiring.connect(m, getattr(system, f"ep{rank}_axi"), ram.axi)
             rams.append(ram)
-        for i in range(n):
-            m.d.comb += self.irq[i].eq(getattr(system, f"ep{i}_irq"))
+            m.d.comb += self.irq[i].eq(getattr(system, f"ep{rank}_irq"))
+        if self.link_port is not None:
+            m.submodules.link_port = lp = self.link_port
+            out, inp = self.link_tx.name, self.link_rx.name
+            wiring.connect(m, getattr(system, out), lp.tx)
+            wiring.connect(m, lp.rx, getattr(system, inp))
+            m.d.comb += [getattr(system, f"{out}_credit").eq(lp.tx_credit),
+                         lp.rx_credit.eq(getattr(system, f"{inp}_credit"))]
+            for name in ("flit_out", "credit_out"):
+                wiring.connect(m, getattr(lp, name), wiring.flipped(getattr(self, name)))
+            for name in ("flit_in", "credit_in"):
+                wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(lp, name))
 
         m.submodules.regs = regs = CsrBank(board_regmap())
         m.d.comb += [
@@ -136,6 +188,10 @@ class BoardSystem(wiring.Component):
             regs.reg("MAX_WORDS").eq(self.max_words), regs.reg("IRQ").eq(self.irq),
             regs.reg("BRIDGE_ERRORS").eq(bridge.errors), regs.reg("UART_ERRORS").eq(rx.framing_errors),
         ]
+        if self.link_port is not None:
+            m.d.comb += [regs.reg("LINK_FLITS_OUT").eq(self.link_port.flits_out),
+                         regs.reg("LINK_FLITS_IN").eq(self.link_port.flits_in),
+                         regs.reg("LINK_DROPPED").eq(self.link_port.dropped)]
         cycles = Signal(64)
         m.d.sync += cycles.eq(cycles + 1)
         m.d.comb += regs.reg("CYCLES").eq(cycles)
@@ -148,8 +204,8 @@ class BoardSystem(wiring.Component):
             return offset < (1 << len(port.addr))
 
         targets = [(regs.bus, (space == SPACE_BOARD) & inside(regs.bus))]
-        for i in range(n):
-            csr = getattr(system, f"ep{i}_csr")
+        for i, rank in enumerate(self.ranks):
+            csr = getattr(system, f"ep{rank}_csr")
             targets.append((csr, (space == SPACE_CSR) & (ep == i) & inside(csr)))
             targets.append((rams[i].host, (space == SPACE_MEM) & (ep == i) & inside(rams[i].host)))
         hit = Signal(len(targets))

@@ -16,22 +16,30 @@ A switch (``switch:N``) is a :class:`~syncfabric.hdl.system.switch.Switch` in th
 carries endpoint ``i``'s port 0 up to switch input ``i``, link ``N + j`` switch output ``j`` down to endpoint
 ``j``'s port 0; ``switch_overflow`` is the switch's sticky drop flag. The engines need ``rx_sources`` >= N
 (per-source landing channels and credits: :func:`syncfabric.host.run.engine_config_for`).
+
+A system may hold only some ranks of a point-to-point topology (``ranks``: one board of several). Links between
+two of its ranks are on-chip as above; a link that crosses to a rank outside is a set of top-level ports of the
+engine port it leaves or enters (:attr:`AceSystem.external`): ``ep<r>_tx<p>`` (the flits out) with
+``ep<r>_tx<p>_credit`` (the credits coming back), or ``ep<r>_rx<p>`` (the flits in) with ``ep<r>_rx<p>_credit``
+(the credits going back). A board top carries them to its neighbour (the pin-level link port,
+:mod:`syncfabric.hdl.system.pinlink`).
 """
 
 from fractions import Fraction
 
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Value
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.topology import parse as parse_topology
 from ..ace.engine import AceEngine
+from ..common.layouts import credit_layout, flit_layout
 from .link import RATE_DEN_MAX, Link
 from .switch import Switch
 
 __all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "MAX_LATENCY", "system_verilog", "engine_verilog",
            "link_verilog", "link_params", "system_links", "SWITCH",
-           "link_port_values"]
+           "link_port_values", "ExternalPort"]
 
 #: Verilog module name of the engine in system builds.
 ENGINE_MODULE = "ace_engine"
@@ -86,6 +94,26 @@ def link_port_values(links):
     return out
 
 
+class ExternalPort(tuple):
+    """One engine port side that leaves a partial system: ``(rank, port, direction, peer)``, ``direction``
+    ``"tx"`` (flits out to ``peer``) or ``"rx"`` (flits in from ``peer``); :attr:`name` is the port's prefix
+    (``ep<rank>_tx<port>``)."""
+
+    __slots__ = ()
+
+    def __new__(cls, rank, port, direction, peer):
+        return super().__new__(cls, (rank, port, direction, peer))
+
+    rank = property(lambda self: self[0])
+    port = property(lambda self: self[1])
+    direction = property(lambda self: self[2])
+    peer = property(lambda self: self[3])
+
+    @property
+    def name(self):
+        return f"ep{self.rank}_{self.direction}{self.port}"
+
+
 def _engine_ports(engine):
     """(direction, verilog name, value) of every port of ``engine``'s signature (an engine or a link)."""
     ports = []
@@ -101,27 +129,50 @@ class AceSystem(wiring.Component):
     ``latency``/``rate`` give the reset values of every link's latency and rate inputs (default: the
     topology's); ``max_latency`` (default :data:`MAX_LATENCY`, or the largest latency if that is more) sizes
     the links' delay lines. ``inline=False`` (for Verilog simulators) instantiates the separately converted
-    module :data:`ENGINE_MODULE`; ``inline=True`` makes the engines submodules, for Amaranth's simulator."""
+    module :data:`ENGINE_MODULE`; ``inline=True`` makes the engines submodules, for Amaranth's simulator.
 
-    def __init__(self, cfg, topology, latency=None, rate=None, inline=False, max_latency=None):
+    ``ranks`` (default all): the ranks this system holds, of a point-to-point topology; links to the others
+    are the ports in :attr:`external`, and :attr:`links` lists the on-chip links only."""
+
+    def __init__(self, cfg, topology, latency=None, rate=None, inline=False, max_latency=None, ranks=None):
+        self._MustUse__silence = True       # until the arguments are checked: a refused system is never used
         self.cfg = cfg
         self.inline = inline
         self.topology = parse_topology(topology)
+        n = self.topology.n_endpoints
+        self.ranks = tuple(range(n)) if ranks is None else tuple(ranks)
+        if not self.ranks or len(set(self.ranks)) != len(self.ranks) or not all(
+                isinstance(r, int) and 0 <= r < n for r in self.ranks):
+            raise ValueError(f"ranks must be distinct ranks of {self.topology.spec} (0..{n - 1}), got {ranks!r}")
+        if self.topology.routed and len(self.ranks) != n:
+            raise ValueError(f"a system holds all ranks of a switch ({self.topology.spec}), not {self.ranks}")
         if self.topology.routed and cfg.rx_sources < self.topology.n_endpoints:
             raise ValueError(f"{self.topology.spec} needs engines with rx_sources >= {self.topology.n_endpoints} "
                              f"(per-source landing channels), the configuration has {cfg.rx_sources}")
         if self.topology.n_ports > cfg.n_ports:
             raise ValueError(f"{self.topology.spec} needs {self.topology.n_ports} link ports per engine, the "
                              f"engine configuration has {cfg.n_ports}")
-        self.links = system_links(self.topology, latency, rate)
+        local = set(self.ranks)
+        rows = system_links(self.topology, latency, rate)
+        #: The on-chip links (:func:`system_links` rows whose two ends are here), in ``link<l>`` port order.
+        self.links = [ln for ln in rows if self.topology.routed or (ln[0] in local and ln[2] in local)]
+        #: The engine ports whose link leaves the system (:class:`ExternalPort`), in :func:`system_links` order.
+        self.external = []
+        for s, sp, d, dp, *_ in rows:
+            if not self.topology.routed and (s in local) != (d in local):
+                self.external.append(ExternalPort(s, sp, "tx", d) if s in local else ExternalPort(d, dp, "rx", s))
         self.max_latency = max([MAX_LATENCY if max_latency is None else max_latency]
                                + [ln[4] for ln in self.links])
-        n = self.topology.n_endpoints
+        self._MustUse__silence = False
         members = {}
-        for i in range(n):
+        for i in self.ranks:
             members[f"ep{i}_csr"] = Out(AceEngine.csr_signature(cfg))
             members[f"ep{i}_irq"] = Out(1)
             members[f"ep{i}_axi"] = Out(AceEngine.axi_signature(cfg))
+        flit = stream.Signature(flit_layout(cfg.beat_bytes))
+        for x in self.external:
+            members[x.name] = Out(flit) if x.direction == "tx" else In(flit)
+            members[f"{x.name}_credit"] = In(credit_layout()) if x.direction == "tx" else Out(credit_layout())
         for li, (_, _, _, _, lat, (num, den)) in enumerate(self.links):
             members[f"link{li}_inject"] = In(1)
             members[f"link{li}_stall"] = In(1)
@@ -136,11 +187,11 @@ class AceSystem(wiring.Component):
         m = Module()
         cfg = self.cfg
         n = self.topology.n_endpoints
-        engines = []
-        for i in range(n):
+        engines = {}
+        for i in self.ranks:
             # inline: the engine itself; otherwise an interface with its ports for the Instance below
             eng = AceEngine(cfg) if self.inline else AceEngine.signature_of(cfg).create(path=(f"ep{i}",))
-            engines.append(eng)
+            engines[i] = eng
             wiring.connect(m, wiring.flipped(getattr(self, f"ep{i}_csr")), eng.csr)
             wiring.connect(m, eng.axi, wiring.flipped(getattr(self, f"ep{i}_axi")))
             m.d.comb += getattr(self, f"ep{i}_irq").eq(eng.irq)
@@ -150,6 +201,14 @@ class AceSystem(wiring.Component):
                 m.submodules[f"ep{i}"] = Instance(
                     ENGINE_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                     *_engine_ports(eng))
+        for x in self.external:
+            eng, ext = engines[x.rank], getattr(self, x.name)
+            if x.direction == "tx":
+                wiring.connect(m, getattr(eng, f"tx{x.port}"), wiring.flipped(ext))
+                m.d.comb += getattr(eng, f"tx{x.port}_credit").eq(getattr(self, f"{x.name}_credit"))
+            else:
+                wiring.connect(m, wiring.flipped(ext), getattr(eng, f"rx{x.port}"))
+                m.d.comb += getattr(self, f"{x.name}_credit").eq(getattr(eng, f"rx{x.port}_credit"))
         switch = None
         if self.topology.routed:
             m.submodules.switch = switch = Switch(cfg.beat_bytes, n, cfg.n_fsms, cfg.landing_beats,

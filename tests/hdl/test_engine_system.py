@@ -177,3 +177,41 @@ def test_burst_of_100_mixed_good_and_bad_commands():
     check(res, len(jobs))
     assert sum(c["CMDS_ERR"] for c in res["counters"]) == 60
     assert all(c["CMDS_OK"] == 40 for c in res["counters"])
+
+
+def test_a_system_of_some_ranks_exposes_the_links_that_leave_it():
+    """One board's share of a ring: on-chip links between its own ranks, the engine ports of links to other
+    ranks as top-level ports (named by rank and port), and bad rank sets refused."""
+    from amaranth.lib import wiring
+
+    from syncfabric.hdl.system.board import BoardSystem
+    from syncfabric.hdl.system.top import AceSystem
+    from syncfabric.host.run import engine_config_for
+
+    cfg = engine_config_for(AceConfig.profile("small"), "ring:4")
+    s = AceSystem(cfg, "ring:4", ranks=(1, 2), inline=True)
+    s._MustUse__silence = True
+    assert [ln[:4] for ln in s.links] == [(1, 0, 2, 1)]
+    assert s.external == [(1, 1, "rx", 0), (2, 0, "tx", 3)]
+    assert [x.name for x in s.external] == ["ep1_rx1", "ep2_tx0"]
+    members = dict(s.signature.members)
+    assert members["ep2_tx0"].flow == wiring.Out and members["ep2_tx0_credit"].flow == wiring.In
+    assert members["ep1_rx1"].flow == wiring.In and members["ep1_rx1_credit"].flow == wiring.Out
+    assert "ep0_csr" not in members and "ep1_csr" in members and "ep2_csr" in members
+    for ranks, msg in (((1, 1), "distinct ranks"), ((4,), "distinct ranks"), ((), "distinct ranks")):
+        with pytest.raises(ValueError, match=msg):
+            AceSystem(cfg, "ring:4", ranks=ranks)
+    sw = engine_config_for(AceConfig.profile("small"), "switch:2")
+    with pytest.raises(ValueError, match="holds all ranks of a switch"):
+        AceSystem(sw, "switch:2", ranks=(0,))
+    # a board: one link port, so one link out and one in
+    b = BoardSystem(cfg, topology="ring:4", ranks=(0,), link_port={"width": 4, "credit_width": 1})
+    b._MustUse__silence = True
+    assert b.n_endpoints == 1 and (b.link_tx.name, b.link_rx.name) == ("ep0_tx0", "ep0_rx1")
+    assert len(b.flit_out.data) == 4 and len(b.credit_in.data) == 1
+    torus = engine_config_for(AceConfig.profile("small"), "torus:2x2x1")
+    for kw, msg in ((dict(cfg=cfg, topology="ring:4", ranks=(0,)), "need link_port"),
+                    (dict(cfg=cfg, topology="ring:4", link_port={}), "no link leaves it"),
+                    (dict(cfg=torus, topology="torus:2x2x1", ranks=(0,), link_port={}), "one link port")):
+        with pytest.raises(ValueError, match=msg):
+            BoardSystem(kw.pop("cfg"), **kw)

@@ -26,7 +26,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
-from ..hdl.common.layouts import CHANNEL_BITS, credit_layout, flit_layout, packet_header_layout
+from ..common.layouts import CHANNEL_BITS, credit_layout, flit_layout, packet_header_layout
 
 __all__ = ["LaneSignature", "LaneTx", "LaneRx", "PinLink", "flit_words", "credit_word_layout"]
 

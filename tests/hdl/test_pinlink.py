@@ -8,7 +8,7 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from syncfabric.fpga.pinlink import PinLink, flit_words
+from syncfabric.hdl.system.pinlink import PinLink, flit_words
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.common.layouts import flit_layout, packet_header_layout
 

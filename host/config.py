@@ -28,6 +28,14 @@ driver checks the engine's CFG registers)::
       timeout_s: 2            # seconds to wait for each response
       quiet_s: 0.1            # after a transmission error: silence to wait for before the next request
 
+Boards joined by their pin-level link ports (a ring, one rank per board: ``syncfabric build --board
+ulx3s-85f-ring``) are one system: ``port`` lists every board's device, rank 0's first, in ring order::
+
+    topology: ring:2
+    backend: serial
+    serial:
+      port: [/dev/ttyUSB0, /dev/ttyUSB1]
+
 :func:`load_config` validates everything up front and raises :class:`ConfigError` naming the offending key
 (``engine.n_fsms: expected an integer, got 'four'``), so a bad file never reaches the simulator.
 """
@@ -124,7 +132,7 @@ class SystemConfig:
     latency: int = None
     rate: Fraction = None
     memory_bytes: int = 1 << 20
-    #: ``backend: serial``: ``{"port": path, "baud": int, "timeout_s": float, "quiet_s": float}``
+    #: ``backend: serial``: ``{"port": path or [paths], "baud": int, "timeout_s": float, "quiet_s": float}``
     serial: dict = None
     source: dict = field(default=None, compare=False, repr=False)
 
@@ -214,8 +222,13 @@ def load_config(source=None, **overrides):
     if backend == "serial":
         ser = dict(_mapping(raw.get("serial"), "serial"))
         _unknown(ser, ("port", "baud", "timeout_s", "quiet_s"), "serial.")
-        if not isinstance(ser.get("port"), str) or not ser["port"]:
-            raise ConfigError("serial.port: required with backend: serial (the board's device, e.g. /dev/ttyUSB0)")
+        port = ser.get("port")
+        ports = port if isinstance(port, (list, tuple)) else [port]
+        if not ports or not all(isinstance(p, str) and p for p in ports):
+            raise ConfigError("serial.port: required with backend: serial (the board's device, e.g. /dev/ttyUSB0, "
+                              "or a list of them for boards joined by link cables)")
+        if len(set(ports)) != len(ports):
+            raise ConfigError(f"serial.port: a device is listed twice: {ports}")
         baud = _int(ser.get("baud", 115200), "serial.baud", 1)
         secs = {}
         for key, default in (("timeout_s", 2.0), ("quiet_s", 0.1)):
@@ -223,7 +236,7 @@ def load_config(source=None, **overrides):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
                 raise ConfigError(f"serial.{key}: expected a positive number of seconds, got {v!r}")
             secs[key] = float(v)
-        serial = {"port": ser["port"], "baud": baud, **secs}
+        serial = {"port": ports[0] if isinstance(port, str) else list(ports), "baud": baud, **secs}
     elif "serial" in raw:
         raise ConfigError(f"serial: only with backend: serial (the backend is {backend})")
 

@@ -11,6 +11,9 @@ Cycle counts come from the board's 64-bit cycle counter, so request timeouts and
 cycles as on the simulators. Reads are retried after a transmission error (a CRC mismatch or a lost response);
 writes are not (a doorbell must not ring twice): a failed write raises :class:`SerialError`.
 
+Boards joined by their pin-level link ports (one rank of a ring each) are one system: :class:`SerialBoards` opens
+every board's device and lists their endpoints in order, so rank ``r`` is the ``r``-th endpoint over all boards.
+
 On POSIX systems the device is opened with ``termios`` (no extra package); any object with ``read(n)``,
 ``write(data)`` and ``close()`` (a pyserial ``Serial``, a socket wrapper) can be passed instead as ``port``.
 """
@@ -25,7 +28,7 @@ from ..hdl.system.board import (
     BOARD_ID, BOARD_VERSION, SPACE_BOARD, SPACE_CSR, SPACE_MEM, board_address, board_regmap)
 from .transport import Transport, TransportError
 
-__all__ = ["SerialError", "SerialPort", "BoardLink", "SerialBoard", "SerialTransport"]
+__all__ = ["SerialError", "SerialPort", "BoardLink", "SerialBoard", "SerialBoards", "SerialTransport"]
 
 _BOARD = board_regmap()
 
@@ -244,6 +247,55 @@ class SerialBoard:
         if self.port is not None:
             self.port.close()
             self.port = None
+
+
+class SerialBoards:
+    """Boards on the serial devices ``ports`` (paths or open port objects), joined by their link ports into one
+    system: :attr:`transports` holds every board's endpoints, the first board's first. The boards must be
+    builds of the same board (the same memory and clock); cycle counts (:attr:`now`) are the first board's,
+    since each board counts its own clock. Other arguments as :class:`SerialBoard`."""
+
+    def __init__(self, ports, baud=115200, **kw):
+        self.boards = []
+        try:
+            for port in ports:
+                self.boards.append(SerialBoard(port, baud, **kw))
+            first = self.boards[0]
+            for port, b in zip(ports, self.boards):
+                if (b.mem_bytes, b.clk_hz) != (first.mem_bytes, first.clk_hz):
+                    raise SerialError(f"{port} has {b.mem_bytes} B of memory per endpoint at {b.clk_hz} Hz, "
+                                      f"{ports[0]} {first.mem_bytes} B at {first.clk_hz} Hz: boards of one system "
+                                      f"load the same build")
+        except Exception:
+            self.close()
+            raise
+        self.n_endpoints = sum(b.n_endpoints for b in self.boards)
+        self.mem_bytes, self.clk_hz, self.baud = first.mem_bytes, first.clk_hz, first.baud
+        self.transports = [t for b in self.boards for t in b.transports]
+
+    @property
+    def now(self):
+        """The first board's clock cycles since reset."""
+        return self.boards[0].now
+
+    def idle(self, cycles):
+        """Let at least ``cycles`` cycles of the first board pass."""
+        self.boards[0].idle(cycles)
+
+    def set_npu_share(self, rank, share):
+        """Not available (see :meth:`SerialBoard.set_npu_share`)."""
+        self.boards[0].set_npu_share(rank, share)
+
+    def link_counters(self):
+        """Per board ``{"flits_out", "flits_in", "dropped"}`` of its link port (``dropped``: words received
+        outside a frame, a cable or clock fault, or a neighbour configured while this board ran)."""
+        return [{"flits_out": b.board_reg("LINK_FLITS_OUT"), "flits_in": b.board_reg("LINK_FLITS_IN"),
+                 "dropped": b.board_reg("LINK_DROPPED")} for b in self.boards]
+
+    def close(self):
+        """Close every board's port (idempotent)."""
+        for b in self.boards:
+            b.close()
 
 
 class SerialTransport(Transport):

@@ -130,9 +130,10 @@ def memory_layout(mem_bytes, cfg):
 
 def _open_backend(config, progress=False):
     if config.backend == "serial":
-        from .serial import SerialBoard
+        from .serial import SerialBoard, SerialBoards
         ser = config.serial
-        return SerialBoard(ser["port"], ser["baud"], timeout=ser["timeout_s"], quiet_s=ser["quiet_s"])
+        kind = SerialBoards if isinstance(ser["port"], list) else SerialBoard
+        return kind(ser["port"], ser["baud"], timeout=ser["timeout_s"], quiet_s=ser["quiet_s"])
     if config.backend == "amaranth":
         from ..tb.ace.stepped import SteppedSystem
         return SteppedSystem(config.engine, config.topology, latency=config.latency, rate=config.rate,
@@ -291,6 +292,7 @@ class Communicator:
         self.topology = parse_topology(topology)
         self.size = len(self.ranks)
         self.loaded = set()             # (collective, root) with programs on the engines
+        self.last_use = {}              # (collective, root) -> when it was last posted (for eviction)
         self.freed = False
         self._tags = itertools.count(1)
 
@@ -330,7 +332,8 @@ class Communicator:
 
     def prepare(self, *collectives, roots=(0,)):
         """Load the programs of ``collectives`` (all seven by default) now rather than at first use (loading
-        waits for every outstanding request of the system)."""
+        waits for every outstanding request of the system). When they do not all fit the engines, the ones
+        loaded first make room for the later ones (and are loaded again when used)."""
         for coll in collectives or COLLECTIVES:
             for root in (roots if coll in ("broadcast", "reduce") else (0,)):
                 self.system._ensure_program(self, coll, root)
@@ -484,6 +487,7 @@ class System:
         self._requests = {}             # cookie -> Request, outstanding
         self._cookies = itertools.count(1)
         self._programs = {}             # (comm id, collective, root) -> head program
+        self._uses = itertools.count(1)
         #: Cycles to wait for outstanding requests before loading programs or freeing a communicator.
         self.drain_timeout_cycles = 2_000_000
         self.world = self._new_comm(list(range(self.size)), self.config.topology)
@@ -493,8 +497,10 @@ class System:
         board, cfg = self.backend, self.config
         try:
             if board.n_endpoints != cfg.n_endpoints:
+                hint = ("" if board.n_endpoints > cfg.n_endpoints else
+                        "; a board of a ring of boards holds one rank: list every board's device in serial.port")
                 raise ConfigError(f"topology: the board has {board.n_endpoints} endpoints, {cfg.topology} has "
-                                  f"{cfg.n_endpoints}")
+                                  f"{cfg.n_endpoints}{hint}")
             if cfg.memory_bytes is not None and cfg.memory_bytes != board.mem_bytes:
                 raise ConfigError(f"memory.bytes: the board has {board.mem_bytes} bytes per endpoint, the "
                                   f"configuration says {cfg.memory_bytes}")
@@ -632,7 +638,12 @@ class System:
 
     # -- programs --------------------------------------------------------------------------------------------
     def _ensure_program(self, comm, coll, root):
-        if (coll, root) in comm.loaded:
+        """Load the program of ``coll`` (``root``) on ``comm``'s engines unless it is there. When the engines'
+        program table or instruction memory is full, the programs ``comm`` used least recently make room
+        (they are loaded again when next used)."""
+        key = (coll, root)
+        comm.last_use[key] = next(self._uses)
+        if key in comm.loaded:
             return
         progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
         head = progs[0]
@@ -643,7 +654,32 @@ class System:
             raise UsageError(f"{coll} on {comm!r}: {e}") from None
         # the engines must be idle: programs, partitions and CHUNK_BEATS change under no command
         self._drain(f"loading the {coll} program")
-        wanted = sorted(comm.loaded | {(coll, root)})
+        keep = sorted(comm.loaded, key=lambda k: comm.last_use.get(k, 0))     # least recently used first
+        while True:
+            wanted = set(keep) | {key}
+            try:
+                self._load_programs(comm, coll, sorted(wanted))
+                break
+            except UsageError:
+                if not keep:        # it does not fit alone; the engines hold nothing of comm's now
+                    for k in comm.loaded:
+                        self._programs.pop((comm.id, *k), None)
+                    comm.loaded = set()
+                    raise
+                keep.pop(0)
+        for k in comm.loaded - wanted:
+            self._programs.pop((comm.id, *k), None)
+        comm.loaded = wanted
+        self._programs[(comm.id, coll, root)] = head
+        new_chunk = min(chunk, self.chunk_bytes or chunk)
+        if new_chunk != self.chunk_bytes:
+            self.chunk_bytes = new_chunk
+            for drv in self.drivers:
+                drv.write("CHUNK_BEATS", new_chunk // self.config.engine.beat_bytes)
+
+    def _load_programs(self, comm, coll, wanted):
+        """Replace ``comm``'s programs on every rank's engine with those of ``wanted`` ((collective, root)
+        pairs); :class:`UsageError` if they do not fit."""
         for cr, sr in enumerate(comm.ranks):
             table = {}
             for c, rt in wanted:
@@ -656,13 +692,6 @@ class System:
                 self.drivers[sr].configure_comm(comm.id, cr, comm.size, table, comm.topology)
             except (ValueError, MemoryError) as e:
                 raise UsageError(f"{coll} on {comm!r}: its programs do not fit the engine ({e})") from None
-        comm.loaded.add((coll, root))
-        self._programs[(comm.id, coll, root)] = head
-        new_chunk = min(chunk, self.chunk_bytes or chunk)
-        if new_chunk != self.chunk_bytes:
-            self.chunk_bytes = new_chunk
-            for drv in self.drivers:
-                drv.write("CHUNK_BEATS", new_chunk // self.config.engine.beat_bytes)
 
     def _check_landing(self, comm, coll, root, count, eb):
         cfg = self.config.engine

@@ -47,6 +47,9 @@ def test_defaults_and_a_full_file(tmp_path):
     ({"topology": "ring:2", "backend": "serial", "serial": {"port": "/dev/x", "speed": 9600}},
      "serial.speed: unknown key"),
     ({"topology": "ring:2", "serial": {"port": "/dev/x"}}, "serial: only with backend: serial"),
+    ({"topology": "ring:2", "backend": "serial", "serial": {"port": []}}, "serial.port: required"),
+    ({"topology": "ring:2", "backend": "serial", "serial": {"port": ["/dev/a", 3]}}, "serial.port: required"),
+    ({"topology": "ring:2", "backend": "serial", "serial": {"port": ["/dev/a", "/dev/a"]}}, "listed twice"),
 ])
 def test_bad_configurations_name_the_key(raw, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("(", r"\(")):
@@ -75,6 +78,9 @@ def test_serial_backend_takes_memory_and_clock_from_the_board_unless_given():
                                                          "timeout_s": 2.0, "quiet_s": 0.1}
     conf = load_config({"topology": "ring:2", "backend": "serial", "serial": {"port": "p"}, "memory": {"bytes": "16K"}})
     assert conf.memory_bytes == 16384
+    # boards joined by link cables: one device per board, in rank order
+    conf = load_config({"topology": "ring:2", "backend": "serial", "serial": {"port": ["/dev/a", "/dev/b"]}})
+    assert conf.serial["port"] == ["/dev/a", "/dev/b"]
 
 
 def test_a_missing_serial_device_is_a_clear_error():

@@ -224,3 +224,32 @@ def test_engines_built_for_some_dtypes(monkeypatch):
         run_and_check(s, w, "allgather", 24, "fp16", seed=2)
         run_and_check(s, w, "allreduce", 40, "int32", "max", seed=3)
         run_and_check(s, w, "allreduce", 40, "fp32", seed=4)
+
+
+def test_a_full_program_table_makes_room_for_the_next_collective():
+    """Engines with two program-table entries: a third collective evicts the least recently used program (it
+    is loaded again at its next use), every result stays exact, and a program that cannot fit even alone is
+    refused with the engine's reason while the system stays usable."""
+    conf = {"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(9),
+            "engine": {"profile": "small", "n_programs": 2}}
+    with System(conf, backend="amaranth") as s:
+        w = s.world
+        run_and_check(s, w, "allreduce", 24, "fp32", seed=1)
+        run_and_check(s, w, "allgather", 16, "int32", seed=2)
+        run_and_check(s, w, "allreduce", 24, "fp32", seed=3)            # used again: allgather is now the oldest
+        run_and_check(s, w, "broadcast", 20, "fp32", root=1, seed=4)
+        assert w.loaded == {("allreduce", 0), ("broadcast", 1)}
+        run_and_check(s, w, "allgather", 16, "int32", seed=5)           # evicted, loaded again
+        assert w.loaded == {("broadcast", 1), ("allgather", 0)}
+        for drv in s.drivers:
+            assert len(drv.ptab) == 2
+        imem = s.drivers[0].imem
+        words, imem.words = imem.words, 2          # as if rank 0's instruction memory held two instructions
+        a = s.register(64)
+        with pytest.raises(UsageError, match="do not fit the engine.*no room for a program"):
+            w.reduce_scatter(a, a, 8)
+        assert w.loaded == set()
+        imem.words = words
+        s.deregister(a)
+        run_and_check(s, w, "allreduce", 24, "fp32", seed=6)
+        run_and_check(s, w, "reduce_scatter", 8, "int32", "max", seed=7)

@@ -1,6 +1,7 @@
 """Every script in examples/ runs (so they never rot)."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,17 @@ def test_serial_board_example_on_the_ulx3s_build(capsys):
 def test_every_example_is_tested():
     tested = {"allreduce", "sweep", "training_overlap", "serial_board"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
+
+
+@pytest.mark.cocotb
+def test_serial_board_example_on_two_boards_joined_by_their_link_ports(capsys):
+    """The example as for two ULX3S 85F boards of the ring build joined by a link cable: two simulated boards,
+    one rank each, their pin-level link ports wired lane to lane, one terminal each."""
+    assert _load("serial_board").main(["--simulate", "--board", "ulx3s-85f-ring", "--count", "256"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("1 endpoint, 16384 B of memory each") == 2 and "across 2 boards" in out
+    assert "every rank holds the sum" in out and out.count("0 words dropped") == 2
+    # every flit one board sent the other received
+    sent = [int(x) for x in re.findall(r"(\d+) flits out", out)]
+    got = [int(x) for x in re.findall(r"flits out, (\d+) in", out)]
+    assert len(sent) == 2 and sent[0] > 0 and got == sent[::-1]

@@ -21,24 +21,28 @@ from syncfabric.tb.board import SimulatedBoard
 pytestmark = pytest.mark.cocotb
 
 CFG = AceConfig.profile("small")
+REDUCING = ("allreduce", "reduce_scatter", "reduce")
+ROOTED = ("broadcast", "reduce")
 
 
-def _check_collective(sys, coll, count, dtype, op, rng):
+def _check_collective(sys, coll, count, dtype, op, rng, cfg=CFG, root=0):
     """Post ``coll`` through the API and compare both ranks' outputs with the golden executor, byte for byte."""
     comm = sys.world
     eb = dtype_bytes(DType.parse(dtype))
-    inputs = random_inputs(coll, count, 2, dtype, 0, rng)
-    n_in = max(buffer_counts(coll, count, 2, r, 0)[0] for r in range(2))
-    n_out = max(buffer_counts(coll, count, 2, r, 0)[1] for r in range(2))
+    inputs = random_inputs(coll, count, 2, dtype, root, rng)
+    n_in = max(buffer_counts(coll, count, 2, r, root)[0] for r in range(2))
+    n_out = max(buffer_counts(coll, count, 2, r, root)[1] for r in range(2))
     send, recv = sys.register(n_in * eb), sys.register(n_out * eb)
     try:
         for r in range(2):
-            send.write(r, inputs[r])
-        req = getattr(comm, coll)(send, recv, count, dtype, op)
+            if inputs[r] is not None:       # a rooted collective's other ranks send nothing
+                send.write(r, inputs[r])
+        args = ({"op": op} if coll in REDUCING else {}) | ({"root": root} if coll in ROOTED else {})
+        req = getattr(comm, coll)(send, recv, count, dtype, **args)
         req.wait(timeout_cycles=10_000_000)
-        progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology)
+        progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
         gold = execute(progs, comm.topology, inputs, DType.parse(dtype), ReduceOp.parse(op), count,
-                       req.chunk_bytes, CFG.packet_bytes, CFG.beat_bytes)
+                       req.chunk_bytes, cfg.packet_bytes, cfg.beat_bytes)
         for r in range(2):
             want = gold.outputs[r].tobytes()
             assert recv.read(r, count=len(want)).tobytes() == want, f"{coll} rank {r}"
@@ -114,3 +118,38 @@ def test_serial_transport_survives_line_noise_without_corrupting_memory():
             assert stats.errors > 0, "the noise did not reach the link (the test would prove nothing)"
         finally:
             board.close()
+
+
+def test_two_boards_joined_by_their_link_ports_run_collectives_over_serial():
+    """The ``ulx3s-85f-ring`` build on two simulated boards, one rank each, their pin-level link ports wired
+    lane to lane (as a cable joins two boards), each board on its own terminal: every collective's output is
+    the golden executor's byte for byte, and every flit one board sent the other received, none dropped."""
+    from syncfabric.fpga.boards import board as board_named
+    from syncfabric.host.run import engine_config_for
+    seed = 11
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    brd = board_named("ulx3s-85f-ring")
+    cfg = engine_config_for(brd.engine_config(), brd.topology)
+    engine = {"profile": brd.config, **brd.overrides}
+    with SimulatedBoard(cfg, boards=2, mem_bytes=brd.mem_bytes) as sim:
+        conf = {"topology": brd.topology, "backend": "serial", "engine": engine,
+                "serial": {"port": sim.paths, "timeout_s": 120}}
+        with System(conf) as sys:
+            assert sys.size == 2 and [b.n_endpoints for b in sys.backend.boards] == [1, 1]
+            for coll, count, dtype, op, root in (("allreduce", 300, "fp32", "sum", 0),
+                                                 ("reduce_scatter", 128, "int32", "max", 0),
+                                                 ("allgather", 96, "fp32", "sum", 0),
+                                                 ("alltoall", 64, "int32", "sum", 0),
+                                                 ("broadcast", 100, "fp32", "sum", 1),
+                                                 ("reduce", 80, "int32", "min", 1)):
+                _check_collective(sys, coll, count, dtype, op, rng, cfg=cfg, root=root)
+            sys.world.barrier().wait(timeout_cycles=1_000_000)
+            links = sys.backend.link_counters()
+            print(links)
+            assert all(c["dropped"] == 0 for c in links)
+            assert links[0]["flits_out"] > 0 and links[1]["flits_out"] > 0
+            assert links[0]["flits_in"] == links[1]["flits_out"] and links[1]["flits_in"] == links[0]["flits_out"]
+        # one board of the ring alone is not the ring's system
+        with pytest.raises(Exception, match="holds one rank: list every board's device"):
+            System(dict(conf, serial={"port": sim.paths[0], "timeout_s": 120}))

@@ -83,8 +83,11 @@ def parse_nextpnr_report(report, family):
         if fmax is None or f["achieved"] < fmax:
             fmax, worst_clock = f["achieved"], clk
     path = None
+    def edge_of(end):           # nextpnr names a path's ends "posedge CLK", "negedge CLK" or "<async>"
+        return str(end).split(" ", 1)[-1]
+
     for cp in report.get("critical_paths", []):
-        if worst_clock is None or cp.get("from") == worst_clock or cp.get("to") == worst_clock:
+        if worst_clock is None or edge_of(cp.get("from")) == worst_clock == edge_of(cp.get("to")):
             steps = cp.get("path", [])
             if steps:
                 path = (steps[0].get("from", {}).get("cell"), steps[-1].get("to", {}).get("cell"))
@@ -235,7 +238,9 @@ def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None
         raise BuildError(f"{brd.name}: the tools finished but wrote no bitstream in {out}", res)
     if not res.meets_timing:
         raise BuildError(f"{brd.name}: timing not met: {res.fmax_mhz or 0:.1f} MHz achieved, "
-                         f"{res.target_mhz:.1f} MHz required (worst path {res.critical_path})", res)
+                         f"{res.target_mhz:.1f} MHz required"
+                         + (f" (worst path {res.critical_path[0]} -> {res.critical_path[1]})"
+                            if res.critical_path else ""), res)
     return res
 
 

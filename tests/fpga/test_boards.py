@@ -35,7 +35,12 @@ def test_nextpnr_report_parsing_takes_the_slowest_clock_and_device_totals():
                               "DP16KD": {"used": 3, "available": 208}},
               "fmax": {"clk_a": {"achieved": 80.0, "constraint": 25.0},
                        "clk_b": {"achieved": 30.5, "constraint": 25.0}},
-              "critical_paths": [{"from": "clk_b", "to": "clk_b",
+              # as nextpnr writes them: "posedge CLK" ends; paths from or to pins are "<async>"
+              "critical_paths": [{"from": "<async>", "to": "posedge clk_b",
+                                  "path": [{"from": {"cell": "pin"}, "to": {"cell": "u9"}}]},
+                                 {"from": "posedge clk_a", "to": "posedge clk_a",
+                                  "path": [{"from": {"cell": "a1"}, "to": {"cell": "a2"}}]},
+                                 {"from": "posedge clk_b", "to": "posedge clk_b",
                                   "path": [{"from": {"cell": "u1"}, "to": {"cell": "u2"}},
                                            {"from": {"cell": "u2"}, "to": {"cell": "u3"}}]}]}
     res, fmax, path = parse_nextpnr_report(report, "ecp5")
@@ -150,3 +155,13 @@ def test_build_stage_follows_the_tools_logs(tmp_path):
         log += line + "\n"
         (tmp_path / "top.tim").write_text(log)
         assert build_stage(tmp_path) == stage, line
+
+
+@pytest.mark.slow
+@pytest.mark.fpga
+def test_ring_board_bitstream_fits_the_85f_and_meets_timing():
+    out = ROOT / "build" / "test-fpga" / "ulx3s-85f-ring"
+    res = build_board("ulx3s-85f-ring", build_dir=out)
+    print(format_build(res))
+    (out / "result.json").write_text(json.dumps(res.as_dict(), indent=2))
+    assert res.meets_timing and res.resources["IO"][0] >= 28 + 2     # the link port's pins and the UART's

@@ -103,7 +103,8 @@ _ULX3S_LINK = {"flit_out": " ".join(f"{i}+" for i in range(10)), "flit_in": " ".
 #: joined through a 2-port switch (on ring:2 each engine has two ports and two ALUs: 102 % of the LUTs),
 #: each with one FSM and one command slot: with the profile's two of each the top places at 82 % of the
 #: logic cells and does not route, with one of each it packs at 75 % and routes (docs/fpga.md has the
-#: figures). The smaller ULX3S parts and iCE40 boards cannot hold even one engine.
+#: figures). ``ulx3s-85f-ring`` holds one engine, the profile unchanged, and joins other boards through its
+#: link port. The smaller ULX3S parts and iCE40 boards cannot hold even one engine.
 BOARDS = {
     "ulx3s-85f": Board(
         name="ulx3s-85f", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5", config="board",
@@ -115,11 +116,13 @@ BOARDS = {
              "fp32 and int32) joined through a 2-port switch, 16 KiB of NPU memory each"),
     "ulx3s-85f-ring": Board(
         name="ulx3s-85f-ring", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5", config="board",
+        # one engine with the profile unchanged packs at 50 %; 12.5 MHz through the PLL (26.5 MHz after
+        # routing); a smaller engine placed for 25 MHz reached 24.7 (docs/results.md)
         clk_hz=12_500_000, mem_bytes=16384, topology="ring:2", ranks=(0,), reset=("button_fire", 0), n_leds=8,
-        overrides={"dtypes": ("fp32", "int32"), "n_fsms": 1, "n_cmds": 1}, link_pins=_ULX3S_LINK,
-        note="one 'board' engine per board (two link ports, 1 FSM, 1 command slot, fp32/int32 ALUs, 16 KiB of "
-             "NPU memory) and the pin-level link port on GPIO: boards joined by cables in a ring, one rank each, "
-             "all loading the same bitstream"),
+        link_pins=_ULX3S_LINK,
+        note="one 'board' engine per board (the profile unchanged: 2 FSMs, 2 command slots, two link ports, "
+             "ALUs for every type) with 16 KiB of NPU memory and the pin-level link port on GPIO: boards joined "
+             "by cables in a ring, one rank each, all loading the same bitstream"),
     "ulx3s-85f-linktest": Board(
         name="ulx3s-85f-linktest", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5",
         config="board", clk_hz=25_000_000, reset=("button_fire", 0), n_leds=8, top="linktest",

@@ -26,15 +26,16 @@ ROOTED = ("broadcast", "reduce")
 
 
 def _check_collective(sys, coll, count, dtype, op, rng, cfg=CFG, root=0):
-    """Post ``coll`` through the API and compare both ranks' outputs with the golden executor, byte for byte."""
+    """Post ``coll`` through the API and compare every rank's output with the golden executor, byte for byte."""
     comm = sys.world
+    n = comm.size
     eb = dtype_bytes(DType.parse(dtype))
-    inputs = random_inputs(coll, count, 2, dtype, root, rng)
-    n_in = max(buffer_counts(coll, count, 2, r, root)[0] for r in range(2))
-    n_out = max(buffer_counts(coll, count, 2, r, root)[1] for r in range(2))
+    inputs = random_inputs(coll, count, n, dtype, root, rng)
+    n_in = max(buffer_counts(coll, count, n, r, root)[0] for r in range(n))
+    n_out = max(buffer_counts(coll, count, n, r, root)[1] for r in range(n))
     send, recv = sys.register(n_in * eb), sys.register(n_out * eb)
     try:
-        for r in range(2):
+        for r in range(n):
             if inputs[r] is not None:       # a rooted collective's other ranks send nothing
                 send.write(r, inputs[r])
         args = ({"op": op} if coll in REDUCING else {}) | ({"root": root} if coll in ROOTED else {})
@@ -43,7 +44,7 @@ def _check_collective(sys, coll, count, dtype, op, rng, cfg=CFG, root=0):
         progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
         gold = execute(progs, comm.topology, inputs, DType.parse(dtype), ReduceOp.parse(op), count,
                        req.chunk_bytes, cfg.packet_bytes, cfg.beat_bytes)
-        for r in range(2):
+        for r in range(n):
             want = gold.outputs[r].tobytes()
             assert recv.read(r, count=len(want)).tobytes() == want, f"{coll} rank {r}"
         return req
@@ -153,3 +154,26 @@ def test_two_boards_joined_by_their_link_ports_run_collectives_over_serial():
         # one board of the ring alone is not the ring's system
         with pytest.raises(Exception, match="holds one rank: list every board's device"):
             System(dict(conf, serial={"port": sim.paths[0], "timeout_s": 120}))
+
+
+def test_three_boards_in_a_ring_forward_across_the_middle_board():
+    """The same bitstream on three boards (``ring:3``: each board's link port goes to the next board, its
+    credits come back from it): an all-reduce, and an all-to-all whose slices for the rank two hops away are
+    forwarded through the middle board's engine, byte for byte; every board's flits arrive at the next."""
+    from syncfabric.fpga.boards import board as board_named
+    from syncfabric.host.run import engine_config_for
+    seed = 12
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    brd = board_named("ulx3s-85f-ring")
+    cfg = engine_config_for(brd.engine_config(), "ring:3")
+    with SimulatedBoard(cfg, boards=3, mem_bytes=brd.mem_bytes) as sim:
+        conf = {"topology": "ring:3", "backend": "serial", "engine": {"profile": brd.config, **brd.overrides},
+                "serial": {"port": sim.paths, "timeout_s": 120}}
+        with System(conf) as sys:
+            _check_collective(sys, "allreduce", 300, "fp32", "sum", rng, cfg=cfg)
+            _check_collective(sys, "alltoall", 40, "int32", "sum", rng, cfg=cfg)
+            links = sys.backend.link_counters()
+            print(links)
+            assert all(c["dropped"] == 0 and c["flits_out"] > 0 for c in links)
+            assert [c["flits_in"] for c in links] == [links[(b - 1) % 3]["flits_out"] for b in range(3)]

@@ -30,8 +30,9 @@ def _cmd_build(args):
     from .tools import ToolError
 
     if args.list:
+        width = max(map(len, BOARDS))
         for name, b in BOARDS.items():
-            print(f"{name:<16} {b.family:<6} {b.clk_hz / 1e6:g} MHz  {b.note}")
+            print(f"{name:<{width}}  {b.family:<6} {f'{b.clk_hz / 1e6:g} MHz':<9} {b.note}")
         return 0
     if not args.board:
         print("syncfabric build: error: --board is required (--list shows the boards)", file=sys.stderr)

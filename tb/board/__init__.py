@@ -56,11 +56,12 @@ class BoardRing(wiring.Component):
         n = len(self.boards)
         for b, board in enumerate(self.boards):
             m.submodules[f"board{b}"] = board
-            m.d.comb += [board.uart_rx.eq(getattr(self, f"uart_rx{b}")), getattr(self, f"uart_tx{b}").eq(board.uart_tx)]
-        for b, board in enumerate(self.boards):
+            m.d.comb += [board.uart_rx.eq(getattr(self, f"uart_rx{b}")),
+                         getattr(self, f"uart_tx{b}").eq(board.uart_tx)]
+        for b, board in enumerate(self.boards):     # the cable to the next board: flits out, credits back
             nxt = self.boards[(b + 1) % n]
-            for out, inp in ((board.flit_out, nxt.flit_in), (nxt.credit_out, board.credit_in)):
-                m.d.comb += [inp.data.eq(out.data), inp.frame.eq(out.frame), inp.strobe.eq(out.strobe)]
+            wiring.connect(m, board.flit_out, nxt.flit_in)
+            wiring.connect(m, nxt.credit_out, board.credit_in)
         return m
 
 
@@ -83,10 +84,10 @@ def board_verilog(cfg, topology="ring:2", mem_bytes=16384, clk_hz=SIM_CLK_HZ, ba
 class SimulatedBoard:
     """A board with engines of ``cfg`` on ``topology`` and ``mem_bytes`` of memory per endpoint, simulated by
     ``sim`` (``"verilator"`` or ``"icarus"``) behind a pseudo-terminal; ``boards=N``: a :class:`BoardRing` of
-    N boards instead (``topology`` is then ``ring:N``; ``link_port``: the link ports' options), one terminal each. ``start_timeout``: seconds to wait for
-    the simulator to build and open the terminal. ``noise``: probability that the testbench flips a bit of a
-    byte on its way to the board (transmission errors the bridge must reject). Use as a context manager or
-    call :meth:`close`, which ends the simulation."""
+    N boards instead (``topology`` is then ``ring:N``; ``link_port``: the link ports' options), one terminal
+    each. ``start_timeout``: seconds to wait for the simulator to build and open the terminal. ``noise``:
+    probability that the testbench flips a bit of a byte on its way to the board (transmission errors the
+    bridge must reject). Use as a context manager or call :meth:`close`, which ends the simulation."""
 
     def __init__(self, cfg, *, topology="ring:2", mem_bytes=16384, sim="verilator", seed=1, noise=0.0,
                  start_timeout=3600, progress=False, boards=1, link_port=None):
@@ -98,15 +99,16 @@ class SimulatedBoard:
         params = {"cfg": dataclasses.asdict(cfg), "topology": topology, "mem_bytes": mem_bytes}
         if boards > 1:
             params.update(boards=boards, link_port=link_port or {})
-        uarts = [("uart_rx", "uart_tx")] if boards == 1 else [(f"uart_rx{b}", f"uart_tx{b}") for b in range(boards)]
+        uarts = ([("uart_rx", "uart_tx")] if boards == 1 else
+                 [(f"uart_rx{b}", f"uart_tx{b}") for b in range(boards)])
         self.build_tag = f"board-{topology.replace(':', '_')}-{os.getpid()}-{next(_instances)}"
         self.run_dir = run_dir_for(self.build_tag, sim)
         self.log_file = self.run_dir.parent / f"{self.build_tag}-{sim}.log"
         self._tmp = tempfile.mkdtemp(prefix="syncfabric-board-")
         path_file = os.path.join(self._tmp, "pty")
         self._stop_file = os.path.join(self._tmp, "stop")
-        tbp = {"path_file": path_file, "stop_file": self._stop_file, "divisor": SIM_DIVISOR, "seed": seed, "noise": noise,
-               "uarts": uarts}
+        tbp = {"path_file": path_file, "stop_file": self._stop_file, "divisor": SIM_DIVISOR, "seed": seed,
+               "noise": noise, "uarts": uarts}
         self._error = None
         self.result = None
 

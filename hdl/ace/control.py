@@ -22,7 +22,7 @@ Dataflow of a command (see docs/engine.md):
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -31,7 +31,8 @@ from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
 from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES,
                               credit_layout, flit_layout, packet_header_layout)
-from .chunker import BlockGeometry, geometry_layout
+from .geometry import BlockGeometry, geometry_layout
+from .arbiter import SEQ_BITS, OldestFirst
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
 from .link import RxPort, TxPort
@@ -39,7 +40,16 @@ from .sram import ChunkSram, sram_read_layout
 from .units import (LoadSequencer, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, beat_stream, dma_cmd_layout, job_layouts,
                     STATUS_SHAPE)
 
-__all__ = ["ControlUnit", "cmd_entry_layout", "cmd_done_layout", "STALL_CAUSES", "TERMINAL"]
+__all__ = ["ControlUnit", "FsmState", "cmd_entry_layout", "cmd_done_layout", "STALL_CAUSES", "TERMINAL"]
+
+
+class FsmState(enum.Enum, shape=2):
+    """An FSM's state: no chunk; loading a phase's bounds or moving to the next phase's partition; decoding
+    and issuing the phase's steps; waiting for the terminal partition after the last step."""
+    IDLE = 0
+    ADVANCE = 1
+    RUN = 2
+    HANDOFF = 3
 
 #: Index of the terminal partition in the PART registers.
 TERMINAL = 4
@@ -49,10 +59,6 @@ STALL_CAUSES = ("port_busy", "credits", "landing_empty", "dma_busy", "partition_
                 "queue_full", "cpl_ring_full")
 
 _F = {name: (lsb, width) for name, lsb, width in FIELDS}
-
-
-#: Width of the chunk dispatch sequence number the arbiters compare.
-_SEQ_BITS = 10
 
 
 def _w(n):
@@ -148,6 +154,8 @@ class ControlUnit(wiring.Component):
             "payload_wr_bytes": Out(64),
             "alu_beats": Out(64),
             "fsm_busy": Out(64),
+            "steps": Out(64),
+            "step_gap": Out(64),
             "stall": Out(data.ArrayLayout(unsigned(32), n_causes)),
             "tx_flits": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
             "tx_busy": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
@@ -351,7 +359,7 @@ class ControlUnit(wiring.Component):
 
         # ---- per-FSM chunk queues --------------------------------------------------------------------------
         # seq: the chunk's number in the engine's dispatch order (wrapping); arbiters favour the oldest chunk
-        q_layout = data.StructLayout({"cmd": _w(NC), "chunk": unsigned(16), "buf": BUF, "seq": unsigned(_SEQ_BITS)})
+        q_layout = data.StructLayout({"cmd": _w(NC), "chunk": unsigned(16), "buf": BUF, "seq": unsigned(SEQ_BITS)})
         queues = []
         for f in range(F):
             q = fifo.SyncFIFOBuffered(width=q_layout.size, depth=2)
@@ -412,7 +420,7 @@ class ControlUnit(wiring.Component):
             dispatch_stall_q.eq(self.enable & order.r_rdy & part_free & free.r_rdy & ~q_ready),
         ]
         qin = Signal(q_layout)
-        d_seq = Signal(_SEQ_BITS)
+        d_seq = Signal(SEQ_BITS)
         m.d.comb += [qin.cmd.eq(d_cmd), qin.chunk.eq(d_chunk), qin.buf.eq(free.r_data), qin.seq.eq(d_seq)]
         for f in range(F):
             m.d.comb += [queues[f].w_data.eq(qin), queues[f].w_en.eq(dispatch & (d_fsm == f))]
@@ -447,16 +455,31 @@ class ControlUnit(wiring.Component):
             "sram_addr": rl.members["addr"],
             "wait": 1,      # the step's slot is still being loaded
             "put": 1,       # a PUT: runs as a SEND whose message is a deposit
+            "illegal": 1,   # the word is not a valid step: it retires with ILLEGAL_INSTRUCTION
+            "noop": 1,      # nothing to issue (illegal, or a LOAD/STORE of an empty block): retires at its grant
         })
-        IDLE, ADVANCE, FETCH, READY, EXEC, HANDOFF = range(6)
-        st = [Signal(range(6), name=f"fsm{f}_state") for f in range(F)]
+        IDLE, ADVANCE, RUN, HANDOFF = FsmState.IDLE, FsmState.ADVANCE, FsmState.RUN, FsmState.HANDOFF
+        st = [Signal(FsmState, name=f"fsm{f}_state") for f in range(F)]
         ctx_cmd = [Signal(_w(NC), name=f"fsm{f}_cmd") for f in range(F)]
         ctx_chunk = [Signal(16, name=f"fsm{f}_chunk") for f in range(F)]
         ctx_buf = [Signal(BUF, name=f"fsm{f}_buf") for f in range(F)]
-        ctx_seq = [Signal(_SEQ_BITS, name=f"fsm{f}_seq") for f in range(F)]
+        ctx_seq = [Signal(SEQ_BITS, name=f"fsm{f}_seq") for f in range(F)]
         ctx_phase = [Signal(3, name=f"fsm{f}_phase") for f in range(F)]
-        ctx_pc = [Signal(11, name=f"fsm{f}_pc") for f in range(F)]
+        # fpc: the next step to decode; stop: the end of the current phase's steps; enter: the phase's bounds
+        # are still to be loaded (in ADVANCE)
+        ctx_pc = [Signal(11, name=f"fsm{f}_fpc") for f in range(F)]
         ctx_stop = [Signal(11, name=f"fsm{f}_stop") for f in range(F)]
+        ctx_enter = [Signal(name=f"fsm{f}_enter") for f in range(F)]
+        # the step pipeline of an FSM: `step` (cur) waits for its grant, `nstep` was decoded behind it, and
+        # up to two SEND/RECV steps granted on one unit are in flight (n_exec)
+        cur_v = [Signal(name=f"fsm{f}_cur_valid") for f in range(F)]
+        nstep_v = [Signal(name=f"fsm{f}_next_valid") for f in range(F)]
+        n_exec = [Signal(range(3), name=f"fsm{f}_in_flight") for f in range(F)]
+        # the youngest step in flight (the hazard check of a step that would overlap it)
+        ex_op = [Signal(3, name=f"fsm{f}_ex_op") for f in range(F)]
+        ex_port = [Signal(3, name=f"fsm{f}_ex_port") for f in range(F)]
+        ex_fwd = [Signal(4, name=f"fsm{f}_ex_fwd") for f in range(F)]
+        ex_slot = [Signal(10, name=f"fsm{f}_ex_slot") for f in range(F)]
         ctx_status = [Signal(STATUS_SHAPE, name=f"fsm{f}_status") for f in range(F)]
         # slots of each chunk buffer still to be loaded: set at dispatch from the program's load mask (the
         # sequencer loads them later) and by LOADs the FSMs issue, cleared when the load unit reports a LOAD done
@@ -473,6 +496,7 @@ class ControlUnit(wiring.Component):
         cnt = [[Signal(COUNT_BITS, name=f"buf{b}_cnt{k}") for k in range(NMASK)] for b in range(NB)]
         contrib = [Signal(COUNT_BITS, init=(1 << COUNT_BITS) - 1, name=f"cmd{i}_contrib") for i in range(NC)]
         step = [Signal(step_l, name=f"fsm{f}_step") for f in range(F)]
+        nstep = [Signal(step_l, name=f"fsm{f}_next_step") for f in range(F)]
         ctx_entry = [entry_of(ctx_cmd[f], f"fsm{f}_entry") for f in range(F)]
 
         def stop_of(e, phase):
@@ -491,14 +515,17 @@ class ControlUnit(wiring.Component):
                     | (seqr.skip.valid & (seqr.skip.buf == buf) & (seqr.skip.slot == slot)))
 
         # decoder: a 4-stage pipeline that takes one step per cycle, each stage holding a different FSM's step:
-        # 0 pick the oldest FSM in FETCH that is not in the pipeline (instruction address), 1 instruction word
-        # (routing table address), 2 block geometry inputs (routing table data), 3 write back to the FSM.
+        # 0 pick the oldest FSM that has room for a decoded step and none in the pipeline (instruction
+        # address), 1 instruction word (routing table address), 2 block geometry inputs (routing table data),
+        # 3 write back to the FSM: into `step` if that is free (or freed this cycle), else into `nstep`. So an
+        # FSM decodes its next step while the current one waits for its grant or transfers.
         m.submodules.dec_geo = dgeo = BlockGeometry(cfg)
         in_dec = Signal(F)
-        fetch_req = Cat(*[(st[f] == FETCH) & ~in_dec[f] for f in range(F)])
+        fetch_req = Cat(*[(st[f] == RUN) & ~in_dec[f] & ~nstep_v[f] & (ctx_pc[f] != ctx_stop[f])
+                          for f in range(F)])
         pick = Signal(_w(F))
         pick_any = Signal()
-        self._oldest_first(m, fetch_req, ctx_seq, pick, pick_any)
+        self._oldest_first(m, "dec_pick", fetch_req, ctx_seq, pick, pick_any)
         stage = []
         for k in (1, 2, 3):
             stage.append({"v": Signal(name=f"dec{k}_valid"), "f": Signal(_w(F), name=f"dec{k}_fsm"),
@@ -510,6 +537,8 @@ class ControlUnit(wiring.Component):
                 with m.Case(f):
                     m.d.comb += imem_dec.addr.eq(ctx_pc[f])
                     m.d.sync += [d1["cmd"].eq(ctx_cmd[f]), d1["chunk"].eq(ctx_chunk[f]), d1["buf"].eq(ctx_buf[f])]
+                    with m.If(pick_any):
+                        m.d.sync += ctx_pc[f].eq(ctx_pc[f] + 1)
         m.d.sync += [d1["v"].eq(pick_any), d1["f"].eq(pick)]
         # stage 1: the word arrives; look up the route of its peer
         d1_entry = entry_of(d1["cmd"], "dec1_entry")
@@ -560,8 +589,11 @@ class ControlUnit(wiring.Component):
             # LOAD reads the block's input range, STORE writes its output range
             dec_result.addr.eq(Mux(op == StepOp.STORE, dgeo.out_addr, dgeo.in_addr)),
             dec_result.sram_addr.eq(_field(w, "slot") * dec_entry.geom.slot_beats),
-            dec_result.wait.eq((op != StepOp.LOAD) & dec_loading.bit_select(_field(w, "slot")[:SBITS], 1)
-                               & ~slot_filled(dec_buf, _field(w, "slot"))),
+            dec_result.illegal.eq(dec_illegal),
+            dec_result.noop.eq(dec_illegal | (((op == StepOp.LOAD) | (op == StepOp.STORE)) & (dgeo.nbytes == 0))),
+            # (a LOAD of this FSM granted in this very cycle is not yet in `loading`: see own_load below)
+            dec_result.wait.eq(~dec_result.noop & (op != StepOp.LOAD)
+                               & dec_loading.bit_select(_field(w, "slot")[:SBITS], 1)),
             dec_illegal.eq(
                 ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE) | is_put)
                 | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K)
@@ -594,14 +626,16 @@ class ControlUnit(wiring.Component):
         rx_ch = [[Signal(CHANNEL_BITS, name=f"rx{k}_fsm{f}_ch") for f in range(F)] for k in range(K)]
         for f in range(F):
             for k in range(K):
+                # (a channel whose head header belongs to a RECV the unit already holds shows this FSM's
+                # previous message, not the awaited one)
                 if S == 1:
-                    m.d.comb += [rx_hit[k][f].eq(rxp[k].hdr_valid[f]), rx_ch[k][f].eq(f)]
+                    m.d.comb += [rx_hit[k][f].eq(rxp[k].hdr_valid[f] & ~recvs[k].unpopped[f]), rx_ch[k][f].eq(f)]
                     continue
                 # the first source whose head is the awaited message (tag, chunk, phase, key)
                 for src in reversed(range(S)):
                     c = f + F * src
                     h = rxp[k].heads[c]
-                    hit = (rxp[k].hdr_valid[c] & (h.tag == ctx_entry[f].tag) & (h.chunk == ctx_chunk[f])
+                    hit = (rxp[k].hdr_valid[c] & ~recvs[k].unpopped[c] & (h.tag == ctx_entry[f].tag) & (h.chunk == ctx_chunk[f])
                            & (h.phase == ctx_phase[f]) & (h.key == step[f].key))
                     with m.If(hit):
                         m.d.comb += [rx_hit[k][f].eq(1), rx_ch[k][f].eq(c)]
@@ -636,17 +670,26 @@ class ControlUnit(wiring.Component):
                                                      cred_ok.eq(beats_ok_at[j])]
                             with m.Else():
                                 m.d.comb += [port_free.eq(recvs[k].job_ready & ~dep.req[k]), cred_ok.eq(1)]
-            ready = (st[f] == READY) & ~s.wait
+            # a step issues when the FSM has nothing in flight, or behind one SEND/RECV in flight on the same
+            # unit (same op, port and forward port: the unit keeps their order) that touches another slot
+            # (two SENDs may read the same one)
+            overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & ~s.noop & (s.op == ex_op[f])
+                          & (s.port == ex_port[f]) & (Cat(s.fwd_port, s.fwd) == ex_fwd[f])
+                          & ((s.op == StepOp.SEND) | (s.slot != ex_slot[f])))
+            issue_ok = (n_exec[f] == 0) | ((n_exec[f] == 1) & overlap_ok)
+            ready = Signal(name=f"fsm{f}_ready")
+            m.d.comb += ready.eq((st[f] == RUN) & cur_v[f] & ~s.wait & issue_ok)
+            real = ready & ~s.noop
             m.d.comb += [
-                can[f].eq(ready & port_free & cred_ok & land_ok),
-                cause_port[f].eq(ready & ~port_free),
-                cause_cred[f].eq(ready & port_free & ~cred_ok),
-                cause_land[f].eq(ready & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),
-                cause_dma[f].eq(ready & ~land_ok & ((s.op == StepOp.LOAD) | (s.op == StepOp.STORE))),
+                can[f].eq(ready & (s.noop | (port_free & cred_ok & land_ok))),
+                cause_port[f].eq(real & ~port_free),
+                cause_cred[f].eq(real & port_free & ~cred_ok),
+                cause_land[f].eq(real & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),
+                cause_dma[f].eq(real & ~land_ok & ((s.op == StepOp.LOAD) | (s.op == StepOp.STORE))),
             ]
         gsel = Signal(_w(F))
         gany = Signal()
-        self._oldest_first(m, can, ctx_seq, gsel, gany)
+        self._oldest_first(m, "issue_arb", can, ctx_seq, gsel, gany)
         g = Signal(step_l)
         g_cmd = Signal(_w(NC))
         g_buf = Signal(BUF)
@@ -692,8 +735,10 @@ class ControlUnit(wiring.Component):
             new_cnt.eq(Mux(g.reduce, in_cnt + g_cnt, in_cnt)),
             hdr_out.count.eq(Mux(g.op == StepOp.SEND, g_cnt, new_cnt)),
         ]
-        grant_load = gany & (g.op == StepOp.LOAD)
-        grant_store = gany & (g.op == StepOp.STORE)
+        # a no-op step (illegal, or an empty LOAD/STORE) takes a grant but no unit
+        g_real = gany & ~g.noop
+        grant_load = g_real & (g.op == StepOp.LOAD)
+        grant_store = g_real & (g.op == StepOp.STORE)
         # posted STOREs still to be acknowledged, per chunk buffer (a chunk is done when its count is 0)
         spend = [Signal(range(StoreUnit.QUEUE + StoreUnit.IN_FLIGHT + 2), name=f"buf{b}_stores") for b in range(NB)]
         m.d.comb += [
@@ -707,10 +752,10 @@ class ControlUnit(wiring.Component):
             inc = grant_store & (g_buf == b)
             dec = store.done.valid & (store.done.buf == b)
             m.d.sync += spend[b].eq(spend[b] + inc - dec)
-        grant_send = gany & (g.op == StepOp.SEND)
-        grant_recv = gany & (g.op == StepOp.RECV)
+        grant_send = g_real & (g.op == StepOp.SEND)
+        grant_recv = g_real & (g.op == StepOp.RECV)
         # the load unit takes an FSM's LOAD when one is granted, else the sequencer's prefetch
-        fsm_load = grant_load & (g.nbytes != 0)
+        fsm_load = grant_load
         seq_take = Signal()
         m.d.comb += seq_take.eq(seqr.issue.valid & load.job_ready & ~fsm_load)
         with m.If(fsm_load):
@@ -726,7 +771,7 @@ class ControlUnit(wiring.Component):
             m.d.comb += [load.job.eq(seqr.issue), load.job.valid.eq(seq_take), load.job.zero.eq(seq_entry.null)]
         m.d.comb += seqr.take.eq(seq_take)
         # slots with a LOAD in flight: set when a load is issued, cleared when the load unit reports it done
-        grant_recv_now = gany & (g.op == StepOp.RECV)
+        grant_recv_now = grant_recv
         for b in range(NB):
             with m.If(dispatch & (free.r_data == b)):
                 m.d.sync += [cnt[b][k].eq(~d_entry.null) for k in range(NMASK)]
@@ -735,25 +780,13 @@ class ControlUnit(wiring.Component):
                     for k in range(NMASK):
                         with m.Case(k):
                             m.d.sync += cnt[b][k].eq(new_cnt)
-        # a STORE of an empty block retires in the decoder: its count is folded in as well
-        dec_cnt = Signal(COUNT_BITS)
-        with m.Switch(dec_buf):
-            for b in range(NB):
-                with m.Case(b):
-                    with m.Switch(_field(dec_word, "slot")):
-                        for k in range(NMASK):
-                            with m.Case(k):
-                                m.d.comb += dec_cnt.eq(cnt[b][k])
-        dec_empty_store = dec_grant & ~dec_illegal & (op == StepOp.STORE) & (dgeo.nbytes == 0)
+        # every STORE folds its slot's count into its command's contributors, an empty one (a no-op) too
+        fold = gany & ~g.illegal & (g.op == StepOp.STORE)
         for i in range(NC):
-            a = Mux(grant_store & (g_cmd == i), g_cnt, (1 << COUNT_BITS) - 1)
-            b = Mux(dec_empty_store & (dec_cmd_idx == i), dec_cnt, (1 << COUNT_BITS) - 1)
-            low = Signal(COUNT_BITS, name=f"cmd{i}_contrib_low")
-            m.d.comb += low.eq(Mux(a < b, a, b))
             with m.If(self.new_cmd.valid & self.new_cmd.ready & (self.new_cmd.payload.slot == i)):
                 m.d.sync += contrib[i].eq((1 << COUNT_BITS) - 1)
-            with m.Elif(low < contrib[i]):
-                m.d.sync += contrib[i].eq(low)
+            with m.Elif(fold & (g_cmd == i) & (g_cnt < contrib[i])):
+                m.d.sync += contrib[i].eq(g_cnt)
         for b in range(NB):
             new_b = dispatch & (free.r_data == b)
             set_b = fsm_load & (g_buf == b)
@@ -813,7 +846,7 @@ class ControlUnit(wiring.Component):
         active = Cat(*[s != IDLE for s in st])
         oldest = Signal(_w(F))
         oldest_any = Signal()
-        self._oldest_first(m, active, ctx_seq, oldest, oldest_any)
+        self._oldest_first(m, "oldest_arb", active, ctx_seq, oldest, oldest_any)
         move_req = Signal(F)
         phase_wait = Signal(F)
         handoff_wait = Signal(F)
@@ -827,7 +860,7 @@ class ControlUnit(wiring.Component):
         m.d.comb += next_free.eq(Cat(*[used[p] < self.part[p] for p in range(MAX_PHASES)]))
         for f in range(F):
             nxt = (ctx_phase[f] + 1)[:3]
-            at_end = ((st[f] == ADVANCE) & (ctx_pc[f] != 0x7FF) & (ctx_pc[f] == ctx_stop[f])
+            at_end = ((st[f] == ADVANCE) & ~ctx_enter[f] & (ctx_pc[f] == ctx_stop[f])
                       & (nxt < ctx_entry[f].n_phases))
             room = Signal(name=f"fsm{f}_room")
             with m.Switch(nxt):
@@ -841,7 +874,7 @@ class ControlUnit(wiring.Component):
                 phase_wait[f].eq(at_end & ~room & ~is_oldest),
                 handoff_wait[f].eq(ho & ~term_free & ~is_oldest),
             ]
-        self._oldest_first(m, move_req, ctx_seq, hsel, hany)
+        self._oldest_first(m, "move_arb", move_req, ctx_seq, hsel, hany)
         h_handoff = Signal()        # the granted move is a hand-off (else a phase change)
         h_phase = Signal(3)         # the granted chunk's current phase
         term = Signal(NB)                   # buffers in the terminal partition
@@ -874,62 +907,78 @@ class ControlUnit(wiring.Component):
         m.d.sync += used_term.eq(used_term + to_term - cd.valid)
 
         # FSM next-state logic
+        def settle(x, buf, own):
+            """Step ``x`` with its ``wait`` brought up to date: set by a LOAD of its slot this FSM is granted now
+            (``own``: not yet in ``loading``), cleared when its slot's LOAD ends this cycle."""
+            out = Signal(step_l)
+            m.d.comb += [out.eq(x), out.wait.eq((x.wait | (own & ~x.noop & (x.op != StepOp.LOAD)))
+                                                & ~slot_filled(buf, x.slot))]
+            return out
+
+        dec_eff = settle(dec_result, dec_buf, fsm_load & (gsel == dec_f) & (g.slot == dec_result.slot))
+        gap = Signal(F)
         for f in range(F):
             s = st[f]
             e = ctx_entry[f]
-            # the LOAD of the step's slot completes
-            loaded = slot_filled(ctx_buf[f], step[f].slot)
+            own = fsm_load & (gsel == f)
+            cur_s = settle(step[f], ctx_buf[f], own & (g.slot == step[f].slot))
+            nxt_s = settle(nstep[f], ctx_buf[f], own & (g.slot == nstep[f].slot))
             unit_done = Signal(name=f"fsm{f}_unit_done")
             for u in sends + recvs:
                 with m.If(u.done.valid & (u.done.fsm == f)):
                     m.d.comb += unit_done.eq(1)
                     with m.If(u.done.status != 0):
                         m.d.sync += ctx_status[f].eq(u.done.status)
+            granted = gany & (gsel == f)
+            cur = step[f]
+            posted = (cur.op == StepOp.LOAD) | (cur.op == StepOp.STORE) | cur.noop
+            issue_exec = granted & ~posted         # a SEND or RECV: in flight until its unit reports done
+            wb = dec_grant & (dec_f == f)
+            m.d.sync += n_exec[f].eq(n_exec[f] + issue_exec - unit_done)
+            with m.If(issue_exec):
+                m.d.sync += [ex_op[f].eq(cur.op), ex_port[f].eq(cur.port), ex_fwd[f].eq(Cat(cur.fwd_port, cur.fwd)),
+                             ex_slot[f].eq(cur.slot)]
+            # the step registers: the granted step makes room for the next decoded one
+            m.d.sync += [step[f].eq(cur_s), nstep[f].eq(nxt_s)]
+            with m.If(~cur_v[f] | granted):
+                with m.If(nstep_v[f]):
+                    m.d.sync += [step[f].eq(nxt_s), cur_v[f].eq(1), nstep_v[f].eq(0)]
+                with m.Elif(wb):
+                    m.d.sync += [step[f].eq(dec_eff), cur_v[f].eq(1)]
+                with m.Else():
+                    m.d.sync += cur_v[f].eq(0)
+            with m.Elif(wb):
+                m.d.sync += [nstep[f].eq(dec_eff), nstep_v[f].eq(1)]
+            with m.If(wb & dec_illegal):
+                m.d.sync += ctx_status[f].eq(Status.ILLEGAL_INSTRUCTION)
+            # every step of the phase decoded and retired
+            phase_done = ((ctx_pc[f] == ctx_stop[f]) & ~in_dec[f] & ~cur_v[f] & ~nstep_v[f] & (n_exec[f] == 0))
+            m.d.comb += gap[f].eq(((s == RUN) & ~cur_v[f] & (n_exec[f] == 0)) | ((s == ADVANCE) & ~phase_wait[f]))
             with m.Switch(s):
                 with m.Case(IDLE):
                     with m.If(queues[f].r_rdy):
                         qv = data.View(q_layout, queues[f].r_data)
                         m.d.comb += queues[f].r_en.eq(1)
+                        # the bounds of phase 0 are loaded in ADVANCE (the entry is indexed by ctx_cmd)
                         m.d.sync += [ctx_cmd[f].eq(qv.cmd), ctx_chunk[f].eq(qv.chunk), ctx_buf[f].eq(qv.buf),
-                                     ctx_seq[f].eq(qv.seq),
-                                     ctx_phase[f].eq(0), ctx_status[f].eq(0), s.eq(ADVANCE)]
-                        # pc/stop of phase 0 are loaded in ADVANCE (the entry is indexed by ctx_cmd)
-                        m.d.sync += [ctx_pc[f].eq(0x7FF)]
+                                     ctx_seq[f].eq(qv.seq), ctx_phase[f].eq(0), ctx_status[f].eq(0),
+                                     ctx_enter[f].eq(1), s.eq(ADVANCE)]
                 with m.Case(ADVANCE):
                     start, stop = stop_of(e, ctx_phase[f])
-                    with m.If(ctx_pc[f] == 0x7FF):
+                    with m.If(ctx_enter[f]):
                         # entering ctx_phase: load its bounds (phase 0 after the LOADs the sequencer issued)
                         m.d.sync += [ctx_pc[f].eq(start + Mux(ctx_phase[f] == 0, e.load_end, 0)),
-                                     ctx_stop[f].eq(stop)]
+                                     ctx_stop[f].eq(stop), ctx_enter[f].eq(0)]
                     with m.Elif(ctx_pc[f] == ctx_stop[f]):
                         with m.If(ctx_phase[f] + 1 >= e.n_phases):
                             m.d.sync += s.eq(HANDOFF)
                         with m.Elif(hany & (hsel == f)):       # moved to the next phase's partition
-                            m.d.sync += [ctx_phase[f].eq(ctx_phase[f] + 1), ctx_pc[f].eq(0x7FF)]
+                            m.d.sync += [ctx_phase[f].eq(ctx_phase[f] + 1), ctx_enter[f].eq(1)]
                     with m.Else():
-                        m.d.sync += s.eq(FETCH)
-                with m.Case(FETCH):
-                    with m.If(dec_grant & (dec_f == f)):
-                        m.d.sync += step[f].eq(dec_result)
-                        with m.If(dec_illegal):
-                            m.d.sync += [ctx_status[f].eq(Status.ILLEGAL_INSTRUCTION),
-                                         ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
-                        with m.Elif(((dec_result.op == StepOp.LOAD) | (dec_result.op == StepOp.STORE))
-                                    & (dec_result.nbytes == 0)):     # an empty block: nothing to move
-                            m.d.sync += [ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
-                        with m.Else():
-                            m.d.sync += s.eq(READY)
-                with m.Case(READY):
-                    with m.If(loaded):
-                        m.d.sync += step[f].wait.eq(0)
-                    with m.If(gany & (gsel == f)):
-                        with m.If((step[f].op == StepOp.LOAD) | (step[f].op == StepOp.STORE)):   # posted
-                            m.d.sync += [ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
-                        with m.Else():
-                            m.d.sync += s.eq(EXEC)
-                with m.Case(EXEC):
-                    with m.If(unit_done):
-                        m.d.sync += [ctx_pc[f].eq(ctx_pc[f] + 1), s.eq(ADVANCE)]
+                        m.d.sync += s.eq(RUN)
+                with m.Case(RUN):
+                    with m.If(phase_done):
+                        m.d.sync += s.eq(ADVANCE)
                 with m.Case(HANDOFF):
                     with m.If(hany & (hsel == f)):
                         m.d.sync += s.eq(IDLE)
@@ -995,7 +1044,11 @@ class ControlUnit(wiring.Component):
             self.idle.eq((busy == 0) & (used_term == 0) & (active == 0) & dep.idle),
             self.chunks_active.eq(sum(used) + used_term),
         ]
-        m.d.sync += self.fsm_busy.eq(self.fsm_busy + n_active)
+        m.d.sync += [
+            self.fsm_busy.eq(self.fsm_busy + n_active),
+            self.steps.eq(self.steps + gany),
+            self.step_gap.eq(self.step_gap + sum(gap[f] for f in range(F))),
+        ]
         # per program phase: flits sent on every port by that phase's messages, cycles a chunk was in it
         for p in range(MAX_PHASES):
             sent_p = sum((tx.flit.valid & tx.flit.ready & (tx.flit_phase == p)) for tx in txp)
@@ -1013,22 +1066,10 @@ class ControlUnit(wiring.Component):
         return m
 
     @staticmethod
-    def _oldest_first(m, req, seqs, sel, any_):
-        """``sel`` = the requester whose chunk was dispatched first (smallest ``seqs`` in wrapping order: at
-        most a few dozen chunks are in flight, far less than half the sequence space), ``any_`` if there is
-        one. A tree of pairwise comparisons, log2(n) deep."""
-        level = [(req[i], Const(i, len(sel)), seqs[i]) for i in range(len(seqs))]
-        while len(level) > 1:
-            nxt = []
-            for k in range(0, len(level) - 1, 2):
-                (va, ia, sa), (vb, ib, sb) = level[k], level[k + 1]
-                older_b = Signal()
-                m.d.comb += older_b.eq(vb & (~va | (sb - sa)[_SEQ_BITS - 1]))
-                v, i, q = Signal(), Signal(len(sel)), Signal(_SEQ_BITS)
-                m.d.comb += [v.eq(va | vb), i.eq(Mux(older_b, ib, ia)), q.eq(Mux(older_b, sb, sa))]
-                nxt.append((v, i, q))
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level = nxt
-        v, i, _ = level[0]
-        m.d.comb += [sel.eq(i), any_.eq(v)]
+    def _oldest_first(m, name, req, seqs, sel, any_):
+        """``sel`` = the requester whose chunk was dispatched first, ``any_`` if there is one (an
+        :class:`~.arbiter.OldestFirst` named ``name``)."""
+        arb = OldestFirst(len(seqs))
+        m.submodules[name] = arb
+        m.d.comb += [arb.req.eq(req), sel.eq(arb.sel), any_.eq(arb.valid)]
+        m.d.comb += [arb.seq[i].eq(s) for i, s in enumerate(seqs)]

@@ -177,6 +177,8 @@ class AceEngine(wiring.Component):
             bank.reg("DEPOSITS").eq(cu.deposits),
             bank.reg("SPILLS").eq(cu.spills),
             bank.reg("SPILL_BYTES").eq(cu.spill_bytes),
+            bank.reg("STEPS").eq(cu.steps),
+            bank.reg("STEP_GAP").eq(cu.step_gap),
         ]
         for k in range(K):
             m.d.comb += [

@@ -58,7 +58,7 @@ IRQ_ERROR = 1 << 1
 
 #: Engine-wide counters (read-only, in address order) and the per-port counters (arrays indexed by port).
 COUNTERS = ("CYCLES", "PAYLOAD_RD_BYTES", "PAYLOAD_WR_BYTES", "DESC_RD_BYTES", "CPL_WR_BYTES", "CMDS_OK",
-            "CMDS_ERR", "ALU_BEATS", "FSM_BUSY", "DEPOSITS", "SPILLS", "SPILL_BYTES")
+            "CMDS_ERR", "ALU_BEATS", "FSM_BUSY", "DEPOSITS", "SPILLS", "SPILL_BYTES", "STEPS", "STEP_GAP")
 PORT_COUNTERS = ("TX_FLITS", "TX_BUSY", "TX_STALL", "RX_FLITS", "RX_CRC_ERRS")
 #: Counters per program phase (arrays indexed by phase, ``MAX_PHASES`` long): link use phase by phase.
 PHASE_COUNTERS = ("PHASE_FLITS", "PHASE_BUSY")
@@ -78,6 +78,10 @@ _COUNTER_DOCS = {
     "SPILLS": (32, "deposits spilled to the spill window because they came early and their landing channel "
                    "was full"),
     "SPILL_BYTES": (64, "payload bytes written to the spill window"),
+    "STEPS": (64, "program steps issued by the FSMs (one grant each, empty LOAD/STORE steps included)"),
+    "STEP_GAP": (64, "sum over the FSMs of the cycles each held a chunk with no step to issue and none in "
+                     "flight (waiting for the step decoder, or loading a phase's bounds; not the cycles a "
+                     "chunk waited for partition room, which STALL counts)"),
 }
 _PORT_COUNTER_DOCS = {
     "TX_FLITS": "flits sent",

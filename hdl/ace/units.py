@@ -224,8 +224,11 @@ class RecvUnit(wiring.Component):
 
     Pipelined in two halves so that consecutive messages stream back to back: the front end reads the landing
     buffer (and the slot's operand) of one job while the back end writes and forwards the results of the
-    previous one; a third job may wait in a one-entry queue (``job_ready``). Jobs come from different FSMs
-    (an FSM has one step in flight), so the two halves never touch the same chunk buffer.
+    previous one; a third job may wait in a one-entry queue (``job_ready``). Two jobs of one FSM may be in the
+    unit at once (the control unit overlaps an FSM's consecutive RECVs on a port), but never on the same slot,
+    so the two halves never touch the same SRAM rows. ``unpopped`` flags the channels whose head header
+    belongs to a job the unit holds: a second RECV on such a channel is granted only once that header is
+    popped, so every job's header is at the head of its channel when it is granted.
 
     The header at the head of the channel must match the step (tag, chunk, phase, key, length); if it does
     not, the message is drained, the forward (already owed to the next rank, whose credits are reserved)
@@ -258,6 +261,7 @@ class RecvUnit(wiring.Component):
             "done": Out(done_layout(cfg)),
             "alu_beats": Out(64),
             "idle": Out(1),             # no job queued or reading the landing buffer
+            "unpopped": Out(cfg.n_channels),    # channels whose head header is a held job's (not yet popped)
         })
 
     def elaborate(self, platform):
@@ -306,6 +310,7 @@ class RecvUnit(wiring.Component):
         ]
         vc_err = Signal()
         m.d.comb += vc_err.eq(self.vc_err.bit_select(fe.ch, 1))
+        m.d.comb += self.unpopped.eq(Mux(nxt_v, 1 << nxt.ch, 0) | Mux(fe_v, 1 << fe.ch, 0))
 
         # the next job's header check, against the head of its channel (granted only when it is there)
         head = Signal(packet_header_layout())

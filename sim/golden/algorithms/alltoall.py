@@ -9,8 +9,10 @@ forwarded in the same pass (``RECV ... fwd``), never touching NPU memory; the de
 Program of rank ``r`` (one phase, ``n_blocks = P``, slots ``0..P-1`` for blocks plus 2 spare slots
 ``P, P+1`` used alternately by forwarding RECVs if any route has more than one hop):
 
-1. ``LOAD r`` (its own segment, copied through SRAM), then for every destination ``d = r+1, r+2, ...``
-   (mod P): ``LOAD d; SEND d`` on the first hop's port.
+1. ``LOAD r`` (its own segment, copied through SRAM) and ``LOAD d`` for every destination, all at the head
+   of the program (the engine's load sequencer prefetches them when the chunk is dispatched, so no SEND
+   waits for a memory round trip), then for every destination ``d = r+1, r+2, ...`` (mod P): ``SEND d`` on
+   the first hop's port.
 2. Every message passing through or ending at ``r``, sorted by (hop number on arrival, source ``s``,
    ``(d - s) mod P``): a RECV (into a spare slot + fwd, or into slot ``s``). Sorting by hop number makes the
    blocking in-order RECVs deadlock free: a hop-``h`` arrival depends only on forwards of hop ``< h``
@@ -46,10 +48,12 @@ def direct_alltoall(topology):
             fwd = hops[j + 1] if j + 1 < len(hops) else None
             arrivals[nxt].append((j + 1, s, d, in_port, fwd))
     for r in range(P):
+        order = sorted((d for d in range(P) if d != r), key=lambda d: (d - r) % P)
         b.load(r, r, r)
-        for d in sorted((d for d in range(P) if d != r), key=lambda d: (d - r) % P):
-            rank, port = routes[(r, d)][0]
+        for d in order:
             b.load(r, d, d)
+        for d in order:
+            rank, port = routes[(r, d)][0]
             b.add(r, [send(d, d, port, hop_target(rank, port, d)[0], ("a2a", r, d))])
         n_fwd = 0
         for hop, s, d, in_port, fwd in sorted(arrivals[r], key=lambda a: (a[0], a[1], (a[2] - a[1]) % P)):
@@ -69,7 +73,8 @@ def async_alltoall(topology):
     """Programs for the asynchronous all-to-all (Sven): every slice is a deposit (PUT), no rank RECVs.
 
     Rank ``r`` copies its own segment through SRAM (``LOAD r; STORE r``) and, for every destination
-    ``d = r+1, r+2, ...`` (mod P), ``LOAD d; PUT d`` into block ``r`` of ``d``'s output. A rank's slices
+    ``d = r+1, r+2, ...`` (mod P), ``PUT d`` into block ``r`` of ``d``'s output; every LOAD stands at the head
+    of the program, where the engine prefetches it. A rank's slices
     therefore leave as soon as its own command runs, whatever the other ranks are doing; the destination's
     deposit unit writes each slice to its output (or stages it, in SRAM and then a spill window in memory,
     while its own command is not posted yet), and a command completes when its ``P - 1`` deposits per chunk
@@ -86,10 +91,12 @@ def async_alltoall(topology):
     ports = sorted({p for r in range(P) for p in range(topology.n_ports) if topology.has_tx(r, p)})
     b.phase("alltoall-async", ports)
     for r in range(P):
+        order = sorted((d for d in range(P) if d != r), key=lambda d: (d - r) % P)
         b.load(r, r, r)
-        for d in sorted((d for d in range(P) if d != r), key=lambda d: (d - r) % P):
-            rank, port = routes[(r, d)][0]
+        for d in order:
             b.load(r, d, d)
+        for d in order:
+            rank, port = routes[(r, d)][0]
             b.add(r, [put(d, d, port, d, r)])
         b.store(r, r, r)
     return b.build()

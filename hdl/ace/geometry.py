@@ -1,4 +1,5 @@
-"""The chunker's arithmetic: a command's chunk geometry, and the size and addresses of one block of one chunk.
+"""Chunk and block geometry (the chunker's arithmetic): a command's chunk geometry, and the size and addresses
+of one block of one chunk.
 
 Bit-exact with :class:`~syncfabric.sim.golden.chunking.Decomposition` (docs/programs.md sections 1-2) for a
 chunk of ``chunk_beats`` beats (``chunk_bytes = chunk_beats * beat_bytes``). Per command (``S`` segments,

@@ -11,7 +11,7 @@ import pytest
 from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.sim import Simulator
 
-from syncfabric.hdl.ace.chunker import (MAX_CHUNKS, BlockGeometry, CommandGeometry, SeqDivider,
+from syncfabric.hdl.ace.geometry import (MAX_CHUNKS, BlockGeometry, CommandGeometry, SeqDivider,
                                         geometry_error_layout, geometry_layout, slot_offset)
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.sim.golden.chunking import Decomposition, block_buffer_ranges, segments_for

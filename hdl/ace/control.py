@@ -475,11 +475,13 @@ class ControlUnit(wiring.Component):
         cur_v = [Signal(name=f"fsm{f}_cur_valid") for f in range(F)]
         nstep_v = [Signal(name=f"fsm{f}_next_valid") for f in range(F)]
         n_exec = [Signal(range(3), name=f"fsm{f}_in_flight") for f in range(F)]
-        # the youngest step in flight (the hazard check of a step that would overlap it)
+        # the steps in flight (all on one unit, so they retire in order; entry 0 is the older): their unit and
+        # the slots they use, for the hazard checks of a step that would issue behind them
         ex_op = [Signal(3, name=f"fsm{f}_ex_op") for f in range(F)]
         ex_port = [Signal(3, name=f"fsm{f}_ex_port") for f in range(F)]
         ex_fwd = [Signal(4, name=f"fsm{f}_ex_fwd") for f in range(F)]
-        ex_slot = [Signal(10, name=f"fsm{f}_ex_slot") for f in range(F)]
+        ex_slot = [[Signal(10, name=f"fsm{f}_ex{i}_slot") for i in range(2)] for f in range(F)]
+        ex_wr = [[Signal(name=f"fsm{f}_ex{i}_writes") for i in range(2)] for f in range(F)]
         ctx_status = [Signal(STATUS_SHAPE, name=f"fsm{f}_status") for f in range(F)]
         # slots of each chunk buffer still to be loaded: set at dispatch from the program's load mask (the
         # sequencer loads them later) and by LOADs the FSMs issue, cleared when the load unit reports a LOAD done
@@ -670,13 +672,17 @@ class ControlUnit(wiring.Component):
                                                      cred_ok.eq(beats_ok_at[j])]
                             with m.Else():
                                 m.d.comb += [port_free.eq(recvs[k].job_ready & ~dep.req[k]), cred_ok.eq(1)]
-            # a step issues when the FSM has nothing in flight, or behind one SEND/RECV in flight on the same
-            # unit (same op, port and forward port: the unit keeps their order) that touches another slot
-            # (two SENDs may read the same one)
-            overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & ~s.noop & (s.op == ex_op[f])
+            # a step issues when the FSM has nothing in flight; a SEND/RECV also behind one SEND/RECV in flight
+            # on the same unit (same op, port and forward port: the unit keeps their order) that touches another
+            # slot (two SENDs may read the same one); a STORE behind steps that do not write its slot; a no-op
+            # at any time
+            overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & (s.op == ex_op[f])
                           & (s.port == ex_port[f]) & (Cat(s.fwd_port, s.fwd) == ex_fwd[f])
-                          & ((s.op == StepOp.SEND) | (s.slot != ex_slot[f])))
-            issue_ok = (n_exec[f] == 0) | ((n_exec[f] == 1) & overlap_ok)
+                          & ((s.op == StepOp.SEND) | (s.slot != ex_slot[f][0])))
+            store_ok = ((s.op == StepOp.STORE)
+                        & ~((n_exec[f] != 0) & ex_wr[f][0] & (ex_slot[f][0] == s.slot))
+                        & ~((n_exec[f] == 2) & ex_wr[f][1] & (ex_slot[f][1] == s.slot)))
+            issue_ok = (n_exec[f] == 0) | ((n_exec[f] == 1) & overlap_ok) | store_ok | s.noop
             ready = Signal(name=f"fsm{f}_ready")
             m.d.comb += ready.eq((st[f] == RUN) & cur_v[f] & ~s.wait & issue_ok)
             real = ready & ~s.noop
@@ -935,9 +941,14 @@ class ControlUnit(wiring.Component):
             issue_exec = granted & ~posted         # a SEND or RECV: in flight until its unit reports done
             wb = dec_grant & (dec_f == f)
             m.d.sync += n_exec[f].eq(n_exec[f] + issue_exec - unit_done)
+            with m.If(unit_done):       # the older entry retired
+                m.d.sync += [ex_slot[f][0].eq(ex_slot[f][1]), ex_wr[f][0].eq(ex_wr[f][1])]
             with m.If(issue_exec):
-                m.d.sync += [ex_op[f].eq(cur.op), ex_port[f].eq(cur.port), ex_fwd[f].eq(Cat(cur.fwd_port, cur.fwd)),
-                             ex_slot[f].eq(cur.slot)]
+                m.d.sync += [ex_op[f].eq(cur.op), ex_port[f].eq(cur.port), ex_fwd[f].eq(Cat(cur.fwd_port, cur.fwd))]
+                with m.If(n_exec[f] - unit_done == 0):
+                    m.d.sync += [ex_slot[f][0].eq(cur.slot), ex_wr[f][0].eq(cur.op == StepOp.RECV)]
+                with m.Else():
+                    m.d.sync += [ex_slot[f][1].eq(cur.slot), ex_wr[f][1].eq(cur.op == StepOp.RECV)]
             # the step registers: the granted step makes room for the next decoded one
             m.d.sync += [step[f].eq(cur_s), nstep[f].eq(nxt_s)]
             with m.If(~cur_v[f] | granted):

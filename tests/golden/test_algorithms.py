@@ -272,9 +272,10 @@ def test_links_deliver_in_consumption_order_everywhere():
 
 
 def test_every_store_follows_the_last_write_of_its_slot_everywhere():
-    """STORE placement of docs/programs.md: each STORE comes right after the last write (LOAD/RECV) of its slot,
-    or first in the last phase when that write is in an earlier phase (after the leading LOADs of a single
-    phase), and no step writes a slot after its STORE - an engine may post the STORE and go on."""
+    """STORE placement of docs/programs.md: each STORE comes right after the last write (LOAD/RECV) of its slot
+    - after a RECV, right after the step that follows it - or first in the last phase when that write is in an
+    earlier phase (after the leading LOADs of a single phase), and no step writes a slot after its STORE - an
+    engine may post the STORE and go on."""
     for spec, coll, algo, root in CASES:
         for prog in _programs(spec, coll, algo, root):
             last = prog.phases[-1].steps
@@ -287,6 +288,11 @@ def test_every_store_follows_the_last_write_of_its_slot_everywhere():
                     continue
                 before = [k for k in range(i) if last[k].op in (StepOp.LOAD, StepOp.RECV) and last[k].slot == s.slot]
                 lo = max(before[-1] + 1 if before else 0, head)
+                if before and last[before[-1]].op == StepOp.RECV:
+                    nxt = [k for k in range(before[-1] + 1, len(last)) if last[k].op != StepOp.STORE]
+                    if nxt:     # one step (not a STORE) stands between the RECV and its STORE
+                        assert nxt[0] < i, (spec, coll, prog.rank, i)
+                        lo = nxt[0] + 1
                 assert all(last[k].op == StepOp.STORE for k in range(lo, i)), (spec, coll, prog.rank, i)
                 assert not any(t.op in (StepOp.LOAD, StepOp.RECV) and t.slot == s.slot for t in last[i:]), \
                     (spec, coll, prog.rank, i)

@@ -144,12 +144,15 @@ def _loads_by_first_use(protos):
 
 def _stores_after_last_write(steps, earlier_phases=()):
     """``steps`` (the last phase) with every STORE moved up to just after the last step before it that writes
-    its slot (a LOAD or a RECV), or to the start of the phase when that write is in an earlier phase; never
-    into the leading LOADs of a first phase. A STORE only reads its slot, and no step between its old and new
-    place writes that slot, so the data stored is the same: only the timing changes. An engine that posts
-    STOREs as it meets them writes a block back as soon as it is final, while the chunk's other blocks are
-    still on the links, instead of the whole chunk after its last message (ACE's RX DMA draining the terminal
-    partition at the end, which leaves the last chunk's write-back exposed)."""
+    its slot - one step later when that write is a RECV (after the step that follows it) - or to the start of
+    the phase when that write is in an earlier phase; never into the leading LOADs of a first phase. A STORE
+    only reads its slot, and no step between its old and new place writes that slot, so the data stored is the
+    same: only the timing changes. An engine that posts STOREs as it meets them writes a block back as soon
+    as it is final, while the chunk's other blocks are still on the links, instead of the whole chunk after
+    its last message (ACE's RX DMA draining the terminal partition at the end, which leaves the last chunk's
+    write-back exposed). Standing one step behind a RECV, the STORE does not come between two RECVs that an
+    engine streams back to back through one unit: the next RECV is issued while the first still runs, and the
+    STORE when the first has written its slot."""
     head = 0
     if not earlier_phases:
         while head < len(steps) and steps[head].op == StepOp.LOAD:
@@ -160,8 +163,11 @@ def _stores_after_last_write(steps, earlier_phases=()):
     k = -1
     for s in steps:
         if s.op == StepOp.STORE:
-            at = max(last_write.get(s.slot, -1), head - 1)
-            after.setdefault(at, []).append(s)
+            at = last_write.get(s.slot, -1)
+            if (at >= 0 and rest[at].op == StepOp.RECV and at + 1 < len(rest)
+                    and not (rest[at + 1].op in (StepOp.LOAD, StepOp.RECV) and rest[at + 1].slot == s.slot)):
+                at += 1
+            after.setdefault(max(at, head - 1), []).append(s)
             continue
         k += 1
         if s.op in (StepOp.LOAD, StepOp.RECV):

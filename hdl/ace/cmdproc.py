@@ -18,7 +18,7 @@ from ...sim.golden.types import Collective, DType, ReduceOp, Status
 from ..common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, LOAD_MASK_BITS, DescFlags, MAX_PHASES,
                               completion_layout, descriptor_layout, program_entry_layout)
 from .geometry import CommandGeometry
-from .control import cmd_done_layout, cmd_entry_layout
+from .cmdtable import cmd_done_layout, cmd_entry_layout
 from .units import STATUS_SHAPE, beat_stream, dma_cmd_layout
 
 __all__ = ["CommandProcessor", "SUPPORTED_COLLECTIVES", "PTAB_WORDS"]

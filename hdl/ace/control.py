@@ -27,12 +27,14 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ...sim.golden.program import FIELDS, StepOp
+from ...sim.golden.program import StepOp
 from ...sim.golden.types import Status
-from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, LOAD_MASK_BITS, MAX_PHASES,
+from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, LOAD_MASK_BITS, MAX_PHASES,
                               credit_layout, flit_layout, packet_header_layout)
-from .geometry import BlockGeometry, geometry_layout
 from .arbiter import SEQ_BITS, OldestFirst
+from .cmdtable import cmd_done_layout, cmd_entry_layout
+from .decoder import StepDecoder, step_layout
+from .geometry import BlockGeometry
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
 from .link import RxPort, TxPort
@@ -41,6 +43,7 @@ from .units import (LoadSequencer, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMu
                     STATUS_SHAPE)
 
 __all__ = ["ControlUnit", "FsmState", "cmd_entry_layout", "cmd_done_layout", "STALL_CAUSES", "TERMINAL"]
+# (cmd_entry_layout and cmd_done_layout live in cmdtable.py; they stay importable from here)
 
 
 class FsmState(enum.Enum, shape=2):
@@ -58,49 +61,8 @@ TERMINAL = 4
 STALL_CAUSES = ("port_busy", "credits", "landing_empty", "dma_busy", "partition_full", "alu_busy",
                 "queue_full", "cpl_ring_full")
 
-_F = {name: (lsb, width) for name, lsb, width in FIELDS}
-
-
 def _w(n):
     return unsigned(max(1, (n - 1).bit_length()))
-
-
-def cmd_entry_layout(cfg):
-    """What the control unit keeps per command in flight (filled in by the command processor)."""
-    return data.StructLayout({
-        "dtype": DTYPE_SHAPE,
-        "op": OP_SHAPE,
-        "tag": unsigned(16),
-        "comm": unsigned(4),
-        "rank": unsigned(9),
-        "count": unsigned(32),
-        "elem_shift": unsigned(2),
-        "src": unsigned(cfg.addr_width),
-        "dst": unsigned(cfg.addr_width),
-        "in_seg": 1,
-        "out_seg": 1,
-        "geom": geometry_layout(cfg),
-        "n_phases": unsigned(3),
-        "phase_start": data.ArrayLayout(unsigned(10), MAX_PHASES),
-        "phase_len": data.ArrayLayout(unsigned(11), MAX_PHASES),
-        "load_end": unsigned(11),
-        "load_mask": unsigned(LOAD_MASK_BITS),
-        "n_slots": unsigned(11),
-        "null": 1,          # null contribution: LOADs fill zeros, the count lane starts at 0
-        "arrivals": unsigned(24),   # deposits (PUT messages) the command receives before it completes
-    })
-
-
-def cmd_done_layout(cfg):
-    """A finished command: its table slot, first error (status, detail) and the count lane of its output
-    (the smallest count its STOREs carried; 0 if it stored nothing)."""
-    return data.StructLayout({"slot": _w(cfg.n_cmds), "status": STATUS_SHAPE, "detail": unsigned(32),
-                              "contributors": unsigned(COUNT_BITS)})
-
-
-def _field(word, name):
-    lsb, width = _F[name]
-    return word[lsb:lsb + width]
 
 
 class ControlUnit(wiring.Component):
@@ -448,16 +410,7 @@ class ControlUnit(wiring.Component):
         m.d.sync += dispatched_all.eq((dispatched_all | dispatched) & ~busy_set)
 
         # ---- FSMs ------------------------------------------------------------------------------------------
-        step_l = data.StructLayout({
-            "op": unsigned(3), "reduce": 1, "fwd": 1, "port": unsigned(3), "fwd_port": unsigned(3),
-            "slot": unsigned(10), "block": unsigned(10), "peer": unsigned(9), "key": unsigned(12),
-            "fwd_key": unsigned(12), "nbytes": unsigned(24), "beats": unsigned(16), "addr": unsigned(cfg.addr_width),
-            "sram_addr": rl.members["addr"],
-            "wait": 1,      # the step's slot is still being loaded
-            "put": 1,       # a PUT: runs as a SEND whose message is a deposit
-            "illegal": 1,   # the word is not a valid step: it retires with ILLEGAL_INSTRUCTION
-            "noop": 1,      # nothing to issue (illegal, or a LOAD/STORE of an empty block): retires at its grant
-        })
+        step_l = step_layout(cfg)
         IDLE, ADVANCE, RUN, HANDOFF = FsmState.IDLE, FsmState.ADVANCE, FsmState.RUN, FsmState.HANDOFF
         st = [Signal(FsmState, name=f"fsm{f}_state") for f in range(F)]
         ctx_cmd = [Signal(_w(NC), name=f"fsm{f}_cmd") for f in range(F)]
@@ -516,93 +469,44 @@ class ControlUnit(wiring.Component):
             return ((load.done.valid & (load.done.buf == buf) & (load.done.slot == slot))
                     | (seqr.skip.valid & (seqr.skip.buf == buf) & (seqr.skip.slot == slot)))
 
-        # decoder: a 4-stage pipeline that takes one step per cycle, each stage holding a different FSM's step:
-        # 0 pick the oldest FSM that has room for a decoded step and none in the pipeline (instruction
-        # address), 1 instruction word (routing table address), 2 block geometry inputs (routing table data),
-        # 3 write back to the FSM: into `step` if that is free (or freed this cycle), else into `nstep`. So an
-        # FSM decodes its next step while the current one waits for its grant or transfers.
-        m.submodules.dec_geo = dgeo = BlockGeometry(cfg)
+        # decoder: the oldest FSM that has room for a decoded step and none in the decoder is picked (stage
+        # 0); its step comes back three cycles later, into `step` if that is free (or freed in that cycle), else
+        # into `nstep`. So an FSM decodes its next step while the current one waits for its grant or transfers.
+        m.submodules.decoder = dec = StepDecoder(cfg)
         in_dec = Signal(F)
         fetch_req = Cat(*[(st[f] == RUN) & ~in_dec[f] & ~nstep_v[f] & (ctx_pc[f] != ctx_stop[f])
                           for f in range(F)])
         pick = Signal(_w(F))
         pick_any = Signal()
         self._oldest_first(m, "dec_pick", fetch_req, ctx_seq, pick, pick_any)
-        stage = []
-        for k in (1, 2, 3):
-            stage.append({"v": Signal(name=f"dec{k}_valid"), "f": Signal(_w(F), name=f"dec{k}_fsm"),
-                          "cmd": Signal(_w(NC), name=f"dec{k}_cmd"), "chunk": Signal(16, name=f"dec{k}_chunk"),
-                          "buf": Signal(BUF, name=f"dec{k}_buf"), "word": Signal(64, name=f"dec{k}_word")})
-        d1, d2, d3 = stage
+        m.d.comb += [dec.req.valid.eq(pick_any), dec.req.payload.fsm.eq(pick)]
         with m.Switch(pick):
             for f in range(F):
                 with m.Case(f):
-                    m.d.comb += imem_dec.addr.eq(ctx_pc[f])
-                    m.d.sync += [d1["cmd"].eq(ctx_cmd[f]), d1["chunk"].eq(ctx_chunk[f]), d1["buf"].eq(ctx_buf[f])]
+                    m.d.comb += [dec.req.payload.cmd.eq(ctx_cmd[f]), dec.req.payload.chunk.eq(ctx_chunk[f]),
+                                 dec.req.payload.buf.eq(ctx_buf[f]), dec.req.payload.pc.eq(ctx_pc[f])]
                     with m.If(pick_any):
                         m.d.sync += ctx_pc[f].eq(ctx_pc[f] + 1)
-        m.d.sync += [d1["v"].eq(pick_any), d1["f"].eq(pick)]
-        # stage 1: the word arrives; look up the route of its peer
-        d1_entry = entry_of(d1["cmd"], "dec1_entry")
-        m.d.comb += route_dec.addr.eq(d1_entry.comm * cfg.max_ranks + _field(imem_dec.data, "peer"))
-        m.d.sync += [d2[k].eq(d1[k]) for k in ("v", "f", "cmd", "chunk", "buf")]
-        m.d.sync += d2["word"].eq(imem_dec.data)
-        # stage 2: geometry of the block named by the word (registered: its result is valid in stage 3)
-        d2_entry = entry_of(d2["cmd"], "dec2_entry")
-        m.d.comb += geometry_of(dgeo, d2_entry, d2["chunk"], _field(d2["word"], "block"))
-        route_q = Signal(4)
-        m.d.sync += [d3[k].eq(d2[k]) for k in ("v", "f", "cmd", "chunk", "buf", "word")]
-        m.d.sync += route_q.eq(route_dec.data)
-        # stage 3: write back
-        dec_grant = Signal()      # the decoder writes back to dec_f this cycle
-        dec_f = d3["f"]
-        dec_buf = d3["buf"]
-        dec_cmd_idx = d3["cmd"]
-        dec_word = d3["word"]
-        dec_entry = entry_of(dec_cmd_idx, "dec_entry")
-        dec_result = Signal(step_l)
-        dec_illegal = Signal()
-        m.d.comb += dec_grant.eq(d3["v"])
-        for f in range(F):
-            m.d.sync += in_dec[f].eq((in_dec[f] | (pick_any & (pick == f))) & ~(dec_grant & (dec_f == f)))
-        dec_loading = Signal(NMASK)
-        with m.Switch(dec_buf):
+        m.d.comb += [
+            imem_dec.addr.eq(dec.imem_addr), dec.imem_data.eq(imem_dec.data),
+            route_dec.addr.eq(dec.route_addr), dec.route_data.eq(route_dec.data),
+            dec.e1.eq(entry_of(dec.e1_cmd, "dec1_entry")),
+            dec.e2.eq(entry_of(dec.e2_cmd, "dec2_entry")),
+            dec.e3.eq(entry_of(dec.e3_cmd, "dec3_entry")),
+        ]
+        with m.Switch(dec.loading_buf):
             for b in range(NB):
                 with m.Case(b):
-                    m.d.comb += dec_loading.eq(loading[b])
-        w = dec_word
-        op = _field(w, "op")
-        is_put = op == StepOp.PUT
-        emits = (op == StepOp.SEND) | is_put | ((op == StepOp.RECV) & _field(w, "fwd_en"))
-        m.d.comb += [
-            dec_result.op.eq(Mux(is_put, StepOp.SEND, op)),
-            dec_result.put.eq(is_put),
-            dec_result.reduce.eq(_field(w, "reduce")),
-            dec_result.fwd.eq(_field(w, "fwd_en")),
-            dec_result.port.eq(_field(w, "port")),
-            dec_result.fwd_port.eq(_field(w, "fwd_port")),
-            dec_result.slot.eq(_field(w, "slot")),
-            dec_result.block.eq(_field(w, "block")),
-            dec_result.peer.eq(_field(w, "peer")),
-            dec_result.key.eq(_field(w, "key")),
-            dec_result.fwd_key.eq(_field(w, "fwd_key")),
-            dec_result.nbytes.eq(dgeo.nbytes),
-            dec_result.beats.eq(dgeo.beats),
-            # LOAD reads the block's input range, STORE writes its output range
-            dec_result.addr.eq(Mux(op == StepOp.STORE, dgeo.out_addr, dgeo.in_addr)),
-            dec_result.sram_addr.eq(_field(w, "slot") * dec_entry.geom.slot_beats),
-            dec_result.illegal.eq(dec_illegal),
-            dec_result.noop.eq(dec_illegal | (((op == StepOp.LOAD) | (op == StepOp.STORE)) & (dgeo.nbytes == 0))),
-            # (a LOAD of this FSM granted in this very cycle is not yet in `loading`: see own_load below)
-            dec_result.wait.eq(~dec_result.noop & (op != StepOp.LOAD)
-                               & dec_loading.bit_select(_field(w, "slot")[:SBITS], 1)),
-            dec_illegal.eq(
-                ~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE) | is_put)
-                | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K)
-                | (_field(w, "slot") >= dec_entry.n_slots)
-                | (emits & (route_q[3] == 0))),
-        ]
-        report(dec_grant & dec_illegal, dec_cmd_idx, Status.ILLEGAL_INSTRUCTION, dec_word[:32])
+                    m.d.comb += dec.loading.eq(loading[b])
+        dec_grant = dec.o.valid             # the decoder writes back to dec_f this cycle
+        dec_f = dec.o.payload.fsm
+        dec_buf = dec.o.payload.buf
+        dec_cmd_idx = dec.o.payload.cmd
+        dec_result = dec.o.payload.step
+        dec_illegal = dec_result.illegal
+        for f in range(F):
+            m.d.sync += in_dec[f].eq((in_dec[f] | (pick_any & (pick == f))) & ~(dec_grant & (dec_f == f)))
+        report(dec_grant & dec_illegal, dec_cmd_idx, Status.ILLEGAL_INSTRUCTION, dec.o.payload.word_lo)
 
         # issue arbiter
         # flits granted to each output port and not yet sent: a message is granted to a port only when this

@@ -1,0 +1,176 @@
+"""The step decoder: one program step of one FSM per cycle, from instruction word to everything its grant needs.
+
+A 3-stage pipeline behind the pick (the control unit's oldest-first choice of an FSM that has room for a decoded
+step), each stage holding another FSM's step:
+
+====== =====================================================================================================
+stage  work
+====== =====================================================================================================
+0      ``req``: the picked FSM's command, chunk, buffer and program counter; the IMEM read is issued
+1      the instruction word arrives; the ROUTE read of its peer is issued (communicator from the command table)
+2      the block's geometry (``BlockGeometry``, one cycle) from the command's entry, the chunk and the block
+3      ``o``: the decoded step (sizes, memory and SRAM addresses, ``wait``, ``illegal``/``noop``)
+====== =====================================================================================================
+
+The command table is read through one combinational lookup per stage (``e<k>_cmd`` out, the entry back in
+``e<k>``); in a design where it is a memory those become its read ports. ``loading_buf``/``loading`` read the
+stage-3 buffer's mask of slots with a LOAD outstanding.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...sim.golden.program import FIELDS, StepOp
+from ..common.layouts import LOAD_MASK_BITS
+from .cmdtable import cmd_entry_layout
+from .geometry import BlockGeometry
+from .sram import sram_read_layout
+
+__all__ = ["StepDecoder", "step_layout", "decode_request_layout", "decoded_layout"]
+
+_F = {name: (lsb, width) for name, lsb, width in FIELDS}
+
+
+def _field(word, name):
+    lsb, width = _F[name]
+    return word[lsb:lsb + width]
+
+
+def _w(n):
+    return unsigned(max(1, (n - 1).bit_length()))
+
+
+def step_layout(cfg):
+    """A decoded step as the FSMs hold it and the issue arbiter grants it."""
+    rl = sram_read_layout(cfg)
+    return data.StructLayout({
+        "op": unsigned(3), "reduce": 1, "fwd": 1, "port": unsigned(3), "fwd_port": unsigned(3),
+        "slot": unsigned(10), "block": unsigned(10), "peer": unsigned(9), "key": unsigned(12),
+        "fwd_key": unsigned(12), "nbytes": unsigned(24), "beats": unsigned(16), "addr": unsigned(cfg.addr_width),
+        "sram_addr": rl.members["addr"],
+        "wait": 1,      # the step's slot is still being loaded
+        "put": 1,       # a PUT: runs as a SEND whose message is a deposit
+        "illegal": 1,   # the word is not a valid step: it retires with ILLEGAL_INSTRUCTION
+        "noop": 1,      # nothing to issue (illegal, or a LOAD/STORE of an empty block): retires at its grant
+    })
+
+
+def decode_request_layout(cfg):
+    """What the pick hands the decoder: the FSM, its chunk (command slot, chunk number, buffer) and the pc."""
+    return data.StructLayout({"fsm": _w(cfg.n_fsms), "cmd": _w(cfg.n_cmds), "chunk": unsigned(16),
+                              "buf": sram_read_layout(cfg).members["buf"], "pc": unsigned(10)})
+
+
+def decoded_layout(cfg):
+    """The decoder's output: the step, its FSM, command and buffer, and the word's low half (the detail of an
+    ILLEGAL_INSTRUCTION completion)."""
+    return data.StructLayout({"fsm": _w(cfg.n_fsms), "cmd": _w(cfg.n_cmds),
+                              "buf": sram_read_layout(cfg).members["buf"], "step": step_layout(cfg),
+                              "word_lo": unsigned(32)})
+
+
+class StepDecoder(wiring.Component):
+    """Decodes one step per cycle (latency 3 from ``req`` to ``o``); neither stream can stall.
+
+    Ports
+    -----
+    req : In(stream(decode_request_layout), always_ready)
+    imem_addr : Out(10), imem_data : In(64)
+        A synchronous read port of the instruction memory: the word of ``imem_addr`` arrives the next cycle.
+    route_addr : Out(16), route_data : In(4)
+        Same for the routing table (bit 3: the entry is valid).
+    e1_cmd/e1, e2_cmd/e2, e3_cmd/e3 : Out(cmd), In(cmd_entry_layout)
+        Combinational command-table lookups of stages 1, 2 and 3.
+    loading_buf : Out(buf), loading : In(NMASK)
+        Combinational: the slots of the stage-3 buffer with a LOAD outstanding.
+    o : Out(stream(decoded_layout), always_ready)
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.nmask = min(cfg.max_slots, LOAD_MASK_BITS)
+        entry = cmd_entry_layout(cfg)
+        cmd = _w(cfg.n_cmds)
+        super().__init__({
+            "req": In(stream.Signature(decode_request_layout(cfg), always_ready=True)),
+            "imem_addr": Out(10), "imem_data": In(64),
+            "route_addr": Out(16), "route_data": In(4),
+            "e1_cmd": Out(cmd), "e1": In(entry),
+            "e2_cmd": Out(cmd), "e2": In(entry),
+            "e3_cmd": Out(cmd), "e3": In(entry),
+            "loading_buf": Out(sram_read_layout(cfg).members["buf"]), "loading": In(self.nmask),
+            "o": Out(stream.Signature(decoded_layout(cfg), always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        K = cfg.n_ports
+        sbits = max(1, (self.nmask - 1).bit_length())
+        m.submodules.geo = geo = BlockGeometry(cfg)
+        req = self.req.payload
+        ctx = data.StructLayout({"v": 1, "fsm": req.shape().members["fsm"], "cmd": req.shape().members["cmd"],
+                                 "chunk": unsigned(16), "buf": req.shape().members["buf"]})
+        s1, s2, s3 = Signal(ctx), Signal(ctx), Signal(ctx)
+        w2, w3 = Signal(64), Signal(64)
+        route3 = Signal(4)
+
+        # stage 0 -> 1: the IMEM read
+        m.d.comb += self.imem_addr.eq(req.pc)
+        m.d.sync += [s1.v.eq(self.req.valid), s1.fsm.eq(req.fsm), s1.cmd.eq(req.cmd), s1.chunk.eq(req.chunk),
+                     s1.buf.eq(req.buf)]
+        # stage 1: the word; the ROUTE read of its peer
+        w1 = self.imem_data
+        m.d.comb += [self.e1_cmd.eq(s1.cmd),
+                     self.route_addr.eq(self.e1.comm * cfg.max_ranks + _field(w1, "peer"))]
+        m.d.sync += [s2.eq(s1), w2.eq(w1)]
+        # stage 2: the block's geometry (registered inside BlockGeometry)
+        e2 = self.e2
+        m.d.comb += [
+            self.e2_cmd.eq(s2.cmd),
+            geo.geom.eq(e2.geom), geo.count.eq(e2.count), geo.elem_shift.eq(e2.elem_shift),
+            geo.chunk.eq(s2.chunk), geo.block.eq(_field(w2, "block")), geo.in_base.eq(e2.src),
+            geo.out_base.eq(e2.dst), geo.in_seg.eq(e2.in_seg), geo.out_seg.eq(e2.out_seg),
+        ]
+        m.d.sync += [s3.eq(s2), w3.eq(w2), route3.eq(self.route_data)]
+        # stage 3: the step
+        e3 = self.e3
+        w = w3
+        op = _field(w, "op")
+        slot = _field(w, "slot")
+        is_put = op == StepOp.PUT
+        emits = (op == StepOp.SEND) | is_put | ((op == StepOp.RECV) & _field(w, "fwd_en"))
+        illegal = Signal()
+        out = self.o.payload
+        st = out.step
+        m.d.comb += [
+            self.e3_cmd.eq(s3.cmd),
+            self.loading_buf.eq(s3.buf),
+            illegal.eq(~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE)
+                         | is_put)
+                       | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K) | (slot >= e3.n_slots)
+                       | (emits & (route3[3] == 0))),
+            self.o.valid.eq(s3.v),
+            out.fsm.eq(s3.fsm), out.cmd.eq(s3.cmd), out.buf.eq(s3.buf), out.word_lo.eq(w[:32]),
+            st.op.eq(Mux(is_put, StepOp.SEND, op)),
+            st.put.eq(is_put),
+            st.reduce.eq(_field(w, "reduce")),
+            st.fwd.eq(_field(w, "fwd_en")),
+            st.port.eq(_field(w, "port")),
+            st.fwd_port.eq(_field(w, "fwd_port")),
+            st.slot.eq(slot),
+            st.block.eq(_field(w, "block")),
+            st.peer.eq(_field(w, "peer")),
+            st.key.eq(_field(w, "key")),
+            st.fwd_key.eq(_field(w, "fwd_key")),
+            st.nbytes.eq(geo.nbytes),
+            st.beats.eq(geo.beats),
+            # LOAD reads the block's input range, STORE writes its output range
+            st.addr.eq(Mux(op == StepOp.STORE, geo.out_addr, geo.in_addr)),
+            st.sram_addr.eq(slot * e3.geom.slot_beats),
+            st.illegal.eq(illegal),
+            st.noop.eq(illegal | (((op == StepOp.LOAD) | (op == StepOp.STORE)) & (geo.nbytes == 0))),
+            st.wait.eq(~st.noop & (op != StepOp.LOAD) & self.loading.bit_select(slot[:sbits], 1)),
+        ]
+        return m

@@ -335,6 +335,10 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
         "tx_flits": tx,
         "alu_beats": [c["ALU_BEATS"] for c in counters],
         "stalls": [c["STALL"] for c in counters],
+        "steps": [c["STEPS"] for c in counters],
+        "step_gap": [c["STEP_GAP"] for c in counters],
+        "step_gap_per_step": (round(sum(c["STEP_GAP"] for c in counters) / sum(c["STEPS"] for c in counters), 3)
+                              if sum(c["STEPS"] for c in counters) else None),
         "bytes_sent_per_byte_read": _ratio(golden.bytes_sent_per_byte_read),
         "flit_bytes_sent_per_byte_read": (round(sum(tx) * cfg.beat_bytes / sum(c["PAYLOAD_RD_BYTES"]
                                                                               for c in counters), 4)
@@ -494,6 +498,14 @@ def format_summary(r):
             lines.append(f"  phase {ph['phase']} ({ph['name']}): {ph['bytes']} B on the links, bandwidth term "
                          f"{ph['bandwidth_cycles']:.0f} cycles, a chunk in it {ph['busy_cycles']:.0f} cycles "
                          f"(mean over ranks), link efficiency while busy {eff}")
+        if r.get("step_gap_per_step") is not None:
+            stalls = {}
+            for per_rank in r["stalls"]:
+                for cause, n in per_rank.items():
+                    stalls[cause] = stalls.get(cause, 0) + n
+            waits = ", ".join(f"{c} {n // len(r['stalls'])}" for c, n in stalls.items() if n)
+            lines.append(f"  FSMs: {sum(r['steps'])} steps, {r['step_gap_per_step']:.2f} idle cycles per step between "
+                         f"steps (STEP_GAP / STEPS); cycles a ready step waited, mean over ranks: {waits or 'none'}")
         if r["memory_cycles"] > r["bandwidth_cycles"]:
             lines.append(f"  the NPU memory port bounds this run: {r['memory_cycles']} cycles to read or write "
                          f"{max(r['mem_read_bytes'] + r['mem_write_bytes'])} B at one beat per cycle")

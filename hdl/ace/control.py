@@ -554,6 +554,11 @@ class ControlUnit(wiring.Component):
             cred_ok = Signal(name=f"fsm{f}_cred_ok")
             port_free = Signal(name=f"fsm{f}_port_free")
             land_ok = Signal(name=f"fsm{f}_land_ok")
+            # TX_LOOKAHEAD keeps a port's queue of granted flits short so that the oldest chunk's next message
+            # gets the port; a SEND/RECV behind its own FSM's message on the same unit queues right behind it
+            # (the port serves them in grant order anyway), and must be granted before that message's forward
+            # has drained to the lookahead, or the unit runs dry for the depth of its pipeline
+            behind = n_exec[f] != 0
             with m.Switch(s.op):
                 with m.Case(StepOp.LOAD):
                     m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(load.job_ready)]
@@ -562,7 +567,8 @@ class ControlUnit(wiring.Component):
                 with m.Case(StepOp.SEND):
                     for k in range(K):
                         with m.If(s.port == k):
-                            m.d.comb += [port_free.eq(sends[k].job_ready & txm[k].order.ready & tx_room[k]),
+                            m.d.comb += [port_free.eq(sends[k].job_ready & txm[k].order.ready
+                                                         & (tx_room[k] | behind)),
                                          cred_ok.eq(beats_ok_at[k]), land_ok.eq(1)]
                 with m.Case(StepOp.RECV):
                     for k in range(K):
@@ -572,7 +578,7 @@ class ControlUnit(wiring.Component):
                                 for j in range(K):
                                     with m.If(s.fwd_port == j):
                                         m.d.comb += [port_free.eq(recvs[k].job_ready & ~dep.req[k]
-                                                                  & txm[j].order.ready & tx_room[j]),
+                                                                  & txm[j].order.ready & (tx_room[j] | behind)),
                                                      cred_ok.eq(beats_ok_at[j])]
                             with m.Else():
                                 m.d.comb += [port_free.eq(recvs[k].job_ready & ~dep.req[k]), cred_ok.eq(1)]

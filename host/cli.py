@@ -39,6 +39,23 @@ def _rank_list(text):
         raise argparse.ArgumentTypeError(f"not a comma-separated list of ranks: {text!r}") from None
 
 
+def _engine_field(text):
+    """``FIELD=VALUE`` of an ``AceConfig`` integer field."""
+    import dataclasses
+
+    from ..hdl.ace.config import AceConfig
+
+    name, sep, value = str(text).partition("=")
+    fields = {f.name for f in dataclasses.fields(AceConfig)}
+    if not sep or name not in fields:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with FIELD an engine configuration field "
+                                         f"({', '.join(sorted(fields))}), got {text!r}")
+    try:
+        return name, int(value, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: expected an integer, got {value!r}") from None
+
+
 def _add_run_args(p, defaults):
     p.add_argument("--collective", default=defaults["collective"],
                    choices=["allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce",
@@ -73,6 +90,9 @@ def _add_run_args(p, defaults):
     p.add_argument("--buffers", type=int, default=None,
                    help="chunk buffers the engines use (default: all of the configuration's)")
     p.add_argument("--fsms", type=int, default=None, help="FSMs the engines use (default: all)")
+    p.add_argument("--engine", type=_engine_field, action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a field of the engine configuration (docs/engine.md section 8), e.g. "
+                        "--engine n_fsms=16 --engine n_buffers=32; repeatable")
     p.add_argument("--pause", type=float, default=0.0,
                    help="probability that an NPU memory's AXI channel stalls in a cycle (default 0)")
     p.add_argument("--seed", type=int, default=1, help="seed of the random input data (default 1)")
@@ -84,10 +104,15 @@ def _cmd_run(args):
     from .run import run_collective, format_summary, passed
 
     try:
+        config = args.config
+        if args.engine:
+            from ..hdl.ace.config import AceConfig
+
+            config = AceConfig.profile(args.config, **dict(args.engine))
         result = run_collective(collective=args.collective, topology=args.topology, algorithm=args.algorithm,
                                 nbytes=args.bytes, dtype=args.dtype, op=args.op, root=args.root,
                                 null_ranks=args.null_ranks,
-                                chunk_bytes=args.chunk_bytes, backend=args.backend, config=args.config,
+                                chunk_bytes=args.chunk_bytes, backend=args.backend, config=config,
                                 latency=args.latency, rate=args.rate, pause=args.pause, seed=args.seed,
                                 buffers=args.buffers, fsms=args.fsms,
                                 progress=not args.quiet)

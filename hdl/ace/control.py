@@ -34,6 +34,7 @@ from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, LOAD_MASK_BITS, MAX_PHAS
 from .arbiter import SEQ_BITS, OldestFirst
 from .cmdtable import cmd_done_layout, cmd_entry_layout
 from .decoder import StepDecoder, step_layout
+from .dispatcher import ChunkDispatcher
 from .geometry import BlockGeometry
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
@@ -329,12 +330,12 @@ class ControlUnit(wiring.Component):
             queues.append(q)
 
         # ---- dispatcher ------------------------------------------------------------------------------------
-        m.submodules.order = order = fifo.SyncFIFOBuffered(width=_w(NC).width, depth=NC)
+        m.submodules.dispatcher = disp = ChunkDispatcher(cfg)
         new_slot = self.new_cmd.payload.slot
         m.d.comb += [
-            self.new_cmd.ready.eq(order.w_rdy),
-            order.w_en.eq(self.new_cmd.valid),
-            order.w_data.eq(new_slot),
+            self.new_cmd.ready.eq(disp.cmd.ready),
+            disp.cmd.valid.eq(self.new_cmd.valid),
+            disp.cmd.payload.eq(new_slot),
         ]
         with m.If(self.new_cmd.valid & self.new_cmd.ready):
             with m.Switch(new_slot):
@@ -348,66 +349,36 @@ class ControlUnit(wiring.Component):
             m.d.comb += busy_set.eq(1 << new_slot)
         m.d.sync += busy.eq((busy | busy_set) & ~busy_clr)
 
-        d_chunk = Signal(16)
-        d_next = Signal(_w(F))      # FSM of the head command's next chunk (after its first)
-        d_fsm = Signal(_w(F))
-        d_cmd = order.r_data
-        d_entry = entry_of(d_cmd, "d_entry")
-        # Chunk c of a command goes to FSM (tag + c) mod FSM_LIMIT: every rank of a communicator puts the same
-        # chunk on the same FSM (= virtual channel, hence landing channel) whatever other commands - on other
-        # communicators, with other members - it ran before. The tag's low bits are reduced modulo FSM_LIMIT
-        # by conditional subtraction.
-        tbits = max(1, (F - 1).bit_length())
-        t_mod = d_entry.tag[:tbits]
-        for k in reversed(range(tbits)):
-            step = Signal(tbits + 7, name=f"tag_mod{k}")
-            lim = self.fsm_limit << k
-            m.d.comb += step.eq(Mux(t_mod >= lim, t_mod - lim, t_mod))
-            t_mod = step
-        m.d.comb += d_fsm.eq(Mux(d_chunk == 0, t_mod, d_next) if F > 1 else 0)
-        q_ready = Signal()
-        with m.Switch(d_fsm):
-            for f in range(F):
-                with m.Case(f):
-                    m.d.comb += q_ready.eq(queues[f].w_rdy)
-        part_free = Signal()
-        m.d.comb += part_free.eq(used[0] < self.part[0])
-        dispatch = Signal()
-        m.d.comb += dispatch.eq(self.enable & order.r_rdy & (init_cnt == NB) & free.r_rdy & part_free & q_ready)
-        # (the prefetch queue has NB entries: one per buffer, it is never full when a buffer is free)
-        dispatch_stall_part = Signal()
-        dispatch_stall_q = Signal()
+        d_entry = entry_of(disp.e_cmd, "d_entry")
+        dispatch = disp.chunk.valid
+        dc = disp.chunk.payload
         m.d.comb += [
-            dispatch_stall_part.eq(self.enable & order.r_rdy & ~(part_free & free.r_rdy)),
-            dispatch_stall_q.eq(self.enable & order.r_rdy & part_free & free.r_rdy & ~q_ready),
+            disp.e.eq(d_entry), disp.enable.eq(self.enable), disp.fsm_limit.eq(self.fsm_limit),
+            disp.buf.valid.eq(free.r_rdy & (init_cnt == NB)), disp.buf.payload.eq(free.r_data),
+            free.r_en.eq(disp.buf.ready),
+            disp.room.eq(used[0] < self.part[0]),
+            disp.q_ready.eq(Cat(*[q.w_rdy for q in queues])),
         ]
+        dispatch_stall_part = disp.stall_part
+        dispatch_stall_q = disp.stall_queue
         qin = Signal(q_layout)
-        d_seq = Signal(SEQ_BITS)
-        m.d.comb += [qin.cmd.eq(d_cmd), qin.chunk.eq(d_chunk), qin.buf.eq(free.r_data), qin.seq.eq(d_seq)]
+        m.d.comb += [qin.cmd.eq(dc.cmd), qin.chunk.eq(dc.chunk), qin.buf.eq(dc.buf), qin.seq.eq(dc.seq)]
         for f in range(F):
-            m.d.comb += [queues[f].w_data.eq(qin), queues[f].w_en.eq(dispatch & (d_fsm == f))]
-        # every dispatched chunk is queued for the load sequencer too (its LOADs go as soon as it has a buffer)
+            m.d.comb += [queues[f].w_data.eq(qin), queues[f].w_en.eq(dispatch & (dc.fsm == f))]
+        # every dispatched chunk is queued for the load sequencer too (its LOADs go as soon as it has a buffer;
+        # the prefetch queue has NB entries, one per buffer: it is never full when a buffer is free)
         pf_layout = data.StructLayout({"cmd": _w(NC), "chunk": unsigned(16), "buf": BUF, "first": unsigned(11),
                                        "end": unsigned(11)})
         m.submodules.prefetch = prefetch = fifo.SyncFIFOBuffered(width=pf_layout.size, depth=NB)
         pf_in = Signal(pf_layout)
         m.d.comb += [
-            pf_in.cmd.eq(d_cmd), pf_in.chunk.eq(d_chunk), pf_in.buf.eq(free.r_data),
-            pf_in.first.eq(d_entry.phase_start[0]), pf_in.end.eq(d_entry.phase_start[0] + d_entry.load_end),
+            pf_in.cmd.eq(dc.cmd), pf_in.chunk.eq(dc.chunk), pf_in.buf.eq(dc.buf),
+            pf_in.first.eq(dc.first), pf_in.end.eq(dc.end),
             prefetch.w_en.eq(dispatch), prefetch.w_data.eq(pf_in),
             seqr.entry.valid.eq(prefetch.r_rdy), seqr.entry.payload.eq(prefetch.r_data),
             prefetch.r_en.eq(seqr.entry.ready),
         ]
-        dispatched = Signal(NC)
-        with m.If(dispatch):
-            m.d.comb += free.r_en.eq(1)
-            m.d.sync += [d_next.eq(Mux(d_fsm + 1 >= self.fsm_limit, 0, d_fsm + 1)), d_seq.eq(d_seq + 1)]
-            with m.If(d_chunk + 1 == d_entry.geom.n_chunks):
-                m.d.sync += d_chunk.eq(0)
-                m.d.comb += [order.r_en.eq(1), dispatched.eq(1 << d_cmd)]
-            with m.Else():
-                m.d.sync += d_chunk.eq(d_chunk + 1)
-        m.d.sync += dispatched_all.eq((dispatched_all | dispatched) & ~busy_set)
+        m.d.sync += dispatched_all.eq((dispatched_all | disp.dispatched) & ~busy_set)
 
         # ---- FSMs ------------------------------------------------------------------------------------------
         step_l = step_layout(cfg)
@@ -689,7 +660,7 @@ class ControlUnit(wiring.Component):
         # slots with a LOAD in flight: set when a load is issued, cleared when the load unit reports it done
         grant_recv_now = grant_recv
         for b in range(NB):
-            with m.If(dispatch & (free.r_data == b)):
+            with m.If(dispatch & (dc.buf == b)):
                 m.d.sync += [cnt[b][k].eq(~d_entry.null) for k in range(NMASK)]
             with m.Elif(grant_recv_now & (g_buf == b)):
                 with m.Switch(g.slot):
@@ -704,7 +675,7 @@ class ControlUnit(wiring.Component):
             with m.Elif(fold & (g_cmd == i) & (g_cnt < contrib[i])):
                 m.d.sync += contrib[i].eq(g_cnt)
         for b in range(NB):
-            new_b = dispatch & (free.r_data == b)
+            new_b = dispatch & (dc.buf == b)
             set_b = fsm_load & (g_buf == b)
             clr_b = load.done.valid & (load.done.buf == b)
             skip_b = seqr.skip.valid & (seqr.skip.buf == b)

@@ -1,0 +1,118 @@
+"""The chunk dispatcher: walks the accepted commands in order and their chunks in order, one chunk per cycle.
+
+Chunk ``c`` of a command goes to FSM ``(tag + c) mod FSM_LIMIT``: every rank of a communicator puts the same
+chunk on the same FSM (= virtual channel, hence landing channel) whatever other commands - on other
+communicators, with other members - it ran before. A chunk also takes the next number of the engine's dispatch
+sequence (the arbiters favour the oldest chunk) and the next free chunk buffer. The dispatcher never skips to
+another FSM or command: when the head chunk cannot go, nothing goes (every rank dispatches in the same order,
+which keeps ranks from deadlocking on each other's buffers).
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .arbiter import SEQ_BITS
+from .cmdtable import cmd_entry_layout
+from .sram import sram_read_layout
+
+__all__ = ["ChunkDispatcher", "dispatch_layout"]
+
+
+def _w(n):
+    return unsigned(max(1, (n - 1).bit_length()))
+
+
+def dispatch_layout(cfg):
+    """A dispatched chunk: its FSM, command slot, chunk number, buffer, sequence number, and the range of
+    instructions the load sequencer prefetches (phase 0's head LOADs)."""
+    return data.StructLayout({"fsm": _w(cfg.n_fsms), "cmd": _w(cfg.n_cmds), "chunk": unsigned(16),
+                              "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS),
+                              "first": unsigned(11), "end": unsigned(11)})
+
+
+class ChunkDispatcher(wiring.Component):
+    """Dispatches the chunks of the accepted commands in order.
+
+    Ports
+    -----
+    cmd : In(stream(cmd slot))
+        Accepted commands in order (a queue of ``n_cmds`` inside).
+    e_cmd : Out(cmd), e : In(cmd_entry_layout)
+        Combinational command-table lookup of the head command.
+    enable : In(1), fsm_limit : In(6)
+    buf : In(stream(buf))
+        The free-buffer list; a buffer is taken (``ready``) with each chunk.
+    room : In(1)
+        The phase-0 partition has room for a chunk.
+    q_ready : In(n_fsms)
+        Each FSM's chunk queue has room.
+    chunk : Out(stream(dispatch_layout), always_ready)
+        One pulse per dispatched chunk (the caller queues it for its FSM and the load sequencer).
+    dispatched : Out(n_cmds)
+        Pulses the command whose last chunk is dispatched.
+    stall_part, stall_queue : Out(1)
+        The head chunk waits for a buffer or partition room / for its FSM's queue.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        rl = sram_read_layout(cfg)
+        super().__init__({
+            "cmd": In(stream.Signature(_w(cfg.n_cmds))),
+            "e_cmd": Out(_w(cfg.n_cmds)), "e": In(cmd_entry_layout(cfg)),
+            "enable": In(1), "fsm_limit": In(6),
+            "buf": In(stream.Signature(rl.members["buf"])),
+            "room": In(1),
+            "q_ready": In(cfg.n_fsms),
+            "chunk": Out(stream.Signature(dispatch_layout(cfg), always_ready=True)),
+            "dispatched": Out(cfg.n_cmds),
+            "stall_part": Out(1), "stall_queue": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        F, NC = cfg.n_fsms, cfg.n_cmds
+        m.submodules.order = order = fifo.SyncFIFOBuffered(width=_w(NC).width, depth=NC)
+        m.d.comb += [self.cmd.ready.eq(order.w_rdy), order.w_en.eq(self.cmd.valid), order.w_data.eq(self.cmd.payload)]
+
+        chunk = Signal(16)
+        nxt_fsm = Signal(_w(F))     # FSM of the head command's next chunk (after its first)
+        fsm = Signal(_w(F))
+        seq = Signal(SEQ_BITS)
+        e = self.e
+        m.d.comb += self.e_cmd.eq(order.r_data)
+        # the tag's low bits reduced modulo FSM_LIMIT by conditional subtraction
+        tbits = max(1, (F - 1).bit_length())
+        t_mod = e.tag[:tbits]
+        for k in reversed(range(tbits)):
+            step = Signal(tbits + 7, name=f"tag_mod{k}")
+            lim = self.fsm_limit << k
+            m.d.comb += step.eq(Mux(t_mod >= lim, t_mod - lim, t_mod))
+            t_mod = step
+        m.d.comb += fsm.eq(Mux(chunk == 0, t_mod, nxt_fsm) if F > 1 else 0)
+        q_ready = Signal()
+        m.d.comb += q_ready.eq(self.q_ready.bit_select(fsm, 1))
+        head = self.enable & order.r_rdy
+        go = Signal()
+        m.d.comb += [
+            go.eq(head & self.buf.valid & self.room & q_ready),
+            self.stall_part.eq(head & ~(self.room & self.buf.valid)),
+            self.stall_queue.eq(head & self.room & self.buf.valid & ~q_ready),
+            self.buf.ready.eq(go),
+        ]
+        out = self.chunk.payload
+        m.d.comb += [
+            self.chunk.valid.eq(go),
+            out.fsm.eq(fsm), out.cmd.eq(order.r_data), out.chunk.eq(chunk), out.buf.eq(self.buf.payload),
+            out.seq.eq(seq), out.first.eq(e.phase_start[0]), out.end.eq(e.phase_start[0] + e.load_end),
+        ]
+        with m.If(go):
+            m.d.sync += [nxt_fsm.eq(Mux(fsm + 1 >= self.fsm_limit, 0, fsm + 1)), seq.eq(seq + 1)]
+            with m.If(chunk + 1 == e.geom.n_chunks):
+                m.d.sync += chunk.eq(0)
+                m.d.comb += [order.r_en.eq(1), self.dispatched.eq(1 << order.r_data)]
+            with m.Else():
+                m.d.sync += chunk.eq(chunk + 1)
+        return m

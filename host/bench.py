@@ -36,6 +36,7 @@ def _row(r):
         "buffers": r.get("buffers"), "fsms": r.get("fsms"), "cycles": r["cycles"],
         "bound_cycles": r["bound_cycles"], "memory_cycles": r["memory_cycles"],
         "link_efficiency": r["link_efficiency"], "chunk_bytes": r["chunk_bytes"], "rate": r.get("rate"),
+        "step_gap_per_step": r.get("step_gap_per_step"),
         "busbw_bytes_per_cycle": round(busbw(r), 3),
         "mem_read_bytes": sorted(set(r["mem_read_bytes"])), "mem_write_bytes": sorted(set(r["mem_write_bytes"])),
         "sim_cycles_per_s": r["sim_cycles_per_s"], "build_s": r.get("build_s"), "wall_s": r["wall_s"],

@@ -36,6 +36,7 @@ from .cmdtable import cmd_done_layout, cmd_entry_layout
 from .decoder import StepDecoder, step_layout
 from .dispatcher import ChunkDispatcher
 from .geometry import BlockGeometry
+from .partition import TERMINAL, PartitionManager
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
 from .link import RxPort, TxPort
@@ -55,8 +56,6 @@ class FsmState(enum.Enum, shape=2):
     RUN = 2
     HANDOFF = 3
 
-#: Index of the terminal partition in the PART registers.
-TERMINAL = 4
 
 #: Reasons an FSM's ready step waits, in the order of the STALL counter array.
 STALL_CAUSES = ("port_busy", "credits", "landing_empty", "dma_busy", "partition_full", "alu_busy",
@@ -306,19 +305,20 @@ class ControlUnit(wiring.Component):
         m.d.comb += self.alu_beats.eq(alu_total)
 
         # ---- buffers and partitions ------------------------------------------------------------------------
+        # chunks per partition and the moves between them; a chunk is done (its buffer free again) when its FSM
+        # handed it over and every STORE it posted is acknowledged
+        m.submodules.partitions = pm = PartitionManager(cfg)
+        cd = Signal(data.StructLayout({"valid": 1, "cmd": _w(NC), "buf": BUF, "status": STATUS_SHAPE}))
+        m.d.comb += [cd.valid.eq(pm.done.valid), cd.cmd.eq(pm.done.payload.cmd), cd.buf.eq(pm.done.payload.buf),
+                     cd.status.eq(pm.done.payload.status)]
         m.submodules.free = free = fifo.SyncFIFOBuffered(width=BUF.width, depth=NB)
         init_cnt = Signal(range(NB + 1))
         with m.If(init_cnt < NB):
             m.d.comb += [free.w_en.eq(1), free.w_data.eq(init_cnt)]
             m.d.sync += init_cnt.eq(init_cnt + 1)
-        # a chunk is done when its FSM handed it over and every STORE it posted is acknowledged
-        cd = Signal(data.StructLayout({"valid": 1, "cmd": _w(NC), "buf": BUF, "status": STATUS_SHAPE}))
         with m.Elif(cd.valid):
             m.d.comb += [free.w_en.eq(1), free.w_data.eq(cd.buf)]
-        # chunks per partition: used[p] in phase p (dispatched to phase 0, moved on at each phase end), and
-        # used_term handed off to the terminal partition (stores draining)
-        used = [Signal(8, name=f"used_phase{p}") for p in range(MAX_PHASES)]
-        used_term = Signal(8)
+        used, used_term = pm.used, pm.used_term
 
         # ---- per-FSM chunk queues --------------------------------------------------------------------------
         # seq: the chunk's number in the engine's dispatch order (wrapping); arbiters favour the oldest chunk
@@ -356,7 +356,7 @@ class ControlUnit(wiring.Component):
             disp.e.eq(d_entry), disp.enable.eq(self.enable), disp.fsm_limit.eq(self.fsm_limit),
             disp.buf.valid.eq(free.r_rdy & (init_cnt == NB)), disp.buf.payload.eq(free.r_data),
             free.r_en.eq(disp.buf.ready),
-            disp.room.eq(used[0] < self.part[0]),
+            disp.room.eq(pm.room0),
             disp.q_ready.eq(Cat(*[q.w_rdy for q in queues])),
         ]
         dispatch_stall_part = disp.stall_part
@@ -722,76 +722,24 @@ class ControlUnit(wiring.Component):
             report(u.done.valid & (u.done.status != 0), u.done.cmd, u.done.status)
         report(load.done.valid & (load.done.status != 0), load.done.cmd, load.done.status)
 
-        # partition moves, one per cycle, oldest chunk first:
-        # * at the end of a phase that is not its last, a chunk moves to the next phase's partition;
-        # * after its last step, it moves to the terminal partition (once no LOAD into its buffer is
-        #   outstanding) and its FSM takes its next chunk; the chunk is done when every STORE it posted is
-        #   acknowledged (lowest buffer first when several are).
-        # A move needs room in the target partition - except for the oldest chunk held by any FSM, which always
-        # moves: every rank holds the same oldest chunk (same dispatch order), so it can never wait on younger
-        # chunks filling a partition on another rank, whatever the PART sizes (docs/engine.md section 3).
+        # partition moves (PartitionManager): one per cycle, oldest chunk first; a chunk moves on at the end of a
+        # phase that is not its last, and to the terminal partition after its last step once no LOAD into its
+        # buffer is outstanding
         active = Cat(*[s != IDLE for s in st])
-        oldest = Signal(_w(F))
-        oldest_any = Signal()
-        self._oldest_first(m, "oldest_arb", active, ctx_seq, oldest, oldest_any)
-        move_req = Signal(F)
-        phase_wait = Signal(F)
-        handoff_wait = Signal(F)
         buf_loading = Signal(NB)
         m.d.comb += buf_loading.eq(Cat(*[loading[b].any() for b in range(NB)]))
-        hsel = Signal(_w(F))
-        hany = Signal()
-        term_free = Signal()
-        m.d.comb += term_free.eq(used_term < self.part[TERMINAL])
-        next_free = Signal(MAX_PHASES)      # room in partition p (for a chunk moving from p-1)
-        m.d.comb += next_free.eq(Cat(*[used[p] < self.part[p] for p in range(MAX_PHASES)]))
+        m.d.comb += [pm.part.eq(self.part), pm.dispatch.eq(dispatch), pm.active.eq(active),
+                     pm.stores_pending.eq(Cat(*[spend[b] != 0 for b in range(NB)]))]
         for f in range(F):
-            nxt = (ctx_phase[f] + 1)[:3]
-            at_end = ((st[f] == ADVANCE) & ~ctx_enter[f] & (ctx_pc[f] == ctx_stop[f])
-                      & (nxt < ctx_entry[f].n_phases))
-            room = Signal(name=f"fsm{f}_room")
-            with m.Switch(nxt):
-                for p in range(1, MAX_PHASES):
-                    with m.Case(p):
-                        m.d.comb += room.eq(next_free[p])
-            is_oldest = oldest_any & (oldest == f)
-            ho = (st[f] == HANDOFF) & ~buf_loading.bit_select(ctx_buf[f], 1)
             m.d.comb += [
-                move_req[f].eq((at_end & (room | is_oldest)) | (ho & (term_free | is_oldest))),
-                phase_wait[f].eq(at_end & ~room & ~is_oldest),
-                handoff_wait[f].eq(ho & ~term_free & ~is_oldest),
+                pm.at_end[f].eq((st[f] == ADVANCE) & ~ctx_enter[f] & (ctx_pc[f] == ctx_stop[f])
+                                & ((ctx_phase[f] + 1)[:3] < ctx_entry[f].n_phases)),
+                pm.handoff[f].eq((st[f] == HANDOFF) & ~buf_loading.bit_select(ctx_buf[f], 1)),
+                pm.seq[f].eq(ctx_seq[f]), pm.phase[f].eq(ctx_phase[f]), pm.buf[f].eq(ctx_buf[f]),
+                pm.cmd[f].eq(ctx_cmd[f]), pm.status[f].eq(ctx_status[f]),
             ]
-        self._oldest_first(m, "move_arb", move_req, ctx_seq, hsel, hany)
-        h_handoff = Signal()        # the granted move is a hand-off (else a phase change)
-        h_phase = Signal(3)         # the granted chunk's current phase
-        term = Signal(NB)                   # buffers in the terminal partition
-        t_cmd = [Signal(_w(NC), name=f"buf{b}_tcmd") for b in range(NB)]
-        t_status = [Signal(STATUS_SHAPE, name=f"buf{b}_tstatus") for b in range(NB)]
-        h_buf = Signal(BUF)
-        h_cmd = Signal(_w(NC))
-        h_status = Signal(STATUS_SHAPE)
-        with m.Switch(hsel):
-            for f in range(F):
-                with m.Case(f):
-                    m.d.comb += [h_buf.eq(ctx_buf[f]), h_cmd.eq(ctx_cmd[f]), h_status.eq(ctx_status[f]),
-                                 h_handoff.eq(st[f] == HANDOFF), h_phase.eq(ctx_phase[f])]
-        t_ready = Signal(NB)
-        m.d.comb += t_ready.eq(Cat(*[term[b] & (spend[b] == 0) for b in range(NB)]))
-        for b in reversed(range(NB)):
-            with m.If(t_ready[b]):
-                m.d.comb += [cd.valid.eq(1), cd.buf.eq(b), cd.cmd.eq(t_cmd[b]), cd.status.eq(t_status[b])]
-        to_term = hany & h_handoff
-        for b in range(NB):
-            with m.If(to_term & (h_buf == b)):
-                m.d.sync += [term[b].eq(1), t_cmd[b].eq(h_cmd), t_status[b].eq(h_status)]
-            with m.Elif(cd.valid & (cd.buf == b)):
-                m.d.sync += term[b].eq(0)
-
-        for p in range(MAX_PHASES):
-            leave = hany & (h_phase == p)
-            enter = (dispatch if p == 0 else (hany & ~h_handoff & (h_phase == p - 1)))
-            m.d.sync += used[p].eq(used[p] + enter - leave)
-        m.d.sync += used_term.eq(used_term + to_term - cd.valid)
+        hany, hsel = pm.move_valid, pm.move_fsm
+        phase_wait, handoff_wait = pm.phase_wait, pm.handoff_wait
 
         # FSM next-state logic
         def settle(x, buf, own):

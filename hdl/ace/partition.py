@@ -1,0 +1,135 @@
+"""The partition manager: how many chunks each SRAM partition holds, and the moves between partitions.
+
+A dispatched chunk enters phase 0's partition. At the end of a phase that is not its last, it moves to the next
+phase's partition; after its last step it moves to the terminal partition (once no LOAD into its buffer is
+outstanding) and its FSM takes its next chunk; it leaves the terminal partition - it is done - when every STORE it
+posted is acknowledged (the lowest buffer first when several are). One move per cycle, oldest chunk first.
+
+A move needs room in the target partition (fewer chunks than its PART register) - except for the oldest chunk
+held by any FSM, which always moves: every rank holds the same oldest chunk (same dispatch order), so it can never
+wait on younger chunks filling a partition on another rank, whatever the PART sizes (docs/engine.md section 3).
+"""
+
+from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.layouts import MAX_PHASES
+from .arbiter import SEQ_BITS, OldestFirst
+from .sram import sram_read_layout
+from .units import STATUS_SHAPE
+
+__all__ = ["PartitionManager", "N_PARTITIONS", "TERMINAL", "chunk_done_layout"]
+
+#: Partitions: one per program phase, then the terminal partition.
+N_PARTITIONS = MAX_PHASES + 1
+#: Index of the terminal partition in the PART registers.
+TERMINAL = MAX_PHASES
+
+
+def _w(n):
+    return unsigned(max(1, (n - 1).bit_length()))
+
+
+def chunk_done_layout(cfg):
+    """A chunk that left the terminal partition: its command, buffer (back to the free list) and status."""
+    return data.StructLayout({"cmd": _w(cfg.n_cmds), "buf": sram_read_layout(cfg).members["buf"],
+                              "status": STATUS_SHAPE})
+
+
+class PartitionManager(wiring.Component):
+    """Counts the chunks per partition and grants the moves between them.
+
+    Ports
+    -----
+    part : In(ArrayLayout(unsigned(8), N_PARTITIONS))
+        Partition sizes (PART registers).
+    dispatch : In(1)
+        A chunk enters phase 0 this cycle.
+    active, seq, phase, buf, cmd, status : In(...)  (per FSM)
+        The FSM holds a chunk; its dispatch number, phase, buffer, command and status.
+    at_end : In(n_fsms)
+        The FSM's chunk finished a phase that is not its last (it asks to move on).
+    handoff : In(n_fsms)
+        The FSM's chunk finished its last step and no LOAD into its buffer is outstanding.
+    stores_pending : In(n_buffers)
+        The buffer has posted STOREs without their write response.
+    move_valid, move_fsm : Out
+        The FSM whose chunk moves this cycle (to its next phase, or to the terminal partition).
+    phase_wait, handoff_wait : Out(n_fsms)
+        Requests refused for want of room.
+    room0 : Out(1)
+        Phase 0's partition has room for a dispatched chunk.
+    done : Out(stream(chunk_done_layout), always_ready)
+        A chunk left the terminal partition.
+    used : Out(ArrayLayout(unsigned(8), MAX_PHASES)), used_term : Out(8)
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        F = cfg.n_fsms
+        buf = sram_read_layout(cfg).members["buf"]
+        super().__init__({
+            "part": In(data.ArrayLayout(unsigned(8), N_PARTITIONS)),
+            "dispatch": In(1),
+            "active": In(F), "at_end": In(F), "handoff": In(F),
+            "seq": In(data.ArrayLayout(unsigned(SEQ_BITS), F)),
+            "phase": In(data.ArrayLayout(unsigned(3), F)),
+            "buf": In(data.ArrayLayout(buf, F)),
+            "cmd": In(data.ArrayLayout(_w(cfg.n_cmds), F)),
+            "status": In(data.ArrayLayout(STATUS_SHAPE, F)),
+            "stores_pending": In(cfg.n_buffers),
+            "move_valid": Out(1), "move_fsm": Out(_w(F)),
+            "phase_wait": Out(F), "handoff_wait": Out(F),
+            "room0": Out(1),
+            "done": Out(stream.Signature(chunk_done_layout(cfg), always_ready=True)),
+            "used": Out(data.ArrayLayout(unsigned(8), MAX_PHASES)),
+            "used_term": Out(8),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        F, NB = cfg.n_fsms, cfg.n_buffers
+        m.submodules.oldest = oldest = OldestFirst(F)
+        m.submodules.moves = moves = OldestFirst(F)
+        m.d.comb += [oldest.req.eq(self.active), oldest.seq.eq(self.seq), moves.seq.eq(self.seq)]
+        term_free = self.used_term < self.part[TERMINAL]
+        next_free = Cat(*[self.used[p] < self.part[p] for p in range(MAX_PHASES)])  # room in p (from p-1)
+        move_req = Signal(F)
+        for f in range(F):
+            is_oldest = oldest.valid & (oldest.sel == f)
+            room = next_free.bit_select((self.phase[f] + 1)[:3], 1)
+            at_end, ho = self.at_end[f], self.handoff[f]
+            m.d.comb += [
+                move_req[f].eq((at_end & (room | is_oldest)) | (ho & (term_free | is_oldest))),
+                self.phase_wait[f].eq(at_end & ~room & ~is_oldest),
+                self.handoff_wait[f].eq(ho & ~term_free & ~is_oldest),
+            ]
+        m.d.comb += [moves.req.eq(move_req), self.move_valid.eq(moves.valid), self.move_fsm.eq(moves.sel),
+                     self.room0.eq(self.used[0] < self.part[0])]
+        f = moves.sel
+        h_handoff = self.handoff.bit_select(f, 1)     # the move is a hand-off (else a phase change)
+        h_phase = self.phase[f]
+
+        # the terminal partition: a chunk is done when every STORE it posted is acknowledged
+        term = Signal(NB)
+        t_cmd = Signal(data.ArrayLayout(self.cmd.shape().elem_shape, NB))
+        t_status = Signal(data.ArrayLayout(STATUS_SHAPE, NB))
+        done = self.done.payload
+        for b in reversed(range(NB)):
+            with m.If(term[b] & ~self.stores_pending[b]):
+                m.d.comb += [self.done.valid.eq(1), done.buf.eq(b), done.cmd.eq(t_cmd[b]),
+                             done.status.eq(t_status[b])]
+        to_term = moves.valid & h_handoff
+        for b in range(NB):
+            with m.If(to_term & (self.buf[f] == b)):
+                m.d.sync += [term[b].eq(1), t_cmd[b].eq(self.cmd[f]), t_status[b].eq(self.status[f])]
+            with m.Elif(self.done.valid & (done.buf == b)):
+                m.d.sync += term[b].eq(0)
+        for p in range(MAX_PHASES):
+            leave = moves.valid & (h_phase == p)
+            enter = self.dispatch if p == 0 else (moves.valid & ~h_handoff & (h_phase == p - 1))
+            m.d.sync += self.used[p].eq(self.used[p] + enter - leave)
+        m.d.sync += self.used_term.eq(self.used_term + to_term - self.done.valid)
+        return m

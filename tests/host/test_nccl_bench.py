@@ -25,7 +25,10 @@ def _check(rows, collective, n, sizes):
                 assert collective == "alltoall" and place == "in"
                 continue
             assert p["wrong"] == 0 and p["time"] > 0
-            assert p["algbw"] == pytest.approx(r["size"] / p["time"] / 1e3, rel=0.02, abs=0.011)
+            # time and algbw are printed with 2 decimals: a time of 0.23 us stands for 0.225..0.235
+            lo = r["size"] / (p["time"] + 0.005) / 1e3
+            hi = r["size"] / max(p["time"] - 0.005, 1e-9) / 1e3
+            assert lo - 0.006 <= p["algbw"] <= hi + 0.006, (r["size"], p)
             assert p["busbw"] == pytest.approx(p["algbw"] * bus_factor(collective, n), rel=0.02, abs=0.011)
 
 

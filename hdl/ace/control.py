@@ -1,24 +1,26 @@
-"""The control unit: command table, chunk dispatcher, SRAM partitions, FSMs, step decoder and issue arbiter.
+"""The control unit: command table, FSMs and issue arbiter, around the named blocks it instantiates
+(``ChunkDispatcher``, ``StepDecoder``, ``PartitionManager``, ``OldestFirst``) and, for now, the datapath.
 
 Dataflow of a command (see docs/engine.md):
 
 1. The command processor hands a validated command to :class:`ControlUnit` (``new_cmd``); it sits in the
    command table until all its chunks are done.
-2. The dispatcher walks the commands in order and their chunks in order. Chunk ``s`` of the engine's global
-   chunk sequence goes to FSM ``s mod F`` and needs a free buffer in the phase partition; buffers are taken in
-   sequence order on every rank, which keeps ranks from deadlocking on each other's buffers. The FSM number is
-   also the chunk's virtual channel on every link, so a chunk's messages land in the landing buffer its FSM
-   reads, on every rank.
-3. An FSM runs its chunk's program (the golden library's steps, from the instruction memory) one step at a
-   time: the shared decoder fetches the word and computes the block's length and addresses; the arbiter
-   grants a step when every resource it needs is free (output port + a whole message of credits for SEND,
-   input port + the awaited header for RECV, and for a forward also the forward port and its credits); the
-   unit runs it and reports back. LOADs are posted (the FSM goes on while the TX DMA works), later steps wait
-   for them.
-4. STOREs are posted to the store unit (RX DMA) as the FSM meets them, each right after the last write of
-   its slot, so a block goes back to memory as soon as it is final. After the last step the chunk moves to
-   the terminal partition (when it has room) and its FSM takes the next chunk. When the last write of the
-   chunk is acknowledged its buffer is freed; when all chunks of a command are done it completes.
+2. The dispatcher walks the commands in order and their chunks in order. Chunk ``c`` of a command goes to
+   FSM ``(t + c) mod FSM_LIMIT`` (``t`` from the command's tag) and needs a free buffer and room in the phase
+   partition; buffers are taken in dispatch order on every rank, which keeps ranks from deadlocking on each
+   other's buffers. The FSM number is also the chunk's virtual channel on every link, so a chunk's messages
+   land in the landing buffer its FSM reads, on every rank.
+3. An FSM runs its chunk's program (the golden library's steps, from the instruction memory): the shared
+   decoder fetches each word and computes the block's length and addresses, one step ahead of the step
+   waiting for its grant; the arbiter grants a step when every resource it needs is free (output port + a
+   whole message of credits for SEND, input port + the awaited header for RECV, and for a forward also the
+   forward port and its credits); the unit runs it and reports back. A SEND/RECV may issue behind the FSM's
+   own SEND/RECV on the same unit. LOADs are posted (the FSM goes on while the TX DMA works), later steps
+   wait for them.
+4. STOREs are posted to the store unit (RX DMA) as the FSM meets them, behind the step that wrote their slot,
+   so a block goes back to memory as soon as it is final. After the last step the chunk moves to the
+   terminal partition (when it has room) and its FSM takes the next chunk. When the last write of the chunk
+   is acknowledged its buffer is freed; when all chunks of a command are done it completes.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned

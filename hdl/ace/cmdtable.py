@@ -10,13 +10,9 @@ from amaranth.lib import data
 
 from ..common.layouts import COUNT_BITS, DTYPE_SHAPE, LOAD_MASK_BITS, MAX_PHASES, OP_SHAPE
 from .geometry import geometry_layout
-from .units import STATUS_SHAPE
+from .units import STATUS_SHAPE, _w
 
 __all__ = ["cmd_entry_layout", "cmd_done_layout"]
-
-
-def _w(n):
-    return unsigned(max(1, (n - 1).bit_length()))
 
 
 def cmd_entry_layout(cfg):

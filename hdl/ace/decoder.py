@@ -26,6 +26,7 @@ from ..common.layouts import LOAD_MASK_BITS
 from .cmdtable import cmd_entry_layout
 from .geometry import BlockGeometry
 from .sram import sram_read_layout
+from .units import _w
 
 __all__ = ["StepDecoder", "step_layout", "decode_request_layout", "decoded_layout"]
 
@@ -35,10 +36,6 @@ _F = {name: (lsb, width) for name, lsb, width in FIELDS}
 def _field(word, name):
     lsb, width = _F[name]
     return word[lsb:lsb + width]
-
-
-def _w(n):
-    return unsigned(max(1, (n - 1).bit_length()))
 
 
 def step_layout(cfg):

@@ -15,12 +15,9 @@ from amaranth.lib.wiring import In, Out
 from .arbiter import SEQ_BITS
 from .cmdtable import cmd_entry_layout
 from .sram import sram_read_layout
+from .units import _w
 
 __all__ = ["ChunkDispatcher", "dispatch_layout"]
-
-
-def _w(n):
-    return unsigned(max(1, (n - 1).bit_length()))
 
 
 def dispatch_layout(cfg):

@@ -16,19 +16,11 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES
 from .arbiter import SEQ_BITS, OldestFirst
+from .regs import N_PARTITIONS, TERMINAL_PARTITION as TERMINAL
 from .sram import sram_read_layout
-from .units import STATUS_SHAPE
+from .units import STATUS_SHAPE, _w
 
 __all__ = ["PartitionManager", "N_PARTITIONS", "TERMINAL", "chunk_done_layout"]
-
-#: Partitions: one per program phase, then the terminal partition.
-N_PARTITIONS = MAX_PHASES + 1
-#: Index of the terminal partition in the PART registers.
-TERMINAL = MAX_PHASES
-
-
-def _w(n):
-    return unsigned(max(1, (n - 1).bit_length()))
 
 
 def chunk_done_layout(cfg):

@@ -55,7 +55,7 @@ _SKIP = re.compile(r"^(clk|rst)$")
 def vcd_toggles(path, root, period_s):
     """Parse the VCD at ``path``; return an :class:`Activity` of the scope ``root`` (a dotted path such as
     ``top.ep0``): toggles per sub-scope, its ports' toggles (the variables directly in ``root``), and the
-    chunk SRAM's accesses (``en`` fields of the ``control.sram`` scope's ``rd``/``wr`` clients)."""
+    chunk SRAM's accesses (``en`` fields of the ``datapath.sram`` scope's ``rd``/``wr`` clients)."""
     ids = {}            # id -> list of (scope, name, width)
     scope = []
     last = {}
@@ -85,7 +85,7 @@ def vcd_toggles(path, root, period_s):
                 ids.setdefault(ident, []).append((sc, name, width))
                 widths[(sc, name)] = width
         period_ps = round(period_s / unit_s)     # the period in VCD time units
-        sram_scope = f"{root}.control.sram"
+        sram_scope = f"{root}.datapath.sram"
         for ident, uses in ids.items():
             for sc, name, width in uses:
                 if sc == sram_scope and (m := re.fullmatch(r"(rd|wr)\[(\d+)\]\.en", name)):

@@ -119,7 +119,7 @@ def synthesize(il_path, top, liberty, workdir):
 
     Returns ``{"modules": {path: {"area": um^2 of the module's own cells, "cells": n, "seq": flip-flops}},
     "macros": [{"path", "name", "bits", "width", "depth", "rd_ports", "wr_ports"}], "netlist": file}`` where
-    ``path`` is the module's place below ``top`` (``""`` for ``top``, ``"control.sram"``...)."""
+    ``path`` is the module's place below ``top`` (``""`` for ``top``, ``"datapath.sram"``...)."""
     yosys = find_tool("yosys", "install Debian's yosys: apt-get install yosys (make test does)")
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -316,7 +316,7 @@ close $out
 
 
 def _inst_path(inst):
-    """The module path of a flattened instance name (``control.sram.$abc$...`` -> ``control.sram``)."""
+    """The module path of a flattened instance name (``datapath.sram.$abc$...`` -> ``datapath.sram``)."""
     keep = []
     name = inst.lstrip("\\")
     if name.startswith("$flatten"):

@@ -4,8 +4,8 @@ Components (:data:`COMPONENTS`) and where they come from:
 
 =========  ==========================================================================================
 alu        ``syncfabric.hdl.alu.ReductionAlu`` (one per link port's RECV unit)
-control    command processor, register bank, control unit with its FSMs, queues and step units
-           (``hdl/ace/control.py`` and everything of the engine not listed below)
+control    command processor, register bank, control unit with its FSMs and queues, and the datapath's step
+           units (``hdl/ace/control.py``, ``hdl/ace/datapath.py`` and everything of the engine not listed below)
 sram       the chunk SRAM ``hdl/ace/sram.py``: macros from :class:`~syncfabric.fpga.asic.SramModel` plus the
            bank crossbar in cells
 dma        ``hdl/ace/dma.py`` readers/writers and their multiplexers
@@ -40,10 +40,10 @@ ENGINE_COMPONENTS = ("alu", "control", "sram", "dma", "link")
 
 #: (component, regular expression on a module's path below the engine top); the first match wins.
 RULES = (
-    ("sram", r"control\.sram(\..*)?"),
-    ("alu", r"control\.recv\d+\.alu(\..*)?"),
-    ("link", r"control\.(txport|rxport|txmux)\d+(\..*)?"),
-    ("dma", r"(dma_rd|dma_wr|rd_mux|wr_mux|control\.dep_rd_mux|control\.dep_wr_mux)(\..*)?"),
+    ("sram", r"datapath\.sram(\..*)?"),
+    ("alu", r"datapath\.recv\d+\.alu(\..*)?"),
+    ("link", r"datapath\.(txport|rxport|txmux)\d+(\..*)?"),
+    ("dma", r"(dma_rd|dma_wr|rd_mux|wr_mux|datapath\.dep_rd_mux|datapath\.dep_wr_mux)(\..*)?"),
     ("control", r".*"),
 )
 
@@ -92,10 +92,36 @@ class _Group(Elaboratable):
         return m
 
 
+class _ControlAndDatapath(Elaboratable):
+    """The control unit with the datapath it drives, connected as in the engine (the unit of the FSM sweep);
+    their other ports are the design's ports."""
+
+    def __init__(self, cfg):
+        from ..hdl.ace.control import ControlUnit
+        from ..hdl.ace.datapath import Datapath
+
+        self.cu, self.dp = ControlUnit(cfg), Datapath(cfg)
+
+    def ports(self):
+        inner = ("dp", "port", "ctl")
+        return [Value.cast(v) for comp in (self.cu, self.dp)
+                for path, _, v in comp.signature.flatten(comp) if path[0] not in inner]
+
+    def elaborate(self, platform):
+        from amaranth.lib import wiring
+
+        m = Module()
+        m.submodules.control, m.submodules.datapath = self.cu, self.dp
+        wiring.connect(m, self.cu.dp, self.dp.ctl)
+        for cp, dp in zip(self.cu.port, self.dp.port):
+            wiring.connect(m, cp, dp)
+        return m
+
+
 def _rtlil(elab, name, path):
     from amaranth.back import rtlil
 
-    ports = elab.ports() if isinstance(elab, _Group) else None
+    ports = elab.ports() if isinstance(elab, (_Group, _ControlAndDatapath)) else None
     text = rtlil.convert(elab, name=name, ports=ports) if ports else rtlil.convert(elab, name=name)
     Path(path).write_text(text)
     return path
@@ -376,8 +402,6 @@ def sweep_points(cfg, out_dir, lib, *, progress=None):
     each a list of ``{"value", "area_um2", ...}``."""
     from ..hdl.ace.sram import ChunkSram
     from ..hdl.alu import ReductionAlu
-    from ..hdl.ace.control import ControlUnit
-
     say = progress or (lambda text: None)
     model = SramModel()
     K = cfg.n_ports
@@ -398,14 +422,14 @@ def sweep_points(cfg, out_dir, lib, *, progress=None):
         work = Path(out_dir) / f"fsms_{nf}"
         work.mkdir(parents=True, exist_ok=True)
         say(f"sweep: control unit with {nf} FSMs")
-        syn = asic_synthesize(_rtlil(ControlUnit(c), "ace_control", work / "design.il"), "ace_control", lib,
-                              work / "asic")
+        syn = asic_synthesize(_rtlil(_ControlAndDatapath(c), "ace_control", work / "design.il"), "ace_control",
+                              lib, work / "asic")
         own = {}
         for path, m in syn["modules"].items():
-            comp = component_of(f"control.{path}" if path else "control")
+            comp = component_of(path)
             own[comp] = own.get(comp, 0.0) + m["area"]
         for m in syn["macros"]:
-            comp = component_of(f"control.{m['path']}" if m["path"] else "control")
+            comp = component_of(m["path"])
             own[comp] = own.get(comp, 0.0) + model.area_um2(m["bits"])
         out["fsms"].append({"value": nf, "control_um2": own.get("control", 0.0), "link_um2": own.get("link", 0.0),
                             "area_um2": own.get("control", 0.0) + own.get("link", 0.0)})

@@ -1,5 +1,6 @@
 """The control unit: command table, FSMs and issue arbiter, around the named blocks it instantiates
-(``ChunkDispatcher``, ``StepDecoder``, ``PartitionManager``, ``OldestFirst``) and, for now, the datapath.
+(``ChunkDispatcher``, ``StepDecoder``, ``PartitionManager``, ``OldestFirst``, ``LoadSequencer``). It drives the
+datapath (:mod:`.datapath`: SRAM, link ports, units, deposit unit) through its ``dp`` and ``port`` interfaces.
 
 Dataflow of a command (see docs/engine.md):
 
@@ -31,20 +32,16 @@ from amaranth.utils import exact_log2
 
 from ...sim.golden.program import StepOp
 from ...sim.golden.types import Status
-from ..common.layouts import (CHANNEL_BITS, COUNT_BITS, LOAD_MASK_BITS, MAX_PHASES,
-                              credit_layout, flit_layout, packet_header_layout)
+from ..common.layouts import CHANNEL_BITS, COUNT_BITS, LOAD_MASK_BITS, MAX_PHASES, packet_header_layout
 from .arbiter import SEQ_BITS, OldestFirst
-from .cmdtable import cmd_done_layout, cmd_entry_layout
+from .cmdtable import CommandTable, cmd_done_layout, cmd_entry_layout
 from .decoder import StepDecoder, step_layout
 from .dispatcher import ChunkDispatcher
 from .geometry import BlockGeometry
 from .partition import TERMINAL, PartitionManager
-from .deposit import DepositUnit
-from .dmamux import ReadMux, WriteMux
-from .link import RxPort, TxPort
-from .sram import ChunkSram, sram_read_layout
-from .units import (LoadSequencer, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, beat_stream, dma_cmd_layout, job_layouts,
-                    STATUS_SHAPE)
+from .datapath import datapath_signature, port_signature
+from .sram import sram_read_layout
+from .units import STATUS_SHAPE, LoadSequencer, StoreUnit
 
 __all__ = ["ControlUnit", "FsmState", "cmd_entry_layout", "cmd_done_layout", "STALL_CAUSES", "TERMINAL"]
 # (cmd_entry_layout and cmd_done_layout live in cmdtable.py; they stay importable from here)
@@ -68,31 +65,22 @@ def _w(n):
 
 
 class ControlUnit(wiring.Component):
-    """The engine's execution core: everything between the command processor and the memory/link ports.
+    """The engine's control plane: everything between the command processor and the datapath.
 
     Ports: ``new_cmd`` (a validated command and the table slot it takes; ``slot_busy`` tells which are free),
     ``cmd_done`` (slot, status, detail when a command finished), the instruction memory and routing table
-    write/read ports for the register windows, ``part`` (partition sizes), the DMA requests of the load and
-    store units, ``tx<k>``/``tx<k>_credit``/``rx<k>``/``rx<k>_credit`` per link port, and counters.
+    write/read ports for the register windows, ``part`` (partition sizes), ``dp`` and ``port`` (the datapath's
+    units and, per link port, its units, credits and landing-buffer heads: :func:`~.datapath.datapath_signature`,
+    :func:`~.datapath.port_signature`), and counters.
     """
 
     def __init__(self, cfg):
         self.cfg = cfg
-        fl = flit_layout(cfg.beat_bytes)
-        ports = {}
-        for k in range(cfg.n_ports):
-            ports[f"tx{k}"] = Out(stream.Signature(fl))
-            ports[f"tx{k}_credit"] = In(credit_layout())
-            ports[f"rx{k}"] = In(stream.Signature(fl))
-            ports[f"rx{k}_credit"] = Out(credit_layout())
         n_causes = len(STALL_CAUSES)
         super().__init__({
             "enable": In(1),
             "part": In(data.ArrayLayout(unsigned(8), 5)),
-            "tx_lookahead": In(16),
             "fsm_limit": In(6),
-            "spill_base": In(cfg.addr_width),
-            "spill_entries": In(8),
             "new_cmd": In(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
                                                               "entry": cmd_entry_layout(cfg)}))),
             "slot_busy": Out(cfg.n_cmds),
@@ -105,33 +93,15 @@ class ControlUnit(wiring.Component):
             "route_addr": In(16),
             "route_wdata": In(4),
             "route_rdata": Out(4),
-            "rd_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
-            "rd_data": In(beat_stream(cfg, err=True)),
-            "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
-            "wr_data": Out(beat_stream(cfg)),
-            "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
-            **ports,
+            "dp": Out(datapath_signature(cfg)), "port": Out(port_signature(cfg)).array(cfg.n_ports),
             # status and counters
             "idle": Out(1),
             "chunks_active": Out(8),
-            "payload_rd_bytes": Out(64),
-            "payload_wr_bytes": Out(64),
-            "alu_beats": Out(64),
             "fsm_busy": Out(64),
             "steps": Out(64),
             "step_gap": Out(64),
             "stall": Out(data.ArrayLayout(unsigned(32), n_causes)),
-            "tx_flits": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
-            "tx_busy": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
-            "tx_stall": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
-            "rx_flits": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
-            "rx_crc_errs": Out(data.ArrayLayout(unsigned(32), cfg.n_ports)),
-            "phase_flits": Out(data.ArrayLayout(unsigned(32), MAX_PHASES)),
             "phase_busy": Out(data.ArrayLayout(unsigned(32), MAX_PHASES)),
-            "sram_conflict": Out(1),
-            "deposits": Out(32),
-            "spills": Out(32),
-            "spill_bytes": Out(64),
         })
 
     # ------------------------------------------------------------------------------------------------------
@@ -139,11 +109,9 @@ class ControlUnit(wiring.Component):
         m = Module()
         cfg = self.cfg
         F, K, NC, NB = cfg.n_fsms, cfg.n_ports, cfg.n_cmds, cfg.n_buffers
-        W = 8 * cfg.beat_bytes
         rl = sram_read_layout(cfg)
         BUF = rl.members["buf"]
         entry_l = cmd_entry_layout(cfg)
-        jobs = job_layouts(cfg)
 
         # ---- memories written through the register windows ------------------------------------------------
         imem = Memory(shape=unsigned(64), depth=cfg.imem_words, init=[])
@@ -166,13 +134,12 @@ class ControlUnit(wiring.Component):
             route_csr.addr.eq(self.route_addr), self.route_rdata.eq(route_csr.data),
         ]
 
-        # ---- command table ----------------------------------------------------------------------------------
-        entries = [Signal(entry_l, name=f"cmd{i}") for i in range(NC)]
-        busy = Signal(NC)
-        dispatched_all = Signal(NC)
-        chunks_done = [Signal(16, name=f"cmd{i}_done") for i in range(NC)]
-        status = [Signal(STATUS_SHAPE, name=f"cmd{i}_status") for i in range(NC)]
-        detail = [Signal(32, name=f"cmd{i}_detail") for i in range(NC)]
+        # ---- command table (cmdtable.py): entries and progress of the commands in flight ----------------------
+        # errors are reported by the sequencer, the decoder, the four kinds of units, the deposit unit and the
+        # partition manager (chunk completions)
+        m.submodules.cmdtable = table = CommandTable(cfg, n_reports=2 * K + 6)
+        entries, busy = table.entries, table.busy
+        wiring.connect(m, table.done, wiring.flipped(self.cmd_done))
         m.d.comb += self.slot_busy.eq(busy)
 
         def entry_of(idx, name):
@@ -196,100 +163,9 @@ class ControlUnit(wiring.Component):
         def report(valid, cmd, code, det=0):
             error_reports.append((valid, cmd, code, det))
 
-        # ---- SRAM -------------------------------------------------------------------------------------------
-        # readers: K send units, K recv units (operands), the store unit; writers: K recv units, the load unit.
-        # The store and load units come last (lowest priority): they give way on a bank another unit uses.
-        m.submodules.sram = sram = ChunkSram(cfg, n_readers=2 * K + 1, n_writers=K + 1)
-        with m.If(sram.conflict):
-            m.d.sync += self.sram_conflict.eq(1)
-
-        # ---- link ports and units ------------------------------------------------------------------------
-        m.submodules.deposit = dep = DepositUnit(cfg)
-        dep_own = Signal(K)          # the deposit unit has port k's landing read side (registered hand-over)
-        txp, rxp, sends, recvs = [], [], [], []
-        for k in range(K):
-            tx = TxPort(cfg)
-            rx = RxPort(cfg)
-            su = SendUnit(cfg)
-            ru = RecvUnit(cfg)
-            m.submodules[f"txport{k}"] = tx
-            m.submodules[f"rxport{k}"] = rx
-            m.submodules[f"send{k}"] = su
-            m.submodules[f"recv{k}"] = ru
-            txp.append(tx), rxp.append(rx), sends.append(su), recvs.append(ru)
-            wiring.connect(m, tx.flit, wiring.flipped(getattr(self, f"tx{k}")))
-            wiring.connect(m, rx.flit, wiring.flipped(getattr(self, f"rx{k}")))
-            m.d.comb += [
-                tx.credit.eq(getattr(self, f"tx{k}_credit")),
-                getattr(self, f"rx{k}_credit").eq(rx.credit),
-                # recv unit (or, when it has borrowed the port, the deposit unit) <-> landing buffer
-                rx.sel.eq(Mux(dep_own[k], dep.sel, ru.sel)),
-                rx.hdr_pop.eq(Mux(dep_own[k], dep.hdr_pop, ru.hdr_pop)),
-                rx.err_clear.eq(Mux(dep_own[k], dep.err_clear, ru.err_clear)),
-                ru.heads.eq(rx.heads), ru.vc_err.eq(rx.err),
-                ru.land.valid.eq(rx.data.valid & ~dep_own[k]), ru.land.payload.eq(rx.data.payload),
-                rx.data.ready.eq(Mux(dep_own[k], dep.land.ready, ru.land.ready)),
-                dep.heads[k].eq(rx.heads), dep.hdr_valid[k].eq(rx.hdr_valid), dep.errs[k].eq(rx.err),
-                dep.levels[k].eq(rx.levels), dep.hdr_levels[k].eq(rx.hdr_levels),
-                # SRAM clients
-                sram.rd[k].eq(su.rd), su.rdata.eq(sram.rdata[k]),
-                sram.rd[K + k].eq(ru.rd), ru.rdata.eq(sram.rdata[K + k]),
-                sram.wr[k].eq(ru.wr),
-                # counters
-                self.tx_flits[k].eq(tx.flits), self.tx_busy[k].eq(tx.busy), self.tx_stall[k].eq(tx.stall),
-                self.rx_flits[k].eq(rx.flits), self.rx_crc_errs[k].eq(rx.crc_errors),
-            ]
-        # TX muxes: port k carries its send unit's messages and the receive units' forwards, in grant order
-        txm = []
-        for k in range(K):
-            mx = TxMux(cfg, k, K)
-            m.submodules[f"txmux{k}"] = mx
-            txm.append(mx)
-            wiring.connect(m, sends[k].msg, mx.send_msg)
-            wiring.connect(m, sends[k].data, mx.send_data)
-            wiring.connect(m, mx.msg, txp[k].msg)
-            wiring.connect(m, mx.data, txp[k].data)
-            for j in range(K):
-                ru = recvs[j]
-                m.d.comb += [
-                    mx.fwd_msg[j].eq(ru.fwd_msg.payload), mx.fwd_msg_valid[j].eq(ru.fwd_msg.valid),
-                    mx.fwd_data[j].eq(ru.fwd_data.payload), mx.fwd_data_valid[j].eq(ru.fwd_data.valid),
-                ]
-        for j in range(K):
-            m.d.comb += [
-                recvs[j].fwd_msg.ready.eq(Cat(*[txm[k].fwd_msg_ready[j] for k in range(K)]).any()),
-                recvs[j].fwd_data.ready.eq(Cat(*[txm[k].fwd_data_ready[j] for k in range(K)]).any()),
-            ]
-
-        m.submodules.load = load = LoadUnit(cfg)
-        m.d.comb += [
-            sram.wr[K].eq(load.wr), load.wr_free.eq(sram.wr_free[K]),
-            self.payload_rd_bytes.eq(load.bytes),
-        ]
-        # the DMA engines are shared with the deposit unit (priority: it holds an RX port while it waits)
-        m.submodules.dep_rd_mux = drm = ReadMux(cfg)
-        m.submodules.dep_wr_mux = dwm = WriteMux(cfg)
-        wiring.connect(m, dep.rd_cmd, drm.a_cmd)
-        wiring.connect(m, drm.a_data, dep.rd_data)
-        wiring.connect(m, load.rd_cmd, drm.b_cmd)
-        wiring.connect(m, drm.b_data, load.rd_data)
-        wiring.connect(m, drm.cmd, wiring.flipped(self.rd_cmd))
-        wiring.connect(m, wiring.flipped(self.rd_data), drm.data)
-
-        m.submodules.store = store = StoreUnit(cfg)
-        m.d.comb += [
-            sram.rd[2 * K].eq(store.rd), store.rdata.eq(sram.rdata[2 * K]), store.rd_free.eq(sram.rd_free[2 * K]),
-            self.payload_wr_bytes.eq(store.bytes + dep.deposit_bytes),
-        ]
-        wiring.connect(m, dep.wr_cmd, dwm.a_cmd)
-        wiring.connect(m, dep.wr_data, dwm.a_data)
-        wiring.connect(m, dwm.a_done, dep.wr_done)
-        wiring.connect(m, store.wr_cmd, dwm.b_cmd)
-        wiring.connect(m, store.wr_data, dwm.b_data)
-        wiring.connect(m, dwm.b_done, store.wr_done)
-        wiring.connect(m, dwm.cmd, wiring.flipped(self.wr_cmd))
-        wiring.connect(m, dwm.data, wiring.flipped(self.wr_data))
-        wiring.connect(m, wiring.flipped(self.wr_done), dwm.done)
+        # ---- the datapath's units, ports and deposit unit (datapath.py), as the FSMs see them ---------------
+        dp = self.dp
+        ports = self.port
         # the load sequencer and its block geometry
         m.submodules.loadseq = seqr = LoadSequencer(cfg)
         m.submodules.load_geo = lgeo = BlockGeometry(cfg)
@@ -301,10 +177,6 @@ class ControlUnit(wiring.Component):
             imem_ls.addr.eq(seqr.imem_addr), seqr.imem_data.eq(imem_ls.data),
         ]
         report(seqr.error.valid, seqr.error.cmd, Status.ILLEGAL_INSTRUCTION)
-        alu_total = 0
-        for ru in recvs:
-            alu_total = alu_total + ru.alu_beats
-        m.d.comb += self.alu_beats.eq(alu_total)
 
         # ---- buffers and partitions ------------------------------------------------------------------------
         # chunks per partition and the moves between them; a chunk is done (its buffer free again) when its FSM
@@ -339,17 +211,8 @@ class ControlUnit(wiring.Component):
             disp.cmd.valid.eq(self.new_cmd.valid),
             disp.cmd.payload.eq(new_slot),
         ]
-        with m.If(self.new_cmd.valid & self.new_cmd.ready):
-            with m.Switch(new_slot):
-                for i in range(NC):
-                    with m.Case(i):
-                        m.d.sync += [entries[i].eq(self.new_cmd.payload.entry), chunks_done[i].eq(0),
-                                     status[i].eq(0), detail[i].eq(0)]
-        busy_set = Signal(NC)
-        busy_clr = Signal(NC)
-        with m.If(self.new_cmd.valid & self.new_cmd.ready):
-            m.d.comb += busy_set.eq(1 << new_slot)
-        m.d.sync += busy.eq((busy | busy_set) & ~busy_clr)
+        m.d.comb += [table.alloc.valid.eq(self.new_cmd.valid & self.new_cmd.ready),
+                     table.alloc.slot.eq(new_slot), table.alloc.entry.eq(self.new_cmd.payload.entry)]
 
         d_entry = entry_of(disp.e_cmd, "d_entry")
         dispatch = disp.chunk.valid
@@ -380,7 +243,7 @@ class ControlUnit(wiring.Component):
             seqr.entry.valid.eq(prefetch.r_rdy), seqr.entry.payload.eq(prefetch.r_data),
             prefetch.r_en.eq(seqr.entry.ready),
         ]
-        m.d.sync += dispatched_all.eq((dispatched_all | disp.dispatched) & ~busy_set)
+        m.d.comb += table.dispatched.eq(disp.dispatched)
 
         # ---- FSMs ------------------------------------------------------------------------------------------
         step_l = step_layout(cfg)
@@ -422,7 +285,6 @@ class ControlUnit(wiring.Component):
         # count (plus the slot's when reducing) at its grant, a SEND or forward carries it in its header and a
         # STORE folds it into its command's contributors.
         cnt = [[Signal(COUNT_BITS, name=f"buf{b}_cnt{k}") for k in range(NMASK)] for b in range(NB)]
-        contrib = [Signal(COUNT_BITS, init=(1 << COUNT_BITS) - 1, name=f"cmd{i}_contrib") for i in range(NC)]
         step = [Signal(step_l, name=f"fsm{f}_step") for f in range(F)]
         nstep = [Signal(step_l, name=f"fsm{f}_next_step") for f in range(F)]
         ctx_entry = [entry_of(ctx_cmd[f], f"fsm{f}_entry") for f in range(F)]
@@ -439,7 +301,7 @@ class ControlUnit(wiring.Component):
         def slot_filled(buf, slot):
             """A slot's pending LOAD ends this cycle: the load unit finished it, or the sequencer found the block
             empty and skipped it. A step decoded while its slot was pending waits for exactly this event."""
-            return ((load.done.valid & (load.done.buf == buf) & (load.done.slot == slot))
+            return ((dp.load_done.valid & (dp.load_done.buf == buf) & (dp.load_done.slot == slot))
                     | (seqr.skip.valid & (seqr.skip.buf == buf) & (seqr.skip.slot == slot)))
 
         # decoder: the oldest FSM that has room for a decoded step and none in the decoder is picked (stage
@@ -484,9 +346,6 @@ class ControlUnit(wiring.Component):
         # issue arbiter
         # flits granted to each output port and not yet sent: a message is granted to a port only when this
         # is at most TX_LOOKAHEAD, i.e. just in time, so that the oldest chunk's ready message gets the slot
-        tx_queued = [Signal(17, name=f"tx{k}_queued") for k in range(K)]
-        tx_room = Signal(K)
-        m.d.comb += tx_room.eq(Cat(*[tx_queued[k] <= self.tx_lookahead for k in range(K)]))
         can = Signal(F)
         cause_port = Signal(F)
         cause_cred = Signal(F)
@@ -508,13 +367,13 @@ class ControlUnit(wiring.Component):
                 # (a channel whose head header belongs to a RECV the unit already holds shows this FSM's
                 # previous message, not the awaited one)
                 if S == 1:
-                    m.d.comb += [rx_hit[k][f].eq(rxp[k].hdr_valid[f] & ~recvs[k].unpopped[f]), rx_ch[k][f].eq(f)]
+                    m.d.comb += [rx_hit[k][f].eq(ports[k].hdr_valid[f] & ~ports[k].unpopped[f]), rx_ch[k][f].eq(f)]
                     continue
                 # the first source whose head is the awaited message (tag, chunk, phase, key)
                 for src in reversed(range(S)):
                     c = f + F * src
-                    h = rxp[k].heads[c]
-                    hit = (rxp[k].hdr_valid[c] & ~recvs[k].unpopped[c] & (h.tag == ctx_entry[f].tag) & (h.chunk == ctx_chunk[f])
+                    h = ports[k].heads[c]
+                    hit = (ports[k].hdr_valid[c] & ~ports[k].unpopped[c] & (h.tag == ctx_entry[f].tag) & (h.chunk == ctx_chunk[f])
                            & (h.phase == ctx_phase[f]) & (h.key == step[f].key))
                     with m.If(hit):
                         m.d.comb += [rx_hit[k][f].eq(1), rx_ch[k][f].eq(c)]
@@ -523,7 +382,7 @@ class ControlUnit(wiring.Component):
             beats_ok_at = {}
             ch = channel(f, s.peer)          # the credits of this step's message (same index on every port)
             for k in range(K):
-                beats_ok_at[k] = ((txp[k].beat_credits[ch] >= s.beats) & (txp[k].hdr_credits[ch] >= 1))
+                beats_ok_at[k] = ((ports[k].beat_credits[ch] >= s.beats) & (ports[k].hdr_credits[ch] >= 1))
             cred_ok = Signal(name=f"fsm{f}_cred_ok")
             port_free = Signal(name=f"fsm{f}_port_free")
             land_ok = Signal(name=f"fsm{f}_land_ok")
@@ -534,14 +393,14 @@ class ControlUnit(wiring.Component):
             behind = n_exec[f] != 0
             with m.Switch(s.op):
                 with m.Case(StepOp.LOAD):
-                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(load.job_ready)]
+                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(dp.load_ready)]
                 with m.Case(StepOp.STORE):
-                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(store.job_ready)]
+                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(dp.store_ready)]
                 with m.Case(StepOp.SEND):
                     for k in range(K):
                         with m.If(s.port == k):
-                            m.d.comb += [port_free.eq(sends[k].job_ready & txm[k].order.ready
-                                                         & (tx_room[k] | behind)),
+                            m.d.comb += [port_free.eq(ports[k].send_ready & ports[k].order.ready
+                                                         & (ports[k].tx_room | behind)),
                                          cred_ok.eq(beats_ok_at[k]), land_ok.eq(1)]
                 with m.Case(StepOp.RECV):
                     for k in range(K):
@@ -550,11 +409,12 @@ class ControlUnit(wiring.Component):
                             with m.If(s.fwd):
                                 for j in range(K):
                                     with m.If(s.fwd_port == j):
-                                        m.d.comb += [port_free.eq(recvs[k].job_ready & ~dep.req[k]
-                                                                  & txm[j].order.ready & (tx_room[j] | behind)),
+                                        m.d.comb += [port_free.eq(ports[k].recv_ready & ~ports[k].dep_req
+                                                                  & ports[j].order.ready
+                                                                  & (ports[j].tx_room | behind)),
                                                      cred_ok.eq(beats_ok_at[j])]
                             with m.Else():
-                                m.d.comb += [port_free.eq(recvs[k].job_ready & ~dep.req[k]), cred_ok.eq(1)]
+                                m.d.comb += [port_free.eq(ports[k].recv_ready & ~ports[k].dep_req), cred_ok.eq(1)]
             # a step issues when the FSM has nothing in flight; a SEND/RECV also behind one SEND/RECV in flight
             # on the same unit (same op, port and forward port: the unit keeps their order) that touches another
             # slot (two SENDs may read the same one); a STORE behind steps that do not write its slot; a no-op
@@ -618,7 +478,7 @@ class ControlUnit(wiring.Component):
                     for f in range(F):
                         with m.Case(f):
                             m.d.comb += g_ch.eq(rx_ch[k][f])
-                m.d.comb += in_cnt.eq(rxp[k].heads[g_ch].count)
+                m.d.comb += in_cnt.eq(ports[k].heads[g_ch].count)
         new_cnt = Signal(COUNT_BITS)
         m.d.comb += [
             new_cnt.eq(Mux(g.reduce, in_cnt + g_cnt, in_cnt)),
@@ -631,33 +491,33 @@ class ControlUnit(wiring.Component):
         # posted STOREs still to be acknowledged, per chunk buffer (a chunk is done when its count is 0)
         spend = [Signal(range(StoreUnit.QUEUE + StoreUnit.IN_FLIGHT + 2), name=f"buf{b}_stores") for b in range(NB)]
         m.d.comb += [
-            store.job.valid.eq(grant_store),
-            store.job.fsm.eq(gsel), store.job.cmd.eq(g_cmd), store.job.buf.eq(g_buf),
-            store.job.sram_addr.eq(g.sram_addr), store.job.beats.eq(g.beats),
-            store.job.addr.eq(g.addr), store.job.nbytes.eq(g.nbytes), store.job.slot.eq(g.slot),
+            dp.store_job.valid.eq(grant_store),
+            dp.store_job.fsm.eq(gsel), dp.store_job.cmd.eq(g_cmd), dp.store_job.buf.eq(g_buf),
+            dp.store_job.sram_addr.eq(g.sram_addr), dp.store_job.beats.eq(g.beats),
+            dp.store_job.addr.eq(g.addr), dp.store_job.nbytes.eq(g.nbytes), dp.store_job.slot.eq(g.slot),
         ]
-        report(store.done.valid & (store.done.status != 0), store.done.cmd, store.done.status)
+        report(dp.store_done.valid & (dp.store_done.status != 0), dp.store_done.cmd, dp.store_done.status)
         for b in range(NB):
             inc = grant_store & (g_buf == b)
-            dec = store.done.valid & (store.done.buf == b)
+            dec = dp.store_done.valid & (dp.store_done.buf == b)
             m.d.sync += spend[b].eq(spend[b] + inc - dec)
         grant_send = g_real & (g.op == StepOp.SEND)
         grant_recv = g_real & (g.op == StepOp.RECV)
         # the load unit takes an FSM's LOAD when one is granted, else the sequencer's prefetch
         fsm_load = grant_load
         seq_take = Signal()
-        m.d.comb += seq_take.eq(seqr.issue.valid & load.job_ready & ~fsm_load)
+        m.d.comb += seq_take.eq(seqr.issue.valid & dp.load_ready & ~fsm_load)
         with m.If(fsm_load):
             m.d.comb += [
-                load.job.valid.eq(1),
-                load.job.fsm.eq(gsel), load.job.cmd.eq(g_cmd), load.job.buf.eq(g_buf),
-                load.job.sram_addr.eq(g.sram_addr), load.job.beats.eq(g.beats),
-                load.job.addr.eq(g.addr), load.job.nbytes.eq(g.nbytes), load.job.slot.eq(g.slot),
-                load.job.zero.eq(g_entry.null),
+                dp.load_job.valid.eq(1),
+                dp.load_job.fsm.eq(gsel), dp.load_job.cmd.eq(g_cmd), dp.load_job.buf.eq(g_buf),
+                dp.load_job.sram_addr.eq(g.sram_addr), dp.load_job.beats.eq(g.beats),
+                dp.load_job.addr.eq(g.addr), dp.load_job.nbytes.eq(g.nbytes), dp.load_job.slot.eq(g.slot),
+                dp.load_job.zero.eq(g_entry.null),
             ]
         with m.Else():
             seq_entry = entry_of(seqr.issue.cmd, "seq_entry")
-            m.d.comb += [load.job.eq(seqr.issue), load.job.valid.eq(seq_take), load.job.zero.eq(seq_entry.null)]
+            m.d.comb += [dp.load_job.eq(seqr.issue), dp.load_job.valid.eq(seq_take), dp.load_job.zero.eq(seq_entry.null)]
         m.d.comb += seqr.take.eq(seq_take)
         # slots with a LOAD in flight: set when a load is issued, cleared when the load unit reports it done
         grant_recv_now = grant_recv
@@ -671,58 +531,52 @@ class ControlUnit(wiring.Component):
                             m.d.sync += cnt[b][k].eq(new_cnt)
         # every STORE folds its slot's count into its command's contributors, an empty one (a no-op) too
         fold = gany & ~g.illegal & (g.op == StepOp.STORE)
-        for i in range(NC):
-            with m.If(self.new_cmd.valid & self.new_cmd.ready & (self.new_cmd.payload.slot == i)):
-                m.d.sync += contrib[i].eq((1 << COUNT_BITS) - 1)
-            with m.Elif(fold & (g_cmd == i) & (g_cnt < contrib[i])):
-                m.d.sync += contrib[i].eq(g_cnt)
+        m.d.comb += [table.fold.valid.eq(fold), table.fold.cmd.eq(g_cmd), table.fold.count.eq(g_cnt)]
         for b in range(NB):
             new_b = dispatch & (dc.buf == b)
             set_b = fsm_load & (g_buf == b)
-            clr_b = load.done.valid & (load.done.buf == b)
+            clr_b = dp.load_done.valid & (dp.load_done.buf == b)
             skip_b = seqr.skip.valid & (seqr.skip.buf == b)
-            kept = (loading[b] & ~Mux(clr_b, 1 << load.done.slot[:SBITS], 0)
+            kept = (loading[b] & ~Mux(clr_b, 1 << dp.load_done.slot[:SBITS], 0)
                     & ~Mux(skip_b, 1 << seqr.skip.slot[:SBITS], 0))
             with m.If(new_b):
                 m.d.sync += loading[b].eq(d_entry.load_mask[:NMASK])
             with m.Else():
                 m.d.sync += loading[b].eq(kept | Mux(set_b, 1 << g.slot[:SBITS], 0))
         for k in range(K):
-            su, ru = sends[k], recvs[k]
+            su, ru = ports[k].send_job, ports[k].recv_job
             m.d.comb += [
-                su.job.valid.eq(grant_send & (g.port == k)),
-                su.job.fsm.eq(gsel), su.job.cmd.eq(g_cmd), su.job.buf.eq(g_buf),
-                su.job.sram_addr.eq(g.sram_addr), su.job.beats.eq(g.beats), su.job.hdr.eq(hdr_out),
-                ru.job.valid.eq(grant_recv & (g.port == k)),
-                ru.job.fsm.eq(gsel), ru.job.cmd.eq(g_cmd), ru.job.buf.eq(g_buf),
-                ru.job.sram_addr.eq(g.sram_addr), ru.job.beats.eq(g.beats),
-                ru.job.reduce.eq(g.reduce), ru.job.dtype.eq(g_entry.dtype), ru.job.op.eq(g_entry.op),
-                ru.job.fwd.eq(g.fwd), ru.job.fwd_port.eq(g.fwd_port), ru.job.ch.eq(g_ch),
-                ru.job.exp.eq(exp_hdr), ru.job.fwd_hdr.eq(hdr_out),
+                su.valid.eq(grant_send & (g.port == k)),
+                su.fsm.eq(gsel), su.cmd.eq(g_cmd), su.buf.eq(g_buf),
+                su.sram_addr.eq(g.sram_addr), su.beats.eq(g.beats), su.hdr.eq(hdr_out),
+                ru.valid.eq(grant_recv & (g.port == k)),
+                ru.fsm.eq(gsel), ru.cmd.eq(g_cmd), ru.buf.eq(g_buf),
+                ru.sram_addr.eq(g.sram_addr), ru.beats.eq(g.beats),
+                ru.reduce.eq(g.reduce), ru.dtype.eq(g_entry.dtype), ru.op.eq(g_entry.op),
+                ru.fwd.eq(g.fwd), ru.fwd_port.eq(g.fwd_port), ru.ch.eq(g_ch),
+                ru.exp.eq(exp_hdr), ru.fwd_hdr.eq(hdr_out),
             ]
             # credits: a whole message is reserved when its step is granted
             res_here = (grant_send & (g.port == k)) | (grant_recv & g.fwd & (g.fwd_port == k))
             m.d.comb += [
-                txp[k].reserve.valid.eq(res_here),
-                txp[k].reserve.vc.eq(channel(gsel, g.peer)),
-                txp[k].reserve.beats.eq(g.beats),
+                ports[k].reserve.valid.eq(res_here),
+                ports[k].reserve.vc.eq(channel(gsel, g.peer)),
+                ports[k].reserve.beats.eq(g.beats),
             ]
-            # the port's mux learns the message order at the grant; the port's queue of granted flits grows
+            # the port's mux learns the message order at the grant (and the port's queue of granted flits grows
+            # by the reserved message)
             send_here = grant_send & (g.port == k)
-            fwd_here = grant_recv & g.fwd & (g.fwd_port == k)
-            sent = txp[k].flit.valid & txp[k].flit.ready
-            m.d.sync += tx_queued[k].eq(tx_queued[k] + Mux(send_here | fwd_here, Mux(g.beats == 0, 1, g.beats), 0)
-                                        - sent)
             m.d.comb += [
-                txm[k].order.valid.eq(send_here | fwd_here),
-                txm[k].order.payload.src.eq(Mux(send_here, 0, 1 + g.port)),
-                txm[k].order.payload.empty.eq(g.beats == 0),
+                ports[k].order.valid.eq(res_here),
+                ports[k].order.payload.src.eq(Mux(send_here, 0, 1 + g.port)),
+                ports[k].order.payload.empty.eq(g.beats == 0),
             ]
 
         # unit completions -> FSMs
-        for u in sends + recvs:
-            report(u.done.valid & (u.done.status != 0), u.done.cmd, u.done.status)
-        report(load.done.valid & (load.done.status != 0), load.done.cmd, load.done.status)
+        unit_dones = [p.send_done for p in ports] + [p.recv_done for p in ports]
+        for u in unit_dones:
+            report(u.valid & (u.status != 0), u.cmd, u.status)
+        report(dp.load_done.valid & (dp.load_done.status != 0), dp.load_done.cmd, dp.load_done.status)
 
         # partition moves (PartitionManager): one per cycle, oldest chunk first; a chunk moves on at the end of a
         # phase that is not its last, and to the terminal partition after its last step once no LOAD into its
@@ -761,11 +615,11 @@ class ControlUnit(wiring.Component):
             cur_s = settle(step[f], ctx_buf[f], own & (g.slot == step[f].slot))
             nxt_s = settle(nstep[f], ctx_buf[f], own & (g.slot == nstep[f].slot))
             unit_done = Signal(name=f"fsm{f}_unit_done")
-            for u in sends + recvs:
-                with m.If(u.done.valid & (u.done.fsm == f)):
+            for u in unit_dones:
+                with m.If(u.valid & (u.fsm == f)):
                     m.d.comb += unit_done.eq(1)
-                    with m.If(u.done.status != 0):
-                        m.d.sync += ctx_status[f].eq(u.done.status)
+                    with m.If(u.status != 0):
+                        m.d.sync += ctx_status[f].eq(u.status)
             granted = gany & (gsel == f)
             cur = step[f]
             posted = (cur.op == StepOp.LOAD) | (cur.op == StepOp.STORE) | cur.noop
@@ -825,65 +679,29 @@ class ControlUnit(wiring.Component):
                     with m.If(hany & (hsel == f)):
                         m.d.sync += s.eq(IDLE)
 
-        # ---- deposit unit (PUT messages of the asynchronous all-to-all) -----------------------------------
-        # it looks a deposit's (chunk, block) up in a geometry unit of its own, borrows an RX port's landing read
-        # side when that port's RECV unit is idle (no RECV is granted on the port while it asks), and counts
-        # each deposit written against its command
+        # ---- deposit unit (PUT messages of the asynchronous all-to-all, in the datapath) ---------------------
+        # it looks a deposit's (chunk, block) up in a geometry unit of its own and counts each deposit written
+        # against its command
         m.submodules.dep_geo = pgeo = BlockGeometry(cfg)
-        dep_entry = entry_of(dep.geo_cmd, "dep_entry")
-        m.d.comb += geometry_of(pgeo, dep_entry, dep.geo_chunk, dep.geo_block)
-        m.d.comb += [
-            dep.geo_addr.eq(pgeo.out_addr), dep.geo_nbytes.eq(pgeo.nbytes),
-            dep.spill_base.eq(self.spill_base), dep.spill_entries.eq(self.spill_entries),
-            self.deposits.eq(dep.deposits), self.spills.eq(dep.spills), self.spill_bytes.eq(dep.spill_bytes),
-        ]
+        dep_entry = entry_of(dp.dep_geo_cmd, "dep_entry")
+        m.d.comb += geometry_of(pgeo, dep_entry, dp.dep_geo_chunk, dp.dep_geo_block)
+        m.d.comb += [dp.dep_geo_addr.eq(pgeo.out_addr), dp.dep_geo_nbytes.eq(pgeo.nbytes)]
         for i in range(NC):
-            m.d.comb += [dep.cmd_tag[i].eq(entries[i].tag), dep.cmd_live[i].eq(busy[i] & (entries[i].arrivals != 0))]
-        for k in range(K):
-            m.d.sync += dep_own[k].eq(dep.req[k] & recvs[k].idle)
-        m.d.comb += dep.own.eq(dep_own)
-        for k in range(K):
-            with m.If(dep_own[k]):
-                m.d.comb += [dep.land.valid.eq(rxp[k].data.valid), dep.land.payload.eq(rxp[k].data.payload)]
-        arrived = [Signal(24, name=f"cmd{i}_arrived") for i in range(NC)]
-        report(dep.arrived.valid & (dep.arrived.status != 0), dep.arrived.cmd, dep.arrived.status)
+            m.d.comb += [dp.cmd_tag[i].eq(entries[i].tag), dp.cmd_live[i].eq(busy[i] & (entries[i].arrivals != 0))]
+        report(dp.arrived.valid & (dp.arrived.status != 0), dp.arrived.cmd, dp.arrived.status)
 
         # ---- command completion --------------------------------------------------------------------------
         report(cd.valid & (cd.status != 0), cd.cmd, cd.status)
-        for i in range(NC):
-            with m.If(cd.valid & (cd.cmd == i)):
-                m.d.sync += chunks_done[i].eq(chunks_done[i] + 1)
-            with m.If(self.new_cmd.valid & self.new_cmd.ready & (new_slot == i)):
-                m.d.sync += arrived[i].eq(0)
-            with m.Elif(dep.arrived.valid & (dep.arrived.cmd == i)):
-                m.d.sync += arrived[i].eq(arrived[i] + 1)
-            for valid, cmd, code, det in error_reports:
-                with m.If(valid & (cmd == i) & (status[i] == 0)):
-                    m.d.sync += [status[i].eq(code), detail[i].eq(det)]
-        finished = Signal(NC)
-        for i in range(NC):
-            m.d.comb += finished[i].eq(busy[i] & dispatched_all[i] & (chunks_done[i] == entries[i].geom.n_chunks)
-                                       & (arrived[i] == entries[i].arrivals))
-        csel = Signal(_w(NC))
-        cany = Signal()
-        for i in reversed(range(NC)):
-            with m.If(finished[i]):
-                m.d.comb += [csel.eq(i), cany.eq(1)]
-        m.d.comb += [self.cmd_done.valid.eq(cany), self.cmd_done.payload.slot.eq(csel)]
-        with m.Switch(csel):
-            for i in range(NC):
-                with m.Case(i):
-                    m.d.comb += [self.cmd_done.payload.status.eq(status[i]),
-                                 self.cmd_done.payload.detail.eq(detail[i]),
-                                 self.cmd_done.payload.contributors.eq(
-                                     Mux(contrib[i] == (1 << COUNT_BITS) - 1, 0, contrib[i]))]
-        with m.If(self.cmd_done.valid & self.cmd_done.ready):
-            m.d.comb += busy_clr.eq(1 << csel)
+        m.d.comb += [table.chunk_done.valid.eq(cd.valid), table.chunk_done.cmd.eq(cd.cmd),
+                     table.arrived.valid.eq(dp.arrived.valid), table.arrived.cmd.eq(dp.arrived.cmd)]
+        assert len(error_reports) == len(table.reports)
+        for r, (valid, cmd, code, det) in zip(table.reports, error_reports):
+            m.d.comb += [r.valid.eq(valid), r.cmd.eq(cmd), r.status.eq(code), r.detail.eq(det)]
 
         # ---- status and counters ---------------------------------------------------------------------------
         n_active = sum(a for a in active)
         m.d.comb += [
-            self.idle.eq((busy == 0) & (used_term == 0) & (active == 0) & dep.idle),
+            self.idle.eq((busy == 0) & (used_term == 0) & (active == 0) & dp.dep_idle),
             self.chunks_active.eq(sum(used) + used_term),
         ]
         m.d.sync += [
@@ -891,11 +709,9 @@ class ControlUnit(wiring.Component):
             self.steps.eq(self.steps + gany),
             self.step_gap.eq(self.step_gap + sum(gap[f] for f in range(F))),
         ]
-        # per program phase: flits sent on every port by that phase's messages, cycles a chunk was in it
+        # per program phase: cycles a chunk was in it (the datapath counts the phase's flits)
         for p in range(MAX_PHASES):
-            sent_p = sum((tx.flit.valid & tx.flit.ready & (tx.flit_phase == p)) for tx in txp)
-            m.d.sync += [self.phase_flits[p].eq(self.phase_flits[p] + sent_p),
-                         self.phase_busy[p].eq(self.phase_busy[p] + (used[p] != 0))]
+            m.d.sync += self.phase_busy[p].eq(self.phase_busy[p] + (used[p] != 0))
         causes = {
             "port_busy": cause_port.any(), "credits": cause_cred.any(), "landing_empty": cause_land.any(),
             "dma_busy": cause_dma.any(), "partition_full": dispatch_stall_part | phase_wait.any()

@@ -19,6 +19,7 @@ from ..common.csr import CsrBank, CsrSignature
 from ..common.layouts import MAX_PHASES, credit_layout, flit_layout
 from .cmdproc import PTAB_WORDS, CommandProcessor
 from .control import STALL_CAUSES, ControlUnit
+from .datapath import Datapath
 from .dma import DmaReader, DmaWriter
 from .dmamux import ReadMux, WriteMux
 from .regs import ace_regmap
@@ -69,6 +70,7 @@ class AceEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.csr), bank.bus)
         m.submodules.cmdproc = cp = CommandProcessor(cfg)
         m.submodules.control = cu = ControlUnit(cfg)
+        m.submodules.datapath = dp = Datapath(cfg)
         m.submodules.dma_rd = rd = DmaReader(cfg)
         m.submodules.dma_wr = wr = DmaWriter(cfg)
         m.submodules.rd_mux = rmux = ReadMux(cfg)
@@ -78,33 +80,34 @@ class AceEngine(wiring.Component):
         # DMA sharing: the command processor has priority on both engines
         wiring.connect(m, cp.rd_cmd, rmux.a_cmd)
         wiring.connect(m, rmux.a_data, cp.rd_data)
-        wiring.connect(m, cu.rd_cmd, rmux.b_cmd)
-        wiring.connect(m, rmux.b_data, cu.rd_data)
+        wiring.connect(m, dp.rd_cmd, rmux.b_cmd)
+        wiring.connect(m, rmux.b_data, dp.rd_data)
         wiring.connect(m, rmux.cmd, rd.cmd)
         wiring.connect(m, rd.data, rmux.data)
         wiring.connect(m, cp.wr_cmd, wmux.a_cmd)
         wiring.connect(m, cp.wr_data, wmux.a_data)
         wiring.connect(m, wmux.a_done, cp.wr_done)
-        wiring.connect(m, cu.wr_cmd, wmux.b_cmd)
-        wiring.connect(m, cu.wr_data, wmux.b_data)
-        wiring.connect(m, wmux.b_done, cu.wr_done)
+        wiring.connect(m, dp.wr_cmd, wmux.b_cmd)
+        wiring.connect(m, dp.wr_data, wmux.b_data)
+        wiring.connect(m, wmux.b_done, dp.wr_done)
         wiring.connect(m, wmux.cmd, wr.cmd)
         wiring.connect(m, wmux.data, wr.data)
         wiring.connect(m, wr.done, wmux.done)
 
-        # command processor <-> control unit
+        # command processor <-> control unit <-> datapath
         wiring.connect(m, cp.new_cmd, cu.new_cmd)
         wiring.connect(m, cu.cmd_done, cp.cmd_done)
         m.d.comb += cp.slot_busy.eq(cu.slot_busy)
-
-        # links
+        wiring.connect(m, cu.dp, dp.ctl)
         for k in range(K):
-            wiring.connect(m, getattr(cu, f"tx{k}"), wiring.flipped(getattr(self, f"tx{k}")))
-            wiring.connect(m, wiring.flipped(getattr(self, f"rx{k}")), getattr(cu, f"rx{k}"))
-            m.d.comb += [
-                getattr(cu, f"tx{k}_credit").eq(getattr(self, f"tx{k}_credit")),
-                getattr(self, f"rx{k}_credit").eq(getattr(cu, f"rx{k}_credit")),
-            ]
+            wiring.connect(m, cu.port[k], dp.port[k])
+
+        # links (the engine's ports keep their tx<k>/rx<k> names: system tops and testbenches use them)
+        for k in range(K):
+            wiring.connect(m, dp.tx[k], wiring.flipped(getattr(self, f"tx{k}")))
+            wiring.connect(m, wiring.flipped(getattr(self, f"rx{k}")), dp.rx[k])
+            m.d.comb += [dp.tx_credit[k].eq(getattr(self, f"tx{k}_credit")),
+                         getattr(self, f"rx{k}_credit").eq(dp.rx_credit[k])]
 
         # ---- registers -> blocks ---------------------------------------------------------------------------
         enable = bank.field("CTRL", "enable")
@@ -115,10 +118,10 @@ class AceEngine(wiring.Component):
             cp.cq_base.eq(bank.reg("CQ_BASE")), cp.cq_size.eq(bank.reg("CQ_SIZE")),
             cp.cq_head.eq(bank.reg("CQ_HEAD")), bank.reg("CQ_TAIL").eq(cp.cq_tail),
             cp.chunk_beats.eq(bank.reg("CHUNK_BEATS")),
-            cu.tx_lookahead.eq(bank.reg("TX_LOOKAHEAD")),
+            dp.tx_lookahead.eq(bank.reg("TX_LOOKAHEAD")),
             cu.fsm_limit.eq(bank.reg("FSM_LIMIT")),
-            cu.spill_base.eq(bank.reg("SPILL_BASE")),
-            cu.spill_entries.eq(Mux(bank.field("SPILL_ENTRIES", "entries") > cfg.spill_entries, cfg.spill_entries,
+            dp.spill_base.eq(bank.reg("SPILL_BASE")),
+            dp.spill_entries.eq(Mux(bank.field("SPILL_ENTRIES", "entries") > cfg.spill_entries, cfg.spill_entries,
                                     bank.field("SPILL_ENTRIES", "entries"))),
         ]
         for i in range(5):
@@ -138,7 +141,7 @@ class AceEngine(wiring.Component):
             bank.field("STATUS", "idle").eq(cu.idle & (cp.sq_head == bank.reg("SQ_TAIL"))),
             bank.field("STATUS", "cmds_active").eq(n_busy),
             bank.field("STATUS", "chunks_active").eq(cu.chunks_active),
-            bank.field("STATUS", "sram_conflict").eq(cu.sram_conflict),
+            bank.field("STATUS", "sram_conflict").eq(dp.sram_conflict),
         ]
 
         # windows: the program table (8 words per entry), routing table (1 word per entry), IMEM (2 per word)
@@ -166,30 +169,30 @@ class AceEngine(wiring.Component):
         # ---- counters -------------------------------------------------------------------------------------
         m.d.comb += [
             bank.reg("CYCLES").eq(cp.cycles),
-            bank.reg("PAYLOAD_RD_BYTES").eq(cu.payload_rd_bytes),
-            bank.reg("PAYLOAD_WR_BYTES").eq(cu.payload_wr_bytes),
+            bank.reg("PAYLOAD_RD_BYTES").eq(dp.payload_rd_bytes),
+            bank.reg("PAYLOAD_WR_BYTES").eq(dp.payload_wr_bytes),
             bank.reg("DESC_RD_BYTES").eq(cp.desc_bytes),
             bank.reg("CPL_WR_BYTES").eq(cp.cpl_bytes),
             bank.reg("CMDS_OK").eq(cp.cmds_ok),
             bank.reg("CMDS_ERR").eq(cp.cmds_err),
-            bank.reg("ALU_BEATS").eq(cu.alu_beats),
+            bank.reg("ALU_BEATS").eq(dp.alu_beats),
             bank.reg("FSM_BUSY").eq(cu.fsm_busy),
-            bank.reg("DEPOSITS").eq(cu.deposits),
-            bank.reg("SPILLS").eq(cu.spills),
-            bank.reg("SPILL_BYTES").eq(cu.spill_bytes),
+            bank.reg("DEPOSITS").eq(dp.deposits),
+            bank.reg("SPILLS").eq(dp.spills),
+            bank.reg("SPILL_BYTES").eq(dp.spill_bytes),
             bank.reg("STEPS").eq(cu.steps),
             bank.reg("STEP_GAP").eq(cu.step_gap),
         ]
         for k in range(K):
             m.d.comb += [
-                bank.reg("TX_FLITS", k).eq(cu.tx_flits[k]),
-                bank.reg("TX_BUSY", k).eq(cu.tx_busy[k]),
-                bank.reg("TX_STALL", k).eq(cu.tx_stall[k]),
-                bank.reg("RX_FLITS", k).eq(cu.rx_flits[k]),
-                bank.reg("RX_CRC_ERRS", k).eq(cu.rx_crc_errs[k]),
+                bank.reg("TX_FLITS", k).eq(dp.tx_flits[k]),
+                bank.reg("TX_BUSY", k).eq(dp.tx_busy[k]),
+                bank.reg("TX_STALL", k).eq(dp.tx_stall[k]),
+                bank.reg("RX_FLITS", k).eq(dp.rx_flits[k]),
+                bank.reg("RX_CRC_ERRS", k).eq(dp.rx_crc_errs[k]),
             ]
         for p in range(MAX_PHASES):
-            m.d.comb += [bank.reg("PHASE_FLITS", p).eq(cu.phase_flits[p]),
+            m.d.comb += [bank.reg("PHASE_FLITS", p).eq(dp.phase_flits[p]),
                          bank.reg("PHASE_BUSY", p).eq(cu.phase_busy[p])]
         for i, name in enumerate(STALL_CAUSES):
             value = cu.stall[i]

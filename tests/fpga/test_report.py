@@ -14,17 +14,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_engine_modules_are_attributed_to_the_components_of_table_iv():
-    assert component_of("control.sram") == "sram"
-    assert component_of("control.recv1.alu.add_fp32_l0") == "alu"
-    assert component_of("control.recv1.streamer") == "control"
-    assert component_of("control.rxport0") == "link" and component_of("control.txmux1.horder") == "link"
-    assert component_of("dma_rd.split") == "dma" and component_of("control.dep_wr_mux") == "dma"
+    assert component_of("datapath.sram") == "sram"
+    assert component_of("datapath.recv1.alu.add_fp32_l0") == "alu"
+    assert component_of("datapath.recv1.streamer") == "control"
+    assert component_of("datapath.rxport0") == "link" and component_of("datapath.txmux1.horder") == "link"
+    assert component_of("dma_rd.split") == "dma" and component_of("datapath.dep_wr_mux") == "dma"
     assert component_of("") == "control" and component_of("cmdproc.geo.div") == "control"
+    assert component_of("control.decoder") == "control" and component_of("control.sram") == "control"
 
 
 def test_flattened_instance_names_give_their_module_path():
-    assert _inst_path(r"$flatten\control.\sram.$abc$12$auto$blifparse.cc:386:x$13") == "control.sram"
-    assert _inst_path("control.sram.rsel0_reg") == "control.sram"
+    assert _inst_path(r"$flatten\datapath.\sram.$abc$12$auto$blifparse.cc:386:x$13") == "datapath.sram"
+    assert _inst_path("datapath.sram.rsel0_reg") == "datapath.sram"
     assert _inst_path("$abc$1$x") == ""
 
 
@@ -45,7 +46,7 @@ $scope module top $end
 $scope module ep0 $end
 $var wire 1 ! clk $end
 $var wire 4 " csr $end
-$scope module control $end
+$scope module datapath $end
 $var wire 8 # state $end
 $scope module sram $end
 $var wire 10 $ rd $end
@@ -79,8 +80,8 @@ b0 $
     act = vcd_toggles(vcd, "bench.top.ep0", period_s=10e-12)
     assert act.cycles == 4
     assert act.ports == (3, 4)                  # csr: 0000 -> 0011 -> 0111; clk is not counted
-    assert act.scopes["control"] == (8, 8)
-    assert act.scopes["control.sram"] == (2, 10)  # rd 0 -> 1 -> 0; the field view rd[0].en is not counted twice
+    assert act.scopes["datapath"] == (8, 8)
+    assert act.scopes["datapath.sram"] == (2, 10)  # rd 0 -> 1 -> 0; the field view rd[0].en is not counted twice
     assert act.sram_reads == 2                    # en high over [10, 30): two clock edges
     assert act.input_density == pytest.approx(3 / (4 * 4))
 

@@ -1,0 +1,221 @@
+"""The engine's datapath: chunk SRAM, link ports, the units that move blocks and the deposit unit.
+
+What it holds (docs/engine.md, section 1):
+
+- the chunk SRAM (:class:`~.sram.ChunkSram`): readers are the ``K`` send units, the ``K`` receive units
+  (operands) and the store unit; writers the ``K`` receive units and the load unit;
+- per link port ``k``: :class:`~.link.TxPort` and :class:`~.link.RxPort`, a :class:`~.units.SendUnit`, a
+  :class:`~.units.RecvUnit` (with its ALU) and a :class:`~.units.TxMux` that orders the send unit's messages
+  and the receive units' forwards on the output port;
+- the load unit (TX DMA side) and the store unit (RX DMA side), and the deposit unit of the asynchronous
+  all-to-all, which shares both DMA engines with them (:class:`~.dmamux.ReadMux`, :class:`~.dmamux.WriteMux`)
+  and borrows an RX port's landing buffer when that port's receive unit is idle.
+
+The control plane (:class:`~.control.ControlUnit`) drives it through :func:`datapath_signature` and one
+:func:`port_signature` per link port (jobs to the units and their completions, the ports' credits and landing-buffer heads it checks before a grant,
+the messages' order per output port). Nothing here decides what runs when: every unit does the job it is given.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.layouts import MAX_PHASES, credit_layout, flit_layout, packet_header_layout
+from .deposit import DepositUnit
+from .dmamux import ReadMux, WriteMux
+from .link import RxPort, TxPort, reserve_layout
+from .sram import ChunkSram
+from .units import (STATUS_SHAPE, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, _w, beat_stream,
+                    dma_cmd_layout, done_layout, job_layouts)
+
+__all__ = ["Datapath", "datapath_signature", "port_signature"]
+
+
+def port_signature(cfg):
+    """One link port's side of :func:`datapath_signature`, as the control plane sees it."""
+    n, jl, dl = cfg.n_channels, job_layouts(cfg), done_layout(cfg)
+    return wiring.Signature({
+        "send_job": Out(jl["send"]), "send_ready": In(1), "send_done": In(dl),
+        "recv_job": Out(jl["recv"]), "recv_ready": In(1), "recv_done": In(dl),
+        "unpopped": In(n),                          # RecvUnit.unpopped
+        "reserve": Out(reserve_layout(cfg)),        # TxPort.reserve
+        "order": Out(stream.Signature(data.StructLayout({"src": range(1 + cfg.n_ports), "empty": 1}))),
+        "tx_room": In(1),                           # at most TX_LOOKAHEAD granted flits wait for the port
+        "beat_credits": In(data.ArrayLayout(unsigned(cfg.landing_beats.bit_length()), n)),
+        "hdr_credits": In(data.ArrayLayout(unsigned(cfg.landing_headers.bit_length()), n)),
+        "heads": In(data.ArrayLayout(packet_header_layout(), n)),   # RxPort.heads / hdr_valid
+        "hdr_valid": In(n),
+        "dep_req": In(1),                           # the deposit unit waits for this port's landing buffer
+    })
+
+
+def datapath_signature(cfg):
+    """The control plane's interface to the datapath besides the link ports' (:func:`port_signature`, one per
+    port), as the control plane sees it (``Out``: the control plane drives it).
+
+    Jobs are one-cycle ``valid`` pulses taken when the unit's ``*_ready`` is high; ``*_done`` report a retired
+    step. The deposit unit asks the control plane for a block's geometry (``dep_geo_*``) and for the live
+    commands' tags (``cmd_tag``/``cmd_live``), and reports each deposit written (``arrived``).
+    """
+    jl, dl, NC = job_layouts(cfg), done_layout(cfg), cfg.n_cmds
+    return wiring.Signature({
+        "load_job": Out(jl["load"]), "load_ready": In(1), "load_done": In(dl),
+        "store_job": Out(jl["store"]), "store_ready": In(1), "store_done": In(dl),
+        "dep_geo_cmd": In(_w(NC)), "dep_geo_chunk": In(16), "dep_geo_block": In(10),
+        "dep_geo_addr": Out(cfg.addr_width), "dep_geo_nbytes": Out(24),
+        "cmd_tag": Out(data.ArrayLayout(unsigned(16), NC)), "cmd_live": Out(NC),
+        "arrived": In(data.StructLayout({"valid": 1, "cmd": _w(NC), "status": STATUS_SHAPE})),
+        "dep_idle": In(1),
+    })
+
+
+class Datapath(wiring.Component):
+    """The datapath of an engine configured by ``cfg``.
+
+    Ports: ``ctl`` and ``port`` (:func:`datapath_signature`, :func:`port_signature` per link port: from the
+    control plane), ``tx/``tx_credit``/``rx``/
+    ``rx_credit`` (arrays over the link ports), the DMA requests (``rd_cmd``/``rd_data``, ``wr_cmd``/
+    ``wr_data``/``wr_done``), the ``TX_LOOKAHEAD`` and spill-area registers, and counters.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        K, fl = cfg.n_ports, flit_layout(cfg.beat_bytes)
+        c32 = data.ArrayLayout(unsigned(32), K)
+        super().__init__({
+            "ctl": In(datapath_signature(cfg)), "port": In(port_signature(cfg)).array(K),
+            "tx": Out(stream.Signature(fl)).array(K), "tx_credit": In(credit_layout()).array(K),
+            "rx": In(stream.Signature(fl)).array(K), "rx_credit": Out(credit_layout()).array(K),
+            "rd_cmd": Out(stream.Signature(dma_cmd_layout(cfg))), "rd_data": In(beat_stream(cfg, err=True)),
+            "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))), "wr_data": Out(beat_stream(cfg)),
+            "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
+            "tx_lookahead": In(16), "spill_base": In(cfg.addr_width), "spill_entries": In(8),
+            "payload_rd_bytes": Out(64), "payload_wr_bytes": Out(64), "alu_beats": Out(64),
+            "tx_flits": Out(c32), "tx_busy": Out(c32), "tx_stall": Out(c32), "rx_flits": Out(c32),
+            "rx_crc_errs": Out(c32), "phase_flits": Out(data.ArrayLayout(unsigned(32), MAX_PHASES)),
+            "sram_conflict": Out(1), "deposits": Out(32), "spills": Out(32), "spill_bytes": Out(64),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, ctl = self.cfg, self.ctl
+        K = cfg.n_ports
+        # SRAM clients: readers 0..K-1 send units, K..2K-1 receive units, 2K the store unit; writers 0..K-1
+        # receive units, K the load unit. The store and load units come last (lowest priority): they give way
+        # on a bank another unit uses.
+        m.submodules.sram = sram = ChunkSram(cfg, n_readers=2 * K + 1, n_writers=K + 1)
+        with m.If(sram.conflict):
+            m.d.sync += self.sram_conflict.eq(1)
+        m.submodules.deposit = dep = DepositUnit(cfg)
+        dep_own = Signal(K)          # the deposit unit has port k's landing read side (registered hand-over)
+
+        txp, rxp, sends, recvs, txm = [], [], [], [], []
+        for k in range(K):
+            txp.append(TxPort(cfg)), rxp.append(RxPort(cfg)), sends.append(SendUnit(cfg))
+            recvs.append(RecvUnit(cfg)), txm.append(TxMux(cfg, k, K))
+            for name, unit in (("txport", txp[k]), ("rxport", rxp[k]), ("send", sends[k]), ("recv", recvs[k]),
+                               ("txmux", txm[k])):
+                m.submodules[f"{name}{k}"] = unit
+        for k, (tx, rx, su, ru, mx, p) in enumerate(zip(txp, rxp, sends, recvs, txm, self.port)):
+            wiring.connect(m, tx.flit, wiring.flipped(self.tx[k]))
+            wiring.connect(m, wiring.flipped(self.rx[k]), rx.flit)
+            wiring.connect(m, su.msg, mx.send_msg)
+            wiring.connect(m, su.data, mx.send_data)
+            wiring.connect(m, mx.msg, tx.msg)
+            wiring.connect(m, mx.data, tx.data)
+            wiring.connect(m, wiring.flipped(p.order), mx.order)
+            m.d.comb += [
+                tx.credit.eq(self.tx_credit[k]), self.rx_credit[k].eq(rx.credit),
+                # the control plane's view of the port and its units
+                su.job.eq(p.send_job), p.send_ready.eq(su.job_ready), p.send_done.eq(su.done),
+                ru.job.eq(p.recv_job), p.recv_ready.eq(ru.job_ready), p.recv_done.eq(ru.done),
+                p.unpopped.eq(ru.unpopped), tx.reserve.eq(p.reserve),
+                p.beat_credits.eq(tx.beat_credits), p.hdr_credits.eq(tx.hdr_credits),
+                p.heads.eq(rx.heads), p.hdr_valid.eq(rx.hdr_valid), p.dep_req.eq(dep.req[k]),
+                # receive unit (or, when it has borrowed the port, the deposit unit) <-> landing buffer
+                rx.sel.eq(Mux(dep_own[k], dep.sel, ru.sel)),
+                rx.hdr_pop.eq(Mux(dep_own[k], dep.hdr_pop, ru.hdr_pop)),
+                rx.err_clear.eq(Mux(dep_own[k], dep.err_clear, ru.err_clear)),
+                ru.heads.eq(rx.heads), ru.vc_err.eq(rx.err),
+                ru.land.valid.eq(rx.data.valid & ~dep_own[k]), ru.land.payload.eq(rx.data.payload),
+                rx.data.ready.eq(Mux(dep_own[k], dep.land.ready, ru.land.ready)),
+                dep.heads[k].eq(rx.heads), dep.hdr_valid[k].eq(rx.hdr_valid), dep.errs[k].eq(rx.err),
+                dep.levels[k].eq(rx.levels), dep.hdr_levels[k].eq(rx.hdr_levels),
+                # SRAM clients
+                sram.rd[k].eq(su.rd), su.rdata.eq(sram.rdata[k]),
+                sram.rd[K + k].eq(ru.rd), ru.rdata.eq(sram.rdata[K + k]), sram.wr[k].eq(ru.wr),
+                # counters
+                self.tx_flits[k].eq(tx.flits), self.tx_busy[k].eq(tx.busy), self.tx_stall[k].eq(tx.stall),
+                self.rx_flits[k].eq(rx.flits), self.rx_crc_errs[k].eq(rx.crc_errors),
+            ]
+            # flits granted to the port and not yet sent (a header-only message is one flit): the control
+            # plane grants a message to the port only while this is at most TX_LOOKAHEAD
+            queued = Signal(17, name=f"tx{k}_queued")
+            sent = tx.flit.valid & tx.flit.ready
+            beats = p.reserve.beats
+            m.d.sync += queued.eq(queued + Mux(p.reserve.valid, Mux(beats == 0, 1, beats), 0) - sent)
+            m.d.comb += p.tx_room.eq(queued <= self.tx_lookahead)
+            # forwards: every receive unit offers its forward to every TX mux; the addressed one takes it
+            for j, rj in enumerate(recvs):
+                m.d.comb += [
+                    mx.fwd_msg[j].eq(rj.fwd_msg.payload), mx.fwd_msg_valid[j].eq(rj.fwd_msg.valid),
+                    mx.fwd_data[j].eq(rj.fwd_data.payload), mx.fwd_data_valid[j].eq(rj.fwd_data.valid),
+                ]
+        for j, rj in enumerate(recvs):
+            m.d.comb += [rj.fwd_msg.ready.eq(Cat(*[mx.fwd_msg_ready[j] for mx in txm]).any()),
+                         rj.fwd_data.ready.eq(Cat(*[mx.fwd_data_ready[j] for mx in txm]).any())]
+
+        # load and store units; the DMA engines are shared with the deposit unit (priority: it holds an RX
+        # port while it waits)
+        m.submodules.load = load = LoadUnit(cfg)
+        m.submodules.store = store = StoreUnit(cfg)
+        m.submodules.dep_rd_mux = drm = ReadMux(cfg)
+        m.submodules.dep_wr_mux = dwm = WriteMux(cfg)
+        m.d.comb += [
+            load.job.eq(ctl.load_job), ctl.load_ready.eq(load.job_ready), ctl.load_done.eq(load.done),
+            sram.wr[K].eq(load.wr), load.wr_free.eq(sram.wr_free[K]),
+            store.job.eq(ctl.store_job), ctl.store_ready.eq(store.job_ready), ctl.store_done.eq(store.done),
+            sram.rd[2 * K].eq(store.rd), store.rdata.eq(sram.rdata[2 * K]), store.rd_free.eq(sram.rd_free[2 * K]),
+        ]
+        wiring.connect(m, dep.rd_cmd, drm.a_cmd)
+        wiring.connect(m, drm.a_data, dep.rd_data)
+        wiring.connect(m, load.rd_cmd, drm.b_cmd)
+        wiring.connect(m, drm.b_data, load.rd_data)
+        wiring.connect(m, drm.cmd, wiring.flipped(self.rd_cmd))
+        wiring.connect(m, wiring.flipped(self.rd_data), drm.data)
+        wiring.connect(m, dep.wr_cmd, dwm.a_cmd)
+        wiring.connect(m, dep.wr_data, dwm.a_data)
+        wiring.connect(m, dwm.a_done, dep.wr_done)
+        wiring.connect(m, store.wr_cmd, dwm.b_cmd)
+        wiring.connect(m, store.wr_data, dwm.b_data)
+        wiring.connect(m, dwm.b_done, store.wr_done)
+        wiring.connect(m, dwm.cmd, wiring.flipped(self.wr_cmd))
+        wiring.connect(m, dwm.data, wiring.flipped(self.wr_data))
+        wiring.connect(m, wiring.flipped(self.wr_done), dwm.done)
+
+        # the deposit unit borrows port k's landing read side when its receive unit is idle (no RECV is granted
+        # on the port while it asks)
+        m.d.sync += dep_own.eq(Cat(*[dep.req[k] & recvs[k].idle for k in range(K)]))
+        m.d.comb += dep.own.eq(dep_own)
+        for k in range(K):
+            with m.If(dep_own[k]):
+                m.d.comb += [dep.land.valid.eq(rxp[k].data.valid), dep.land.payload.eq(rxp[k].data.payload)]
+        m.d.comb += [
+            ctl.dep_geo_cmd.eq(dep.geo_cmd), ctl.dep_geo_chunk.eq(dep.geo_chunk), ctl.dep_geo_block.eq(dep.geo_block),
+            dep.geo_addr.eq(ctl.dep_geo_addr), dep.geo_nbytes.eq(ctl.dep_geo_nbytes),
+            dep.cmd_tag.eq(ctl.cmd_tag), dep.cmd_live.eq(ctl.cmd_live),
+            ctl.arrived.eq(dep.arrived), ctl.dep_idle.eq(dep.idle),
+            dep.spill_base.eq(self.spill_base), dep.spill_entries.eq(self.spill_entries),
+        ]
+
+        # counters
+        m.d.comb += [
+            self.payload_rd_bytes.eq(load.bytes), self.payload_wr_bytes.eq(store.bytes + dep.deposit_bytes),
+            self.alu_beats.eq(sum(ru.alu_beats for ru in recvs)),
+            self.deposits.eq(dep.deposits), self.spills.eq(dep.spills), self.spill_bytes.eq(dep.spill_bytes),
+        ]
+        # per program phase: flits sent on every port by that phase's messages
+        for p in range(MAX_PHASES):
+            sent_p = sum((tx.flit.valid & tx.flit.ready & (tx.flit_phase == p)) for tx in txp)
+            m.d.sync += self.phase_flits[p].eq(self.phase_flits[p] + sent_p)
+        return m

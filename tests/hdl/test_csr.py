@@ -23,6 +23,9 @@ from sim_helpers import run_sim, seed_for
 
 #: Read latency of each test window (cycles from re to rdata).
 LATENCY = {"MEM": 1, "ROM": 0, "SLOW": 2}
+#: The bank's ack latencies (request cycle to ack cycle, see the csr module docstring): every write, every
+#: read that is not a window read; a window read takes 3 + the window's latency.
+WRITE_LATENCY, READ_LATENCY = 2, 3
 ROM_WORDS = (0xDEADBEEF, 0x01234567, 0x89ABCDEF, 0xFFFFFFFF)
 
 
@@ -284,10 +287,10 @@ def test_window_writes_reach_the_memory_and_reads_wait_for_its_latency(window):
         host = Host(ctx, bank.bus)
         for i in range(w.words):
             await host.write(w.addr(i), 0x1000 * i + 7)
-            assert host.last_latency == 1
+            assert host.last_latency == WRITE_LATENCY          # was 1 before the bank registered the request
         for i in reversed(range(w.words)):
             assert await host.read(w.addr(i)) == 0x1000 * i + 7
-            assert host.last_latency == 2 + LATENCY[window]
+            assert host.last_latency == 3 + LATENCY[window]    # was 2 + latency
         port = bank.window(window)
         assert ctx.get(port.addr) == 0, "addr stays on the last access's word"
 
@@ -303,7 +306,125 @@ def test_read_only_window_ignores_writes_and_reads_combinationally():
         host = Host(ctx, bank.bus)
         await host.write(w.addr(1), 0)
         assert [await host.read(w.addr(i)) for i in range(w.words)] == list(ROM_WORDS)
-        assert host.last_latency == 2
+        assert host.last_latency == 3 + 0       # a latency-0 window (was 2)
+
+    run_sim(h, bench)
+
+
+# ---- exact timing --------------------------------------------------------------------------------------------
+
+def test_ack_latency_is_exactly_the_documented_one_for_every_access_type():
+    """Registers and unmapped addresses: writes 2 cycles, reads 3; windows: writes 2, reads 3 + latency."""
+    h = Harness()
+    bank, rm = h.bank, h.regmap
+    regs = [a for r in rm.registers() for a in r.addresses]
+    holes = [0x2C, 0x3FC, rm.addr("CTRL") + 1, rm.addr("MEM") + 2, 0xFFFC]
+
+    async def bench(ctx):
+        host = Host(ctx, bank.bus)
+        for a in regs + holes:
+            await host.write(a, 0)
+            assert host.last_latency == WRITE_LATENCY, f"write of {a:#x}"
+            await host.read(a)
+            assert host.last_latency == READ_LATENCY, f"read of {a:#x}"
+        for w in rm.windows():
+            for i in (0, w.words - 1):
+                await host.write(w.addr(i), 0)
+                assert host.last_latency == WRITE_LATENCY, f"write of {w.name}[{i}]"
+                await host.read(w.addr(i))
+                assert host.last_latency == 3 + LATENCY[w.name], f"read of {w.name}[{i}]"
+
+    run_sim(h, bench)
+
+
+async def _request(ctx, bus, addr, write, wdata=0):
+    """Drive one request for one cycle; returns after the request cycle's clock edge (cycle 1)."""
+    ctx.set(bus.addr, addr)
+    ctx.set(bus.wdata, wdata)
+    ctx.set(bus.we, int(write))
+    ctx.set(bus.re, int(not write))
+    await ctx.tick()
+    ctx.set(bus.we, 0)
+    ctx.set(bus.re, 0)
+
+
+def test_write_strobe_value_window_pulses_ro_sampling_w1c_and_unmapped_cycle_by_cycle():
+    h = Harness()
+    bank, rm = h.bank, h.regmap
+    bus = bank.bus
+
+    async def bench(ctx):
+        # rw write: the new value, the strobe and ack all in cycle 2, nothing earlier
+        await _request(ctx, bus, rm.addr("CTRL"), True, 0x33)
+        assert (ctx.get(bus.ack), ctx.get(bank.strobe("CTRL")), ctx.get(bank.reg("CTRL"))) == (0, 0, 0x5)
+        await ctx.tick()
+        assert (ctx.get(bus.ack), ctx.get(bank.strobe("CTRL")), ctx.get(bank.reg("CTRL"))) == (1, 1, 0x33)
+        await ctx.tick()
+        assert (ctx.get(bus.ack), ctx.get(bank.strobe("CTRL"))) == (0, 0)
+
+        # ro read: sampled in the decode cycle (cycle 1), rdata with ack in cycle 3, 0 otherwise
+        stat = bank.reg("STAT")
+        ctx.set(stat, 0xA)
+        await _request(ctx, bus, rm.addr("STAT"), False)
+        ctx.set(stat, 0xB)
+        await ctx.tick()
+        ctx.set(stat, 0xC)
+        assert (ctx.get(bus.ack), ctx.get(bus.rdata)) == (0, 0)
+        await ctx.tick()
+        assert (ctx.get(bus.ack), ctx.get(bus.rdata)) == (1, 0xB)
+        await ctx.tick()
+        assert (ctx.get(bus.ack), ctx.get(bus.rdata)) == (0, 0)
+
+        # w1c: the clear takes effect in the decode cycle; a set in that cycle or in the request cycle wins,
+        # a set one cycle before the request does not
+        irq, s = bank.reg("IRQ"), bank.set("IRQ")
+        for set_cycle, stays in ((-1, False), (0, True), (1, True)):
+            ctx.set(s, 0b11)
+            await ctx.tick()
+            ctx.set(s, 0)
+            await ctx.tick()
+            assert ctx.get(irq) == 0b11
+            for cycle in (-1, 0, 1, 2):
+                ctx.set(s, 0b10 if cycle == set_cycle else 0)
+                if cycle == 0:
+                    await _request(ctx, bus, rm.addr("IRQ"), True, 0b11)
+                else:
+                    await ctx.tick()
+                if cycle == 1:
+                    assert ctx.get(bus.ack) == 1 and ctx.get(irq) == (0b10 if stays else 0), set_cycle
+            ctx.set(s, 0)
+            assert ctx.get(irq) == (0b10 if stays else 0), set_cycle
+            await _request(ctx, bus, rm.addr("IRQ"), True, 0b11)
+            await ctx.tick()
+            await ctx.tick()
+            assert ctx.get(irq) == 0
+
+        # window write: we, addr, wdata in cycle 2 with ack; window read: re in cycle 2, ack in 3 + latency
+        w, port = rm.window("SLOW"), bank.window("SLOW")
+        await _request(ctx, bus, w.addr(5), True, 0x55)
+        assert (ctx.get(port.we), ctx.get(bus.ack)) == (0, 0)
+        await ctx.tick()
+        assert (ctx.get(port.we), ctx.get(port.addr), ctx.get(port.wdata), ctx.get(bus.ack)) == (1, 5, 0x55, 1)
+        await ctx.tick()
+        await _request(ctx, bus, w.addr(5), False)
+        assert ctx.get(port.re) == 0
+        await ctx.tick()
+        assert (ctx.get(port.re), ctx.get(port.addr)) == (1, 5)
+        for _ in range(LATENCY["SLOW"]):
+            assert ctx.get(bus.ack) == 0
+            await ctx.tick()
+        assert ctx.get(bus.ack) == 0
+        await ctx.tick()
+        assert (ctx.get(bus.ack), ctx.get(bus.rdata)) == (1, 0x55)      # 3 + latency cycles after the request
+        await ctx.tick()
+
+        # unmapped: counted by the cycle after ack
+        before = ctx.get(bank.unmapped)
+        await _request(ctx, bus, 0x2C, True, 1)
+        await ctx.tick()
+        assert ctx.get(bus.ack) == 1
+        await ctx.tick()
+        assert ctx.get(bank.unmapped) == before + 1
 
     run_sim(h, bench)
 

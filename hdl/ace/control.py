@@ -28,20 +28,21 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
 
 from ...sim.golden.program import StepOp
 from ...sim.golden.types import Status
-from ..common.layouts import CHANNEL_BITS, COUNT_BITS, LOAD_MASK_BITS, MAX_PHASES, packet_header_layout
+from ..common.layouts import COUNT_BITS, MAX_PHASES, packet_header_layout
 from .arbiter import SEQ_BITS, OldestFirst
+from .bufstate import BufferState
 from .cmdtable import CommandTable, cmd_done_layout, cmd_entry_layout
 from .decoder import StepDecoder, step_layout
 from .dispatcher import ChunkDispatcher
 from .geometry import BlockGeometry
+from .issue import IssueArbiter, channel_of
 from .partition import TERMINAL, PartitionManager
 from .datapath import datapath_signature, port_signature
 from .sram import sram_read_layout
-from .units import STATUS_SHAPE, LoadSequencer, StoreUnit
+from .units import STATUS_SHAPE, LoadSequencer
 
 __all__ = ["ControlUnit", "FsmState", "cmd_entry_layout", "cmd_done_layout", "STALL_CAUSES", "TERMINAL"]
 # (cmd_entry_layout and cmd_done_layout live in cmdtable.py; they stay importable from here)
@@ -272,19 +273,10 @@ class ControlUnit(wiring.Component):
         ex_slot = [[Signal(10, name=f"fsm{f}_ex{i}_slot") for i in range(2)] for f in range(F)]
         ex_wr = [[Signal(name=f"fsm{f}_ex{i}_writes") for i in range(2)] for f in range(F)]
         ctx_status = [Signal(STATUS_SHAPE, name=f"fsm{f}_status") for f in range(F)]
-        # slots of each chunk buffer still to be loaded: set at dispatch from the program's load mask (the
-        # sequencer loads them later) and by LOADs the FSMs issue, cleared when the load unit reports a LOAD done
-        # (or the sequencer skips an empty block). A step waits only for its own slot, so a chunk starts
-        # sending as soon as its first block is in. Programs have at most NMASK slots (checked at validation).
-        NMASK = min(cfg.max_slots, LOAD_MASK_BITS)
-        SBITS = max(1, (NMASK - 1).bit_length())
-        loading = [Signal(NMASK, name=f"buf{b}_loading") for b in range(NB)]
-        # the count lane (docs/programs.md): per buffer and slot, how many ranks' non-null contributions the
-        # slot's datum holds. A new chunk starts every slot at 1 (0 for a null contribution) - golden programs
-        # LOAD a slot before anything else writes it, so this is the LOAD's count; a RECV sets the message's
-        # count (plus the slot's when reducing) at its grant, a SEND or forward carries it in its header and a
-        # STORE folds it into its command's contributors.
-        cnt = [[Signal(COUNT_BITS, name=f"buf{b}_cnt{k}") for k in range(NMASK)] for b in range(NB)]
+        # per chunk buffer (bufstate.py): the slots still to be loaded (a step waits only for its own slot),
+        # the count lane, the STOREs not yet acknowledged
+        m.submodules.buffers = bufs = BufferState(cfg)
+        loading = bufs.loading
         step = [Signal(step_l, name=f"fsm{f}_step") for f in range(F)]
         nstep = [Signal(step_l, name=f"fsm{f}_next_step") for f in range(F)]
         ctx_entry = [entry_of(ctx_cmd[f], f"fsm{f}_entry") for f in range(F)]
@@ -343,78 +335,20 @@ class ControlUnit(wiring.Component):
             m.d.sync += in_dec[f].eq((in_dec[f] | (pick_any & (pick == f))) & ~(dec_grant & (dec_f == f)))
         report(dec_grant & dec_illegal, dec_cmd_idx, Status.ILLEGAL_INSTRUCTION, dec.o.payload.word_lo)
 
-        # issue arbiter
-        # flits granted to each output port and not yet sent: a message is granted to a port only when this
-        # is at most TX_LOOKAHEAD, i.e. just in time, so that the oldest chunk's ready message gets the slot
-        can = Signal(F)
-        cause_port = Signal(F)
-        cause_cred = Signal(F)
-        cause_land = Signal(F)
-        cause_dma = Signal(F)
-        # landing channel of FSM f's message from/to `peer` (docs/engine.md: through a switch every source
-        # rank has its own channels, and a RECV takes whichever channel holds the message it waits for)
-        S = cfg.rx_sources
-        fbits, sbits = exact_log2(F), exact_log2(S)
-
-        def channel(f, peer):
-            fv = Const(f, fbits) if isinstance(f, int) else f[:fbits]
-            return Cat(fv, peer[:sbits]) if S > 1 else fv
-
-        rx_hit = [Signal(F, name=f"rx{k}_hit") for k in range(K)]
-        rx_ch = [[Signal(CHANNEL_BITS, name=f"rx{k}_fsm{f}_ch") for f in range(F)] for k in range(K)]
-        for f in range(F):
-            for k in range(K):
-                # (a channel whose head header belongs to a RECV the unit already holds shows this FSM's
-                # previous message, not the awaited one)
-                if S == 1:
-                    m.d.comb += [rx_hit[k][f].eq(ports[k].hdr_valid[f] & ~ports[k].unpopped[f]), rx_ch[k][f].eq(f)]
-                    continue
-                # the first source whose head is the awaited message (tag, chunk, phase, key)
-                for src in reversed(range(S)):
-                    c = f + F * src
-                    h = ports[k].heads[c]
-                    hit = (ports[k].hdr_valid[c] & ~ports[k].unpopped[c] & (h.tag == ctx_entry[f].tag) & (h.chunk == ctx_chunk[f])
-                           & (h.phase == ctx_phase[f]) & (h.key == step[f].key))
-                    with m.If(hit):
-                        m.d.comb += [rx_hit[k][f].eq(1), rx_ch[k][f].eq(c)]
+        # issue arbiter (issue.py): each FSM offers its current step when it has no hazard with the steps it has
+        # in flight; the arbiter checks the step's resources and grants the oldest chunk's
+        m.submodules.issue = iss = IssueArbiter(cfg)
+        m.d.comb += [iss.load_ready.eq(dp.load_ready), iss.store_ready.eq(dp.store_ready)]
+        for k, p in enumerate(ports):
+            st_k = iss.port[k]
+            m.d.comb += [
+                st_k.send_ready.eq(p.send_ready), st_k.recv_ready.eq(p.recv_ready), st_k.dep_req.eq(p.dep_req),
+                st_k.order_ready.eq(p.order.ready), st_k.tx_room.eq(p.tx_room),
+                st_k.beat_credits.eq(p.beat_credits), st_k.hdr_credits.eq(p.hdr_credits),
+                st_k.hdr_valid.eq(p.hdr_valid), st_k.unpopped.eq(p.unpopped), st_k.heads.eq(p.heads),
+            ]
         for f in range(F):
             s = step[f]
-            beats_ok_at = {}
-            ch = channel(f, s.peer)          # the credits of this step's message (same index on every port)
-            for k in range(K):
-                beats_ok_at[k] = ((ports[k].beat_credits[ch] >= s.beats) & (ports[k].hdr_credits[ch] >= 1))
-            cred_ok = Signal(name=f"fsm{f}_cred_ok")
-            port_free = Signal(name=f"fsm{f}_port_free")
-            land_ok = Signal(name=f"fsm{f}_land_ok")
-            # TX_LOOKAHEAD keeps a port's queue of granted flits short so that the oldest chunk's next message
-            # gets the port; a SEND/RECV behind its own FSM's message on the same unit queues right behind it
-            # (the port serves them in grant order anyway), and must be granted before that message's forward
-            # has drained to the lookahead, or the unit runs dry for the depth of its pipeline
-            behind = n_exec[f] != 0
-            with m.Switch(s.op):
-                with m.Case(StepOp.LOAD):
-                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(dp.load_ready)]
-                with m.Case(StepOp.STORE):
-                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(dp.store_ready)]
-                with m.Case(StepOp.SEND):
-                    for k in range(K):
-                        with m.If(s.port == k):
-                            m.d.comb += [port_free.eq(ports[k].send_ready & ports[k].order.ready
-                                                         & (ports[k].tx_room | behind)),
-                                         cred_ok.eq(beats_ok_at[k]), land_ok.eq(1)]
-                with m.Case(StepOp.RECV):
-                    for k in range(K):
-                        with m.If(s.port == k):
-                            m.d.comb += land_ok.eq(rx_hit[k][f])
-                            with m.If(s.fwd):
-                                for j in range(K):
-                                    with m.If(s.fwd_port == j):
-                                        m.d.comb += [port_free.eq(ports[k].recv_ready & ~ports[k].dep_req
-                                                                  & ports[j].order.ready
-                                                                  & (ports[j].tx_room | behind)),
-                                                     cred_ok.eq(beats_ok_at[j])]
-                            with m.Else():
-                                m.d.comb += [port_free.eq(ports[k].recv_ready & ~ports[k].dep_req), cred_ok.eq(1)]
             # a step issues when the FSM has nothing in flight; a SEND/RECV also behind one SEND/RECV in flight
             # on the same unit (same op, port and forward port: the unit keeps their order) that touches another
             # slot (two SENDs may read the same one); a STORE behind steps that do not write its slot; a no-op
@@ -426,19 +360,13 @@ class ControlUnit(wiring.Component):
                         & ~((n_exec[f] != 0) & ex_wr[f][0] & (ex_slot[f][0] == s.slot))
                         & ~((n_exec[f] == 2) & ex_wr[f][1] & (ex_slot[f][1] == s.slot)))
             issue_ok = (n_exec[f] == 0) | ((n_exec[f] == 1) & overlap_ok) | store_ok | s.noop
-            ready = Signal(name=f"fsm{f}_ready")
-            m.d.comb += ready.eq((st[f] == RUN) & cur_v[f] & ~s.wait & issue_ok)
-            real = ready & ~s.noop
+            r = iss.fsm[f]
             m.d.comb += [
-                can[f].eq(ready & (s.noop | (port_free & cred_ok & land_ok))),
-                cause_port[f].eq(real & ~port_free),
-                cause_cred[f].eq(real & port_free & ~cred_ok),
-                cause_land[f].eq(real & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),
-                cause_dma[f].eq(real & ~land_ok & ((s.op == StepOp.LOAD) | (s.op == StepOp.STORE))),
+                r.ready.eq((st[f] == RUN) & cur_v[f] & ~s.wait & issue_ok), r.behind.eq(n_exec[f] != 0),
+                r.seq.eq(ctx_seq[f]), r.step.eq(s), r.tag.eq(ctx_entry[f].tag), r.chunk.eq(ctx_chunk[f]),
+                r.phase.eq(ctx_phase[f]),
             ]
-        gsel = Signal(_w(F))
-        gany = Signal()
-        self._oldest_first(m, "issue_arb", can, ctx_seq, gsel, gany)
+        gsel, gany = iss.grant.fsm, iss.grant.valid
         g = Signal(step_l)
         g_cmd = Signal(_w(NC))
         g_buf = Signal(BUF)
@@ -462,22 +390,12 @@ class ControlUnit(wiring.Component):
             exp_hdr.key.eq(g.key), exp_hdr.length.eq(g.nbytes),
         ]
         # the granted step's slot count, the count of the message a granted RECV takes, and the result
-        g_cnt = Signal(COUNT_BITS)
-        with m.Switch(g_buf):
-            for b in range(NB):
-                with m.Case(b):
-                    with m.Switch(g.slot):
-                        for k in range(NMASK):
-                            with m.Case(k):
-                                m.d.comb += g_cnt.eq(cnt[b][k])
+        g_cnt = bufs.cnt
+        m.d.comb += [bufs.cnt_buf.eq(g_buf), bufs.cnt_slot.eq(g.slot)]
         in_cnt = Signal(COUNT_BITS)
-        g_ch = Signal(CHANNEL_BITS)          # the landing channel a granted RECV takes
+        g_ch = iss.grant.ch                  # the landing channel a granted RECV takes
         for k in range(K):
             with m.If(g.port == k):
-                with m.Switch(gsel):
-                    for f in range(F):
-                        with m.Case(f):
-                            m.d.comb += g_ch.eq(rx_ch[k][f])
                 m.d.comb += in_cnt.eq(ports[k].heads[g_ch].count)
         new_cnt = Signal(COUNT_BITS)
         m.d.comb += [
@@ -488,8 +406,6 @@ class ControlUnit(wiring.Component):
         g_real = gany & ~g.noop
         grant_load = g_real & (g.op == StepOp.LOAD)
         grant_store = g_real & (g.op == StepOp.STORE)
-        # posted STOREs still to be acknowledged, per chunk buffer (a chunk is done when its count is 0)
-        spend = [Signal(range(StoreUnit.QUEUE + StoreUnit.IN_FLIGHT + 2), name=f"buf{b}_stores") for b in range(NB)]
         m.d.comb += [
             dp.store_job.valid.eq(grant_store),
             dp.store_job.fsm.eq(gsel), dp.store_job.cmd.eq(g_cmd), dp.store_job.buf.eq(g_buf),
@@ -497,10 +413,8 @@ class ControlUnit(wiring.Component):
             dp.store_job.addr.eq(g.addr), dp.store_job.nbytes.eq(g.nbytes), dp.store_job.slot.eq(g.slot),
         ]
         report(dp.store_done.valid & (dp.store_done.status != 0), dp.store_done.cmd, dp.store_done.status)
-        for b in range(NB):
-            inc = grant_store & (g_buf == b)
-            dec = dp.store_done.valid & (dp.store_done.buf == b)
-            m.d.sync += spend[b].eq(spend[b] + inc - dec)
+        m.d.comb += [bufs.store_issue.valid.eq(grant_store), bufs.store_issue.buf.eq(g_buf),
+                     bufs.store_done.valid.eq(dp.store_done.valid), bufs.store_done.buf.eq(dp.store_done.buf)]
         grant_send = g_real & (g.op == StepOp.SEND)
         grant_recv = g_real & (g.op == StepOp.RECV)
         # the load unit takes an FSM's LOAD when one is granted, else the sequencer's prefetch
@@ -519,30 +433,19 @@ class ControlUnit(wiring.Component):
             seq_entry = entry_of(seqr.issue.cmd, "seq_entry")
             m.d.comb += [dp.load_job.eq(seqr.issue), dp.load_job.valid.eq(seq_take), dp.load_job.zero.eq(seq_entry.null)]
         m.d.comb += seqr.take.eq(seq_take)
-        # slots with a LOAD in flight: set when a load is issued, cleared when the load unit reports it done
-        grant_recv_now = grant_recv
-        for b in range(NB):
-            with m.If(dispatch & (dc.buf == b)):
-                m.d.sync += [cnt[b][k].eq(~d_entry.null) for k in range(NMASK)]
-            with m.Elif(grant_recv_now & (g_buf == b)):
-                with m.Switch(g.slot):
-                    for k in range(NMASK):
-                        with m.Case(k):
-                            m.d.sync += cnt[b][k].eq(new_cnt)
+        m.d.comb += [
+            bufs.new.valid.eq(dispatch), bufs.new.buf.eq(dc.buf), bufs.new.load_mask.eq(d_entry.load_mask),
+            bufs.new.null.eq(d_entry.null),
+            bufs.load_issue.valid.eq(fsm_load), bufs.load_issue.buf.eq(g_buf), bufs.load_issue.slot.eq(g.slot),
+            bufs.load_done.valid.eq(dp.load_done.valid), bufs.load_done.buf.eq(dp.load_done.buf),
+            bufs.load_done.slot.eq(dp.load_done.slot),
+            bufs.skip.valid.eq(seqr.skip.valid), bufs.skip.buf.eq(seqr.skip.buf), bufs.skip.slot.eq(seqr.skip.slot),
+            bufs.recv.valid.eq(grant_recv), bufs.recv.buf.eq(g_buf), bufs.recv.slot.eq(g.slot),
+            bufs.recv.count.eq(new_cnt),
+        ]
         # every STORE folds its slot's count into its command's contributors, an empty one (a no-op) too
         fold = gany & ~g.illegal & (g.op == StepOp.STORE)
         m.d.comb += [table.fold.valid.eq(fold), table.fold.cmd.eq(g_cmd), table.fold.count.eq(g_cnt)]
-        for b in range(NB):
-            new_b = dispatch & (dc.buf == b)
-            set_b = fsm_load & (g_buf == b)
-            clr_b = dp.load_done.valid & (dp.load_done.buf == b)
-            skip_b = seqr.skip.valid & (seqr.skip.buf == b)
-            kept = (loading[b] & ~Mux(clr_b, 1 << dp.load_done.slot[:SBITS], 0)
-                    & ~Mux(skip_b, 1 << seqr.skip.slot[:SBITS], 0))
-            with m.If(new_b):
-                m.d.sync += loading[b].eq(d_entry.load_mask[:NMASK])
-            with m.Else():
-                m.d.sync += loading[b].eq(kept | Mux(set_b, 1 << g.slot[:SBITS], 0))
         for k in range(K):
             su, ru = ports[k].send_job, ports[k].recv_job
             m.d.comb += [
@@ -560,7 +463,7 @@ class ControlUnit(wiring.Component):
             res_here = (grant_send & (g.port == k)) | (grant_recv & g.fwd & (g.fwd_port == k))
             m.d.comb += [
                 ports[k].reserve.valid.eq(res_here),
-                ports[k].reserve.vc.eq(channel(gsel, g.peer)),
+                ports[k].reserve.vc.eq(channel_of(cfg, gsel, g.peer)),
                 ports[k].reserve.beats.eq(g.beats),
             ]
             # the port's mux learns the message order at the grant (and the port's queue of granted flits grows
@@ -582,10 +485,9 @@ class ControlUnit(wiring.Component):
         # phase that is not its last, and to the terminal partition after its last step once no LOAD into its
         # buffer is outstanding
         active = Cat(*[s != IDLE for s in st])
-        buf_loading = Signal(NB)
-        m.d.comb += buf_loading.eq(Cat(*[loading[b].any() for b in range(NB)]))
+        buf_loading = bufs.buf_loading
         m.d.comb += [pm.part.eq(self.part), pm.dispatch.eq(dispatch), pm.active.eq(active),
-                     pm.stores_pending.eq(Cat(*[spend[b] != 0 for b in range(NB)]))]
+                     pm.stores_pending.eq(bufs.stores_pending)]
         for f in range(F):
             m.d.comb += [
                 pm.at_end[f].eq((st[f] == ADVANCE) & ~ctx_enter[f] & (ctx_pc[f] == ctx_stop[f])
@@ -713,8 +615,8 @@ class ControlUnit(wiring.Component):
         for p in range(MAX_PHASES):
             m.d.sync += self.phase_busy[p].eq(self.phase_busy[p] + (used[p] != 0))
         causes = {
-            "port_busy": cause_port.any(), "credits": cause_cred.any(), "landing_empty": cause_land.any(),
-            "dma_busy": cause_dma.any(), "partition_full": dispatch_stall_part | phase_wait.any()
+            "port_busy": iss.cause_port.any(), "credits": iss.cause_cred.any(),
+            "landing_empty": iss.cause_land.any(), "dma_busy": iss.cause_dma.any(), "partition_full": dispatch_stall_part | phase_wait.any()
             | handoff_wait.any(),
             "alu_busy": Const(0), "queue_full": dispatch_stall_q, "cpl_ring_full": Const(0),
         }

@@ -1,0 +1,144 @@
+"""The issue arbiter: which FSM's ready step is granted this cycle, and why the others wait.
+
+A step is granted when every resource it needs is free (docs/engine.md section 4):
+
+- LOAD / STORE: the load / store unit takes a job;
+- SEND on port ``k``: the send unit takes a job, the port's TX mux takes an order entry, the port's queue of
+  granted flits is within ``TX_LOOKAHEAD`` (``tx_room``; waived for a step queued behind its own FSM's
+  message on the same unit, ``behind``), and the message's channel has a whole message of beat credits and a
+  header credit;
+- RECV on port ``k``: the receive unit takes a job and the deposit unit does not want the port; the awaited
+  header heads a landing channel (``hit``: on a point-to-point port the FSM's own channel; through a switch
+  the first source's channel whose head matches the step's tag, chunk, phase and key) and no job the unit
+  holds has that header still unpopped; a forward also needs its output port as a SEND does;
+- a no-op step (illegal, or an empty LOAD/STORE): nothing.
+
+Of the FSMs whose step can go, the one whose chunk was dispatched first wins (:class:`~.arbiter.OldestFirst`).
+The per-FSM wait causes feed the STALL counters.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ...sim.golden.program import StepOp
+from ..common.layouts import CHANNEL_BITS, packet_header_layout
+from .arbiter import SEQ_BITS, OldestFirst
+from .decoder import step_layout
+from .units import _w
+
+__all__ = ["IssueArbiter", "fsm_request_layout", "port_status_layout", "channel_of"]
+
+
+def channel_of(cfg, f, peer):
+    """The landing channel of FSM ``f``'s message from/to rank ``peer``: the FSM number on point-to-point
+    ports, plus ``n_fsms`` times the peer through a switch (``rx_sources`` > 1)."""
+    fbits, sbits = exact_log2(cfg.n_fsms), exact_log2(cfg.rx_sources)
+    fv = Const(f, fbits) if isinstance(f, int) else f[:fbits]
+    return Cat(fv, peer[:sbits]) if cfg.rx_sources > 1 else fv
+
+
+def fsm_request_layout(cfg):
+    """What the arbiter sees of one FSM: its current step and whether the FSM would issue it (``ready``: the
+    step is decoded, its slot loaded, and no hazard with the steps it has in flight), whether it has a step in
+    flight (``behind``), its chunk's dispatch order (``seq``) and the chunk's identity for header matching."""
+    return data.StructLayout({"ready": 1, "behind": 1, "seq": unsigned(SEQ_BITS), "step": step_layout(cfg),
+                              "tag": unsigned(16), "chunk": unsigned(16), "phase": unsigned(3)})
+
+
+def port_status_layout(cfg):
+    """What the arbiter sees of one link port and its units."""
+    n = cfg.n_channels
+    return data.StructLayout({
+        "send_ready": 1, "recv_ready": 1, "dep_req": 1, "order_ready": 1, "tx_room": 1,
+        "beat_credits": data.ArrayLayout(unsigned(cfg.landing_beats.bit_length()), n),
+        "hdr_credits": data.ArrayLayout(unsigned(cfg.landing_headers.bit_length()), n),
+        "hdr_valid": unsigned(n), "unpopped": unsigned(n),
+        "heads": data.ArrayLayout(packet_header_layout(), n),
+    })
+
+
+class IssueArbiter(wiring.Component):
+    """Grants one step per cycle (``grant``: the FSM and, for a RECV, the landing channel it takes) and reports
+    per FSM why a ready step waits (``cause_port``/``cause_cred``/``cause_land``/``cause_dma``)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        F = cfg.n_fsms
+        super().__init__({
+            "fsm": In(data.ArrayLayout(fsm_request_layout(cfg), F)),
+            "port": In(data.ArrayLayout(port_status_layout(cfg), cfg.n_ports)),
+            "load_ready": In(1), "store_ready": In(1),
+            "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS)})),
+            "cause_port": Out(F), "cause_cred": Out(F), "cause_land": Out(F), "cause_dma": Out(F),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        F, K, S = cfg.n_fsms, cfg.n_ports, cfg.rx_sources
+        ports = self.port
+        # per port and FSM: the awaited header heads a channel (and which)
+        hit = [Signal(F, name=f"rx{k}_hit") for k in range(K)]
+        hit_ch = [[Signal(CHANNEL_BITS, name=f"rx{k}_fsm{f}_ch") for f in range(F)] for k in range(K)]
+        for f, r in enumerate(self.fsm):
+            for k, p in enumerate(ports):
+                if S == 1:
+                    m.d.comb += [hit[k][f].eq(p.hdr_valid[f] & ~p.unpopped[f]), hit_ch[k][f].eq(f)]
+                    continue
+                for src in reversed(range(S)):          # the first source whose head is the awaited message
+                    c = f + F * src
+                    h = p.heads[c]
+                    with m.If(p.hdr_valid[c] & ~p.unpopped[c] & (h.tag == r.tag) & (h.chunk == r.chunk)
+                              & (h.phase == r.phase) & (h.key == r.step.key)):
+                        m.d.comb += [hit[k][f].eq(1), hit_ch[k][f].eq(c)]
+
+        can = Signal(F)
+        for f, r in enumerate(self.fsm):
+            s = r.step
+            ch = channel_of(cfg, f, s.peer)      # the credits of this step's message (same index on every port)
+            cred_at = [(p.beat_credits[ch] >= s.beats) & (p.hdr_credits[ch] >= 1) for p in ports]
+            tx_ok = [p.send_ready & p.order_ready & (p.tx_room | r.behind) for p in ports]
+            cred_ok, port_free, land_ok = (Signal(name=f"fsm{f}_{n}") for n in ("cred_ok", "port_free", "land_ok"))
+            with m.Switch(s.op):
+                with m.Case(StepOp.LOAD):
+                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(self.load_ready)]
+                with m.Case(StepOp.STORE):
+                    m.d.comb += [port_free.eq(1), cred_ok.eq(1), land_ok.eq(self.store_ready)]
+                with m.Case(StepOp.SEND):
+                    for k in range(K):
+                        with m.If(s.port == k):
+                            m.d.comb += [port_free.eq(tx_ok[k]), cred_ok.eq(cred_at[k]), land_ok.eq(1)]
+                with m.Case(StepOp.RECV):
+                    for k, p in enumerate(ports):
+                        with m.If(s.port == k):
+                            rx_ok = p.recv_ready & ~p.dep_req
+                            m.d.comb += land_ok.eq(hit[k][f])
+                            with m.If(s.fwd):
+                                for j, q in enumerate(ports):
+                                    with m.If(s.fwd_port == j):
+                                        m.d.comb += [port_free.eq(rx_ok & q.order_ready & (q.tx_room | r.behind)),
+                                                     cred_ok.eq(cred_at[j])]
+                            with m.Else():
+                                m.d.comb += [port_free.eq(rx_ok), cred_ok.eq(1)]
+            real = r.ready & ~s.noop
+            m.d.comb += [
+                can[f].eq(r.ready & (s.noop | (port_free & cred_ok & land_ok))),
+                self.cause_port[f].eq(real & ~port_free),
+                self.cause_cred[f].eq(real & port_free & ~cred_ok),
+                self.cause_land[f].eq(real & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),
+                self.cause_dma[f].eq(real & ~land_ok & ((s.op == StepOp.LOAD) | (s.op == StepOp.STORE))),
+            ]
+
+        m.submodules.oldest = arb = OldestFirst(F)
+        m.d.comb += [arb.req.eq(can), self.grant.valid.eq(arb.valid), self.grant.fsm.eq(arb.sel)]
+        m.d.comb += [arb.seq[f].eq(r.seq) for f, r in enumerate(self.fsm)]
+        # the landing channel of the granted step (meaningful for a RECV)
+        with m.Switch(arb.sel):
+            for f, r in enumerate(self.fsm):
+                with m.Case(f):
+                    for k in range(K):
+                        with m.If(r.step.port == k):
+                            m.d.comb += self.grant.ch.eq(hit_ch[k][f])
+        return m

@@ -25,18 +25,19 @@ Dataflow of a command (see docs/engine.md):
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.program import StepOp
 from ...sim.golden.types import Status
 from ..common.layouts import COUNT_BITS, MAX_PHASES, packet_header_layout
-from .arbiter import SEQ_BITS, OldestFirst
+from .arbiter import OldestFirst
 from .bufstate import BufferState
 from .cmdtable import CommandTable, cmd_done_layout, cmd_entry_layout
 from .decoder import StepDecoder, step_layout
 from .dispatcher import ChunkDispatcher
+from .fsm import ChunkFsm, FsmState, chunk_layout
 from .geometry import BlockGeometry
 from .issue import IssueArbiter, channel_of
 from .partition import TERMINAL, PartitionManager
@@ -46,15 +47,6 @@ from .units import STATUS_SHAPE, LoadSequencer
 
 __all__ = ["ControlUnit", "FsmState", "cmd_entry_layout", "cmd_done_layout", "STALL_CAUSES", "TERMINAL"]
 # (cmd_entry_layout and cmd_done_layout live in cmdtable.py; they stay importable from here)
-
-
-class FsmState(enum.Enum, shape=2):
-    """An FSM's state: no chunk; loading a phase's bounds or moving to the next phase's partition; decoding
-    and issuing the phase's steps; waiting for the terminal partition after the last step."""
-    IDLE = 0
-    ADVANCE = 1
-    RUN = 2
-    HANDOFF = 3
 
 
 #: Reasons an FSM's ready step waits, in the order of the STALL counter array.
@@ -195,14 +187,18 @@ class ControlUnit(wiring.Component):
             m.d.comb += [free.w_en.eq(1), free.w_data.eq(cd.buf)]
         used, used_term = pm.used, pm.used_term
 
-        # ---- per-FSM chunk queues --------------------------------------------------------------------------
-        # seq: the chunk's number in the engine's dispatch order (wrapping); arbiters favour the oldest chunk
-        q_layout = data.StructLayout({"cmd": _w(NC), "chunk": unsigned(16), "buf": BUF, "seq": unsigned(SEQ_BITS)})
-        queues = []
+        # ---- the FSMs (fsm.py) and their chunk queues ---------------------------------------------------------
+        q_layout = chunk_layout(cfg)
+        fsms, queues = [], []
         for f in range(F):
-            q = fifo.SyncFIFOBuffered(width=q_layout.size, depth=2)
-            m.submodules[f"fsmq{f}"] = q
-            queues.append(q)
+            fsms.append(ChunkFsm(cfg))
+            queues.append(fifo.SyncFIFOBuffered(width=q_layout.size, depth=2))
+            m.submodules[f"fsm{f}"], m.submodules[f"fsmq{f}"] = fsms[f], queues[f]
+            m.d.comb += [fsms[f].chunk.valid.eq(queues[f].r_rdy), fsms[f].chunk.payload.eq(queues[f].r_data),
+                         queues[f].r_en.eq(fsms[f].chunk.ready)]
+        ctx = [fsm.ctx for fsm in fsms]
+        ctx_entry = [entry_of(c.cmd, f"fsm{f}_entry") for f, c in enumerate(ctx)]
+        m.d.comb += [fsm.entry.eq(e) for fsm, e in zip(fsms, ctx_entry)]
 
         # ---- dispatcher ------------------------------------------------------------------------------------
         m.submodules.dispatcher = disp = ChunkDispatcher(cfg)
@@ -246,74 +242,26 @@ class ControlUnit(wiring.Component):
         ]
         m.d.comb += table.dispatched.eq(disp.dispatched)
 
-        # ---- FSMs ------------------------------------------------------------------------------------------
+        # ---- steps: decode, issue, jobs ----------------------------------------------------------------------
         step_l = step_layout(cfg)
-        IDLE, ADVANCE, RUN, HANDOFF = FsmState.IDLE, FsmState.ADVANCE, FsmState.RUN, FsmState.HANDOFF
-        st = [Signal(FsmState, name=f"fsm{f}_state") for f in range(F)]
-        ctx_cmd = [Signal(_w(NC), name=f"fsm{f}_cmd") for f in range(F)]
-        ctx_chunk = [Signal(16, name=f"fsm{f}_chunk") for f in range(F)]
-        ctx_buf = [Signal(BUF, name=f"fsm{f}_buf") for f in range(F)]
-        ctx_seq = [Signal(SEQ_BITS, name=f"fsm{f}_seq") for f in range(F)]
-        ctx_phase = [Signal(3, name=f"fsm{f}_phase") for f in range(F)]
-        # fpc: the next step to decode; stop: the end of the current phase's steps; enter: the phase's bounds
-        # are still to be loaded (in ADVANCE)
-        ctx_pc = [Signal(11, name=f"fsm{f}_fpc") for f in range(F)]
-        ctx_stop = [Signal(11, name=f"fsm{f}_stop") for f in range(F)]
-        ctx_enter = [Signal(name=f"fsm{f}_enter") for f in range(F)]
-        # the step pipeline of an FSM: `step` (cur) waits for its grant, `nstep` was decoded behind it, and
-        # up to two SEND/RECV steps granted on one unit are in flight (n_exec)
-        cur_v = [Signal(name=f"fsm{f}_cur_valid") for f in range(F)]
-        nstep_v = [Signal(name=f"fsm{f}_next_valid") for f in range(F)]
-        n_exec = [Signal(range(3), name=f"fsm{f}_in_flight") for f in range(F)]
-        # the steps in flight (all on one unit, so they retire in order; entry 0 is the older): their unit and
-        # the slots they use, for the hazard checks of a step that would issue behind them
-        ex_op = [Signal(3, name=f"fsm{f}_ex_op") for f in range(F)]
-        ex_port = [Signal(3, name=f"fsm{f}_ex_port") for f in range(F)]
-        ex_fwd = [Signal(4, name=f"fsm{f}_ex_fwd") for f in range(F)]
-        ex_slot = [[Signal(10, name=f"fsm{f}_ex{i}_slot") for i in range(2)] for f in range(F)]
-        ex_wr = [[Signal(name=f"fsm{f}_ex{i}_writes") for i in range(2)] for f in range(F)]
-        ctx_status = [Signal(STATUS_SHAPE, name=f"fsm{f}_status") for f in range(F)]
         # per chunk buffer (bufstate.py): the slots still to be loaded (a step waits only for its own slot),
         # the count lane, the STOREs not yet acknowledged
         m.submodules.buffers = bufs = BufferState(cfg)
         loading = bufs.loading
-        step = [Signal(step_l, name=f"fsm{f}_step") for f in range(F)]
-        nstep = [Signal(step_l, name=f"fsm{f}_next_step") for f in range(F)]
-        ctx_entry = [entry_of(ctx_cmd[f], f"fsm{f}_entry") for f in range(F)]
-
-        def stop_of(e, phase):
-            start = Signal(11)
-            length = Signal(11)
-            with m.Switch(phase):
-                for p in range(MAX_PHASES):
-                    with m.Case(p):
-                        m.d.comb += [start.eq(e.phase_start[p]), length.eq(e.phase_len[p])]
-            return start, (start + length)[:11]
-
-        def slot_filled(buf, slot):
-            """A slot's pending LOAD ends this cycle: the load unit finished it, or the sequencer found the block
-            empty and skipped it. A step decoded while its slot was pending waits for exactly this event."""
-            return ((dp.load_done.valid & (dp.load_done.buf == buf) & (dp.load_done.slot == slot))
-                    | (seqr.skip.valid & (seqr.skip.buf == buf) & (seqr.skip.slot == slot)))
 
         # decoder: the oldest FSM that has room for a decoded step and none in the decoder is picked (stage
         # 0); its step comes back three cycles later, into `step` if that is free (or freed in that cycle), else
         # into `nstep`. So an FSM decodes its next step while the current one waits for its grant or transfers.
         m.submodules.decoder = dec = StepDecoder(cfg)
-        in_dec = Signal(F)
-        fetch_req = Cat(*[(st[f] == RUN) & ~in_dec[f] & ~nstep_v[f] & (ctx_pc[f] != ctx_stop[f])
-                          for f in range(F)])
         pick = Signal(_w(F))
         pick_any = Signal()
-        self._oldest_first(m, "dec_pick", fetch_req, ctx_seq, pick, pick_any)
+        self._oldest_first(m, "dec_pick", Cat(*[fsm.fetch for fsm in fsms]), [c.seq for c in ctx], pick, pick_any)
         m.d.comb += [dec.req.valid.eq(pick_any), dec.req.payload.fsm.eq(pick)]
         with m.Switch(pick):
-            for f in range(F):
+            for f, c in enumerate(ctx):
                 with m.Case(f):
-                    m.d.comb += [dec.req.payload.cmd.eq(ctx_cmd[f]), dec.req.payload.chunk.eq(ctx_chunk[f]),
-                                 dec.req.payload.buf.eq(ctx_buf[f]), dec.req.payload.pc.eq(ctx_pc[f])]
-                    with m.If(pick_any):
-                        m.d.sync += ctx_pc[f].eq(ctx_pc[f] + 1)
+                    m.d.comb += [dec.req.payload.cmd.eq(c.cmd), dec.req.payload.chunk.eq(c.chunk),
+                                 dec.req.payload.buf.eq(c.buf), dec.req.payload.pc.eq(fsms[f].pc)]
         m.d.comb += [
             imem_dec.addr.eq(dec.imem_addr), dec.imem_data.eq(imem_dec.data),
             route_dec.addr.eq(dec.route_addr), dec.route_data.eq(route_dec.data),
@@ -325,15 +273,11 @@ class ControlUnit(wiring.Component):
             for b in range(NB):
                 with m.Case(b):
                     m.d.comb += dec.loading.eq(loading[b])
-        dec_grant = dec.o.valid             # the decoder writes back to dec_f this cycle
-        dec_f = dec.o.payload.fsm
-        dec_buf = dec.o.payload.buf
-        dec_cmd_idx = dec.o.payload.cmd
-        dec_result = dec.o.payload.step
-        dec_illegal = dec_result.illegal
-        for f in range(F):
-            m.d.sync += in_dec[f].eq((in_dec[f] | (pick_any & (pick == f))) & ~(dec_grant & (dec_f == f)))
-        report(dec_grant & dec_illegal, dec_cmd_idx, Status.ILLEGAL_INSTRUCTION, dec.o.payload.word_lo)
+        for f, fsm in enumerate(fsms):       # the decoder writes back to FSM dec.o.fsm three cycles later
+            m.d.comb += [fsm.picked.eq(pick_any & (pick == f)),
+                         fsm.wb.valid.eq(dec.o.valid & (dec.o.payload.fsm == f)), fsm.wb.step.eq(dec.o.payload.step)]
+        report(dec.o.valid & dec.o.payload.step.illegal, dec.o.payload.cmd, Status.ILLEGAL_INSTRUCTION,
+               dec.o.payload.word_lo)
 
         # issue arbiter (issue.py): each FSM offers its current step when it has no hazard with the steps it has
         # in flight; the arbiter checks the step's resources and grants the oldest chunk's
@@ -347,25 +291,10 @@ class ControlUnit(wiring.Component):
                 st_k.beat_credits.eq(p.beat_credits), st_k.hdr_credits.eq(p.hdr_credits),
                 st_k.hdr_valid.eq(p.hdr_valid), st_k.unpopped.eq(p.unpopped), st_k.heads.eq(p.heads),
             ]
-        for f in range(F):
-            s = step[f]
-            # a step issues when the FSM has nothing in flight; a SEND/RECV also behind one SEND/RECV in flight
-            # on the same unit (same op, port and forward port: the unit keeps their order) that touches another
-            # slot (two SENDs may read the same one); a STORE behind steps that do not write its slot; a no-op
-            # at any time
-            overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & (s.op == ex_op[f])
-                          & (s.port == ex_port[f]) & (Cat(s.fwd_port, s.fwd) == ex_fwd[f])
-                          & ((s.op == StepOp.SEND) | (s.slot != ex_slot[f][0])))
-            store_ok = ((s.op == StepOp.STORE)
-                        & ~((n_exec[f] != 0) & ex_wr[f][0] & (ex_slot[f][0] == s.slot))
-                        & ~((n_exec[f] == 2) & ex_wr[f][1] & (ex_slot[f][1] == s.slot)))
-            issue_ok = (n_exec[f] == 0) | ((n_exec[f] == 1) & overlap_ok) | store_ok | s.noop
+        for f, (fsm, c) in enumerate(zip(fsms, ctx)):
             r = iss.fsm[f]
-            m.d.comb += [
-                r.ready.eq((st[f] == RUN) & cur_v[f] & ~s.wait & issue_ok), r.behind.eq(n_exec[f] != 0),
-                r.seq.eq(ctx_seq[f]), r.step.eq(s), r.tag.eq(ctx_entry[f].tag), r.chunk.eq(ctx_chunk[f]),
-                r.phase.eq(ctx_phase[f]),
-            ]
+            m.d.comb += [r.ready.eq(fsm.offer.ready), r.behind.eq(fsm.offer.behind), r.step.eq(fsm.offer.step),
+                         r.seq.eq(c.seq), r.tag.eq(ctx_entry[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase)]
         gsel, gany = iss.grant.fsm, iss.grant.valid
         g = Signal(step_l)
         g_cmd = Signal(_w(NC))
@@ -374,10 +303,10 @@ class ControlUnit(wiring.Component):
         g_phase = Signal(3)
         g_entry = Signal(entry_l)
         with m.Switch(gsel):
-            for f in range(F):
+            for f, c in enumerate(ctx):
                 with m.Case(f):
-                    m.d.comb += [g.eq(step[f]), g_cmd.eq(ctx_cmd[f]), g_buf.eq(ctx_buf[f]),
-                                 g_chunk.eq(ctx_chunk[f]), g_phase.eq(ctx_phase[f]), g_entry.eq(ctx_entry[f])]
+                    m.d.comb += [g.eq(fsms[f].offer.step), g_cmd.eq(c.cmd), g_buf.eq(c.buf), g_chunk.eq(c.chunk),
+                                 g_phase.eq(c.phase), g_entry.eq(ctx_entry[f])]
         # job fields shared by every unit
         hdr_out = Signal(packet_header_layout())
         exp_hdr = Signal(packet_header_layout())
@@ -484,102 +413,27 @@ class ControlUnit(wiring.Component):
         # partition moves (PartitionManager): one per cycle, oldest chunk first; a chunk moves on at the end of a
         # phase that is not its last, and to the terminal partition after its last step once no LOAD into its
         # buffer is outstanding
-        active = Cat(*[s != IDLE for s in st])
-        buf_loading = bufs.buf_loading
+        active = Cat(*[fsm.state != FsmState.IDLE for fsm in fsms])
         m.d.comb += [pm.part.eq(self.part), pm.dispatch.eq(dispatch), pm.active.eq(active),
                      pm.stores_pending.eq(bufs.stores_pending)]
-        for f in range(F):
+        for f, (fsm, c) in enumerate(zip(fsms, ctx)):
             m.d.comb += [
-                pm.at_end[f].eq((st[f] == ADVANCE) & ~ctx_enter[f] & (ctx_pc[f] == ctx_stop[f])
-                                & ((ctx_phase[f] + 1)[:3] < ctx_entry[f].n_phases)),
-                pm.handoff[f].eq((st[f] == HANDOFF) & ~buf_loading.bit_select(ctx_buf[f], 1)),
-                pm.seq[f].eq(ctx_seq[f]), pm.phase[f].eq(ctx_phase[f]), pm.buf[f].eq(ctx_buf[f]),
-                pm.cmd[f].eq(ctx_cmd[f]), pm.status[f].eq(ctx_status[f]),
+                pm.at_end[f].eq(fsm.at_end),
+                pm.handoff[f].eq((fsm.state == FsmState.HANDOFF) & ~bufs.buf_loading.bit_select(c.buf, 1)),
+                pm.seq[f].eq(c.seq), pm.phase[f].eq(c.phase), pm.buf[f].eq(c.buf), pm.cmd[f].eq(c.cmd),
+                pm.status[f].eq(c.status),
+                fsm.move.eq(pm.move_valid & (pm.move_fsm == f)), fsm.phase_wait.eq(pm.phase_wait[f]),
+                # the FSM's step events: its grant, its own LOAD granted now, LOADs that ended, a unit's done
+                fsm.granted.eq(gany & (gsel == f)),
+                fsm.own_load.valid.eq(fsm_load & (gsel == f)), fsm.own_load.slot.eq(g.slot),
+                fsm.filled[0].valid.eq(dp.load_done.valid), fsm.filled[0].buf.eq(dp.load_done.buf),
+                fsm.filled[0].slot.eq(dp.load_done.slot),
+                fsm.filled[1].valid.eq(seqr.skip.valid), fsm.filled[1].buf.eq(seqr.skip.buf),
+                fsm.filled[1].slot.eq(seqr.skip.slot),
             ]
-        hany, hsel = pm.move_valid, pm.move_fsm
-        phase_wait, handoff_wait = pm.phase_wait, pm.handoff_wait
-
-        # FSM next-state logic
-        def settle(x, buf, own):
-            """Step ``x`` with its ``wait`` brought up to date: set by a LOAD of its slot this FSM is granted now
-            (``own``: not yet in ``loading``), cleared when its slot's LOAD ends this cycle."""
-            out = Signal(step_l)
-            m.d.comb += [out.eq(x), out.wait.eq((x.wait | (own & ~x.noop & (x.op != StepOp.LOAD)))
-                                                & ~slot_filled(buf, x.slot))]
-            return out
-
-        dec_eff = settle(dec_result, dec_buf, fsm_load & (gsel == dec_f) & (g.slot == dec_result.slot))
-        gap = Signal(F)
-        for f in range(F):
-            s = st[f]
-            e = ctx_entry[f]
-            own = fsm_load & (gsel == f)
-            cur_s = settle(step[f], ctx_buf[f], own & (g.slot == step[f].slot))
-            nxt_s = settle(nstep[f], ctx_buf[f], own & (g.slot == nstep[f].slot))
-            unit_done = Signal(name=f"fsm{f}_unit_done")
             for u in unit_dones:
                 with m.If(u.valid & (u.fsm == f)):
-                    m.d.comb += unit_done.eq(1)
-                    with m.If(u.status != 0):
-                        m.d.sync += ctx_status[f].eq(u.status)
-            granted = gany & (gsel == f)
-            cur = step[f]
-            posted = (cur.op == StepOp.LOAD) | (cur.op == StepOp.STORE) | cur.noop
-            issue_exec = granted & ~posted         # a SEND or RECV: in flight until its unit reports done
-            wb = dec_grant & (dec_f == f)
-            m.d.sync += n_exec[f].eq(n_exec[f] + issue_exec - unit_done)
-            with m.If(unit_done):       # the older entry retired
-                m.d.sync += [ex_slot[f][0].eq(ex_slot[f][1]), ex_wr[f][0].eq(ex_wr[f][1])]
-            with m.If(issue_exec):
-                m.d.sync += [ex_op[f].eq(cur.op), ex_port[f].eq(cur.port), ex_fwd[f].eq(Cat(cur.fwd_port, cur.fwd))]
-                with m.If(n_exec[f] - unit_done == 0):
-                    m.d.sync += [ex_slot[f][0].eq(cur.slot), ex_wr[f][0].eq(cur.op == StepOp.RECV)]
-                with m.Else():
-                    m.d.sync += [ex_slot[f][1].eq(cur.slot), ex_wr[f][1].eq(cur.op == StepOp.RECV)]
-            # the step registers: the granted step makes room for the next decoded one
-            m.d.sync += [step[f].eq(cur_s), nstep[f].eq(nxt_s)]
-            with m.If(~cur_v[f] | granted):
-                with m.If(nstep_v[f]):
-                    m.d.sync += [step[f].eq(nxt_s), cur_v[f].eq(1), nstep_v[f].eq(0)]
-                with m.Elif(wb):
-                    m.d.sync += [step[f].eq(dec_eff), cur_v[f].eq(1)]
-                with m.Else():
-                    m.d.sync += cur_v[f].eq(0)
-            with m.Elif(wb):
-                m.d.sync += [nstep[f].eq(dec_eff), nstep_v[f].eq(1)]
-            with m.If(wb & dec_illegal):
-                m.d.sync += ctx_status[f].eq(Status.ILLEGAL_INSTRUCTION)
-            # every step of the phase decoded and retired
-            phase_done = ((ctx_pc[f] == ctx_stop[f]) & ~in_dec[f] & ~cur_v[f] & ~nstep_v[f] & (n_exec[f] == 0))
-            m.d.comb += gap[f].eq(((s == RUN) & ~cur_v[f] & (n_exec[f] == 0)) | ((s == ADVANCE) & ~phase_wait[f]))
-            with m.Switch(s):
-                with m.Case(IDLE):
-                    with m.If(queues[f].r_rdy):
-                        qv = data.View(q_layout, queues[f].r_data)
-                        m.d.comb += queues[f].r_en.eq(1)
-                        # the bounds of phase 0 are loaded in ADVANCE (the entry is indexed by ctx_cmd)
-                        m.d.sync += [ctx_cmd[f].eq(qv.cmd), ctx_chunk[f].eq(qv.chunk), ctx_buf[f].eq(qv.buf),
-                                     ctx_seq[f].eq(qv.seq), ctx_phase[f].eq(0), ctx_status[f].eq(0),
-                                     ctx_enter[f].eq(1), s.eq(ADVANCE)]
-                with m.Case(ADVANCE):
-                    start, stop = stop_of(e, ctx_phase[f])
-                    with m.If(ctx_enter[f]):
-                        # entering ctx_phase: load its bounds (phase 0 after the LOADs the sequencer issued)
-                        m.d.sync += [ctx_pc[f].eq(start + Mux(ctx_phase[f] == 0, e.load_end, 0)),
-                                     ctx_stop[f].eq(stop), ctx_enter[f].eq(0)]
-                    with m.Elif(ctx_pc[f] == ctx_stop[f]):
-                        with m.If(ctx_phase[f] + 1 >= e.n_phases):
-                            m.d.sync += s.eq(HANDOFF)
-                        with m.Elif(hany & (hsel == f)):       # moved to the next phase's partition
-                            m.d.sync += [ctx_phase[f].eq(ctx_phase[f] + 1), ctx_enter[f].eq(1)]
-                    with m.Else():
-                        m.d.sync += s.eq(RUN)
-                with m.Case(RUN):
-                    with m.If(phase_done):
-                        m.d.sync += s.eq(ADVANCE)
-                with m.Case(HANDOFF):
-                    with m.If(hany & (hsel == f)):
-                        m.d.sync += s.eq(IDLE)
+                    m.d.comb += [fsm.unit_done.valid.eq(1), fsm.unit_done.status.eq(u.status)]
 
         # ---- deposit unit (PUT messages of the asynchronous all-to-all, in the datapath) ---------------------
         # it looks a deposit's (chunk, block) up in a geometry unit of its own and counts each deposit written
@@ -609,15 +463,15 @@ class ControlUnit(wiring.Component):
         m.d.sync += [
             self.fsm_busy.eq(self.fsm_busy + n_active),
             self.steps.eq(self.steps + gany),
-            self.step_gap.eq(self.step_gap + sum(gap[f] for f in range(F))),
+            self.step_gap.eq(self.step_gap + sum(fsm.gap for fsm in fsms)),
         ]
         # per program phase: cycles a chunk was in it (the datapath counts the phase's flits)
         for p in range(MAX_PHASES):
             m.d.sync += self.phase_busy[p].eq(self.phase_busy[p] + (used[p] != 0))
         causes = {
             "port_busy": iss.cause_port.any(), "credits": iss.cause_cred.any(),
-            "landing_empty": iss.cause_land.any(), "dma_busy": iss.cause_dma.any(), "partition_full": dispatch_stall_part | phase_wait.any()
-            | handoff_wait.any(),
+            "landing_empty": iss.cause_land.any(), "dma_busy": iss.cause_dma.any(),
+            "partition_full": dispatch_stall_part | pm.phase_wait.any() | pm.handoff_wait.any(),
             "alu_busy": Const(0), "queue_full": dispatch_stall_q, "cpl_ring_full": Const(0),
         }
         for i, name in enumerate(STALL_CAUSES):

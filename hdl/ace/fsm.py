@@ -1,0 +1,194 @@
+"""One of the engine's programmable FSMs: it takes a chunk from its queue and runs the chunk's program, phase by
+phase, a step at a time (docs/engine.md section 4).
+
+Per chunk the FSM walks its command's phases. Entering a phase it loads the phase's step range (phase 0 after
+the LOADs the load sequencer issues); in RUN it asks the shared decoder for each step in turn (``fetch``) and
+holds two decoded steps: ``step``, offered to the issue arbiter, and ``nstep``, decoded behind it. SEND and
+RECV steps stay in flight until their unit reports them done; up to two may be in flight on one unit (same op,
+port and forward port) when they use different slots, and a STORE may issue behind steps that do not write its
+slot. LOADs, STOREs and no-op steps retire at their grant. When every step of a phase is decoded and retired,
+the FSM waits for its chunk to move to the next phase's partition (``move``), and after the last phase for the
+terminal partition, then takes the next chunk.
+
+A decoded step may wait for its slot's LOAD (``wait``); the FSM clears the wait itself when a LOAD of its
+buffer's slot ends (``filled``: the load unit's completion or the sequencer skipping an empty block), and sets
+it for a step decoded while its own LOAD of that slot is granted (``own_load``).
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...sim.golden.program import StepOp
+from ...sim.golden.types import Status
+from ..common.layouts import MAX_PHASES
+from .arbiter import SEQ_BITS
+from .cmdtable import cmd_entry_layout
+from .decoder import step_layout
+from .sram import sram_read_layout
+from .units import STATUS_SHAPE, _w
+
+__all__ = ["FsmState", "ChunkFsm", "chunk_layout", "fsm_context_layout"]
+
+
+class FsmState(enum.Enum, shape=2):
+    """An FSM's state: no chunk; loading a phase's bounds or moving to the next phase's partition; decoding
+    and issuing the phase's steps; waiting for the terminal partition after the last step."""
+    IDLE = 0
+    ADVANCE = 1
+    RUN = 2
+    HANDOFF = 3
+
+
+def chunk_layout(cfg):
+    """A chunk handed to an FSM: its command's table slot, chunk number, buffer and dispatch order (``seq``,
+    wrapping: arbiters favour the oldest chunk)."""
+    return data.StructLayout({"cmd": _w(cfg.n_cmds), "chunk": unsigned(16),
+                              "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS)})
+
+
+def fsm_context_layout(cfg):
+    """What an FSM holds of its chunk: the chunk, the program phase it is in and its first error."""
+    return data.StructLayout({**chunk_layout(cfg).members, "phase": unsigned(3), "status": STATUS_SHAPE})
+
+
+class ChunkFsm(wiring.Component):
+    """One FSM (see the module docstring).
+
+    Ports: ``chunk`` (from its chunk queue), ``entry`` (the table entry of ``ctx.cmd``, looked up outside),
+    ``fetch``/``picked``/``pc`` (a decode request and the decoder taking it), ``wb`` (a decoded step coming
+    back), ``offer`` (the current step for the issue arbiter: ``ready`` if no hazard stops it, ``behind`` if a
+    step is in flight), ``granted``, ``own_load`` (this FSM's LOAD of ``slot`` is granted now), ``filled``
+    (LOADs that ended this cycle, any buffer), ``unit_done`` (a unit retired one of this FSM's SEND/RECV),
+    ``at_end``/``move`` (the phase is done and more follow / the chunk moved on), ``state``, ``ctx``, ``gap``
+    (the FSM had nothing to offer: a cycle of the STEP_GAP counter).
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        sl = step_layout(cfg)
+        ev = data.StructLayout({"valid": 1, "buf": sram_read_layout(cfg).members["buf"], "slot": unsigned(10)})
+        super().__init__({
+            "chunk": In(stream.Signature(chunk_layout(cfg))),
+            "entry": In(cmd_entry_layout(cfg)),
+            "fetch": Out(1), "picked": In(1), "pc": Out(11),
+            "wb": In(data.StructLayout({"valid": 1, "step": sl})),
+            "offer": Out(data.StructLayout({"ready": 1, "behind": 1, "step": sl})),
+            "granted": In(1),
+            "own_load": In(data.StructLayout({"valid": 1, "slot": unsigned(10)})),
+            "filled": In(data.ArrayLayout(ev, 2)),
+            "unit_done": In(data.StructLayout({"valid": 1, "status": STATUS_SHAPE})),
+            "at_end": Out(1), "move": In(1), "phase_wait": In(1),
+            "state": Out(FsmState), "ctx": Out(fsm_context_layout(cfg)), "gap": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        IDLE, ADVANCE, RUN, HANDOFF = FsmState.IDLE, FsmState.ADVANCE, FsmState.RUN, FsmState.HANDOFF
+        sl = step_layout(self.cfg)
+        st, ctx, e = self.state, self.ctx, self.entry
+        # pc: the next step to decode; stop: the end of the current phase's steps; enter: the phase's bounds
+        # are still to be loaded (in ADVANCE); in_dec: a decode is on its way back
+        pc, stop, enter, in_dec = Signal(11), Signal(11), Signal(), Signal()
+        # the step pipeline: `step` waits for its grant, `nstep` was decoded behind it; n_exec SEND/RECV steps
+        # are in flight (all on one unit, so they retire in order; entry 0 is the older): their unit and slots
+        step, nstep = Signal(sl), Signal(sl)
+        cur_v, nstep_v = Signal(), Signal()
+        n_exec = Signal(range(3))
+        ex_op, ex_port, ex_fwd = Signal(3), Signal(3), Signal(4)
+        ex_slot = [Signal(10, name=f"ex{i}_slot") for i in range(2)]
+        ex_wr = [Signal(name=f"ex{i}_writes") for i in range(2)]
+        m.d.comb += [self.pc.eq(pc), self.fetch.eq((st == RUN) & ~in_dec & ~nstep_v & (pc != stop))]
+        with m.If(self.picked):
+            m.d.sync += pc.eq(pc + 1)
+        m.d.sync += in_dec.eq((in_dec | self.picked) & ~self.wb.valid)
+
+        # the issue conditions: nothing in flight; a SEND/RECV also behind one SEND/RECV in flight on the same
+        # unit that touches another slot (two SENDs may read the same one); a STORE behind steps that do not
+        # write its slot; a no-op at any time
+        s = step
+        overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & (s.op == ex_op) & (s.port == ex_port)
+                      & (Cat(s.fwd_port, s.fwd) == ex_fwd) & ((s.op == StepOp.SEND) | (s.slot != ex_slot[0])))
+        store_ok = ((s.op == StepOp.STORE) & ~((n_exec != 0) & ex_wr[0] & (ex_slot[0] == s.slot))
+                    & ~((n_exec == 2) & ex_wr[1] & (ex_slot[1] == s.slot)))
+        issue_ok = (n_exec == 0) | ((n_exec == 1) & overlap_ok) | store_ok | s.noop
+        m.d.comb += [self.offer.step.eq(step), self.offer.behind.eq(n_exec != 0),
+                     self.offer.ready.eq((st == RUN) & cur_v & ~s.wait & issue_ok)]
+
+        def settle(x):
+            """Step ``x`` with its ``wait`` brought up to date: set by this FSM's LOAD of its slot granted now,
+            cleared when its slot's LOAD ends this cycle."""
+            out = Signal(sl)
+            own = self.own_load.valid & (self.own_load.slot == x.slot) & ~x.noop & (x.op != StepOp.LOAD)
+            filled = Cat(*[f.valid & (f.buf == ctx.buf) & (f.slot == x.slot) for f in self.filled]).any()
+            m.d.comb += [out.eq(x), out.wait.eq((x.wait | own) & ~filled)]
+            return out
+
+        cur_s, nxt_s, wb_s = settle(step), settle(nstep), settle(self.wb.step)
+        posted = (s.op == StepOp.LOAD) | (s.op == StepOp.STORE) | s.noop
+        issue_exec = self.granted & ~posted          # a SEND or RECV: in flight until its unit reports done
+        done = self.unit_done.valid
+        m.d.sync += n_exec.eq(n_exec + issue_exec - done)
+        with m.If(done):            # the older entry retired
+            m.d.sync += [ex_slot[0].eq(ex_slot[1]), ex_wr[0].eq(ex_wr[1])]
+            with m.If(self.unit_done.status != 0):
+                m.d.sync += ctx.status.eq(self.unit_done.status)
+        with m.If(issue_exec):
+            m.d.sync += [ex_op.eq(s.op), ex_port.eq(s.port), ex_fwd.eq(Cat(s.fwd_port, s.fwd))]
+            with m.If(n_exec - done == 0):
+                m.d.sync += [ex_slot[0].eq(s.slot), ex_wr[0].eq(s.op == StepOp.RECV)]
+            with m.Else():
+                m.d.sync += [ex_slot[1].eq(s.slot), ex_wr[1].eq(s.op == StepOp.RECV)]
+        # the step registers: the granted step makes room for the next decoded one
+        m.d.sync += [step.eq(cur_s), nstep.eq(nxt_s)]
+        with m.If(~cur_v | self.granted):
+            with m.If(nstep_v):
+                m.d.sync += [step.eq(nxt_s), cur_v.eq(1), nstep_v.eq(0)]
+            with m.Elif(self.wb.valid):
+                m.d.sync += [step.eq(wb_s), cur_v.eq(1)]
+            with m.Else():
+                m.d.sync += cur_v.eq(0)
+        with m.Elif(self.wb.valid):
+            m.d.sync += [nstep.eq(wb_s), nstep_v.eq(1)]
+        with m.If(self.wb.valid & self.wb.step.illegal):
+            m.d.sync += ctx.status.eq(Status.ILLEGAL_INSTRUCTION)
+
+        # phases
+        start, length = Signal(11), Signal(11)
+        with m.Switch(ctx.phase):
+            for p in range(MAX_PHASES):
+                with m.Case(p):
+                    m.d.comb += [start.eq(e.phase_start[p]), length.eq(e.phase_len[p])]
+        last_phase = ctx.phase + 1 >= e.n_phases
+        phase_done = (pc == stop) & ~in_dec & ~cur_v & ~nstep_v & (n_exec == 0)   # decoded and retired
+        m.d.comb += [
+            self.at_end.eq((st == ADVANCE) & ~enter & (pc == stop) & ~last_phase),
+            self.gap.eq(((st == RUN) & ~cur_v & (n_exec == 0)) | ((st == ADVANCE) & ~self.phase_wait)),
+        ]
+        with m.Switch(st):
+            with m.Case(IDLE):
+                m.d.comb += self.chunk.ready.eq(1)
+                with m.If(self.chunk.valid):
+                    # the bounds of phase 0 are loaded in ADVANCE (the entry is looked up by ctx.cmd)
+                    c = self.chunk.payload
+                    m.d.sync += [ctx.cmd.eq(c.cmd), ctx.chunk.eq(c.chunk), ctx.buf.eq(c.buf), ctx.seq.eq(c.seq),
+                                 ctx.phase.eq(0), ctx.status.eq(0), enter.eq(1), st.eq(ADVANCE)]
+            with m.Case(ADVANCE):
+                with m.If(enter):
+                    # entering the phase: load its bounds (phase 0 after the LOADs the sequencer issued)
+                    m.d.sync += [pc.eq(start + Mux(ctx.phase == 0, e.load_end, 0)), stop.eq((start + length)[:11]),
+                                 enter.eq(0)]
+                with m.Elif(pc == stop):
+                    with m.If(last_phase):
+                        m.d.sync += st.eq(HANDOFF)
+                    with m.Elif(self.move):             # moved to the next phase's partition
+                        m.d.sync += [ctx.phase.eq(ctx.phase + 1), enter.eq(1)]
+                with m.Else():
+                    m.d.sync += st.eq(RUN)
+            with m.Case(RUN):
+                with m.If(phase_done):
+                    m.d.sync += st.eq(ADVANCE)
+            with m.Case(HANDOFF):
+                with m.If(self.move):
+                    m.d.sync += st.eq(IDLE)
+        return m

@@ -24,24 +24,24 @@ Dataflow of a command (see docs/engine.md):
    is acknowledged its buffer is freed; when all chunks of a command are done it completes.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ...sim.golden.program import StepOp
 from ...sim.golden.types import Status
-from ..common.layouts import COUNT_BITS, MAX_PHASES, packet_header_layout
+from ..common.layouts import MAX_PHASES
 from .arbiter import OldestFirst
 from .bufstate import BufferState
+from .datapath import datapath_signature, port_signature
 from .cmdtable import CommandTable, cmd_done_layout, cmd_entry_layout
-from .decoder import StepDecoder, step_layout
+from .decoder import StepDecoder
 from .dispatcher import ChunkDispatcher
 from .fsm import ChunkFsm, FsmState, chunk_layout
 from .geometry import BlockGeometry
-from .issue import IssueArbiter, channel_of
+from .issue import IssueArbiter
+from .jobs import JobBuilder
 from .partition import TERMINAL, PartitionManager
-from .datapath import datapath_signature, port_signature
 from .sram import sram_read_layout
 from .units import STATUS_SHAPE, LoadSequencer
 
@@ -243,7 +243,6 @@ class ControlUnit(wiring.Component):
         m.d.comb += table.dispatched.eq(disp.dispatched)
 
         # ---- steps: decode, issue, jobs ----------------------------------------------------------------------
-        step_l = step_layout(cfg)
         # per chunk buffer (bufstate.py): the slots still to be loaded (a step waits only for its own slot),
         # the count lane, the STOREs not yet acknowledged
         m.submodules.buffers = bufs = BufferState(cfg)
@@ -296,113 +295,40 @@ class ControlUnit(wiring.Component):
             m.d.comb += [r.ready.eq(fsm.offer.ready), r.behind.eq(fsm.offer.behind), r.step.eq(fsm.offer.step),
                          r.seq.eq(c.seq), r.tag.eq(ctx_entry[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase)]
         gsel, gany = iss.grant.fsm, iss.grant.valid
-        g = Signal(step_l)
-        g_cmd = Signal(_w(NC))
-        g_buf = Signal(BUF)
-        g_chunk = Signal(16)
-        g_phase = Signal(3)
-        g_entry = Signal(entry_l)
+
+        # the granted step becomes a unit job (jobs.py)
+        m.submodules.jobs = jb = JobBuilder(cfg)
+        g, g_entry = jb.step, Signal(entry_l)
         with m.Switch(gsel):
             for f, c in enumerate(ctx):
                 with m.Case(f):
-                    m.d.comb += [g.eq(fsms[f].offer.step), g_cmd.eq(c.cmd), g_buf.eq(c.buf), g_chunk.eq(c.chunk),
-                                 g_phase.eq(c.phase), g_entry.eq(ctx_entry[f])]
-        # job fields shared by every unit
-        hdr_out = Signal(packet_header_layout())
-        exp_hdr = Signal(packet_header_layout())
+                    m.d.comb += [g.eq(fsms[f].offer.step), jb.ctx.eq(c), g_entry.eq(ctx_entry[f])]
+        for k, p in enumerate(ports):
+            with m.If(g.port == k):       # the count of the message a granted RECV takes
+                m.d.comb += jb.msg_count.eq(p.heads[iss.grant.ch].count)
+            m.d.comb += [p.send_job.eq(jb.send_job[k]), p.recv_job.eq(jb.recv_job[k]), p.reserve.eq(jb.reserve[k]),
+                         p.order.valid.eq(jb.order[k].valid), p.order.payload.src.eq(jb.order[k].src),
+                         p.order.payload.empty.eq(jb.order[k].empty)]
         m.d.comb += [
-            hdr_out.dst.eq(g.peer), hdr_out.src.eq(g_entry.rank), hdr_out.vc.eq(gsel), hdr_out.tag.eq(g_entry.tag),
-            hdr_out.chunk.eq(g_chunk), hdr_out.phase.eq(g_phase), hdr_out.length.eq(g.nbytes),
-            hdr_out.key.eq(Mux(g.op == StepOp.SEND, g.key, g.fwd_key)),
-            hdr_out.put.eq((g.op == StepOp.SEND) & g.put),
-            exp_hdr.tag.eq(g_entry.tag), exp_hdr.chunk.eq(g_chunk), exp_hdr.phase.eq(g_phase),
-            exp_hdr.key.eq(g.key), exp_hdr.length.eq(g.nbytes),
-        ]
-        # the granted step's slot count, the count of the message a granted RECV takes, and the result
-        g_cnt = bufs.cnt
-        m.d.comb += [bufs.cnt_buf.eq(g_buf), bufs.cnt_slot.eq(g.slot)]
-        in_cnt = Signal(COUNT_BITS)
-        g_ch = iss.grant.ch                  # the landing channel a granted RECV takes
-        for k in range(K):
-            with m.If(g.port == k):
-                m.d.comb += in_cnt.eq(ports[k].heads[g_ch].count)
-        new_cnt = Signal(COUNT_BITS)
-        m.d.comb += [
-            new_cnt.eq(Mux(g.reduce, in_cnt + g_cnt, in_cnt)),
-            hdr_out.count.eq(Mux(g.op == StepOp.SEND, g_cnt, new_cnt)),
-        ]
-        # a no-op step (illegal, or an empty LOAD/STORE) takes a grant but no unit
-        g_real = gany & ~g.noop
-        grant_load = g_real & (g.op == StepOp.LOAD)
-        grant_store = g_real & (g.op == StepOp.STORE)
-        m.d.comb += [
-            dp.store_job.valid.eq(grant_store),
-            dp.store_job.fsm.eq(gsel), dp.store_job.cmd.eq(g_cmd), dp.store_job.buf.eq(g_buf),
-            dp.store_job.sram_addr.eq(g.sram_addr), dp.store_job.beats.eq(g.beats),
-            dp.store_job.addr.eq(g.addr), dp.store_job.nbytes.eq(g.nbytes), dp.store_job.slot.eq(g.slot),
+            jb.grant.eq(iss.grant), jb.rank.eq(g_entry.rank), jb.tag.eq(g_entry.tag), jb.dtype.eq(g_entry.dtype),
+            jb.op.eq(g_entry.op), jb.null.eq(g_entry.null), jb.slot_count.eq(bufs.cnt),
+            bufs.cnt_buf.eq(jb.ctx.buf), bufs.cnt_slot.eq(g.slot),
+            jb.seq_load.eq(seqr.issue), jb.seq_zero.eq(entry_of(seqr.issue.cmd, "seq_entry").null),
+            jb.load_ready.eq(dp.load_ready), seqr.take.eq(jb.seq_take),
+            dp.load_job.eq(jb.load_job), dp.store_job.eq(jb.store_job),
+            table.fold.eq(jb.fold),
         ]
         report(dp.store_done.valid & (dp.store_done.status != 0), dp.store_done.cmd, dp.store_done.status)
-        m.d.comb += [bufs.store_issue.valid.eq(grant_store), bufs.store_issue.buf.eq(g_buf),
-                     bufs.store_done.valid.eq(dp.store_done.valid), bufs.store_done.buf.eq(dp.store_done.buf)]
-        grant_send = g_real & (g.op == StepOp.SEND)
-        grant_recv = g_real & (g.op == StepOp.RECV)
-        # the load unit takes an FSM's LOAD when one is granted, else the sequencer's prefetch
-        fsm_load = grant_load
-        seq_take = Signal()
-        m.d.comb += seq_take.eq(seqr.issue.valid & dp.load_ready & ~fsm_load)
-        with m.If(fsm_load):
-            m.d.comb += [
-                dp.load_job.valid.eq(1),
-                dp.load_job.fsm.eq(gsel), dp.load_job.cmd.eq(g_cmd), dp.load_job.buf.eq(g_buf),
-                dp.load_job.sram_addr.eq(g.sram_addr), dp.load_job.beats.eq(g.beats),
-                dp.load_job.addr.eq(g.addr), dp.load_job.nbytes.eq(g.nbytes), dp.load_job.slot.eq(g.slot),
-                dp.load_job.zero.eq(g_entry.null),
-            ]
-        with m.Else():
-            seq_entry = entry_of(seqr.issue.cmd, "seq_entry")
-            m.d.comb += [dp.load_job.eq(seqr.issue), dp.load_job.valid.eq(seq_take), dp.load_job.zero.eq(seq_entry.null)]
-        m.d.comb += seqr.take.eq(seq_take)
+        fsm_load = jb.fsm_load
         m.d.comb += [
             bufs.new.valid.eq(dispatch), bufs.new.buf.eq(dc.buf), bufs.new.load_mask.eq(d_entry.load_mask),
             bufs.new.null.eq(d_entry.null),
-            bufs.load_issue.valid.eq(fsm_load), bufs.load_issue.buf.eq(g_buf), bufs.load_issue.slot.eq(g.slot),
+            bufs.load_issue.valid.eq(fsm_load), bufs.load_issue.buf.eq(jb.ctx.buf), bufs.load_issue.slot.eq(g.slot),
             bufs.load_done.valid.eq(dp.load_done.valid), bufs.load_done.buf.eq(dp.load_done.buf),
-            bufs.load_done.slot.eq(dp.load_done.slot),
-            bufs.skip.valid.eq(seqr.skip.valid), bufs.skip.buf.eq(seqr.skip.buf), bufs.skip.slot.eq(seqr.skip.slot),
-            bufs.recv.valid.eq(grant_recv), bufs.recv.buf.eq(g_buf), bufs.recv.slot.eq(g.slot),
-            bufs.recv.count.eq(new_cnt),
+            bufs.load_done.slot.eq(dp.load_done.slot), bufs.skip.eq(seqr.skip), bufs.recv.eq(jb.recv),
+            bufs.store_issue.valid.eq(jb.store_job.valid), bufs.store_issue.buf.eq(jb.ctx.buf),
+            bufs.store_done.valid.eq(dp.store_done.valid), bufs.store_done.buf.eq(dp.store_done.buf),
         ]
-        # every STORE folds its slot's count into its command's contributors, an empty one (a no-op) too
-        fold = gany & ~g.illegal & (g.op == StepOp.STORE)
-        m.d.comb += [table.fold.valid.eq(fold), table.fold.cmd.eq(g_cmd), table.fold.count.eq(g_cnt)]
-        for k in range(K):
-            su, ru = ports[k].send_job, ports[k].recv_job
-            m.d.comb += [
-                su.valid.eq(grant_send & (g.port == k)),
-                su.fsm.eq(gsel), su.cmd.eq(g_cmd), su.buf.eq(g_buf),
-                su.sram_addr.eq(g.sram_addr), su.beats.eq(g.beats), su.hdr.eq(hdr_out),
-                ru.valid.eq(grant_recv & (g.port == k)),
-                ru.fsm.eq(gsel), ru.cmd.eq(g_cmd), ru.buf.eq(g_buf),
-                ru.sram_addr.eq(g.sram_addr), ru.beats.eq(g.beats),
-                ru.reduce.eq(g.reduce), ru.dtype.eq(g_entry.dtype), ru.op.eq(g_entry.op),
-                ru.fwd.eq(g.fwd), ru.fwd_port.eq(g.fwd_port), ru.ch.eq(g_ch),
-                ru.exp.eq(exp_hdr), ru.fwd_hdr.eq(hdr_out),
-            ]
-            # credits: a whole message is reserved when its step is granted
-            res_here = (grant_send & (g.port == k)) | (grant_recv & g.fwd & (g.fwd_port == k))
-            m.d.comb += [
-                ports[k].reserve.valid.eq(res_here),
-                ports[k].reserve.vc.eq(channel_of(cfg, gsel, g.peer)),
-                ports[k].reserve.beats.eq(g.beats),
-            ]
-            # the port's mux learns the message order at the grant (and the port's queue of granted flits grows
-            # by the reserved message)
-            send_here = grant_send & (g.port == k)
-            m.d.comb += [
-                ports[k].order.valid.eq(res_here),
-                ports[k].order.payload.src.eq(Mux(send_here, 0, 1 + g.port)),
-                ports[k].order.payload.empty.eq(g.beats == 0),
-            ]
 
         # unit completions -> FSMs
         unit_dones = [p.send_done for p in ports] + [p.recv_done for p in ports]

@@ -1,0 +1,118 @@
+"""The issue stage's second half: the granted step becomes a unit job, in the cycle of its grant.
+
+- SEND on port ``k``: a send job with the message header (this rank, the FSM's virtual channel, the chunk's tag,
+  chunk and phase, the step's key and length, the slot's count); the port's credits for the whole message are
+  reserved and its TX mux learns the message's place in the port's order.
+- RECV on port ``k``: a receive job with the header it expects and, for a forward, the forwarded header (the
+  forward key, the new count) plus the forward port's reservation and order entry.
+- LOAD: a load job (zeros for a null contribution); when no FSM LOAD is granted, the load sequencer's next
+  LOAD goes instead (``seq_take``).
+- STORE: a store job; every STORE, an empty one (a no-op) too, folds its slot's count into its command's
+  contributors (``fold``).
+
+The count lane (docs/programs.md): a SEND carries its slot's count; a RECV's result counts the message's
+contributions (``msg_count``, from the landing channel's head) plus the slot's when it reduces, and that is the
+count its slot gets (``recv``) and its forward carries.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...sim.golden.program import StepOp
+from ..common.layouts import CHANNEL_BITS, COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
+from .decoder import step_layout
+from .fsm import fsm_context_layout
+from .issue import channel_of
+from .link import reserve_layout
+from .units import _w, job_layouts
+
+__all__ = ["JobBuilder"]
+
+
+class JobBuilder(wiring.Component):
+    """Unit jobs for the step granted this cycle (see the module docstring).
+
+    Inputs: ``grant`` (valid, FSM, landing channel), the granted FSM's ``step`` and ``ctx``, the fields of its
+    command it needs (``rank``, ``tag``, ``dtype``, ``op``, ``null``), the granted slot's count (``slot_count``), the
+    count of the message a RECV takes (``msg_count``), the load sequencer's LOAD (``seq_load``, ``seq_zero``)
+    and whether the load unit takes a job (``load_ready``). Outputs: the jobs, reservations and order entries,
+    and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        K, jl = cfg.n_ports, job_layouts(cfg)
+        buf = jl["load"].members["buf"]
+        order = data.StructLayout({"valid": 1, "src": range(1 + K), "empty": 1})
+        super().__init__({
+            "grant": In(data.StructLayout({"valid": 1, "fsm": _w(cfg.n_fsms), "ch": unsigned(CHANNEL_BITS)})),
+            "step": In(step_layout(cfg)), "ctx": In(fsm_context_layout(cfg)),
+            "rank": In(9), "tag": In(16), "dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE), "null": In(1),
+            "slot_count": In(COUNT_BITS), "msg_count": In(COUNT_BITS),
+            "seq_load": In(jl["load"]), "seq_zero": In(1), "load_ready": In(1), "seq_take": Out(1),
+            "send_job": Out(data.ArrayLayout(jl["send"], K)), "recv_job": Out(data.ArrayLayout(jl["recv"], K)),
+            "reserve": Out(data.ArrayLayout(reserve_layout(cfg), K)), "order": Out(data.ArrayLayout(order, K)),
+            "load_job": Out(jl["load"]), "store_job": Out(jl["store"]),
+            "fsm_load": Out(1),
+            "recv": Out(data.StructLayout({"valid": 1, "buf": buf, "slot": unsigned(10),
+                                           "count": unsigned(COUNT_BITS)})),
+            "fold": Out(data.StructLayout({"valid": 1, "cmd": _w(cfg.n_cmds), "count": unsigned(COUNT_BITS)})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        g, c, gr = self.step, self.ctx, self.grant
+        real = gr.valid & ~g.noop                    # a no-op step takes a grant but no unit
+        send, recv = real & (g.op == StepOp.SEND), real & (g.op == StepOp.RECV)
+        load, store = real & (g.op == StepOp.LOAD), real & (g.op == StepOp.STORE)
+
+        # headers: the one a SEND or forward sends, the one a RECV expects; the count lane
+        new_count = Signal(COUNT_BITS)
+        out, exp = Signal(packet_header_layout()), Signal(packet_header_layout())
+        m.d.comb += [
+            new_count.eq(Mux(g.reduce, self.msg_count + self.slot_count, self.msg_count)),
+            out.dst.eq(g.peer), out.src.eq(self.rank), out.vc.eq(gr.fsm), out.tag.eq(self.tag),
+            out.chunk.eq(c.chunk), out.phase.eq(c.phase), out.length.eq(g.nbytes),
+            out.key.eq(Mux(g.op == StepOp.SEND, g.key, g.fwd_key)), out.put.eq((g.op == StepOp.SEND) & g.put),
+            out.count.eq(Mux(g.op == StepOp.SEND, self.slot_count, new_count)),
+            exp.tag.eq(self.tag), exp.chunk.eq(c.chunk), exp.phase.eq(c.phase), exp.key.eq(g.key),
+            exp.length.eq(g.nbytes),
+        ]
+        common = [("fsm", gr.fsm), ("cmd", c.cmd), ("buf", c.buf), ("sram_addr", g.sram_addr), ("beats", g.beats)]
+        memory = [("addr", g.addr), ("nbytes", g.nbytes), ("slot", g.slot)]
+
+        def job(port, valid, fields):
+            return [port.valid.eq(valid)] + [getattr(port, name).eq(v) for name, v in fields]
+
+        for k in range(cfg.n_ports):
+            here = g.port == k
+            m.d.comb += job(self.send_job[k], send & here, common + [("hdr", out)])
+            m.d.comb += job(self.recv_job[k], recv & here, common + [
+                ("reduce", g.reduce), ("dtype", self.dtype), ("op", self.op), ("fwd", g.fwd),
+                ("fwd_port", g.fwd_port), ("ch", gr.ch), ("exp", exp), ("fwd_hdr", out)])
+            # a whole message's credits are reserved at the grant, and the port's TX mux learns its place
+            res = (send & here) | (recv & g.fwd & (g.fwd_port == k))
+            m.d.comb += [
+                self.reserve[k].valid.eq(res), self.reserve[k].vc.eq(channel_of(cfg, gr.fsm, g.peer)),
+                self.reserve[k].beats.eq(g.beats),
+                self.order[k].valid.eq(res), self.order[k].src.eq(Mux(send & here, 0, 1 + g.port)),
+                self.order[k].empty.eq(g.beats == 0),
+            ]
+        m.d.comb += job(self.store_job, store, common + memory)
+        # the load unit takes a granted FSM LOAD, else the sequencer's
+        m.d.comb += [self.fsm_load.eq(load), self.seq_take.eq(self.seq_load.valid & self.load_ready & ~load)]
+        with m.If(load):
+            m.d.comb += job(self.load_job, 1, common + memory + [("zero", self.null)])
+        with m.Else():
+            m.d.comb += [self.load_job.eq(self.seq_load), self.load_job.valid.eq(self.seq_take),
+                         self.load_job.zero.eq(self.seq_zero)]
+        m.d.comb += [
+            self.recv.valid.eq(recv), self.recv.buf.eq(c.buf), self.recv.slot.eq(g.slot),
+            self.recv.count.eq(new_count),
+            # every STORE folds its slot's count, an empty one (a no-op) too
+            self.fold.valid.eq(gr.valid & ~g.illegal & (g.op == StepOp.STORE)), self.fold.cmd.eq(c.cmd),
+            self.fold.count.eq(self.slot_count),
+        ]
+        return m

@@ -14,14 +14,14 @@ acknowledged.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import COUNT_BITS, LOAD_MASK_BITS
 from .sram import sram_read_layout
 from .units import StoreUnit
 
-__all__ = ["BufferState", "n_mask_slots"]
+__all__ = ["BufferState", "BufferPool", "n_mask_slots"]
 
 
 def n_mask_slots(cfg):
@@ -93,4 +93,29 @@ class BufferState(wiring.Component):
                         for k in range(NM):
                             with m.Case(k):
                                 m.d.comb += self.cnt.eq(cnt[b][k])
+        return m
+
+
+class BufferPool(wiring.Component):
+    """The free chunk buffers: every buffer after reset, then each one freed (``free``: a chunk is done). The
+    dispatcher takes them from ``take`` in order; at most ``n_buffers`` are ever free, so a free is never
+    refused."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        buf = sram_read_layout(cfg).members["buf"]
+        super().__init__({"free": In(data.StructLayout({"valid": 1, "buf": buf})), "take": Out(stream.Signature(buf))})
+
+    def elaborate(self, platform):
+        m = Module()
+        NB = self.cfg.n_buffers
+        m.submodules.fifo = q = fifo.SyncFIFOBuffered(width=len(self.take.payload), depth=NB)
+        init = Signal(range(NB + 1))
+        with m.If(init < NB):                   # after reset: every buffer, one per cycle
+            m.d.comb += [q.w_en.eq(1), q.w_data.eq(init)]
+            m.d.sync += init.eq(init + 1)
+        with m.Elif(self.free.valid):
+            m.d.comb += [q.w_en.eq(1), q.w_data.eq(self.free.buf)]
+        m.d.comb += [self.take.valid.eq(q.r_rdy & (init == NB)), self.take.payload.eq(q.r_data),
+                     q.r_en.eq(self.take.ready & self.take.valid)]
         return m

@@ -26,13 +26,12 @@ Dataflow of a command (see docs/engine.md):
 
 from amaranth.hdl import Cat, Const, Module, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Status
 from ..common.layouts import MAX_PHASES
 from .arbiter import OldestFirst
-from .bufstate import BufferState
+from .bufstate import BufferPool, BufferState
 from .datapath import datapath_signature, port_signature
 from .cmdtable import CommandTable, cmd_done_layout, cmd_entry_layout
 from .decoder import StepDecoder
@@ -42,6 +41,7 @@ from .geometry import BlockGeometry
 from .issue import IssueArbiter
 from .jobs import JobBuilder
 from .partition import TERMINAL, PartitionManager
+from .progmem import ProgramMemories
 from .sram import sram_read_layout
 from .units import STATUS_SHAPE, LoadSequencer
 
@@ -106,26 +106,12 @@ class ControlUnit(wiring.Component):
         BUF = rl.members["buf"]
         entry_l = cmd_entry_layout(cfg)
 
-        # ---- memories written through the register windows ------------------------------------------------
-        imem = Memory(shape=unsigned(64), depth=cfg.imem_words, init=[])
-        m.submodules.imem = imem
-        imem_w = imem.write_port(granularity=32)
-        imem_csr = imem.read_port()
-        imem_dec = imem.read_port()
-        imem_ls = imem.read_port()
-        m.d.comb += [
-            imem_w.addr.eq(self.imem_addr), imem_w.data.eq(self.imem_wdata), imem_w.en.eq(self.imem_we),
-            imem_csr.addr.eq(self.imem_addr), self.imem_rdata.eq(imem_csr.data),
-        ]
-        route = Memory(shape=unsigned(4), depth=cfg.n_comms * cfg.max_ranks, init=[])
-        m.submodules.route = route
-        route_w = route.write_port()
-        route_csr = route.read_port()
-        route_dec = route.read_port()
-        m.d.comb += [
-            route_w.addr.eq(self.route_addr), route_w.data.eq(self.route_wdata), route_w.en.eq(self.route_we),
-            route_csr.addr.eq(self.route_addr), self.route_rdata.eq(route_csr.data),
-        ]
+        # ---- IMEM and ROUTE (progmem.py), written and read through the register windows ----------------------
+        m.submodules.progmem = pmem = ProgramMemories(cfg)
+        m.d.comb += [pmem.imem_we.eq(self.imem_we), pmem.imem_addr.eq(self.imem_addr),
+                     pmem.imem_wdata.eq(self.imem_wdata), self.imem_rdata.eq(pmem.imem_rdata),
+                     pmem.route_we.eq(self.route_we), pmem.route_addr.eq(self.route_addr),
+                     pmem.route_wdata.eq(self.route_wdata), self.route_rdata.eq(pmem.route_rdata)]
 
         # ---- command table (cmdtable.py): entries and progress of the commands in flight ----------------------
         # errors are reported by the sequencer, the decoder, the four kinds of units, the deposit unit and the
@@ -167,7 +153,7 @@ class ControlUnit(wiring.Component):
         m.d.comb += [
             seqr.geo_nbytes.eq(lgeo.nbytes), seqr.geo_beats.eq(lgeo.beats), seqr.geo_addr.eq(lgeo.in_addr),
             seqr.slot_beats.eq(ls_entry.geom.slot_beats),
-            imem_ls.addr.eq(seqr.imem_addr), seqr.imem_data.eq(imem_ls.data),
+            pmem.seq_imem_addr.eq(seqr.imem_addr), seqr.imem_data.eq(pmem.seq_imem_data),
         ]
         report(seqr.error.valid, seqr.error.cmd, Status.ILLEGAL_INSTRUCTION)
 
@@ -178,13 +164,8 @@ class ControlUnit(wiring.Component):
         cd = Signal(data.StructLayout({"valid": 1, "cmd": _w(NC), "buf": BUF, "status": STATUS_SHAPE}))
         m.d.comb += [cd.valid.eq(pm.done.valid), cd.cmd.eq(pm.done.payload.cmd), cd.buf.eq(pm.done.payload.buf),
                      cd.status.eq(pm.done.payload.status)]
-        m.submodules.free = free = fifo.SyncFIFOBuffered(width=BUF.width, depth=NB)
-        init_cnt = Signal(range(NB + 1))
-        with m.If(init_cnt < NB):
-            m.d.comb += [free.w_en.eq(1), free.w_data.eq(init_cnt)]
-            m.d.sync += init_cnt.eq(init_cnt + 1)
-        with m.Elif(cd.valid):
-            m.d.comb += [free.w_en.eq(1), free.w_data.eq(cd.buf)]
+        m.submodules.pool = pool = BufferPool(cfg)
+        m.d.comb += [pool.free.valid.eq(cd.valid), pool.free.buf.eq(cd.buf)]
         used, used_term = pm.used, pm.used_term
 
         # ---- the FSMs (fsm.py) and their chunk queues ---------------------------------------------------------
@@ -216,8 +197,8 @@ class ControlUnit(wiring.Component):
         dc = disp.chunk.payload
         m.d.comb += [
             disp.e.eq(d_entry), disp.enable.eq(self.enable), disp.fsm_limit.eq(self.fsm_limit),
-            disp.buf.valid.eq(free.r_rdy & (init_cnt == NB)), disp.buf.payload.eq(free.r_data),
-            free.r_en.eq(disp.buf.ready),
+            disp.buf.valid.eq(pool.take.valid), disp.buf.payload.eq(pool.take.payload),
+            pool.take.ready.eq(disp.buf.ready),
             disp.room.eq(pm.room0),
             disp.q_ready.eq(Cat(*[q.w_rdy for q in queues])),
         ]
@@ -262,8 +243,8 @@ class ControlUnit(wiring.Component):
                     m.d.comb += [dec.req.payload.cmd.eq(c.cmd), dec.req.payload.chunk.eq(c.chunk),
                                  dec.req.payload.buf.eq(c.buf), dec.req.payload.pc.eq(fsms[f].pc)]
         m.d.comb += [
-            imem_dec.addr.eq(dec.imem_addr), dec.imem_data.eq(imem_dec.data),
-            route_dec.addr.eq(dec.route_addr), dec.route_data.eq(route_dec.data),
+            pmem.dec_imem_addr.eq(dec.imem_addr), dec.imem_data.eq(pmem.dec_imem_data),
+            pmem.dec_route_addr.eq(dec.route_addr), dec.route_data.eq(pmem.dec_route_data),
             dec.e1.eq(entry_of(dec.e1_cmd, "dec1_entry")),
             dec.e2.eq(entry_of(dec.e2_cmd, "dec2_entry")),
             dec.e3.eq(entry_of(dec.e3_cmd, "dec3_entry")),

@@ -262,11 +262,11 @@ class ControlUnit(wiring.Component):
         # issue arbiter (issue.py): each FSM offers its current step when it has no hazard with the steps it has
         # in flight; the arbiter checks the step's resources and grants the oldest chunk's
         m.submodules.issue = iss = IssueArbiter(cfg)
-        m.d.comb += [iss.load_ready.eq(dp.load_ready), iss.store_ready.eq(dp.store_ready)]
+        m.d.comb += [iss.load_ready.eq(dp.load_job.ready), iss.store_ready.eq(dp.store_job.ready)]
         for k, p in enumerate(ports):
             st_k = iss.port[k]
             m.d.comb += [
-                st_k.send_ready.eq(p.send_ready), st_k.recv_ready.eq(p.recv_ready), st_k.dep_req.eq(p.dep_req),
+                st_k.send_ready.eq(p.send_job.ready), st_k.recv_ready.eq(p.recv_job.ready), st_k.dep_req.eq(p.dep_req),
                 st_k.order_ready.eq(p.order.ready), st_k.tx_room.eq(p.tx_room),
                 st_k.beat_credits.eq(p.beat_credits), st_k.hdr_credits.eq(p.hdr_credits),
                 st_k.hdr_valid.eq(p.hdr_valid), st_k.unpopped.eq(p.unpopped), st_k.heads.eq(p.heads),
@@ -287,18 +287,21 @@ class ControlUnit(wiring.Component):
         for k, p in enumerate(ports):
             with m.If(g.port == k):       # the count of the message a granted RECV takes
                 m.d.comb += jb.msg_count.eq(p.heads[iss.grant.ch].count)
-            m.d.comb += [p.send_job.eq(jb.send_job[k]), p.recv_job.eq(jb.recv_job[k]), p.reserve.eq(jb.reserve[k]),
+            wiring.connect(m, jb.send_job[k], wiring.flipped(p.send_job))
+            wiring.connect(m, jb.recv_job[k], wiring.flipped(p.recv_job))
+            m.d.comb += [p.reserve.eq(jb.reserve[k]),
                          p.order.valid.eq(jb.order[k].valid), p.order.payload.src.eq(jb.order[k].src),
                          p.order.payload.empty.eq(jb.order[k].empty)]
         m.d.comb += [
             jb.grant.eq(iss.grant), jb.rank.eq(g_entry.rank), jb.tag.eq(g_entry.tag), jb.dtype.eq(g_entry.dtype),
             jb.op.eq(g_entry.op), jb.null.eq(g_entry.null), jb.slot_count.eq(bufs.cnt),
             bufs.cnt_buf.eq(jb.ctx.buf), bufs.cnt_slot.eq(g.slot),
-            jb.seq_load.eq(seqr.issue), jb.seq_zero.eq(entry_of(seqr.issue.cmd, "seq_entry").null),
-            jb.load_ready.eq(dp.load_ready), seqr.take.eq(jb.seq_take),
-            dp.load_job.eq(jb.load_job), dp.store_job.eq(jb.store_job),
+            jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq_entry").null),
             table.fold.eq(jb.fold),
         ]
+        wiring.connect(m, seqr.issue, jb.seq_load)
+        wiring.connect(m, jb.load_job, wiring.flipped(dp.load_job))
+        wiring.connect(m, jb.store_job, wiring.flipped(dp.store_job))
         report(dp.store_done.valid & (dp.store_done.status != 0), dp.store_done.cmd, dp.store_done.status)
         fsm_load = jb.fsm_load
         m.d.comb += [

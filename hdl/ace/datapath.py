@@ -35,8 +35,8 @@ def port_signature(cfg):
     """One link port's side of :func:`datapath_signature`, as the control plane sees it."""
     n, jl, dl = cfg.n_channels, job_layouts(cfg), done_layout(cfg)
     return wiring.Signature({
-        "send_job": Out(jl["send"]), "send_ready": In(1), "send_done": In(dl),
-        "recv_job": Out(jl["recv"]), "recv_ready": In(1), "recv_done": In(dl),
+        "send_job": Out(stream.Signature(jl["send"])), "send_done": In(dl),
+        "recv_job": Out(stream.Signature(jl["recv"])), "recv_done": In(dl),
         "unpopped": In(n),                          # RecvUnit.unpopped
         "reserve": Out(reserve_layout(cfg)),        # TxPort.reserve
         "order": Out(stream.Signature(data.StructLayout({"src": range(1 + cfg.n_ports), "empty": 1}))),
@@ -53,14 +53,14 @@ def datapath_signature(cfg):
     """The control plane's interface to the datapath besides the link ports' (:func:`port_signature`, one per
     port), as the control plane sees it (``Out``: the control plane drives it).
 
-    Jobs are one-cycle ``valid`` pulses taken when the unit's ``*_ready`` is high; ``*_done`` report a retired
-    step. The deposit unit asks the control plane for a block's geometry (``dep_geo_*``) and for the live
+    Jobs are streams (the control plane offers a job only when the unit's ``ready`` is high, in the cycle of
+    its grant); ``*_done`` report a retired step. The deposit unit asks the control plane for a block's geometry (``dep_geo_*``) and for the live
     commands' tags (``cmd_tag``/``cmd_live``), and reports each deposit written (``arrived``).
     """
     jl, dl, NC = job_layouts(cfg), done_layout(cfg), cfg.n_cmds
     return wiring.Signature({
-        "load_job": Out(jl["load"]), "load_ready": In(1), "load_done": In(dl),
-        "store_job": Out(jl["store"]), "store_ready": In(1), "store_done": In(dl),
+        "load_job": Out(stream.Signature(jl["load"])), "load_done": In(dl),
+        "store_job": Out(stream.Signature(jl["store"])), "store_done": In(dl),
         "dep_geo_cmd": In(_w(NC)), "dep_geo_chunk": In(16), "dep_geo_block": In(10),
         "dep_geo_addr": Out(cfg.addr_width), "dep_geo_nbytes": Out(24),
         "cmd_tag": Out(data.ArrayLayout(unsigned(16), NC)), "cmd_live": Out(NC),
@@ -127,8 +127,10 @@ class Datapath(wiring.Component):
             m.d.comb += [
                 tx.credit.eq(self.tx_credit[k]), self.rx_credit[k].eq(rx.credit),
                 # the control plane's view of the port and its units
-                su.job.eq(p.send_job), p.send_ready.eq(su.job_ready), p.send_done.eq(su.done),
-                ru.job.eq(p.recv_job), p.recv_ready.eq(ru.job_ready), p.recv_done.eq(ru.done),
+                su.job.valid.eq(p.send_job.valid), su.job.payload.eq(p.send_job.payload),
+                p.send_job.ready.eq(su.job.ready), p.send_done.eq(su.done),
+                ru.job.valid.eq(p.recv_job.valid), ru.job.payload.eq(p.recv_job.payload),
+                p.recv_job.ready.eq(ru.job.ready), p.recv_done.eq(ru.done),
                 p.unpopped.eq(ru.unpopped), tx.reserve.eq(p.reserve),
                 p.beat_credits.eq(tx.beat_credits), p.hdr_credits.eq(tx.hdr_credits),
                 p.heads.eq(rx.heads), p.hdr_valid.eq(rx.hdr_valid), p.dep_req.eq(dep.req[k]),
@@ -172,9 +174,11 @@ class Datapath(wiring.Component):
         m.submodules.dep_rd_mux = drm = ReadMux(cfg)
         m.submodules.dep_wr_mux = dwm = WriteMux(cfg)
         m.d.comb += [
-            load.job.eq(ctl.load_job), ctl.load_ready.eq(load.job_ready), ctl.load_done.eq(load.done),
+            load.job.valid.eq(ctl.load_job.valid), load.job.payload.eq(ctl.load_job.payload),
+            ctl.load_job.ready.eq(load.job.ready), ctl.load_done.eq(load.done),
             sram.wr[K].eq(load.wr), load.wr_free.eq(sram.wr_free[K]),
-            store.job.eq(ctl.store_job), ctl.store_ready.eq(store.job_ready), ctl.store_done.eq(store.done),
+            store.job.valid.eq(ctl.store_job.valid), store.job.payload.eq(ctl.store_job.payload),
+            ctl.store_job.ready.eq(store.job.ready), ctl.store_done.eq(store.done),
             sram.rd[2 * K].eq(store.rd), store.rdata.eq(sram.rdata[2 * K]), store.rd_free.eq(sram.rd_free[2 * K]),
         ]
         wiring.connect(m, dep.rd_cmd, drm.a_cmd)

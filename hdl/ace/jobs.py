@@ -16,7 +16,7 @@ count its slot gets (``recv``) and its forward carries.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.program import StepOp
@@ -35,9 +35,10 @@ class JobBuilder(wiring.Component):
 
     Inputs: ``grant`` (valid, FSM, landing channel), the granted FSM's ``step`` and ``ctx``, the fields of its
     command it needs (``rank``, ``tag``, ``dtype``, ``op``, ``null``), the granted slot's count (``slot_count``), the
-    count of the message a RECV takes (``msg_count``), the load sequencer's LOAD (``seq_load``, ``seq_zero``)
-    and whether the load unit takes a job (``load_ready``). Outputs: the jobs, reservations and order entries,
-    and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
+    count of the message a RECV takes (``msg_count``) and the load sequencer's LOAD (``seq_load``: taken when
+    the load unit takes a job and no FSM LOAD is granted; ``seq_zero``). Outputs: the job streams (valid only
+    in the cycle of a grant, which the issue arbiter gives only when the unit is ready), reservations and order
+    entries, and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
     """
 
     def __init__(self, cfg):
@@ -50,10 +51,11 @@ class JobBuilder(wiring.Component):
             "step": In(step_layout(cfg)), "ctx": In(fsm_context_layout(cfg)),
             "rank": In(9), "tag": In(16), "dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE), "null": In(1),
             "slot_count": In(COUNT_BITS), "msg_count": In(COUNT_BITS),
-            "seq_load": In(jl["load"]), "seq_zero": In(1), "load_ready": In(1), "seq_take": Out(1),
-            "send_job": Out(data.ArrayLayout(jl["send"], K)), "recv_job": Out(data.ArrayLayout(jl["recv"], K)),
+            "seq_load": In(stream.Signature(jl["load"])), "seq_zero": In(1),
+            "send_job": Out(stream.Signature(jl["send"])).array(K),
+            "recv_job": Out(stream.Signature(jl["recv"])).array(K),
             "reserve": Out(data.ArrayLayout(reserve_layout(cfg), K)), "order": Out(data.ArrayLayout(order, K)),
-            "load_job": Out(jl["load"]), "store_job": Out(jl["store"]),
+            "load_job": Out(stream.Signature(jl["load"])), "store_job": Out(stream.Signature(jl["store"])),
             "fsm_load": Out(1),
             "recv": Out(data.StructLayout({"valid": 1, "buf": buf, "slot": unsigned(10),
                                            "count": unsigned(COUNT_BITS)})),
@@ -84,7 +86,7 @@ class JobBuilder(wiring.Component):
         memory = [("addr", g.addr), ("nbytes", g.nbytes), ("slot", g.slot)]
 
         def job(port, valid, fields):
-            return [port.valid.eq(valid)] + [getattr(port, name).eq(v) for name, v in fields]
+            return [port.valid.eq(valid)] + [getattr(port.payload, name).eq(v) for name, v in fields]
 
         for k in range(cfg.n_ports):
             here = g.port == k
@@ -102,12 +104,12 @@ class JobBuilder(wiring.Component):
             ]
         m.d.comb += job(self.store_job, store, common + memory)
         # the load unit takes a granted FSM LOAD, else the sequencer's
-        m.d.comb += [self.fsm_load.eq(load), self.seq_take.eq(self.seq_load.valid & self.load_ready & ~load)]
+        m.d.comb += [self.fsm_load.eq(load), self.seq_load.ready.eq(self.load_job.ready & ~load)]
         with m.If(load):
             m.d.comb += job(self.load_job, 1, common + memory + [("zero", self.null)])
         with m.Else():
-            m.d.comb += [self.load_job.eq(self.seq_load), self.load_job.valid.eq(self.seq_take),
-                         self.load_job.zero.eq(self.seq_zero)]
+            m.d.comb += [self.load_job.valid.eq(self.seq_load.valid), self.load_job.payload.eq(self.seq_load.payload),
+                         self.load_job.payload.zero.eq(self.seq_zero)]
         m.d.comb += [
             self.recv.valid.eq(recv), self.recv.buf.eq(c.buf), self.recv.slot.eq(g.slot),
             self.recv.count.eq(new_count),

@@ -6,8 +6,9 @@
                the step says so, and forwarded on another port in the same pass (one per port).
 ``StoreUnit``  STORE: RX DMA, a slot -> NPU memory (posted: several in flight; reports each write response).
 
-Units take a job in one cycle (a ``valid`` pulse with every parameter the step needs, computed by the control
-unit's decoder) and report ``done`` with the FSM number and a :class:`~syncfabric.sim.golden.types.Status`.
+Units take a job from a stream (``job``: every parameter the step needs, computed by the control unit's
+decoder; the unit's ``job.ready`` says it has room) and report ``done`` with the FSM number and a
+:class:`~syncfabric.sim.golden.types.Status`.
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal, unsigned
@@ -41,10 +42,9 @@ def beat_stream(cfg, last=True, err=False):
 
 
 def job_layouts(cfg):
-    """Job layouts of the units, keyed by unit name."""
+    """Job layouts of the units (the payloads of their ``job`` streams), keyed by unit name."""
     rl = sram_read_layout(cfg)
     common = {
-        "valid": 1,
         "fsm": _w(cfg.n_fsms),
         "cmd": _w(cfg.n_cmds),
         "buf": rl.members["buf"],
@@ -76,7 +76,7 @@ def done_layout(cfg):
 
 
 class LoadUnit(wiring.Component):
-    """TX DMA: LOAD jobs -> DMA read commands; read beats -> the job's slot. Jobs queue up (``job_ready``) so
+    """TX DMA: LOAD jobs -> DMA read commands; read beats -> the job's slot. Jobs queue up (``job``) so
     an FSM can post its LOADs back to back and the DMA keeps several reads in flight."""
 
     QUEUE = 4
@@ -84,8 +84,7 @@ class LoadUnit(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
-            "job": In(job_layouts(cfg)["load"]),
-            "job_ready": Out(1),
+            "job": In(stream.Signature(job_layouts(cfg)["load"])),
             "rd_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
             "rd_data": In(beat_stream(cfg, err=True)),
             "wr": Out(sram_write_layout(cfg)),
@@ -101,9 +100,9 @@ class LoadUnit(wiring.Component):
         m.submodules.jobs = jobs = fifo.SyncFIFOBuffered(width=jl.size, depth=self.QUEUE)
         m.submodules.inflight = inflight = fifo.SyncFIFOBuffered(width=jl.size, depth=self.QUEUE)
         m.d.comb += [
-            self.job_ready.eq(jobs.w_rdy),
+            self.job.ready.eq(jobs.w_rdy),
             jobs.w_en.eq(self.job.valid),
-            jobs.w_data.eq(self.job.as_value()),
+            jobs.w_data.eq(self.job.payload.as_value()),
         ]
         head = data.View(jl, jobs.r_data)
         # a zero job issues no read: it goes straight to the in-flight queue and, at its head, writes zeros
@@ -159,7 +158,7 @@ def fwd_data_layout(cfg):
 class SendUnit(wiring.Component):
     """SEND: streams ``beats`` beats of a slot to the output port after the message header.
 
-    Pipelined: a job is taken whenever ``job_ready`` (every SRAM read of the previous job has been issued), so
+    Pipelined: a job is taken whenever ``job.ready`` (every SRAM read of the previous job has been issued), so
     the beats of consecutive messages follow each other without a gap; headers wait in a small queue for the
     port. ``done`` pulses the cycle after the job's last SRAM read is issued: the SEND has retired (the slot
     may be rewritten) although its beats may still be on their way to the link. An empty message (``beats``
@@ -169,8 +168,7 @@ class SendUnit(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
-            "job": In(job_layouts(cfg)["send"]),
-            "job_ready": Out(1),
+            "job": In(stream.Signature(job_layouts(cfg)["send"])),
             "msg": Out(stream.Signature(packet_header_layout())),
             "data": Out(beat_stream(cfg)),
             "rd": Out(sram_read_layout(cfg)),
@@ -184,19 +182,20 @@ class SendUnit(wiring.Component):
         m.submodules.streamer = st = BankStreamer(cfg)
         hl = packet_header_layout()
         m.submodules.hdrs = hdrs = fifo.SyncFIFOBuffered(width=hl.size, depth=2)
-        cur_fsm = Signal.like(self.job.fsm)
-        cur_cmd = Signal.like(self.job.cmd)
-        take = self.job.valid
+        job = self.job.payload
+        cur_fsm = Signal.like(job.fsm)
+        cur_cmd = Signal.like(job.cmd)
+        take = self.job.valid & self.job.ready
         m.d.comb += [
-            self.job_ready.eq(st.ready & hdrs.w_rdy),
-            st.start.eq(take & (self.job.beats != 0)),
-            st.buf.eq(self.job.buf),
-            st.addr.eq(self.job.sram_addr),
-            st.beats.eq(self.job.beats),
+            self.job.ready.eq(st.ready & hdrs.w_rdy),
+            st.start.eq(take & (job.beats != 0)),
+            st.buf.eq(job.buf),
+            st.addr.eq(job.sram_addr),
+            st.beats.eq(job.beats),
             self.rd.eq(st.rd),
             st.rdata.eq(self.rdata),
             hdrs.w_en.eq(take),
-            hdrs.w_data.eq(self.job.hdr),
+            hdrs.w_data.eq(job.hdr),
             self.msg.valid.eq(hdrs.r_rdy),
             self.msg.payload.eq(hdrs.r_data),
             hdrs.r_en.eq(self.msg.ready),
@@ -206,12 +205,12 @@ class SendUnit(wiring.Component):
             st.o.ready.eq(self.data.ready),
         ]
         with m.If(take):
-            m.d.sync += [cur_fsm.eq(self.job.fsm), cur_cmd.eq(self.job.cmd)]
+            m.d.sync += [cur_fsm.eq(job.fsm), cur_cmd.eq(job.cmd)]
         # done: registered, from the last read of a job or at once for an empty job
         m.d.sync += [
-            self.done.valid.eq(st.issued_last | (take & (self.job.beats == 0))),
-            self.done.fsm.eq(Mux(take, self.job.fsm, cur_fsm)),
-            self.done.cmd.eq(Mux(take, self.job.cmd, cur_cmd)),
+            self.done.valid.eq(st.issued_last | (take & (job.beats == 0))),
+            self.done.fsm.eq(Mux(take, job.fsm, cur_fsm)),
+            self.done.cmd.eq(Mux(take, job.cmd, cur_cmd)),
             self.done.status.eq(0),
         ]
         return m
@@ -224,7 +223,7 @@ class RecvUnit(wiring.Component):
 
     Pipelined in two halves so that consecutive messages stream back to back: the front end reads the landing
     buffer (and the slot's operand) of one job while the back end writes and forwards the results of the
-    previous one; a third job may wait in a one-entry queue (``job_ready``). Two jobs of one FSM may be in the
+    previous one; a third job may wait in a one-entry queue (``job.ready``). Two jobs of one FSM may be in the
     unit at once (the control unit overlaps an FSM's consecutive RECVs on a port), but never on the same slot,
     so the two halves never touch the same SRAM rows. ``unpopped`` flags the channels whose head header
     belongs to a job the unit holds: a second RECV on such a channel is granted only once that header is
@@ -242,8 +241,7 @@ class RecvUnit(wiring.Component):
         hl = packet_header_layout()
         W = 8 * cfg.beat_bytes
         super().__init__({
-            "job": In(job_layouts(cfg)["recv"]),
-            "job_ready": Out(1),
+            "job": In(stream.Signature(job_layouts(cfg)["recv"])),
             # landing buffer of the input port
             "sel": Out(CHANNEL_BITS),
             "heads": In(data.ArrayLayout(hl, cfg.n_channels)),
@@ -289,9 +287,10 @@ class RecvUnit(wiring.Component):
         nxt = Signal(jl)
         nxt_v = Signal()
         nxt_started = Signal()           # the queued job's operand read has already been started
-        m.d.comb += self.job_ready.eq(~nxt_v)
-        with m.If(self.job.valid):
-            m.d.sync += [nxt.eq(self.job), nxt_v.eq(1), nxt_started.eq(0)]
+        job_take = self.job.valid & self.job.ready
+        m.d.comb += self.job.ready.eq(~nxt_v)
+        with m.If(job_take):
+            m.d.sync += [nxt.eq(self.job.payload), nxt_v.eq(1), nxt_started.eq(0)]
 
         # ---- front end ----------------------------------------------------------------------------------
         fe = Signal(jl)
@@ -334,7 +333,7 @@ class RecvUnit(wiring.Component):
             m.d.sync += nxt_started.eq(1)
         with m.If(load):
             m.d.sync += [
-                fe.eq(nxt), fe_v.eq(1), nxt_v.eq(self.job.valid), rcount.eq(0), drain.eq(mismatch),
+                fe.eq(nxt), fe_v.eq(1), nxt_v.eq(job_take), rcount.eq(0), drain.eq(mismatch),
                 in_beats.eq(Mux(mismatch, (head.length + cfg.beat_bytes - 1) >> beat_shift, nxt.beats)),
                 fe_status.eq(Mux(mismatch | head.poison, Status.PROTOCOL, 0)),
             ]
@@ -502,8 +501,8 @@ class LoadSequencer(wiring.Component):
     """The TX DMA's prefetcher: for every dispatched chunk, in dispatch order, issues the LOADs at the head of
     its program's first phase (instructions ``first`` to ``end``) as soon as the chunk has its buffer, so that
     a chunk's data is in SRAM before (or while) its FSM gets to it - ACE loads a chunk when SRAM space allows,
-    not when an FSM is free. ``issue`` is the load job it offers; the control unit takes it (``take``) in a
-    cycle in which no FSM issues a LOAD of its own.
+    not when an FSM is free. ``issue`` is the load job it offers; the control unit takes it (``issue.ready``) in
+    a cycle in which no FSM issues a LOAD of its own.
 
     Per LOAD it needs the block's geometry: it names the command on ``geo_cmd`` and the control unit answers on
     ``geo_*`` one cycle later. An instruction that is not a LOAD is reported on
@@ -525,8 +524,7 @@ class LoadSequencer(wiring.Component):
             "geo_beats": In(16),
             "geo_addr": In(cfg.addr_width),
             "slot_beats": In(16),
-            "issue": Out(job_layouts(cfg)["load"]),
-            "take": In(1),
+            "issue": Out(stream.Signature(job_layouts(cfg)["load"])),
             "error": Out(data.StructLayout({"valid": 1, "cmd": _w(cfg.n_cmds)})),
             "skip": Out(data.StructLayout({"valid": 1, "buf": rl.members["buf"], "slot": unsigned(10)})),
             "busy": Out(1),
@@ -548,13 +546,13 @@ class LoadSequencer(wiring.Component):
             self.geo_cmd.eq(cur.cmd),
             self.geo_chunk.eq(cur.chunk),
             self.geo_block.eq(field("block")),
-            self.issue.cmd.eq(cur.cmd),
-            self.issue.buf.eq(cur.buf),
-            self.issue.slot.eq(field("slot")),
-            self.issue.sram_addr.eq(field("slot") * self.slot_beats),
-            self.issue.beats.eq(self.geo_beats),
-            self.issue.addr.eq(self.geo_addr),
-            self.issue.nbytes.eq(self.geo_nbytes),
+            self.issue.payload.cmd.eq(cur.cmd),
+            self.issue.payload.buf.eq(cur.buf),
+            self.issue.payload.slot.eq(field("slot")),
+            self.issue.payload.sram_addr.eq(field("slot") * self.slot_beats),
+            self.issue.payload.beats.eq(self.geo_beats),
+            self.issue.payload.addr.eq(self.geo_addr),
+            self.issue.payload.nbytes.eq(self.geo_nbytes),
         ]
         with m.FSM():
             with m.State("IDLE"):
@@ -589,7 +587,7 @@ class LoadSequencer(wiring.Component):
                     m.next = "FETCH"
                 with m.Else():
                     m.d.comb += self.issue.valid.eq(1)
-                    with m.If(self.take):
+                    with m.If(self.issue.ready):
                         m.d.sync += pc.eq(pc + 1)
                         m.next = "FETCH"
         return m
@@ -600,7 +598,7 @@ class StoreUnit(wiring.Component):
 
     The FSMs post STOREs as they meet them (each right after the last write of its slot, so a block goes back
     to memory as soon as it is final, while the rest of the chunk is still on the links); jobs queue up
-    (``job_ready``) and their writes stream back to back. A job is reported ``done`` (with its buffer and an
+    (``job``) and their writes stream back to back. A job is reported ``done`` (with its buffer and an
     AXI_ERROR status on an error response) when its write response arrives, so the control unit knows when
     every result of a chunk is in memory and its buffer can be reused. Zero-byte STOREs never reach the unit.
     """
@@ -612,8 +610,7 @@ class StoreUnit(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
-            "job": In(job_layouts(cfg)["store"]),
-            "job_ready": Out(1),
+            "job": In(stream.Signature(job_layouts(cfg)["store"])),
             "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
             "wr_data": Out(beat_stream(cfg)),
             "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
@@ -636,9 +633,9 @@ class StoreUnit(wiring.Component):
         head = data.View(jl, jobs.r_data)
         issue = Signal()
         m.d.comb += [
-            self.job_ready.eq(jobs.w_rdy),
+            self.job.ready.eq(jobs.w_rdy),
             jobs.w_en.eq(self.job.valid),
-            jobs.w_data.eq(self.job.as_value()),
+            jobs.w_data.eq(self.job.payload.as_value()),
             # a write command goes out with its data run queued in the streamer right behind the previous one
             self.wr_cmd.valid.eq(jobs.r_rdy & st.ready & inflight.w_rdy),
             self.wr_cmd.payload.addr.eq(head.addr),

@@ -106,13 +106,17 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
         return {"dst": 0, "src": 0, "vc": 1, "tag": 0x5A, "chunk": 2, "phase": 0, "key": key, "length": NBYTES,
                 "count": count}
 
-    async def issue(ctx, ready, pulses):
-        """Wait for ``ready``, then drive every (signal, value) of ``pulses`` for one cycle."""
-        while not ctx.get(ready):
+    async def issue(ctx, job, payload, pulses=()):
+        """Offer ``payload`` on the job stream ``job`` when its unit is ready, with every (signal, value) of
+        ``pulses`` in the same cycle (as the control plane does at a grant)."""
+        while not ctx.get(job.ready):
             await ctx.tick()
+        ctx.set(job.payload, payload)
+        ctx.set(job.valid, 1)
         for sig, value in pulses:
             ctx.set(sig, value)
         await ctx.tick()
+        ctx.set(job.valid, 0)
         for sig, _ in pulses:
             ctx.set(sig, {} if hasattr(sig, "shape") and not isinstance(sig.shape(), Shape) else 0)
 
@@ -126,8 +130,7 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     common = {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS}
 
     async def send(ctx, p, slot, key, n_sent):
-        await issue(ctx, port[p].send_ready, [
-            (port[p].send_job, {**common, "valid": 1, "sram_addr": slot, "hdr": header(key)}),
+        await issue(ctx, port[p].send_job, {**common, "sram_addr": slot, "hdr": header(key)}, [
             (port[p].reserve, {"valid": 1, "vc": 1, "beats": BEATS}),
             (port[p].order.payload, {"src": 0, "empty": 0}), (port[p].order.valid, 1)])
         await wait_for(ctx, f"send{p}", n_sent)
@@ -135,25 +138,23 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     async def recv(ctx, p, slot, key, n_done, reduce=False, fwd_port=None):
         while not (ctx.get(port[p].hdr_valid) >> 1) & 1:        # the message is in channel 1's landing buffer
             await ctx.tick()
-        job = {**common, "valid": 1, "sram_addr": slot, "reduce": int(reduce), "dtype": DType.INT32,
+        job = {**common, "sram_addr": slot, "reduce": int(reduce), "dtype": DType.INT32,
                "op": ReduceOp.SUM, "ch": 1, "exp": header(key)}
         pulses = []
         if fwd_port is not None:
             job.update(fwd=1, fwd_port=fwd_port, fwd_hdr=header(key + 1))
             pulses = [(port[fwd_port].reserve, {"valid": 1, "vc": 1, "beats": BEATS}),
                       (port[fwd_port].order.payload, {"src": 1 + p, "empty": 0}), (port[fwd_port].order.valid, 1)]
-        await issue(ctx, port[p].recv_ready, [(port[p].recv_job, job)] + pulses)
+        await issue(ctx, port[p].recv_job, job, pulses)
         await wait_for(ctx, f"recv{p}", n_done)
 
     async def store(ctx, slot, addr, n_done):
-        await issue(ctx, ctl.store_ready, [(ctl.store_job, {**common, "valid": 1, "sram_addr": slot, "addr": addr,
-                                                            "nbytes": NBYTES, "slot": slot})])
+        await issue(ctx, ctl.store_job, {**common, "sram_addr": slot, "addr": addr, "nbytes": NBYTES, "slot": slot})
         await wait_for(ctx, "store", n_done)
 
     async def bench(ctx):
         ctx.set(dp.tx_lookahead, 64)
-        await issue(ctx, ctl.load_ready, [(ctl.load_job, {**common, "valid": 1, "sram_addr": SLOT_A, "addr": SRC,
-                                                          "nbytes": NBYTES, "slot": SLOT_A})])
+        await issue(ctx, ctl.load_job, {**common, "sram_addr": SLOT_A, "addr": SRC, "nbytes": NBYTES, "slot": SLOT_A})
         await wait_for(ctx, "load", 1)
         assert ctx.get(port[0].beat_credits[1]) == CFG.landing_beats
         await send(ctx, 0, SLOT_A, key=3, n_sent=1)

@@ -41,13 +41,15 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
             e = {"rank": rng.randrange(16), "tag": rng.randrange(1 << 16), "dtype": rng.randrange(4),
                  "op": rng.randrange(3), "null": rng.randrange(2)}
             slot_count, msg_count = rng.randrange(1 << COUNT_BITS), rng.randrange(1 << COUNT_BITS)
-            seq = {"valid": rng.randrange(2), "fsm": 1, "cmd": 2, "buf": 3, "sram_addr": 4, "beats": 5, "addr": 6,
-                   "nbytes": 7, "slot": 1, "zero": 0}
-            seq_zero, load_ready = rng.randrange(2), rng.randrange(2)
+            seq = {"fsm": 1, "cmd": 2, "buf": 3, "sram_addr": 4, "beats": 5, "addr": 6, "nbytes": 7, "slot": 1,
+                   "zero": 0}
+            seq_valid, seq_zero, load_ready = rng.randrange(2), rng.randrange(2), rng.randrange(2)
             for name, v in (("step", step), ("ctx", c), ("grant", grant), ("slot_count", slot_count),
-                            ("msg_count", msg_count), ("seq_load", seq), ("seq_zero", seq_zero),
-                            ("load_ready", load_ready), *e.items()):
+                            ("msg_count", msg_count), ("seq_zero", seq_zero), *e.items()):
                 ctx.set(getattr(dut, name), v)
+            ctx.set(dut.seq_load.payload, seq)
+            ctx.set(dut.seq_load.valid, seq_valid)
+            ctx.set(dut.load_job.ready, load_ready)
             await ctx.delay(1e-9)
 
             real = grant["valid"] and not step["noop"]
@@ -59,9 +61,10 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
                        "put": int(op == StepOp.SEND and step["put"]),
                        "count": slot_count if op == StepOp.SEND else new_count}
             for k in range(K):
-                sj, rj = ctx.get(dut.send_job[k]), ctx.get(dut.recv_job[k])
+                sj, rj = ctx.get(dut.send_job[k].payload), ctx.get(dut.recv_job[k].payload)
                 here = step["port"] == k
-                assert sj.valid == (send and here) and rj.valid == (recv and here)
+                assert ctx.get(dut.send_job[k].valid) == (send and here)
+                assert ctx.get(dut.recv_job[k].valid) == (recv and here)
                 for j in (sj, rj):
                     assert (j.fsm, j.cmd, j.buf, j.sram_addr, j.beats) == (
                         grant["fsm"], c["cmd"], c["buf"], step["sram_addr"], step["beats"])
@@ -81,15 +84,16 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
                     assert o.src == (0 if send and here else 1 + step["port"]) and o.empty == (step["beats"] == 0)
                     seen.add(("order", o.src != 0))
             load = real and op == StepOp.LOAD
-            lj, stj = ctx.get(dut.load_job), ctx.get(dut.store_job)
+            lj, lv = ctx.get(dut.load_job.payload), ctx.get(dut.load_job.valid)
             assert ctx.get(dut.fsm_load) == load
-            assert stj.valid == (real and op == StepOp.STORE)
-            assert ctx.get(dut.seq_take) == (seq["valid"] and load_ready and not load)
+            assert ctx.get(dut.store_job.valid) == (real and op == StepOp.STORE)
+            # the sequencer's LOAD is taken when the load unit takes a job and no FSM LOAD is granted
+            assert ctx.get(dut.seq_load.ready) == (load_ready and not load)
             if load:
-                assert (lj.valid, lj.addr, lj.nbytes, lj.slot, lj.zero, lj.fsm) == (
+                assert (lv, lj.addr, lj.nbytes, lj.slot, lj.zero, lj.fsm) == (
                     1, step["addr"], step["nbytes"], step["slot"], e["null"], grant["fsm"])
             else:
-                assert (lj.valid, lj.cmd, lj.addr, lj.zero) == (ctx.get(dut.seq_take), 2, 6, seq_zero)
+                assert (lv, lj.cmd, lj.addr, lj.zero) == (seq_valid, 2, 6, seq_zero)
             rv, fold = ctx.get(dut.recv), ctx.get(dut.fold)
             assert (rv.valid, rv.buf, rv.slot) == (recv, c["buf"], step["slot"])
             if recv:

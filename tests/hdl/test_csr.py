@@ -88,13 +88,7 @@ class Host:
 
     async def access(self, addr, write, wdata=0):
         ctx, bus = self.ctx, self.bus
-        ctx.set(bus.addr, addr)
-        ctx.set(bus.wdata, wdata)
-        ctx.set(bus.we, int(write))
-        ctx.set(bus.re, int(not write))
-        await ctx.tick()
-        ctx.set(bus.we, 0)
-        ctx.set(bus.re, 0)
+        await _request(ctx, bus, addr, write, wdata)
         latency = 1
         while not ctx.get(bus.ack):
             await ctx.tick()

@@ -2,30 +2,29 @@
 
 NIC style: the driver writes 64-byte descriptors into a ring in NPU memory and the new tail into SQ_TAIL (the
 doorbell). The processor fetches each descriptor with the DMA, looks up the program loaded for its
-(communicator, collective), computes the chunk geometry and checks everything (codes in
-:class:`~syncfabric.sim.golden.types.Status`, checked in the order of docs/engine.md). A rejected descriptor
+(communicator, collective), computes the chunk geometry and has a :class:`~.validate.DescriptorValidator` check
+everything (codes in :class:`~syncfabric.sim.golden.types.Status`, checked in the order of docs/engine.md and
+:data:`~.validate.CHECKS`) and build the command table entry. A rejected descriptor
 gets an error completion at once and nothing is written to memory for it; an accepted one takes a command
 table slot and runs. Completions (32 bytes) go to the completion ring in the order commands finish; the ring
 is never overrun (the processor waits while it is full) and each completion raises IRQ.cpl.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ...sim.golden.types import Collective, DType, ReduceOp, Status
-from ..common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, LOAD_MASK_BITS, DescFlags, MAX_PHASES,
-                              completion_layout, descriptor_layout, program_entry_layout)
+from ...sim.golden.types import Collective, Status
+from ..common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, completion_layout, descriptor_layout,
+                              program_entry_layout)
 from .geometry import CommandGeometry
 from .cmdtable import cmd_done_layout, cmd_entry_layout
-from .units import STATUS_SHAPE, beat_stream, dma_cmd_layout
+from .units import beat_stream, dma_cmd_layout
+from .validate import SUPPORTED_COLLECTIVES, DescriptorValidator, effective_count, elem_shift
 
 __all__ = ["CommandProcessor", "SUPPORTED_COLLECTIVES", "PTAB_WORDS"]
 
-#: Collectives this engine runs (the others are rejected with BAD_COLLECTIVE).
-SUPPORTED_COLLECTIVES = (Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.ALLGATHER, Collective.ALLTOALL,
-                         Collective.BROADCAST, Collective.REDUCE, Collective.BARRIER)
 #: 32-bit words per program table entry in the PTAB register window.
 PTAB_WORDS = 8
 
@@ -36,7 +35,14 @@ def _w(n):
 
 class CommandProcessor(wiring.Component):
     """See the module docstring. Register values come in as plain inputs (the engine top wires them from the
-    register bank); ``ptab_*`` is the program table's register window."""
+    register bank); ``ptab_*`` is the program table's register window.
+
+    Per descriptor, ``cmd`` FSM: IDLE (read command) -> FETCH (descriptor beats) -> LOOKUP/LOOKUP2 (two
+    cycles per program table entry scanned) -> GEOM -> GEOM_WAIT (``CommandGeometry.CYCLES``) -> VALIDATE
+    (the validator starts in the geometry's done cycle and answers ``DescriptorValidator.LATENCY`` = 3 cycles
+    later) -> ISSUE. Validation takes 3 cycles between the geometry's done and ISSUE where the single-cycle
+    check it replaced took 1: two cycles more per command, accepted or rejected (the ``cycles`` of every
+    completion grow by 2)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -84,7 +90,6 @@ class CommandProcessor(wiring.Component):
         desc_l = descriptor_layout()
         cpl_l = completion_layout()
         pe_l = program_entry_layout()
-        entry_l = cmd_entry_layout(cfg)
 
         m.d.sync += self.cycles.eq(self.cycles + 1)
 
@@ -201,68 +206,21 @@ class CommandProcessor(wiring.Component):
         pidx = Signal(range(max(2, cfg.n_programs) + 1))
         found = Signal()
         prog = Signal(pe_l)
-        code = Signal(STATUS_SHAPE)
-        det = Signal(32)
-        entry = Signal(entry_l)
-
         coll = desc.collective
         eshift = Signal(2)
-        m.d.comb += eshift.eq(Mux((desc.dtype == DType.FP16) | (desc.dtype == DType.BF16), 1, 2))
-        comm_ok = Signal()
-        comm_word = Signal(32)
-        with m.Switch(desc.comm):
-            for c in range(cfg.n_comms):
-                with m.Case(c):
-                    m.d.comb += comm_word.eq(self.comm_cfg[c])
-        rank = comm_word[0:9]
-        size = comm_word[9:19]
-        m.d.comb += comm_ok.eq((desc.comm < cfg.n_comms) & comm_word[31] & (size != 0) & (rank < size))
-        a2a = coll == Collective.ALLTOALL
-        barrier = coll == Collective.BARRIER
-        in_seg = (coll == Collective.REDUCE_SCATTER) | a2a
-        out_seg = (coll == Collective.ALLGATHER) | a2a
-        is_root = rank == desc.root
-        # which buffers this rank's program touches: a broadcast reads only at the root, a reduce writes only
-        # at the root, a barrier moves no data (its count is ignored: every block is empty)
-        uses_src = ~barrier & ((coll != Collective.BROADCAST) | is_root)
-        uses_dst = ~barrier & ((coll != Collective.REDUCE) | is_root)
         count = Signal(32)
-        m.d.comb += count.eq(Mux(barrier, 0, desc.count))
-        nbytes = Signal(40)
-        m.d.comb += nbytes.eq(count << eshift)
-        in_len = Signal(52)
-        out_len = Signal(52)
-        m.d.comb += [in_len.eq(Mux(in_seg, nbytes * size, nbytes)), out_len.eq(Mux(out_seg, nbytes * size, nbytes))]
+        m.d.comb += [eshift.eq(elem_shift(desc.dtype)), count.eq(effective_count(desc))]
 
-        def in_window(addr, length):
-            ok = Const(0)
-            for i in range(cfg.n_windows):
-                b, s = self.win_base[i], self.win_size[i]
-                ok = ok | ((s != 0) & (addr >= b) & ((addr + length) <= (b + s)))
-            return ok
-
-        src_ok = Signal()
-        dst_ok = Signal()
-        m.d.comb += [src_ok.eq(~uses_src | in_window(desc.src, in_len)),
-                     dst_ok.eq(~uses_dst | in_window(desc.dst, out_len))]
-        # in place: the output overwrites the input where both exist (a rank that has only one of the buffers
-        # of a broadcast/reduce, and a barrier, are always "in place")
-        in_place_ok = Signal()
-        with m.If(coll == Collective.REDUCE_SCATTER):
-            m.d.comb += in_place_ok.eq(desc.src + nbytes * rank == desc.dst)
-        with m.Elif(coll == Collective.ALLGATHER):
-            m.d.comb += in_place_ok.eq(desc.dst + nbytes * rank == desc.src)
-        with m.Else():
-            m.d.comb += in_place_ok.eq(~uses_src | ~uses_dst | (desc.dst == desc.src))
-        # a null contribution (partial all-reduce) is defined for the reductions that sum inputs
-        null_ok = Signal()
-        m.d.comb += null_ok.eq(((coll == Collective.ALLREDUCE) | (coll == Collective.REDUCE_SCATTER)
-                                | (coll == Collective.REDUCE)) & (desc.op == ReduceOp.SUM))
-        misaligned = Signal(2)
-        emask = ((Const(1, 3) << eshift) - 1)[:3]
-        m.d.comb += misaligned.eq(Cat(uses_src & ((desc.src & emask) != 0), uses_dst & ((desc.dst & emask) != 0)))
-        phases_ok = Signal()
-        m.d.comb += phases_ok.eq((prog.n_phases >= 1) & (prog.n_phases <= MAX_PHASES))
+        # every check, in the documented order, and the command table entry: LATENCY cycles from the
+        # geometry's done cycle; its outputs hold until the next descriptor's
+        m.submodules.validate = val = DescriptorValidator(cfg)
+        m.d.comb += [
+            val.desc.eq(desc), val.fetch_err.eq(fetch_err), val.found.eq(found), val.prog.eq(prog),
+            val.geom.eq(geo.result), val.geom_err.eq(geo.error),
+            val.comm_cfg.eq(self.comm_cfg), val.win_base.eq(self.win_base), val.win_size.eq(self.win_size),
+            val.part.eq(self.part), val.chunk_beats.eq(self.chunk_beats),
+        ]
+        code, det, entry = val.code, val.det, val.entry
 
         with m.FSM(name="cmd"):
             with m.State("IDLE"):
@@ -320,68 +278,11 @@ class CommandProcessor(wiring.Component):
                 m.next = "GEOM_WAIT"
             with m.State("GEOM_WAIT"):
                 with m.If(geo.done):
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                # a barrier is one chunk of empty blocks: its messages are headers only
-                g = Signal.like(geo.result)
-                m.d.comb += g.eq(geo.result)
-                with m.If(barrier):
-                    m.d.comb += [g.n_chunks.eq(1), g.last_bytes.eq(0), g.q_last.eq(0), g.rem_last.eq(0)]
-                ge = geo.error
-                geo_bad = ge.blocks_indivisible | ge.chunk_too_small | ge.m_not_pow2 | ge.too_many_chunks
-                big = (((g.slot_beats * prog.n_slots) > cfg.buffer_beats) | (g.slot_beats > cfg.max_message_beats)
-                       | (prog.n_slots > min(cfg.max_slots, LOAD_MASK_BITS)))
-                with m.If(fetch_err):
-                    m.d.sync += [code.eq(Status.AXI_ERROR), det.eq(0)]
-                with m.Elif((coll == 0) | (coll > max(Collective))):
-                    m.d.sync += [code.eq(Status.BAD_COLLECTIVE), det.eq(coll)]
-                with m.Elif(~Cat(*[coll == c for c in SUPPORTED_COLLECTIVES]).any()):
-                    m.d.sync += [code.eq(Status.BAD_COLLECTIVE), det.eq(coll)]
-                with m.Elif(~comm_ok):
-                    m.d.sync += [code.eq(Status.BAD_COMM), det.eq(desc.comm)]
-                with m.Elif((desc.dtype > max(DType)) |
-                            (Cat(*[coll == c for c in Collective if c.reduces]).any()
-                             & ~Cat(*[desc.dtype == d for d in cfg.dtype_codes]).any())):
-                    # an unknown code, or a reduction of a type the ALUs were not built for (AceConfig.dtypes,
-                    # CFG3); the other collectives only move bytes
-                    m.d.sync += [code.eq(Status.BAD_DTYPE), det.eq(desc.dtype)]
-                with m.Elif(desc.op > max(ReduceOp)):
-                    m.d.sync += [code.eq(Status.BAD_OP), det.eq(desc.op)]
-                with m.Elif((desc.flags & ~DescFlags.SUPPORTED) != 0):
-                    m.d.sync += [code.eq(Status.BAD_FLAGS), det.eq(desc.flags)]
-                with m.Elif(((desc.flags & DescFlags.IN_PLACE) != 0) & ~in_place_ok):
-                    m.d.sync += [code.eq(Status.BAD_FLAGS), det.eq(desc.flags)]
-                with m.Elif(((desc.flags & DescFlags.NULL) != 0) & ~null_ok):
-                    m.d.sync += [code.eq(Status.BAD_FLAGS), det.eq(desc.flags)]
-                with m.Elif((desc.count == 0) & ~barrier):
-                    m.d.sync += [code.eq(Status.ZERO_COUNT), det.eq(0)]
-                with m.Elif(misaligned.any()):
-                    m.d.sync += [code.eq(Status.MISALIGNED), det.eq(~misaligned[0])]
-                with m.Elif(desc.root >= size):
-                    m.d.sync += [code.eq(Status.BAD_ROOT), det.eq(desc.root)]
-                with m.Elif(~found | ~phases_ok):
-                    m.d.sync += [code.eq(Status.BAD_ALGORITHM), det.eq(desc.algorithm)]
-                with m.Elif(~src_ok):
-                    m.d.sync += [code.eq(Status.OUT_OF_WINDOW), det.eq(0)]
-                with m.Elif(~dst_ok):
-                    m.d.sync += [code.eq(Status.OUT_OF_WINDOW), det.eq(1)]
-                with m.Elif(geo_bad | big | (self.chunk_beats > cfg.chunk_beats) | (self.chunk_beats == 0)
-                            | (self.part[0] == 0) | (self.part[4] == 0)):
-                    m.d.sync += [code.eq(Status.SRAM_TOO_SMALL), det.eq(g.slot_beats)]
-                with m.Else():
-                    m.d.sync += [code.eq(Status.OK), det.eq(0)]
-                m.d.sync += [
-                    entry.dtype.eq(desc.dtype), entry.op.eq(desc.op), entry.tag.eq(desc.tag[:16]),
-                    entry.comm.eq(desc.comm), entry.rank.eq(rank), entry.count.eq(count),
-                    entry.elem_shift.eq(eshift), entry.src.eq(desc.src), entry.dst.eq(desc.dst),
-                    entry.in_seg.eq(in_seg), entry.out_seg.eq(out_seg), entry.geom.eq(g),
-                    entry.n_phases.eq(prog.n_phases), entry.phase_start.eq(prog.phase_start),
-                    entry.phase_len.eq(prog.phase_len),
-                    entry.load_end.eq(prog.load_end), entry.load_mask.eq(prog.load_mask),
-                    entry.n_slots.eq(prog.n_slots), entry.null.eq((desc.flags & DescFlags.NULL) != 0),
-                    entry.arrivals.eq(prog.arrivals * g.n_chunks),
-                ]
-                m.next = "ISSUE"
+                    m.d.comb += val.start.eq(1)
+                    m.next = "VALIDATE"
+            with m.State("VALIDATE"):
+                with m.If(val.done):
+                    m.next = "ISSUE"
             with m.State("ISSUE"):
                 with m.If(code != Status.OK):
                     m.d.comb += [

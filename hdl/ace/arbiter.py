@@ -33,6 +33,7 @@ class OldestFirst(wiring.Component):
 
     def __init__(self, n):
         if n < 1:
+            self._MustUse__silence = True       # a refused block is not an unused design: no warning for it
             raise ValueError(f"OldestFirst needs at least one requester, not {n}")
         self.n = n
         super().__init__({

@@ -11,7 +11,7 @@ decoder; the unit's ``job.ready`` says it has room) and report ``done`` with the
 :class:`~syncfabric.sim.golden.types.Status`.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -15,7 +15,19 @@ transport. ``clock`` is a :class:`CycleClock` added once to the simulator: it co
 
 from ..host.transport import SimulatedTransport, TransportError
 
-__all__ = ["AmaranthTransport", "CycleClock"]
+__all__ = ["AmaranthTransport", "CycleClock", "csr_request"]
+
+
+async def csr_request(ctx, bus, addr, write, wdata=0):
+    """Drive one register-bus request (``we`` or ``re`` with ``addr``/``wdata``) for one cycle; returns after
+    the request cycle's clock edge (hdl/common/csr.py: the bank answers with ``ack`` later)."""
+    ctx.set(bus.addr, addr)
+    ctx.set(bus.wdata, wdata)
+    ctx.set(bus.we, int(write))
+    ctx.set(bus.re, int(not write))
+    await ctx.tick()
+    ctx.set(bus.we, 0)
+    ctx.set(bus.re, 0)
 
 
 class CycleClock:
@@ -46,13 +58,7 @@ class AmaranthTransport(SimulatedTransport):
     async def _access(self, addr, write, wdata=0):
         self._check_access(addr, wdata, len(self.csr.addr))
         ctx, bus = self.ctx, self.csr
-        ctx.set(bus.addr, addr)
-        ctx.set(bus.wdata, wdata)
-        ctx.set(bus.we, int(write))
-        ctx.set(bus.re, int(not write))
-        await ctx.tick()
-        ctx.set(bus.we, 0)
-        ctx.set(bus.re, 0)
+        await csr_request(ctx, bus, addr, write, wdata)
         for _ in range(self.ack_timeout):
             if ctx.get(bus.ack):
                 value = ctx.get(bus.rdata)

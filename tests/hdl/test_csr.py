@@ -18,6 +18,7 @@ from syncfabric.hdl.ace.regs import ACE_ID, ace_regmap
 from syncfabric.hdl.common.csr import CsrBank, CsrSignature
 from syncfabric.hdl.common.regmap import (Field, Register, RegisterArray, RegisterMap, RegisterMapError,
                                           Window)
+from syncfabric.tb.amaranth_transport import csr_request
 
 from sim_helpers import run_sim, seed_for
 
@@ -331,15 +332,7 @@ def test_ack_latency_is_exactly_the_documented_one_for_every_access_type():
     run_sim(h, bench)
 
 
-async def _request(ctx, bus, addr, write, wdata=0):
-    """Drive one request for one cycle; returns after the request cycle's clock edge (cycle 1)."""
-    ctx.set(bus.addr, addr)
-    ctx.set(bus.wdata, wdata)
-    ctx.set(bus.we, int(write))
-    ctx.set(bus.re, int(not write))
-    await ctx.tick()
-    ctx.set(bus.we, 0)
-    ctx.set(bus.re, 0)
+_request = csr_request          # returns after the request cycle's clock edge (cycle 1)
 
 
 def test_write_strobe_value_window_pulses_ro_sampling_w1c_and_unmapped_cycle_by_cycle():

@@ -4,17 +4,22 @@ The command processor fills a :func:`cmd_entry_layout` entry when it accepts a d
 step decoder, the load sequencer and the deposit unit read it by table slot until the command completes with a
 :func:`cmd_done_layout` report. :class:`CommandTable` holds the entries and each command's progress (chunks
 done, deposits arrived, first error, count lane) and raises the completion.
+
+The FSMs do not read the entries: each has a registered read port of the *view memory*, a memory indexed by
+table slot whose rows (:func:`fsm_view_layout`) hold only what an FSM and its steps need (the phases' step
+ranges, already offset past the load sequencer's LOADs, and the fields a unit job takes).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import COUNT_BITS, DTYPE_SHAPE, LOAD_MASK_BITS, MAX_PHASES, OP_SHAPE
 from .geometry import geometry_layout
 from .units import STATUS_SHAPE, _w
 
-__all__ = ["cmd_entry_layout", "cmd_done_layout", "report_layout", "CommandTable"]
+__all__ = ["cmd_entry_layout", "cmd_done_layout", "report_layout", "fsm_view_layout", "CommandTable"]
 
 
 def cmd_entry_layout(cfg):
@@ -40,6 +45,22 @@ def cmd_entry_layout(cfg):
         "n_slots": unsigned(11),
         "null": 1,          # null contribution: LOADs fill zeros, the count lane starts at 0
         "arrivals": unsigned(24),   # deposits (PUT messages) the command receives before it completes
+    })
+
+
+def fsm_view_layout(cfg):
+    """What an FSM reads of its command (a row of the view memory): per program phase the first step to decode
+    (``first``: phase 0 starts after the steps the load sequencer issues) and the end of its steps (``stop``),
+    the number of phases, and the fields a step's unit job takes."""
+    bounds = data.StructLayout({"first": unsigned(11), "stop": unsigned(11)})
+    return data.StructLayout({
+        "phases": data.ArrayLayout(bounds, MAX_PHASES),
+        "n_phases": unsigned(3),
+        "tag": unsigned(16),
+        "rank": unsigned(9),
+        "dtype": DTYPE_SHAPE,
+        "op": OP_SHAPE,
+        "null": 1,
     })
 
 
@@ -73,7 +94,11 @@ class CommandTable(wiring.Component):
         Errors seen this cycle. A command keeps its first error; of several in one cycle, the one with the
         highest index.
     entries, busy : Out
-        Every slot's entry (read by the lookups of the control unit) and which slots hold a command.
+        Every slot's entry (read by the shared lookups of the control unit: dispatcher, decoder, load sequencer,
+        deposit unit) and which slots hold a command.
+    view_addr, views : In(slot per FSM), Out(fsm_view_layout per FSM)
+        One read port of the view memory per FSM: ``views[f]`` is the row of slot ``view_addr[f]`` one cycle
+        later. A row written by an ``alloc`` in cycle ``t`` is read by addresses presented from ``t + 1`` on.
     done : Out(stream.Signature(cmd_done_layout))
         A finished command: busy, every chunk dispatched and done, every deposit arrived. The lowest finished
         slot is offered; the slot is free the cycle after the handshake.
@@ -91,6 +116,8 @@ class CommandTable(wiring.Component):
             "reports": In(data.ArrayLayout(report_layout(cfg), n_reports)),
             "entries": Out(data.ArrayLayout(cmd_entry_layout(cfg), NC)),
             "busy": Out(NC),
+            "view_addr": In(data.ArrayLayout(_w(NC), cfg.n_fsms)),
+            "views": Out(data.ArrayLayout(fsm_view_layout(cfg), cfg.n_fsms)),
             "done": Out(stream.Signature(cmd_done_layout(cfg))),
         })
 
@@ -110,6 +137,22 @@ class CommandTable(wiring.Component):
             m.d.comb += busy_set.eq(1 << a.slot)
         m.d.sync += [self.busy.eq((self.busy | busy_set) & ~busy_clr),
                      dispatched_all.eq((dispatched_all | self.dispatched) & ~busy_set)]
+
+        # the view memory: written at allocation, one registered read port per FSM
+        m.submodules.views = views = Memory(shape=fsm_view_layout(self.cfg), depth=NC, init=[])
+        wp = views.write_port()
+        row = Signal(fsm_view_layout(self.cfg))
+        m.d.comb += [wp.en.eq(a.valid), wp.addr.eq(a.slot), wp.data.eq(row)]
+        m.d.comb += [row.n_phases.eq(a.entry.n_phases), row.tag.eq(a.entry.tag), row.rank.eq(a.entry.rank),
+                     row.dtype.eq(a.entry.dtype), row.op.eq(a.entry.op), row.null.eq(a.entry.null)]
+        for p in range(MAX_PHASES):
+            start = a.entry.phase_start[p]
+            m.d.comb += [row.phases[p].first.eq(start + (a.entry.load_end if p == 0 else 0)),
+                         row.phases[p].stop.eq(start + a.entry.phase_len[p])]
+        for f in range(self.cfg.n_fsms):
+            rp = views.read_port()
+            m.d.comb += [rp.addr.eq(self.view_addr[f]), self.views[f].eq(rp.data)]
+
         for i in range(NC):
             with m.If(busy_set[i]):
                 m.d.sync += [e[i].eq(a.entry), chunks_done[i].eq(0), arrived[i].eq(0), status[i].eq(0),

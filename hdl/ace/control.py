@@ -178,8 +178,9 @@ class ControlUnit(wiring.Component):
             m.d.comb += [fsms[f].chunk.valid.eq(queues[f].r_rdy), fsms[f].chunk.payload.eq(queues[f].r_data),
                          queues[f].r_en.eq(fsms[f].chunk.ready)]
         ctx = [fsm.ctx for fsm in fsms]
-        ctx_entry = [entry_of(c.cmd, f"fsm{f}_entry") for f, c in enumerate(ctx)]
-        m.d.comb += [fsm.entry.eq(e) for fsm, e in zip(fsms, ctx_entry)]
+        views = table.views            # each FSM's row of the view memory (cmdtable.py)
+        for f, fsm in enumerate(fsms):
+            m.d.comb += [table.view_addr[f].eq(fsm.view_addr), fsm.view.eq(views[f])]
 
         # ---- dispatcher ------------------------------------------------------------------------------------
         m.submodules.dispatcher = disp = ChunkDispatcher(cfg)
@@ -274,16 +275,16 @@ class ControlUnit(wiring.Component):
         for f, (fsm, c) in enumerate(zip(fsms, ctx)):
             r = iss.fsm[f]
             m.d.comb += [r.ready.eq(fsm.offer.ready), r.behind.eq(fsm.offer.behind), r.step.eq(fsm.offer.step),
-                         r.seq.eq(c.seq), r.tag.eq(ctx_entry[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase)]
+                         r.seq.eq(c.seq), r.tag.eq(views[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase)]
         gsel, gany = iss.grant.fsm, iss.grant.valid
 
         # the granted step becomes a unit job (jobs.py)
         m.submodules.jobs = jb = JobBuilder(cfg)
-        g, g_entry = jb.step, Signal(entry_l)
+        g, g_view = jb.step, Signal.like(views[0])
         with m.Switch(gsel):
             for f, c in enumerate(ctx):
                 with m.Case(f):
-                    m.d.comb += [g.eq(fsms[f].offer.step), jb.ctx.eq(c), g_entry.eq(ctx_entry[f])]
+                    m.d.comb += [g.eq(fsms[f].offer.step), jb.ctx.eq(c), g_view.eq(views[f])]
         for k, p in enumerate(ports):
             with m.If(g.port == k):       # the count of the message a granted RECV takes
                 m.d.comb += jb.msg_count.eq(p.heads[iss.grant.ch].count)
@@ -293,8 +294,8 @@ class ControlUnit(wiring.Component):
                          p.order.valid.eq(jb.order[k].valid), p.order.payload.src.eq(jb.order[k].src),
                          p.order.payload.empty.eq(jb.order[k].empty)]
         m.d.comb += [
-            jb.grant.eq(iss.grant), jb.rank.eq(g_entry.rank), jb.tag.eq(g_entry.tag), jb.dtype.eq(g_entry.dtype),
-            jb.op.eq(g_entry.op), jb.null.eq(g_entry.null), jb.slot_count.eq(bufs.cnt),
+            jb.grant.eq(iss.grant), jb.rank.eq(g_view.rank), jb.tag.eq(g_view.tag), jb.dtype.eq(g_view.dtype),
+            jb.op.eq(g_view.op), jb.null.eq(g_view.null), jb.slot_count.eq(bufs.cnt),
             bufs.cnt_buf.eq(jb.ctx.buf), bufs.cnt_slot.eq(g.slot),
             jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq_entry").null),
             table.fold.eq(jb.fold),

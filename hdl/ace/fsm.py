@@ -21,9 +21,8 @@ from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.program import StepOp
 from ...sim.golden.types import Status
-from ..common.layouts import MAX_PHASES
 from .arbiter import SEQ_BITS
-from .cmdtable import cmd_entry_layout
+from .cmdtable import fsm_view_layout
 from .decoder import step_layout
 from .sram import sram_read_layout
 from .units import STATUS_SHAPE, _w
@@ -55,7 +54,9 @@ def fsm_context_layout(cfg):
 class ChunkFsm(wiring.Component):
     """One FSM (see the module docstring).
 
-    Ports: ``chunk`` (from its chunk queue), ``entry`` (the table entry of ``ctx.cmd``, looked up outside),
+    Ports: ``chunk`` (from its chunk queue), ``view_addr``/``view`` (a read port of the command table's view
+    memory: the FSM addresses its next chunk's command, the row comes back a cycle later and stays while the
+    FSM holds the chunk),
     ``fetch``/``picked``/``pc`` (a decode request and the decoder taking it), ``wb`` (a decoded step coming
     back), ``offer`` (the current step for the issue arbiter: ``ready`` if no hazard stops it, ``behind`` if a
     step is in flight), ``granted``, ``own_load`` (this FSM's LOAD of ``slot`` is granted now), ``filled``
@@ -70,7 +71,7 @@ class ChunkFsm(wiring.Component):
         ev = data.StructLayout({"valid": 1, "buf": sram_read_layout(cfg).members["buf"], "slot": unsigned(10)})
         super().__init__({
             "chunk": In(stream.Signature(chunk_layout(cfg))),
-            "entry": In(cmd_entry_layout(cfg)),
+            "view_addr": Out(_w(cfg.n_cmds)), "view": In(fsm_view_layout(cfg)),
             "fetch": Out(1), "picked": In(1), "pc": Out(11),
             "wb": In(data.StructLayout({"valid": 1, "step": sl})),
             "offer": Out(data.StructLayout({"ready": 1, "behind": 1, "step": sl})),
@@ -86,7 +87,7 @@ class ChunkFsm(wiring.Component):
         m = Module()
         IDLE, ADVANCE, RUN, HANDOFF = FsmState.IDLE, FsmState.ADVANCE, FsmState.RUN, FsmState.HANDOFF
         sl = step_layout(self.cfg)
-        st, ctx, e = self.state, self.ctx, self.entry
+        st, ctx, e = self.state, self.ctx, self.view
         # pc: the next step to decode; stop: the end of the current phase's steps; enter: the phase's bounds
         # are still to be loaded (in ADVANCE); in_dec: a decode is on its way back
         pc, stop, enter, in_dec = Signal(11), Signal(11), Signal(), Signal()
@@ -153,12 +154,9 @@ class ChunkFsm(wiring.Component):
         with m.If(self.wb.valid & self.wb.step.illegal):
             m.d.sync += ctx.status.eq(Status.ILLEGAL_INSTRUCTION)
 
-        # phases
-        start, length = Signal(11), Signal(11)
-        with m.Switch(ctx.phase):
-            for p in range(MAX_PHASES):
-                with m.Case(p):
-                    m.d.comb += [start.eq(e.phase_start[p]), length.eq(e.phase_len[p])]
+        # phases: the view of the chunk's command (addressed in IDLE, read from ADVANCE on)
+        m.d.comb += self.view_addr.eq(Mux(st == IDLE, self.chunk.payload.cmd, ctx.cmd))
+        bounds = e.phases[ctx.phase]
         last_phase = ctx.phase + 1 >= e.n_phases
         phase_done = (pc == stop) & ~in_dec & ~cur_v & ~nstep_v & (n_exec == 0)   # decoded and retired
         m.d.comb += [
@@ -169,15 +167,14 @@ class ChunkFsm(wiring.Component):
             with m.Case(IDLE):
                 m.d.comb += self.chunk.ready.eq(1)
                 with m.If(self.chunk.valid):
-                    # the bounds of phase 0 are loaded in ADVANCE (the entry is looked up by ctx.cmd)
+                    # the bounds of phase 0 are loaded in ADVANCE (from the view, read by c.cmd now)
                     c = self.chunk.payload
                     m.d.sync += [ctx.cmd.eq(c.cmd), ctx.chunk.eq(c.chunk), ctx.buf.eq(c.buf), ctx.seq.eq(c.seq),
                                  ctx.phase.eq(0), ctx.status.eq(0), enter.eq(1), st.eq(ADVANCE)]
             with m.Case(ADVANCE):
                 with m.If(enter):
                     # entering the phase: load its bounds (phase 0 after the LOADs the sequencer issued)
-                    m.d.sync += [pc.eq(start + Mux(ctx.phase == 0, e.load_end, 0)), stop.eq((start + length)[:11]),
-                                 enter.eq(0)]
+                    m.d.sync += [pc.eq(bounds.first), stop.eq(bounds.stop), enter.eq(0)]
                 with m.Elif(pc == stop):
                     with m.If(last_phase):
                         m.d.sync += st.eq(HANDOFF)

@@ -114,3 +114,53 @@ def test_commands_complete_when_every_chunk_and_deposit_is_in_with_their_first_e
     run_sim(dut, bench)
     assert len(completed) > 100
     assert len(set(completed)) == len(completed)
+
+
+def test_each_fsm_reads_its_commands_view_a_cycle_after_addressing_it():
+    """The view memory: rows computed from random entries at allocation (phase 0 starts after the LOADs), one
+    registered read port per FSM, a row written in cycle t read by addresses from t + 1 on."""
+    rng = random.Random(seed_for(78))
+    dut = CommandTable(CFG, n_reports=N_REPORTS)
+    F = CFG.n_fsms
+    rows = {}                       # slot -> expected row (the memory's content)
+
+    def random_entry():
+        starts = [rng.randrange(1 << 10) for _ in range(4)]
+        lens = [rng.randrange(1 << 11) for _ in range(4)]
+        e = {"phase_start": starts, "phase_len": lens, "load_end": rng.randrange(1 << 11),
+             "n_phases": rng.randint(1, 4), "tag": rng.randrange(1 << 16), "rank": rng.randrange(1 << 9),
+             "dtype": rng.randrange(3), "op": rng.randrange(3), "null": rng.randrange(2)}
+        row = {"phases": [((s + (e["load_end"] if p == 0 else 0)) % 2048, (s + n) % 2048)
+                          for p, (s, n) in enumerate(zip(starts, lens))],
+               **{k: e[k] for k in ("n_phases", "tag", "rank", "dtype", "op", "null")}}
+        return e, row
+
+    async def bench(ctx):
+        expect = None               # per FSM: the row the previous cycle's address selects
+        checked = 0
+        for cycle in range(600):
+            if expect is not None:
+                for f in range(F):
+                    v = ctx.get(dut.views[f])
+                    if expect[f] is None:
+                        continue
+                    got = {"phases": [(ph.first, ph.stop) for ph in v.phases], "n_phases": v.n_phases,
+                           "tag": v.tag, "rank": v.rank, "dtype": int(v.dtype), "op": int(v.op), "null": v.null}
+                    assert got == expect[f], (cycle, f, got, expect[f])
+                    checked += 1
+            addrs = [rng.randrange(NC) for _ in range(F)]
+            ctx.set(dut.view_addr, addrs)
+            expect = [rows.get(a) for a in addrs]      # read before this cycle's write lands
+            if rng.random() < 0.4:
+                slot = rng.randrange(NC)
+                e, row = random_entry()
+                ctx.set(dut.alloc, {"valid": 1, "slot": slot, "entry": e})
+                rows[slot] = row
+            else:
+                ctx.set(dut.alloc, {})
+            # free every slot again at once so that allocations may reuse them
+            ctx.set(dut.done.ready, 1)
+            await ctx.tick()
+        assert checked > 1000
+
+    run_sim(dut, bench)

@@ -56,8 +56,9 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
     async def bench(ctx):
         for ck in chunks:
             lens, prog = ck["lens"], ck["prog"]
-            ctx.set(dut.entry, {"n_phases": 2 if lens[1] else 1, "phase_start": [0, lens[0], 0, 0],
-                                "phase_len": [lens[0], lens[1], 0, 0], "load_end": ck["load_end"]})
+            ctx.set(dut.view, {"n_phases": 2 if lens[1] else 1,
+                               "phases": [{"first": ck["load_end"], "stop": lens[0]},
+                                          {"first": lens[0], "stop": lens[0] + lens[1]}]})
             ctx.set(dut.chunk.payload, {"cmd": ck["cmd"], "chunk": ck["chunk"], "buf": ck["buf"] % CFG.n_buffers,
                                         "seq": ck["seq"]})
             ctx.set(dut.chunk.valid, 1)

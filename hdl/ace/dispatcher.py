@@ -17,7 +17,7 @@ from .cmdtable import cmd_entry_layout
 from .sram import sram_read_layout
 from .units import _w
 
-__all__ = ["ChunkDispatcher", "dispatch_layout"]
+__all__ = ["ChunkDispatcher", "dispatch_layout", "prefetch_layout"]
 
 
 def dispatch_layout(cfg):
@@ -26,6 +26,14 @@ def dispatch_layout(cfg):
     return data.StructLayout({"fsm": _w(cfg.n_fsms), "cmd": _w(cfg.n_cmds), "chunk": unsigned(16),
                               "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS),
                               "first": unsigned(11), "end": unsigned(11)})
+
+
+def prefetch_layout(cfg):
+    """A dispatched chunk as the load sequencer takes it: command slot, chunk number, buffer and the range of
+    instructions to prefetch."""
+    return data.StructLayout({"cmd": _w(cfg.n_cmds), "chunk": unsigned(16),
+                              "buf": sram_read_layout(cfg).members["buf"], "first": unsigned(11),
+                              "end": unsigned(11)})
 
 
 class ChunkDispatcher(wiring.Component):
@@ -45,7 +53,10 @@ class ChunkDispatcher(wiring.Component):
     q_ready : In(n_fsms)
         Each FSM's chunk queue has room.
     chunk : Out(stream(dispatch_layout), always_ready)
-        One pulse per dispatched chunk (the caller queues it for its FSM and the load sequencer).
+        One pulse per dispatched chunk (the caller queues it for its FSM).
+    load : Out(stream(prefetch_layout))
+        The dispatched chunks again, queued for the load sequencer (``n_buffers`` entries: one per chunk
+        buffer, so the queue has room whenever a buffer is free and never holds the dispatch back).
     dispatched : Out(n_cmds)
         Pulses the command whose last chunk is dispatched.
     stall_part, stall_queue : Out(1)
@@ -63,6 +74,7 @@ class ChunkDispatcher(wiring.Component):
             "room": In(1),
             "q_ready": In(cfg.n_fsms),
             "chunk": Out(stream.Signature(dispatch_layout(cfg), always_ready=True)),
+            "load": Out(stream.Signature(prefetch_layout(cfg))),
             "dispatched": Out(cfg.n_cmds),
             "stall_part": Out(1), "stall_queue": Out(1),
         })
@@ -104,6 +116,14 @@ class ChunkDispatcher(wiring.Component):
             self.chunk.valid.eq(go),
             out.fsm.eq(fsm), out.cmd.eq(order.r_data), out.chunk.eq(chunk), out.buf.eq(self.buf.payload),
             out.seq.eq(seq), out.first.eq(e.phase_start[0]), out.end.eq(e.phase_start[0] + e.load_end),
+        ]
+        # the load sequencer's queue
+        m.submodules.prefetch = pf = fifo.SyncFIFOBuffered(width=prefetch_layout(cfg).size, depth=cfg.n_buffers)
+        pf_in = Signal(prefetch_layout(cfg))
+        m.d.comb += [
+            pf_in.cmd.eq(out.cmd), pf_in.chunk.eq(out.chunk), pf_in.buf.eq(out.buf), pf_in.first.eq(out.first),
+            pf_in.end.eq(out.end), pf.w_en.eq(go), pf.w_data.eq(pf_in),
+            self.load.valid.eq(pf.r_rdy), self.load.payload.eq(pf.r_data), pf.r_en.eq(self.load.ready),
         ]
         with m.If(go):
             m.d.sync += [nxt_fsm.eq(Mux(fsm + 1 >= self.fsm_limit, 0, fsm + 1)), seq.eq(seq + 1)]

@@ -57,7 +57,7 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
     # commands reuse table slots once their last chunk is dispatched (at most n_cmds queued)
     commands = [(i % CFG.n_cmds, rng.randrange(1 << 16), rng.randint(1, 5), rng.randrange(64), rng.randrange(8))
                 for i in range(24)]
-    got, bufs_given, dispatched = [], [], []
+    got, bufs_given, dispatched, loads = [], [], [], []
 
     async def bench_fn(ctx):
         ctx.set(dut.enable, 1)
@@ -78,7 +78,10 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
                 ctx.set(dut.cmd.payload, slot)
             else:
                 ctx.set(dut.cmd.valid, 0)
-            ctx.set(dut.buf.valid, rng.random() < 0.7)
+            # a buffer is free only while fewer than n_buffers chunks wait in the load sequencer's queue (the
+            # engine's pool holds n_buffers, and the sequencer takes a chunk before its buffer is freed)
+            ctx.set(dut.buf.valid, rng.random() < 0.7 and len(got) - len(loads) < CFG.n_buffers)
+            ctx.set(dut.load.ready, rng.random() < 0.5)
             ctx.set(dut.buf.payload, next_buf)
             ctx.set(dut.room, rng.random() < 0.8)
             ctx.set(dut.q_ready, rng.getrandbits(F))
@@ -95,6 +98,9 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
                 next_buf = (next_buf + 1) % CFG.n_buffers
             else:
                 assert not ctx.get(dut.buf.ready)
+            if ctx.get(dut.load.valid) and ctx.get(dut.load.ready):
+                p = dut.load.payload
+                loads.append(tuple(ctx.get(p[k]) for k in ("cmd", "chunk", "buf", "first", "end")))
             d = ctx.get(dut.dispatched)
             if d:
                 dispatched.append(d.bit_length() - 1)
@@ -107,6 +113,10 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
     assert got == expected_order(commands, max(1, limit)), "dispatch order"
     assert dispatched == [c[0] for c in commands]
     assert len(bufs_given) == sum(c[2] for c in commands)
+    # the load sequencer's queue: every dispatched chunk, in dispatch order
+    assert loads == [(cmd, chunk, buf, first, end)
+                     for (_, cmd, chunk, _, first, end), buf in zip(got, bufs_given)][:len(loads)]
+    assert len(loads) > len(got) - CFG.n_buffers - 1
 
 
 def test_nothing_is_dispatched_while_disabled():

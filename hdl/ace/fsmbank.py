@@ -1,0 +1,150 @@
+"""The FSM bank: the engine's ``n_fsms`` :class:`~.fsm.ChunkFsm` s, their chunk queues, and the routing of
+every per-FSM event between them and the shared blocks (docs/engine.md section 4).
+
+- Chunks from the dispatcher enter FSM ``enq.fsm``'s queue (two entries; ``q_ready`` says which have room).
+- Each FSM reads its command's row of the view memory through its own port (``view_addr``/``views``).
+- Decode: of the FSMs asking for a step (``fetch``), the one holding the oldest chunk is picked
+  (:class:`~.arbiter.OldestFirst`) and handed to the decoder (``dec_req``); the decoded step comes back three
+  cycles later (``dec_wb``) to the FSM it names.
+- Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``); the
+  granted FSM's step, context and view are selected for the job builder (``g_step``, ``g_ctx``, ``g_view``).
+- The units' completions (``unit_done``, by FSM), the LOADs that ended (``filled``) and the partition
+  manager's moves reach the FSMs; the FSMs' phase ends, handoffs and contexts go to the partition manager.
+"""
+
+from amaranth.hdl import Cat, Module, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .arbiter import OldestFirst
+from .cmdtable import fsm_view_layout
+from .decoder import decode_request_layout, decoded_layout, step_layout
+from .fsm import ChunkFsm, FsmState, chunk_layout, fsm_context_layout
+from .issue import fsm_request_layout
+from .sram import sram_read_layout
+from .units import STATUS_SHAPE, _w
+
+__all__ = ["FsmBank", "unit_done_layout"]
+
+
+def unit_done_layout(cfg):
+    """A SEND or RECV unit retiring a step of FSM ``fsm`` with ``status``."""
+    return data.StructLayout({"valid": 1, "fsm": _w(cfg.n_fsms), "status": STATUS_SHAPE})
+
+
+class FsmBank(wiring.Component):
+    """The FSMs and their queues (see the module docstring).
+
+    Ports
+    -----
+    enq : In(valid, fsm, chunk), q_ready : Out(n_fsms)
+        A dispatched chunk for FSM ``fsm`` (its queue must have room: ``q_ready``).
+    view_addr, views : one view-memory read port per FSM (:class:`~.cmdtable.CommandTable`).
+    dec_req, dec_wb : the decode request of the picked FSM, and decoded steps coming back.
+    offers : Out(fsm_request_layout per FSM)
+        What the issue arbiter sees of each FSM.
+    grant : In(valid, fsm), load_granted : In(1)
+        The arbiter's grant this cycle; the granted step is a LOAD the job builder issues now.
+    g_step, g_ctx, g_view : Out
+        The granted FSM's step, chunk context and command view (combinational on ``grant.fsm``).
+    filled : In(2 x (valid, buf, slot))
+        LOADs that ended this cycle (load unit, sequencer skipping an empty block), any buffer.
+    unit_done : In(unit_done_layout per SEND/RECV unit)
+    buf_loading : In(n_buffers)
+        Buffers with a LOAD outstanding (a chunk hands off only when none is).
+    move : In(valid, fsm), phase_wait : In(n_fsms)
+        The partition manager moves FSM ``fsm``'s chunk on; the FSMs waiting for partition room.
+    at_end, handoff : Out(n_fsms)
+        A phase that is not the last is done / the last step retired and no LOAD into the buffer is outstanding.
+    ctx : Out(fsm_context_layout per FSM), active : Out(n_fsms), gap : Out
+        Each FSM's chunk context; which FSMs hold a chunk; how many had nothing to offer this cycle (STEP_GAP).
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        F, NC = cfg.n_fsms, cfg.n_cmds
+        buf = sram_read_layout(cfg).members["buf"]
+        ev = data.StructLayout({"valid": 1, "buf": buf, "slot": unsigned(10)})
+        sel = data.StructLayout({"valid": 1, "fsm": _w(F)})
+        super().__init__({
+            "enq": In(data.StructLayout({"valid": 1, "fsm": _w(F), "chunk": chunk_layout(cfg)})),
+            "q_ready": Out(F),
+            "view_addr": Out(data.ArrayLayout(_w(NC), F)),
+            "views": In(data.ArrayLayout(fsm_view_layout(cfg), F)),
+            "dec_req": Out(stream.Signature(decode_request_layout(cfg), always_ready=True)),
+            "dec_wb": In(stream.Signature(decoded_layout(cfg), always_ready=True)),
+            "offers": Out(data.ArrayLayout(fsm_request_layout(cfg), F)),
+            "grant": In(sel), "load_granted": In(1),
+            "g_step": Out(step_layout(cfg)), "g_ctx": Out(fsm_context_layout(cfg)),
+            "g_view": Out(fsm_view_layout(cfg)),
+            "filled": In(data.ArrayLayout(ev, 2)),
+            "unit_done": In(data.ArrayLayout(unit_done_layout(cfg), 2 * cfg.n_ports)),
+            "buf_loading": In(cfg.n_buffers),
+            "move": In(sel), "phase_wait": In(F),
+            "at_end": Out(F), "handoff": Out(F),
+            "ctx": Out(data.ArrayLayout(fsm_context_layout(cfg), F)),
+            "active": Out(F),
+            "gap": Out(range(F + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        F = cfg.n_fsms
+        q_layout = chunk_layout(cfg)
+        fsms = []
+        for f in range(F):
+            fsm, q = ChunkFsm(cfg), fifo.SyncFIFOBuffered(width=q_layout.size, depth=2)
+            m.submodules[f"fsm{f}"], m.submodules[f"fsmq{f}"] = fsm, q
+            fsms.append(fsm)
+            m.d.comb += [
+                q.w_en.eq(self.enq.valid & (self.enq.fsm == f)), q.w_data.eq(self.enq.chunk),
+                self.q_ready[f].eq(q.w_rdy),
+                fsm.chunk.valid.eq(q.r_rdy), fsm.chunk.payload.eq(q.r_data), q.r_en.eq(fsm.chunk.ready),
+                self.view_addr[f].eq(fsm.view_addr), fsm.view.eq(self.views[f]),
+                self.ctx[f].eq(fsm.ctx),
+            ]
+
+        # decode: the oldest chunk's FSM among those fetching
+        m.submodules.dec_pick = pick = OldestFirst(F)
+        m.d.comb += [pick.req.eq(Cat(*[fsm.fetch for fsm in fsms]))]
+        m.d.comb += [pick.seq[f].eq(fsm.ctx.seq) for f, fsm in enumerate(fsms)]
+        req, wb = self.dec_req.payload, self.dec_wb
+        m.d.comb += [self.dec_req.valid.eq(pick.valid), req.fsm.eq(pick.sel)]
+        with m.Switch(pick.sel):
+            for f, fsm in enumerate(fsms):
+                with m.Case(f):
+                    m.d.comb += [req.cmd.eq(fsm.ctx.cmd), req.chunk.eq(fsm.ctx.chunk), req.buf.eq(fsm.ctx.buf),
+                                 req.pc.eq(fsm.pc)]
+
+        # issue: offers, and the granted FSM's step, context and view
+        g = self.grant
+        with m.Switch(g.fsm):
+            for f, fsm in enumerate(fsms):
+                with m.Case(f):
+                    m.d.comb += [self.g_step.eq(fsm.offer.step), self.g_ctx.eq(fsm.ctx),
+                                 self.g_view.eq(self.views[f])]
+
+        for f, fsm in enumerate(fsms):
+            c, r = fsm.ctx, self.offers[f]
+            m.d.comb += [
+                r.ready.eq(fsm.offer.ready), r.behind.eq(fsm.offer.behind), r.step.eq(fsm.offer.step),
+                r.seq.eq(c.seq), r.tag.eq(self.views[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase),
+                # the FSM's events: the decoder picked it / wrote its step back; its grant; its own LOAD
+                # granted now; LOADs that ended; a unit's completion; its chunk moved on
+                fsm.picked.eq(pick.valid & (pick.sel == f)),
+                fsm.wb.valid.eq(wb.valid & (wb.payload.fsm == f)), fsm.wb.step.eq(wb.payload.step),
+                fsm.granted.eq(g.valid & (g.fsm == f)),
+                fsm.own_load.valid.eq(self.load_granted & (g.fsm == f)), fsm.own_load.slot.eq(self.g_step.slot),
+                fsm.filled.eq(self.filled),
+                fsm.move.eq(self.move.valid & (self.move.fsm == f)), fsm.phase_wait.eq(self.phase_wait[f]),
+                # to the partition manager
+                self.at_end[f].eq(fsm.at_end),
+                self.handoff[f].eq((fsm.state == FsmState.HANDOFF) & ~self.buf_loading.bit_select(c.buf, 1)),
+                self.active[f].eq(fsm.state != FsmState.IDLE),
+            ]
+            for u in self.unit_done:
+                with m.If(u.valid & (u.fsm == f)):
+                    m.d.comb += [fsm.unit_done.valid.eq(1), fsm.unit_done.status.eq(u.status)]
+        m.d.comb += self.gap.eq(sum(fsm.gap for fsm in fsms))
+        return m

@@ -96,6 +96,8 @@ class CommandTable(wiring.Component):
     entries, busy : Out
         Every slot's entry (read by the shared lookups of the control unit: dispatcher, decoder, load sequencer,
         deposit unit) and which slots hold a command.
+    lookup_addr, lookup : In(slot per reader), Out(cmd_entry_layout per reader)
+        Combinational reads of the entries for the shared readers (``n_lookups`` of them).
     view_addr, views : In(slot per FSM), Out(fsm_view_layout per FSM)
         One read port of the view memory per FSM: ``views[f]`` is the row of slot ``view_addr[f]`` one cycle
         later. A row written by an ``alloc`` in cycle ``t`` is read by addresses presented from ``t + 1`` on.
@@ -104,7 +106,7 @@ class CommandTable(wiring.Component):
         slot is offered; the slot is free the cycle after the handshake.
     """
 
-    def __init__(self, cfg, n_reports):
+    def __init__(self, cfg, n_reports, n_lookups=1):
         self.cfg, self.n_reports = cfg, n_reports
         NC = cfg.n_cmds
         super().__init__({
@@ -116,6 +118,8 @@ class CommandTable(wiring.Component):
             "reports": In(data.ArrayLayout(report_layout(cfg), n_reports)),
             "entries": Out(data.ArrayLayout(cmd_entry_layout(cfg), NC)),
             "busy": Out(NC),
+            "lookup_addr": In(data.ArrayLayout(_w(NC), n_lookups)),
+            "lookup": Out(data.ArrayLayout(cmd_entry_layout(cfg), n_lookups)),
             "view_addr": In(data.ArrayLayout(_w(NC), cfg.n_fsms)),
             "views": Out(data.ArrayLayout(fsm_view_layout(cfg), cfg.n_fsms)),
             "done": Out(stream.Signature(cmd_done_layout(cfg))),
@@ -137,6 +141,12 @@ class CommandTable(wiring.Component):
             m.d.comb += busy_set.eq(1 << a.slot)
         m.d.sync += [self.busy.eq((self.busy | busy_set) & ~busy_clr),
                      dispatched_all.eq((dispatched_all | self.dispatched) & ~busy_set)]
+
+        for addr, out in zip(self.lookup_addr, self.lookup):
+            with m.Switch(addr):
+                for i in range(NC):
+                    with m.Case(i):
+                        m.d.comb += out.eq(e[i])
 
         # the view memory: written at allocation, one registered read port per FSM
         m.submodules.views = views = Memory(shape=fsm_view_layout(self.cfg), depth=NC, init=[])

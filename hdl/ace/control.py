@@ -112,20 +112,16 @@ class ControlUnit(wiring.Component):
 
         # ---- command table (cmdtable.py): entries and progress of the commands in flight ----------------------
         # errors are reported by the sequencer, the decoder, the four kinds of units, the deposit unit and the
-        # partition manager (chunk completions)
-        m.submodules.cmdtable = table = CommandTable(cfg, n_reports=2 * K + 6)
+        # partition manager (chunk completions); the shared readers of its entries look them up by slot
+        m.submodules.cmdtable = table = CommandTable(cfg, n_reports=2 * K + 6, n_lookups=len(_LOOKUPS))
         entries, busy = table.entries, table.busy
         wiring.connect(m, table.done, wiring.flipped(self.cmd_done))
         m.d.comb += self.slot_busy.eq(busy)
 
-        def entry_of(idx, name):
-            """Command table entry ``idx`` (a signal) for the shared readers, as a combinational view."""
-            out = Signal(cmd_entry_layout(cfg), name=name)
-            with m.Switch(idx):
-                for i in range(NC):
-                    with m.Case(i):
-                        m.d.comb += out.eq(entries[i])
-            return out
+        def entry_of(slot, reader):
+            """Command table entry ``slot`` (a signal), read by ``reader`` (one of ``_LOOKUPS``)."""
+            m.d.comb += table.lookup_addr[_LOOKUPS.index(reader)].eq(slot)
+            return table.lookup[_LOOKUPS.index(reader)]
 
         error_reports = []          # (valid, cmd, status, detail) this cycle: a command keeps its first error
 
@@ -135,7 +131,7 @@ class ControlUnit(wiring.Component):
         # ---- the load sequencer and its block geometry ------------------------------------------------------
         m.submodules.loadseq = seqr = LoadSequencer(cfg)
         m.submodules.load_geo = lgeo = BlockGeometry(cfg)
-        ls_entry = entry_of(seqr.geo_cmd, "ls_entry")
+        ls_entry = entry_of(seqr.geo_cmd, "load")
         m.d.comb += _drive_geometry(lgeo, ls_entry, seqr.geo_chunk, seqr.geo_block)
         m.d.comb += [
             seqr.geo_nbytes.eq(lgeo.nbytes), seqr.geo_beats.eq(lgeo.beats), seqr.geo_addr.eq(lgeo.in_addr),
@@ -165,7 +161,7 @@ class ControlUnit(wiring.Component):
                      disp.cmd.payload.eq(new_slot)]
         m.d.comb += [table.alloc.valid.eq(self.new_cmd.valid & self.new_cmd.ready),
                      table.alloc.slot.eq(new_slot), table.alloc.entry.eq(self.new_cmd.payload.entry)]
-        d_entry = entry_of(disp.e_cmd, "d_entry")
+        d_entry = entry_of(disp.e_cmd, "dispatch")
         dispatch, dc = disp.chunk.valid, disp.chunk.payload
         m.d.comb += [
             disp.e.eq(d_entry), disp.enable.eq(self.enable), disp.fsm_limit.eq(self.fsm_limit),
@@ -184,9 +180,9 @@ class ControlUnit(wiring.Component):
         m.d.comb += [
             pmem.dec_imem_addr.eq(dec.imem_addr), dec.imem_data.eq(pmem.dec_imem_data),
             pmem.dec_route_addr.eq(dec.route_addr), dec.route_data.eq(pmem.dec_route_data),
-            dec.e1.eq(entry_of(dec.e1_cmd, "dec1_entry")),
-            dec.e2.eq(entry_of(dec.e2_cmd, "dec2_entry")),
-            dec.e3.eq(entry_of(dec.e3_cmd, "dec3_entry")),
+            dec.e1.eq(entry_of(dec.e1_cmd, "dec1")),
+            dec.e2.eq(entry_of(dec.e2_cmd, "dec2")),
+            dec.e3.eq(entry_of(dec.e3_cmd, "dec3")),
             dec.loading.eq(bufs.loading[dec.loading_buf]),
         ]
         report(dec.o.valid & dec.o.payload.step.illegal, dec.o.payload.cmd, Status.ILLEGAL_INSTRUCTION,
@@ -205,7 +201,7 @@ class ControlUnit(wiring.Component):
             jb.grant.eq(iss.grant), jb.step.eq(g), jb.ctx.eq(bank.g_ctx), jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
             jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(bufs.cnt),
             bufs.cnt_buf.eq(jb.ctx.buf), bufs.cnt_slot.eq(g.slot),
-            jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq_entry").null),
+            jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq").null),
             table.fold.eq(jb.fold), bank.load_granted.eq(jb.fsm_load),
         ]
         wiring.connect(m, seqr.issue, jb.seq_load)
@@ -237,16 +233,13 @@ class ControlUnit(wiring.Component):
                      pm.stores_pending.eq(bufs.stores_pending), pm.at_end.eq(bank.at_end),
                      pm.handoff.eq(bank.handoff), bank.buf_loading.eq(bufs.buf_loading),
                      bank.move.valid.eq(pm.move_valid), bank.move.fsm.eq(pm.move_fsm),
-                     bank.phase_wait.eq(pm.phase_wait)]
-        for f, c in enumerate(bank.ctx):
-            m.d.comb += [pm.seq[f].eq(c.seq), pm.phase[f].eq(c.phase), pm.buf[f].eq(c.buf), pm.cmd[f].eq(c.cmd),
-                         pm.status[f].eq(c.status)]
+                     bank.phase_wait.eq(pm.phase_wait), pm.ctx.eq(bank.ctx)]
 
         # ---- deposit unit (PUT messages of the asynchronous all-to-all, in the datapath) ---------------------
         # it looks a deposit's (chunk, block) up in a geometry unit of its own and counts each deposit written
         # against its command
         m.submodules.dep_geo = pgeo = BlockGeometry(cfg)
-        m.d.comb += _drive_geometry(pgeo, entry_of(dp.dep_geo_cmd, "dep_entry"), dp.dep_geo_chunk, dp.dep_geo_block)
+        m.d.comb += _drive_geometry(pgeo, entry_of(dp.dep_geo_cmd, "deposit"), dp.dep_geo_chunk, dp.dep_geo_block)
         m.d.comb += [dp.dep_geo_addr.eq(pgeo.out_addr), dp.dep_geo_nbytes.eq(pgeo.nbytes)]
         for i in range(NC):
             m.d.comb += [dp.cmd_tag[i].eq(entries[i].tag), dp.cmd_live[i].eq(busy[i] & (entries[i].arrivals != 0))]
@@ -270,6 +263,10 @@ class ControlUnit(wiring.Component):
         m.d.comb += [self.fsm_busy.eq(cnt.fsm_busy), self.steps.eq(cnt.steps), self.step_gap.eq(cnt.step_gap),
                      self.stall.eq(cnt.stall), self.phase_busy.eq(cnt.phase_busy)]
         return m
+
+
+#: The shared readers of the command table's entries, one combinational lookup each.
+_LOOKUPS = ("load", "dispatch", "dec1", "dec2", "dec3", "seq", "deposit")
 
 
 def _count(cnt, bank, iss, disp, pm):

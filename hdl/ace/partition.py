@@ -15,7 +15,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES
-from .arbiter import SEQ_BITS, OldestFirst
+from .arbiter import OldestFirst
+from .fsm import fsm_context_layout
 from .regs import N_PARTITIONS, TERMINAL_PARTITION as TERMINAL
 from .sram import sram_read_layout
 from .units import STATUS_SHAPE, _w
@@ -38,8 +39,8 @@ class PartitionManager(wiring.Component):
         Partition sizes (PART registers).
     dispatch : In(1)
         A chunk enters phase 0 this cycle.
-    active, seq, phase, buf, cmd, status : In(...)  (per FSM)
-        The FSM holds a chunk; its dispatch number, phase, buffer, command and status.
+    active : In(n_fsms), ctx : In(ArrayLayout(fsm_context_layout, n_fsms))
+        The FSM holds a chunk; the chunk's context (dispatch number, phase, buffer, command, status).
     at_end : In(n_fsms)
         The FSM's chunk finished a phase that is not its last (it asks to move on).
     handoff : In(n_fsms)
@@ -60,16 +61,11 @@ class PartitionManager(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         F = cfg.n_fsms
-        buf = sram_read_layout(cfg).members["buf"]
         super().__init__({
             "part": In(data.ArrayLayout(unsigned(8), N_PARTITIONS)),
             "dispatch": In(1),
             "active": In(F), "at_end": In(F), "handoff": In(F),
-            "seq": In(data.ArrayLayout(unsigned(SEQ_BITS), F)),
-            "phase": In(data.ArrayLayout(unsigned(3), F)),
-            "buf": In(data.ArrayLayout(buf, F)),
-            "cmd": In(data.ArrayLayout(_w(cfg.n_cmds), F)),
-            "status": In(data.ArrayLayout(STATUS_SHAPE, F)),
+            "ctx": In(data.ArrayLayout(fsm_context_layout(cfg), F)),
             "stores_pending": In(cfg.n_buffers),
             "move_valid": Out(1), "move_fsm": Out(_w(F)),
             "phase_wait": Out(F), "handoff_wait": Out(F),
@@ -85,13 +81,15 @@ class PartitionManager(wiring.Component):
         F, NB = cfg.n_fsms, cfg.n_buffers
         m.submodules.oldest = oldest = OldestFirst(F)
         m.submodules.moves = moves = OldestFirst(F)
-        m.d.comb += [oldest.req.eq(self.active), oldest.seq.eq(self.seq), moves.seq.eq(self.seq)]
+        seqs = [c.seq for c in self.ctx]
+        m.d.comb += [oldest.req.eq(self.active)]
+        m.d.comb += [a.seq[f].eq(s) for a in (oldest, moves) for f, s in enumerate(seqs)]
         term_free = self.used_term < self.part[TERMINAL]
         next_free = Cat(*[self.used[p] < self.part[p] for p in range(MAX_PHASES)])  # room in p (from p-1)
         move_req = Signal(F)
         for f in range(F):
             is_oldest = oldest.valid & (oldest.sel == f)
-            room = next_free.bit_select((self.phase[f] + 1)[:3], 1)
+            room = next_free.bit_select((self.ctx[f].phase + 1)[:3], 1)
             at_end, ho = self.at_end[f], self.handoff[f]
             m.d.comb += [
                 move_req[f].eq((at_end & (room | is_oldest)) | (ho & (term_free | is_oldest))),
@@ -102,11 +100,11 @@ class PartitionManager(wiring.Component):
                      self.room0.eq(self.used[0] < self.part[0])]
         f = moves.sel
         h_handoff = self.handoff.bit_select(f, 1)     # the move is a hand-off (else a phase change)
-        h_phase = self.phase[f]
+        h_phase = self.ctx[f].phase
 
         # the terminal partition: a chunk is done when every STORE it posted is acknowledged
         term = Signal(NB)
-        t_cmd = Signal(data.ArrayLayout(self.cmd.shape().elem_shape, NB))
+        t_cmd = Signal(data.ArrayLayout(_w(self.cfg.n_cmds), NB))
         t_status = Signal(data.ArrayLayout(STATUS_SHAPE, NB))
         done = self.done.payload
         for b in reversed(range(NB)):
@@ -115,8 +113,8 @@ class PartitionManager(wiring.Component):
                              done.status.eq(t_status[b])]
         to_term = moves.valid & h_handoff
         for b in range(NB):
-            with m.If(to_term & (self.buf[f] == b)):
-                m.d.sync += [term[b].eq(1), t_cmd[b].eq(self.cmd[f]), t_status[b].eq(self.status[f])]
+            with m.If(to_term & (self.ctx[f].buf == b)):
+                m.d.sync += [term[b].eq(1), t_cmd[b].eq(self.ctx[f].cmd), t_status[b].eq(self.ctx[f].status)]
             with m.Elif(self.done.valid & (done.buf == b)):
                 m.d.sync += term[b].eq(0)
         for p in range(MAX_PHASES):

@@ -93,9 +93,8 @@ def test_partition_moves_match_the_model_under_random_requests():
             ctx.set(dut.stores_pending, sum(1 << b for b in range(NB) if x["pending"][b]))
             for name in ("active", "at_end", "handoff"):
                 ctx.set(getattr(dut, name), sum(1 << f for f in range(F) if x[name][f]))
-            for name in ("seq", "phase", "buf", "cmd", "status"):
-                for f in range(F):
-                    ctx.set(getattr(dut, name)[f], x[name][f])
+            ctx.set(dut.ctx, [{name: x[name][f] for name in ("seq", "phase", "buf", "cmd", "status")}
+                              for f in range(F)])
             exp = model.step(x)
             got = {
                 "move": ctx.get(dut.move_fsm) if ctx.get(dut.move_valid) else None,
@@ -126,8 +125,8 @@ def test_the_oldest_chunk_moves_into_a_full_partition_and_a_younger_one_waits():
         for p in range(N_PARTITIONS):
             ctx.set(dut.part[p], 0)                 # every partition full
         ctx.set(dut.active, 0b11)
-        ctx.set(dut.seq[0], 7)
-        ctx.set(dut.seq[1], 5)                      # FSM 1 holds the oldest chunk
+        ctx.set(dut.ctx[0].seq, 7)
+        ctx.set(dut.ctx[1].seq, 5)                      # FSM 1 holds the oldest chunk
         ctx.set(dut.at_end, 0b11)
         assert ctx.get(dut.move_valid) and ctx.get(dut.move_fsm) == 1
         assert ctx.get(dut.phase_wait) == 0b01      # FSM 0 waits for room

@@ -25,6 +25,16 @@ def beat_write_layout(cfg: AceConfig):
     return data.StructLayout({"ch": CHANNEL_BITS, "data": unsigned(8 * cfg.beat_bytes)})
 
 
+def _push(m, wp, rp, idx, cap, valid, name):
+    """Queue ``idx`` of the pointer arrays ``wp``/``rp`` (with a wrap bit) takes an entry if ``valid`` and it
+    holds fewer than ``cap``: its write pointer, whether it takes the entry, whether the entry is dropped."""
+    wp_i, full = Signal.like(wp[0], name=f"{name}_wp"), Signal(name=f"{name}_full")
+    m.d.comb += [wp_i.eq(wp[idx]), full.eq((wp_i - rp[idx])[:len(wp_i)] == cap)]
+    with m.If(valid & ~full):
+        m.d.sync += wp[idx].eq(wp_i + 1)
+    return wp_i, valid & ~full, valid & full
+
+
 class LandingBuffer(wiring.Component):
     """Per landing channel: a ring of ``landing_beats`` payload beats and a queue of ``landing_headers``
     message headers, written by the link side, read by one consumer.
@@ -91,31 +101,20 @@ class LandingBuffer(wiring.Component):
                 hw_port.data.eq(self.hdr_in.payload.hdr),
             ]
 
-        # Header push on a message's first packet, unless its queue is full.
-        h_idx = self.hdr_in.payload.ch[:vbits]
-        hwp_v, hdr_full = Signal.like(hwp[0]), Signal()
-        m.d.comb += [hwp_v.eq(hwp[h_idx]), hdr_full.eq((hwp_v - hrp[h_idx])[:hbits + 1] == nh)]
-        push = self.hdr_in.valid
-        with m.If(push & ~hdr_full):
-            m.d.sync += hwp[h_idx].eq(hwp_v + 1)
+        # Header push on a message's first packet and payload beat write, each unless its queue is full.
+        h_idx, v_idx = self.hdr_in.payload.ch[:vbits], self.beat_in.payload.ch[:vbits]
+        _, hdr_ok, hdr_drop = _push(m, hwp, hrp, h_idx, nh, self.hdr_in.valid, "hdr")
+        wp_v, beat_ok, beat_drop = _push(m, wp, rp, v_idx, lb, self.beat_in.valid, "beat")
         for v in range(n):
-            m.d.comb += hdr_wr[v].en.eq(push & ~hdr_full & (h_idx == v))
-
-        # Payload beat: into its channel's ring unless it is full.
-        v_idx = self.beat_in.payload.ch[:vbits]
-        wp_v, beat_full = Signal.like(wp[0]), Signal()
-        m.d.comb += [wp_v.eq(wp[v_idx]), beat_full.eq((wp_v - rp[v_idx])[:abits + 1] == lb)]
-        write = self.beat_in.valid
-        with m.If(write & ~beat_full):
-            m.d.sync += wp[v_idx].eq(wp_v + 1)
+            m.d.comb += hdr_wr[v].en.eq(hdr_ok & (h_idx == v))
         m.d.comb += [
             wr.addr.eq(Cat(wp_v[:abits], v_idx)),
             wr.data.eq(self.beat_in.payload.data),
-            wr.en.eq(write & ~beat_full),
+            wr.en.eq(beat_ok),
         ]
         for v in range(n):
-            m.d.comb += self.dropped[v].eq(push & hdr_full & (self.hdr_in.payload.ch == v)
-                                           | write & beat_full & (self.beat_in.payload.ch == v))
+            m.d.comb += self.dropped[v].eq(hdr_drop & (self.hdr_in.payload.ch == v)
+                                           | beat_drop & (self.beat_in.payload.ch == v))
 
         # -- consumer side: a one-beat read pipeline (sync read, `en` holds the beat while stalled).
         # `osel` is the VC of the beat in the read port's output; a beat of another VC than `sel` is not

@@ -1,5 +1,6 @@
 """Link ports of the engine: :class:`TxPort` cuts messages into packets of flits, :class:`RxPort` checks them
-and lands their payload in per-virtual-channel buffers for the RECV unit.
+(:class:`~.rxframe.RxDeframer`) and lands their payload in per-virtual-channel buffers
+(:class:`~.landing.LandingBuffer`) for the RECV unit.
 
 Wire format (``flit_layout(beat_bytes)``): a message of ``length`` bytes is sent as packets of up to
 ``packet_beats`` flits, every flit carrying a payload beat. The header rides in the ``hdr`` sideband of a
@@ -23,35 +24,21 @@ credit per header its consumer takes.
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.crc import CRC32_INIT, CRC32_XOROUT, crc32_next
-from ..common.layouts import CHANNEL_BITS, HEADER_CRC_BYTES, credit_layout, flit_layout, packet_header_layout
+from ..common.layouts import CHANNEL_BITS, credit_layout, flit_layout, packet_header_layout
 from .config import AceConfig
+from .landing import LandingBuffer
+from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, header_crc_bits
 
 __all__ = ["TxPort", "RxPort", "reserve_layout"]
-
-#: Bits of the message length field (bytes) and of the beat counts derived from it.
-_LENGTH_BITS = 20
-
 
 def reserve_layout(cfg: AceConfig):
     """One cycle of :attr:`TxPort.reserve`: debit ``beats`` beat credits and one header credit of channel
     ``vc`` (the virtual channel, plus ``n_fsms`` times the destination rank through a switch)."""
     return data.StructLayout({"valid": 1, "vc": CHANNEL_BITS, "beats": unsigned(cfg.landing_beats.bit_length())})
-
-
-def _header_crc_bits(hdr):
-    """The header as the ``HEADER_CRC_BYTES``-byte word the CRC covers (zero-extended)."""
-    bits = hdr.as_value()
-    return Cat(bits, Const(0, 8 * HEADER_CRC_BYTES - len(bits)))
-
-
-def _ceil_beats(length, beat_bytes):
-    """Beats of ``length`` bytes."""
-    return (length + beat_bytes - 1) >> exact_log2(beat_bytes)
 
 
 class TxPort(wiring.Component):
@@ -108,9 +95,9 @@ class TxPort(wiring.Component):
         # -- message state: latched header, beats still to send, beat in packet, packet offset, running CRC
         active = Signal()
         cur = Signal(packet_header_layout())
-        rem = Signal(_LENGTH_BITS + 1)
+        rem = Signal(LENGTH_BITS + 1)
         pkt_beat = Signal(range(pbeats))
-        offset = Signal(_LENGTH_BITS)
+        offset = Signal(LENGTH_BITS)
         crc = Signal(32)
 
         # The flit being formed: from the latched message, or straight from `msg` when idle so that the first
@@ -121,7 +108,7 @@ class TxPort(wiring.Component):
         off_c = Signal.like(offset)
         m.d.comb += [
             h.eq(Mux(active, cur.as_value(), self.msg.payload.as_value())),
-            rem_c.eq(Mux(active, rem, _ceil_beats(self.msg.payload.length, w))),
+            rem_c.eq(Mux(active, rem, ceil_beats(self.msg.payload.length, w))),
             pkt_c.eq(Mux(active, pkt_beat, 0)),
             off_c.eq(Mux(active, offset, 0)),
         ]
@@ -157,7 +144,7 @@ class TxPort(wiring.Component):
         # Intermediate signals keep the XOR networks from being duplicated into every use.
         hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32)
         m.d.comb += [
-            hdr_crc.eq(crc32_next(Const(CRC32_INIT, 32), _header_crc_bits(hw))),
+            hdr_crc.eq(crc32_next(Const(CRC32_INIT, 32), header_crc_bits(hw))),
             base.eq(Mux(first, hdr_crc, crc)),
             crc_after.eq(Mux(need_data, crc32_next(base, beat), base)),
         ]
@@ -176,7 +163,7 @@ class TxPort(wiring.Component):
             m.d.sync += self.flit.valid.eq(0)
 
         def start(hdr):
-            return [cur.eq(hdr), active.eq(1), rem.eq(_ceil_beats(hdr.length, w)), pkt_beat.eq(0),
+            return [cur.eq(hdr), active.eq(1), rem.eq(ceil_beats(hdr.length, w)), pkt_beat.eq(0),
                     offset.eq(0)]
 
         load = self.msg.valid & self.msg.ready
@@ -219,6 +206,10 @@ class TxPort(wiring.Component):
 
 class RxPort(wiring.Component):
     """Receive side of a link port: checks packets and lands their payload per virtual channel.
+
+    Two blocks: :class:`~.rxframe.RxDeframer` follows and checks the packets, :class:`~.landing.LandingBuffer`
+    keeps the landed beats and headers per channel and returns their credits; the port holds the sticky
+    ``overflow`` and ``err`` bits.
 
     Ports
     -----
@@ -274,196 +265,25 @@ class RxPort(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
-        n, w, pb, lb, nh = cfg.n_channels, cfg.beat_bytes, cfg.packet_bytes, cfg.landing_beats, cfg.landing_headers
-        vbits, abits, hbits = exact_log2(n), exact_log2(lb), exact_log2(nh)
-        fbits, sbits = exact_log2(cfg.n_fsms), exact_log2(cfg.rx_sources)
-        f, fv = self.flit.payload, self.flit.valid
-        m.d.comb += self.flit.ready.eq(1)
-
-        # -- landing buffer: channel v owns rows [v*lb, (v+1)*lb), a ring with write/read pointers (+1 wrap bit)
-        m.submodules.landing = landing = Memory(shape=unsigned(8 * w), depth=n * lb, init=[])
-        wr = landing.write_port()
-        rd = landing.read_port()
-        wp = Signal(data.ArrayLayout(unsigned(abits + 1), n))
-        rp = Signal(data.ArrayLayout(unsigned(abits + 1), n))
-
-        # -- message-header FIFOs, one small memory per VC with an asynchronous read of its head
-        hwp = Signal(data.ArrayLayout(unsigned(hbits + 1), n))
-        hrp = Signal(data.ArrayLayout(unsigned(hbits + 1), n))
-        hdr_wr = []
-        for v in range(n):
-            mem = Memory(shape=packet_header_layout(), depth=nh, init=[])
-            m.submodules[f"headers{v}"] = mem
-            hw_port, hr_port = mem.write_port(), mem.read_port(domain="comb")
-            hdr_wr.append(hw_port)
-            m.d.comb += [
-                hr_port.addr.eq(hrp[v][:hbits]),
-                self.heads[v].eq(hr_port.data),
-                self.hdr_valid[v].eq(hwp[v] != hrp[v]),
-                hw_port.addr.eq(hwp[v][:hbits]),
-                hw_port.data.eq(f.hdr),
-            ]
-
-        # -- per-VC message in progress (for checking its later packets)
-        cur = Signal(data.ArrayLayout(packet_header_layout(), n))
-        in_msg = Signal(n)
-        exp_off = Signal(data.ArrayLayout(unsigned(_LENGTH_BITS + 1), n))
-
-        # -- packet in progress on the link
-        in_pkt = Signal()
-        pkt_vc = Signal(CHANNEL_BITS)             # the open packet's channel
-        pkt_vc_ok = Signal()
-        pkt_nonempty = Signal()
-        pkt_left = Signal(range(cfg.packet_beats))     # flits still due after the current one
-        crc = Signal(32)
-
-        # Error sources of this cycle as (vc, condition) pairs; OR-ed per VC at the end.
-        flags = []
-        overflow_set = Signal()
-
-        # Context of this flit: the first flit opens a packet, later ones belong to the open packet.
-        hdr = f.hdr
-        # the channel a first flit opens: its VC, and through a switch its source's group of VCs
-        hdr_ch = Signal(CHANNEL_BITS)
-        hdr_ok = Signal()
-        m.d.comb += [hdr_ch.eq(Cat(hdr.vc[:fbits], hdr.src[:sbits])),
-                     hdr_ok.eq((hdr.vc < cfg.n_fsms) & ((hdr.src < cfg.rx_sources) if cfg.rx_sources > 1 else 1))]
-        vc = Signal(CHANNEL_BITS)
-        vc_ok = Signal()
-        nonempty = Signal()
-        framed = Signal()                            # the flit belongs to a packet
-        left = Signal.like(pkt_left)
-        rest = Signal(_LENGTH_BITS)                   # message bytes from this packet on
-        pkt_flits = _ceil_beats(Mux(rest > pb, pb, rest), w)
+        m.submodules.deframer = dfr = RxDeframer(self.cfg)
+        m.submodules.buffer = buf = LandingBuffer(self.cfg)
+        wiring.connect(m, wiring.flipped(self.flit), dfr.flit)
+        wiring.connect(m, dfr.hdr, buf.hdr_in)
+        wiring.connect(m, dfr.beat, buf.beat_in)
+        wiring.connect(m, buf.data, wiring.flipped(self.data))
         m.d.comb += [
-            rest.eq(hdr.length - hdr.offset),
-            vc.eq(Mux(f.first, hdr_ch, pkt_vc)),
-            vc_ok.eq(Mux(f.first, hdr_ok, pkt_vc_ok)),
-            nonempty.eq(Mux(f.first, hdr.length != 0, pkt_nonempty)),
-            framed.eq(f.first | in_pkt),
-            left.eq(Mux(f.first, Mux(hdr.length == 0, 0, pkt_flits - 1), pkt_left)),
-        ]
-        v_idx = vc[:vbits]
-        # A packet cut short (no last flit) or a flit outside any packet: blame the open packet's VC.
-        flags.append((pkt_vc, fv & pkt_vc_ok & (f.first & in_pkt | ~framed)))
-        # The packet's flit count follows from the message length: `last` must come on time.
-        flags.append((vc, fv & framed & vc_ok & (f.last != (left == 0))))
-
-        with m.If(fv):
-            m.d.sync += [self.flits.eq(self.flits + 1), self.packets.eq(self.packets + f.last)]
-            with m.If(f.first):
-                m.d.sync += [pkt_vc.eq(hdr_ch), pkt_vc_ok.eq(hdr_ok), pkt_nonempty.eq(hdr.length != 0)]
-            m.d.sync += [in_pkt.eq(framed & ~f.last), pkt_left.eq(left - 1)]
-            with m.If(~vc_ok & framed):
-                m.d.comb += overflow_set.eq(1)
-
-        # First flit: check the header against the message in progress on its VC.
-        c = Signal(packet_header_layout())
-        c_in_msg = Signal()
-        c_exp_off = Signal.like(exp_off[0])
-        m.d.comb += [c.eq(cur[v_idx]), c_in_msg.eq(in_msg.bit_select(v_idx, 1)), c_exp_off.eq(exp_off[v_idx])]
-        start = hdr.offset == 0
-        same = ((hdr.dst == c.dst) & (hdr.src == c.src) & (hdr.tag == c.tag) & (hdr.chunk == c.chunk) &
-                (hdr.phase == c.phase) & (hdr.key == c.key) & (hdr.length == c.length))
-        bad_hdr = Signal()
-        m.d.comb += bad_hdr.eq(Mux(start, c_in_msg, ~c_in_msg | ~same | (hdr.offset != c_exp_off))
-                               | (hdr.last != (hdr.offset + pb >= hdr.length))
-                               | ((hdr.length != 0) & (hdr.offset >= hdr.length)))
-        opening = fv & f.first & vc_ok
-        flags.append((vc, opening & bad_hdr))
-        with m.If(opening):
-            m.d.sync += [in_msg.bit_select(v_idx, 1).eq(~hdr.last), exp_off[v_idx].eq(hdr.offset + pb)]
-            with m.If(start):
-                m.d.sync += cur[v_idx].eq(hdr)
-
-        # Header FIFO push on a message's first packet.
-        hwp_v, hdr_full = Signal.like(hwp[0]), Signal()
-        m.d.comb += [hwp_v.eq(hwp[v_idx]), hdr_full.eq((hwp_v - hrp[v_idx])[:hbits + 1] == nh)]
-        push = opening & start
-        with m.If(push):
-            with m.If(hdr_full):
-                m.d.comb += overflow_set.eq(1)
-            with m.Else():
-                m.d.sync += hwp[v_idx].eq(hwp_v + 1)
-        flags.append((vc, push & hdr_full))
-        for v in range(n):
-            m.d.comb += hdr_wr[v].en.eq(push & ~hdr_full & (v_idx == v))
-
-        # Payload beat: into the VC's ring unless it is full.
-        wp_v, beat_full = Signal.like(wp[0]), Signal()
-        m.d.comb += [wp_v.eq(wp[v_idx]), beat_full.eq((wp_v - rp[v_idx])[:abits + 1] == lb)]
-        write = fv & framed & vc_ok & nonempty
-        with m.If(write):
-            with m.If(beat_full):
-                m.d.comb += overflow_set.eq(1)
-            with m.Else():
-                m.d.sync += wp[v_idx].eq(wp_v + 1)
-        flags.append((vc, write & beat_full))
-        m.d.comb += [
-            wr.addr.eq(Cat(wp_v[:abits], v_idx)),
-            wr.data.eq(f.data),
-            wr.en.eq(write & ~beat_full),
+            buf.sel.eq(self.sel), buf.hdr_pop.eq(self.hdr_pop),
+            self.heads.eq(buf.heads), self.hdr_valid.eq(buf.hdr_valid),
+            self.levels.eq(buf.levels), self.hdr_levels.eq(buf.hdr_levels), self.credit.eq(buf.credit),
+            self.flits.eq(dfr.flits), self.packets.eq(dfr.packets), self.crc_errors.eq(dfr.crc_errors),
         ]
 
-        # CRC over the header word then each payload flit; checked at the packet's last flit.
-        hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32)
-        m.d.comb += [
-            hdr_crc.eq(crc32_next(Const(CRC32_INIT, 32), _header_crc_bits(hdr))),
-            base.eq(Mux(f.first, hdr_crc, crc)),
-            crc_after.eq(Mux(nonempty, crc32_next(base, f.data), base)),
-        ]
-        crc_bad = fv & framed & f.last & ((crc_after ^ CRC32_XOROUT) != f.crc)
-        with m.If(fv):
-            m.d.sync += crc.eq(crc_after)
-        with m.If(crc_bad):
-            m.d.sync += self.crc_errors.eq(self.crc_errors + 1)
-        flags.append((vc, crc_bad & vc_ok))
-
-        # -- consumer side: a one-beat read pipeline (sync read, `en` holds the beat while stalled).
-        # `osel` is the VC of the beat in the read port's output; a beat of another VC than `sel` is not
-        # shown and may be overwritten: the ring's read pointer only moves when a beat is taken.
-        out_valid = Signal()
-        osel = Signal(CHANNEL_BITS)
-        sel_idx = self.sel[:vbits]
-        sel_ok = self.sel < n
-        mine, take, can_issue = Signal(), Signal(), Signal()
-        rp_s, count = Signal.like(rp[0]), Signal.like(rp[0])
-        m.d.comb += [
-            mine.eq(out_valid & (osel == self.sel)),
-            take.eq(mine & self.data.ready),
-            can_issue.eq(~mine | self.data.ready),
-            rp_s.eq(rp[sel_idx]),
-            count.eq(wp[sel_idx] - rp_s),
-            self.data.valid.eq(mine),
-            self.data.payload.eq(rd.data),
-            rd.en.eq(can_issue),
-            rd.addr.eq(Cat((rp_s + mine)[:abits], sel_idx)),
-        ]
-        with m.If(can_issue):
-            m.d.sync += [out_valid.eq(sel_ok & (count > mine)), osel.eq(self.sel)]
-        with m.If(take):
-            m.d.sync += rp[sel_idx].eq(rp_s + 1)
-
-        for v in range(n):
-            m.d.comb += [self.levels[v].eq(wp[v] - rp[v]), self.hdr_levels[v].eq(hwp[v] - hrp[v])]
-
-        pop = self.hdr_pop & sel_ok & self.hdr_valid.bit_select(sel_idx, 1)
-        with m.If(pop):
-            m.d.sync += hrp[sel_idx].eq(hrp[sel_idx] + 1)
-
-        m.d.sync += [
-            self.credit.beat.eq(take),
-            self.credit.beat_vc.eq(self.sel),
-            self.credit.hdr.eq(pop),
-            self.credit.hdr_vc.eq(self.sel),
-        ]
-
-        # -- sticky errors
-        with m.If(overflow_set):
+        # -- sticky errors: a bad channel or a dropped header/beat is an overflow; a new error beats a clear
+        err_set = dfr.err | buf.dropped
+        with m.If(dfr.bad_channel | buf.dropped.any()):
             m.d.sync += self.overflow.eq(1)
-        for v in range(n):
-            with m.If(Cat(*[cond & (where == v) for where, cond in flags]).any()):
+        for v in range(self.cfg.n_channels):
+            with m.If(err_set[v]):
                 m.d.sync += self.err[v].eq(1)
             with m.Elif(self.err_clear & (self.sel == v)):
                 m.d.sync += self.err[v].eq(0)

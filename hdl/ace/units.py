@@ -17,19 +17,15 @@ from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
-from ..alu import ReductionAlu
 from ..common.layouts import CHANNEL_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
 from .dma import dma_cmd_layout
+from .recvback import RecvWriteBack
+from .recvissue import RecvIssue
 from .sram import BankStreamer, sram_read_layout, sram_write_layout
+from .unitio import STATUS_SHAPE, _w, done_layout, fwd_data_layout, fwd_msg_layout
 
 __all__ = ["job_layouts", "LoadUnit", "LoadSequencer", "SendUnit", "RecvUnit", "TxMux", "StoreUnit", "beat_stream", "dma_cmd_layout",
            "fwd_msg_layout", "fwd_data_layout"]
-
-STATUS_SHAPE = unsigned(8)
-
-
-def _w(n):
-    return unsigned(max(1, (n - 1).bit_length()))
 
 
 def beat_stream(cfg, last=True, err=False):
@@ -67,12 +63,6 @@ def job_layouts(cfg):
             "fwd_hdr": packet_header_layout(),  # the header of the forwarded message
         }),
     }
-
-
-def done_layout(cfg):
-    """A unit's report that a step retired (``buf``/``slot``: the slot a LOAD filled)."""
-    return data.StructLayout({"valid": 1, "fsm": _w(cfg.n_fsms), "cmd": _w(cfg.n_cmds), "status": STATUS_SHAPE,
-                              "buf": sram_read_layout(cfg).members["buf"], "slot": unsigned(10)})
 
 
 class LoadUnit(wiring.Component):
@@ -145,16 +135,6 @@ class LoadUnit(wiring.Component):
         return m
 
 
-def fwd_msg_layout():
-    """A forwarded message's header and the output port it leaves on."""
-    return data.StructLayout({"hdr": packet_header_layout(), "port": unsigned(3)})
-
-
-def fwd_data_layout(cfg):
-    """A forwarded beat: data, the message's last beat, and the output port."""
-    return data.StructLayout({"data": unsigned(8 * cfg.beat_bytes), "last": 1, "port": unsigned(3)})
-
-
 class SendUnit(wiring.Component):
     """SEND: streams ``beats`` beats of a slot to the output port after the message header.
 
@@ -223,7 +203,10 @@ class RecvUnit(wiring.Component):
 
     Pipelined in two halves so that consecutive messages stream back to back: the front end reads the landing
     buffer (and the slot's operand) of one job while the back end writes and forwards the results of the
-    previous one; a third job may wait in a one-entry queue (``job.ready``). Two jobs of one FSM may be in the
+    previous one; a third job may wait in a one-entry queue (``job.ready``). The unit keeps the job queue, the
+    header check and the landing-buffer release (header pop, status) itself; :class:`~.recvissue.RecvIssue`
+    reads the operand and feeds the ALU or the bypass queue, :class:`~.recvback.RecvWriteBack` writes and
+    forwards the results and reports ``done``. Two jobs of one FSM may be in the
     unit at once (the control unit overlaps an FSM's consecutive RECVs on a port), but never on the same slot,
     so the two halves never touch the same SRAM rows. ``unpopped`` flags the channels whose head header
     belongs to a job the unit holds: a second RECV on such a channel is granted only once that header is
@@ -265,23 +248,17 @@ class RecvUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        W = 8 * cfg.beat_bytes
         jl = job_layouts(cfg)["recv"]
         beat_shift = (cfg.beat_bytes - 1).bit_length()
-        m.submodules.alu = alu = ReductionAlu(cfg.lanes, dtypes=cfg.dtypes)
-        m.submodules.streamer = st = BankStreamer(cfg)
-        m.submodules.bypass = bypass = fifo.SyncFIFOBuffered(width=W, depth=4)
-        # back-end job queue (pushed when the front end takes a job) and status queue (pushed when it ends)
-        be_l = data.StructLayout({"fsm": jl.members["fsm"], "cmd": jl.members["cmd"], "buf": jl.members["buf"],
-                                  "sram_addr": jl.members["sram_addr"], "beats": unsigned(16), "reduce": 1,
-                                  "fwd": 1, "fwd_port": unsigned(3), "fill": 1})
-        m.submodules.beq = beq = fifo.SyncFIFOBuffered(width=be_l.size, depth=2)
-        # statq is written without a w_rdy check (it holds a subset of beq's jobs, so never more than 2): it must
-        # be a plain SyncFIFO, whose w_rdy is exactly level < depth. A SyncFIFOBuffered of depth 2 refuses a
-        # write in the cycle after a write into it while empty (the entry is still moving to its output
-        # register), which lost the status of an empty message right behind a full one and hung its chunk.
-        m.submodules.statq = statq = fifo.SyncFIFO(width=STATUS_SHAPE.width, depth=2)
-        m.submodules.fwdq = fwdq = fifo.SyncFIFOBuffered(width=fwd_msg_layout().size, depth=2)
+        m.submodules.issue = iss = RecvIssue(cfg)       # operand read, ALU / bypass
+        m.submodules.back = wb = RecvWriteBack(cfg)     # slot write, forward, done
+        wiring.connect(m, wiring.flipped(self.land), iss.land)
+        wiring.connect(m, iss.reduced, wb.reduced)
+        wiring.connect(m, iss.copied, wb.copied)
+        wiring.connect(m, wb.fwd_msg, wiring.flipped(self.fwd_msg))
+        wiring.connect(m, wb.fwd_data, wiring.flipped(self.fwd_data))
+        m.d.comb += [self.rd.eq(iss.rd), iss.rdata.eq(self.rdata), self.wr.eq(wb.wr), self.done.eq(wb.done),
+                     self.alu_beats.eq(iss.alu_beats)]
 
         # ---- one-entry job queue ----------------------------------------------------------------------
         nxt = Signal(jl)
@@ -326,8 +303,13 @@ class RecvUnit(wiring.Component):
         prestart = Signal()
         m.d.comb += [
             # the operand of the queued job is read ahead, as soon as the current job's reads are issued
-            prestart.eq(nxt_v & ~nxt_started & needs_operand & st.ready),
-            load.eq(nxt_v & (~fe_v | fe_end) & beq.w_rdy & fwdq.w_rdy & (nxt_started | ~needs_operand | st.ready)),
+            iss.operand.valid.eq(nxt_v & ~nxt_started & needs_operand),
+            iss.operand.payload.buf.eq(nxt.buf), iss.operand.payload.addr.eq(nxt.sram_addr),
+            iss.operand.payload.beats.eq(nxt.beats),
+            prestart.eq(iss.operand.valid & iss.operand.ready),
+            # the job moves on to the front end (and is queued at the back end) when its operand is started
+            wb.job.valid.eq(nxt_v & (~fe_v | fe_end) & (nxt_started | ~needs_operand | iss.operand.ready)),
+            load.eq(wb.job.valid & wb.job.ready),
         ]
         with m.If(prestart & ~load):
             m.d.sync += nxt_started.eq(1)
@@ -339,91 +321,23 @@ class RecvUnit(wiring.Component):
             ]
         with m.Elif(fe_end):
             m.d.sync += fe_v.eq(0)
-        be_in = Signal(be_l)
-        fwd_in = Signal(fwd_msg_layout())
+        wj = wb.job.payload
         m.d.comb += [
-            be_in.fsm.eq(nxt.fsm), be_in.cmd.eq(nxt.cmd), be_in.buf.eq(nxt.buf), be_in.sram_addr.eq(nxt.sram_addr),
-            be_in.beats.eq(nxt.beats), be_in.reduce.eq(nxt.reduce), be_in.fwd.eq(nxt.fwd),
-            be_in.fwd_port.eq(nxt.fwd_port), be_in.fill.eq(mismatch),
-            beq.w_en.eq(load), beq.w_data.eq(be_in),
-            fwd_in.hdr.eq(nxt.fwd_hdr), fwd_in.hdr.poison.eq(mismatch | head.poison), fwd_in.port.eq(nxt.fwd_port),
-            fwdq.w_en.eq(load & nxt.fwd), fwdq.w_data.eq(fwd_in),
-            # the operand of a reduction streams beside the landing beats
-            st.start.eq(prestart),
-            st.buf.eq(nxt.buf), st.addr.eq(nxt.sram_addr), st.beats.eq(nxt.beats),
-            self.rd.eq(st.rd), st.rdata.eq(self.rdata),
+            *[wj[k].eq(nxt[k]) for k in ("fsm", "cmd", "buf", "sram_addr", "beats", "reduce", "fwd", "fwd_port")],
+            wj.fill.eq(mismatch),
+            wj.fwd_hdr.eq(nxt.fwd_hdr), wj.fwd_hdr.poison.eq(mismatch | head.poison),
+            # landing beats: dropped when draining, else reduced with the operand or passed through
+            iss.mode.run.eq(fe_v & (left != 0)), iss.mode.drain.eq(drain), iss.mode.reduce.eq(fe.reduce),
+            iss.mode.dtype.eq(fe.dtype), iss.mode.op.eq(fe.op),
         ]
-        # landing beats -> the ALU (with the operand) or the bypass queue; drained beats are dropped
-        running = fe_v & (left != 0)
-        with m.If(drain):
-            m.d.comb += self.land.ready.eq(running)
-        with m.Elif(fe.reduce):
-            m.d.comb += [
-                alu.i.valid.eq(running & self.land.valid & st.o.valid),
-                alu.i.payload.a.eq(self.land.payload),
-                alu.i.payload.b.eq(st.o.payload.data),
-                alu.i.payload.dtype.eq(fe.dtype),
-                alu.i.payload.op.eq(fe.op),
-                self.land.ready.eq(running & st.o.valid & alu.i.ready),
-                st.o.ready.eq(running & self.land.valid & alu.i.ready),
-            ]
-        with m.Else():
-            m.d.comb += [
-                bypass.w_en.eq(running & self.land.valid),
-                bypass.w_data.eq(self.land.payload),
-                self.land.ready.eq(running & bypass.w_rdy),
-            ]
         with m.If(land_take & ~load):     # a load in the job's last-beat cycle restarts the count
             m.d.sync += rcount.eq(rcount + 1)
-        with m.If(alu.i.valid & alu.i.ready):
-            m.d.sync += self.alu_beats.eq(self.alu_beats + 1)
         # end of the front end's job: pop its header, report errors of its channel
         m.d.comb += [
             self.hdr_pop.eq(fe_end),
             self.err_clear.eq(fe_end & vc_err),
-            statq.w_en.eq(fe_end),
-            statq.w_data.eq(Mux(vc_err, Status.LINK_CRC, fe_status)),
-        ]
-
-        # ---- back end -----------------------------------------------------------------------------------
-        be = data.View(be_l, beq.r_data)
-        wcount = Signal(16)
-        res_valid = Signal()
-        res_data = Signal(W)
-        res_take = Signal()
-        with m.If(be.fill):
-            m.d.comb += res_valid.eq(1)
-        with m.Elif(be.reduce):
-            m.d.comb += [res_valid.eq(alu.o.valid), res_data.eq(alu.o.payload.data), alu.o.ready.eq(res_take)]
-        with m.Else():
-            m.d.comb += [res_valid.eq(bypass.r_rdy), res_data.eq(bypass.r_data), bypass.r_en.eq(res_take)]
-        pending = beq.r_rdy & (wcount != be.beats)
-        m.d.comb += [
-            res_take.eq(pending & res_valid & (~be.fwd | self.fwd_data.ready)),
-            self.fwd_data.valid.eq(pending & res_valid & be.fwd),
-            self.fwd_data.payload.data.eq(Mux(be.fill, 0, res_data)),
-            self.fwd_data.payload.last.eq(wcount + 1 == be.beats),
-            self.fwd_data.payload.port.eq(be.fwd_port),
-            self.wr.en.eq(res_take & ~be.fill),
-            self.wr.buf.eq(be.buf),
-            self.wr.addr.eq(be.sram_addr + wcount),
-            self.wr.data.eq(res_data),
-            self.fwd_msg.valid.eq(fwdq.r_rdy),
-            self.fwd_msg.payload.eq(fwdq.r_data),
-            fwdq.r_en.eq(self.fwd_msg.ready),
-        ]
-        with m.If(res_take):
-            m.d.sync += wcount.eq(wcount + 1)
-        # the job is done once its results are written and the front end has reported its status
-        finish = beq.r_rdy & (wcount == be.beats) & statq.r_rdy
-        m.d.comb += [beq.r_en.eq(finish), statq.r_en.eq(finish)]
-        with m.If(finish):
-            m.d.sync += wcount.eq(0)
-        m.d.sync += [
-            self.done.valid.eq(finish),
-            self.done.fsm.eq(be.fsm),
-            self.done.cmd.eq(be.cmd),
-            self.done.status.eq(statq.r_data),
+            wb.status.valid.eq(fe_end),
+            wb.status.payload.eq(Mux(vc_err, Status.LINK_CRC, fe_status)),
         ]
         return m
 

@@ -1,0 +1,157 @@
+"""The receive side's landing buffer: :class:`LandingBuffer` keeps the checked payload beats and message
+headers of every landing channel until the receive unit takes them, and returns their credits.
+(See :mod:`.link` for the credit protocol, :class:`~.rxframe.RxDeframer` for what it is fed.)
+"""
+
+from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ..common.layouts import CHANNEL_BITS, credit_layout, packet_header_layout
+from .config import AceConfig
+
+__all__ = ["LandingBuffer", "header_push_layout", "beat_write_layout"]
+
+
+def header_push_layout():
+    """A message header for the header queue of channel ``ch``."""
+    return data.StructLayout({"ch": CHANNEL_BITS, "hdr": packet_header_layout()})
+
+
+def beat_write_layout(cfg: AceConfig):
+    """A payload beat for the ring of channel ``ch``."""
+    return data.StructLayout({"ch": CHANNEL_BITS, "data": unsigned(8 * cfg.beat_bytes)})
+
+
+def _push(m, wp, rp, idx, cap, valid, name):
+    """Queue ``idx`` of the pointer arrays ``wp``/``rp`` (with a wrap bit) takes an entry if ``valid`` and it
+    holds fewer than ``cap``: its write pointer, whether it takes the entry, whether the entry is dropped."""
+    wp_i, full = Signal.like(wp[0], name=f"{name}_wp"), Signal(name=f"{name}_full")
+    m.d.comb += [wp_i.eq(wp[idx]), full.eq((wp_i - rp[idx])[:len(wp_i)] == cap)]
+    with m.If(valid & ~full):
+        m.d.sync += wp[idx].eq(wp_i + 1)
+    return wp_i, valid & ~full, valid & full
+
+
+class LandingBuffer(wiring.Component):
+    """Per landing channel: a ring of ``landing_beats`` payload beats and a queue of ``landing_headers``
+    message headers, written by the link side, read by one consumer.
+
+    Ports
+    -----
+    hdr_in : In(stream.Signature(header_push_layout(), always_ready=True))
+        A header pushed into the queue of ``ch``; dropped if that queue is full.
+    beat_in : In(stream.Signature(beat_write_layout(cfg), always_ready=True))
+        A beat written into the ring of ``ch``; dropped if that ring is full.
+    dropped : Out(n_channels)
+        Combinational: the channel whose header or beat is dropped in this cycle (a credit protocol violation).
+    heads, hdr_valid, sel, hdr_pop, data, levels, hdr_levels, credit
+        The consumer side, exactly as :class:`~.link.RxPort` documents them: ``data`` shows the beats of
+        channel ``sel`` through a one-beat read pipeline (valid one cycle after ``sel`` changes, a beat
+        written in cycle t can be valid in cycle t + 2); ``credit`` returns, registered, a beat credit per beat
+        taken and a header credit per effective ``hdr_pop``.
+    """
+
+    def __init__(self, cfg: AceConfig):
+        self.cfg = cfg
+        n, w = cfg.n_channels, cfg.beat_bytes
+        super().__init__({
+            "hdr_in": In(stream.Signature(header_push_layout(), always_ready=True)),
+            "beat_in": In(stream.Signature(beat_write_layout(cfg), always_ready=True)),
+            "dropped": Out(n),
+            "heads": Out(data.ArrayLayout(packet_header_layout(), n)),
+            "hdr_valid": Out(n),
+            "sel": In(CHANNEL_BITS),
+            "hdr_pop": In(1),
+            "data": Out(stream.Signature(unsigned(8 * w))),
+            "levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_beats) + 1), n)),
+            "hdr_levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_headers) + 1), n)),
+            "credit": Out(credit_layout()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        n, w, lb, nh = cfg.n_channels, cfg.beat_bytes, cfg.landing_beats, cfg.landing_headers
+        vbits, abits, hbits = exact_log2(n), exact_log2(lb), exact_log2(nh)
+
+        # -- landing buffer: channel v owns rows [v*lb, (v+1)*lb), a ring with write/read pointers (+1 wrap bit)
+        m.submodules.landing = landing = Memory(shape=unsigned(8 * w), depth=n * lb, init=[])
+        wr = landing.write_port()
+        rd = landing.read_port()
+        wp = Signal(data.ArrayLayout(unsigned(abits + 1), n))
+        rp = Signal(data.ArrayLayout(unsigned(abits + 1), n))
+
+        # -- message-header FIFOs, one small memory per VC with an asynchronous read of its head
+        hwp = Signal(data.ArrayLayout(unsigned(hbits + 1), n))
+        hrp = Signal(data.ArrayLayout(unsigned(hbits + 1), n))
+        hdr_wr = []
+        for v in range(n):
+            mem = Memory(shape=packet_header_layout(), depth=nh, init=[])
+            m.submodules[f"headers{v}"] = mem
+            hw_port, hr_port = mem.write_port(), mem.read_port(domain="comb")
+            hdr_wr.append(hw_port)
+            m.d.comb += [
+                hr_port.addr.eq(hrp[v][:hbits]),
+                self.heads[v].eq(hr_port.data),
+                self.hdr_valid[v].eq(hwp[v] != hrp[v]),
+                hw_port.addr.eq(hwp[v][:hbits]),
+                hw_port.data.eq(self.hdr_in.payload.hdr),
+            ]
+
+        # Header push on a message's first packet and payload beat write, each unless its queue is full.
+        h_idx, v_idx = self.hdr_in.payload.ch[:vbits], self.beat_in.payload.ch[:vbits]
+        _, hdr_ok, hdr_drop = _push(m, hwp, hrp, h_idx, nh, self.hdr_in.valid, "hdr")
+        wp_v, beat_ok, beat_drop = _push(m, wp, rp, v_idx, lb, self.beat_in.valid, "beat")
+        for v in range(n):
+            m.d.comb += hdr_wr[v].en.eq(hdr_ok & (h_idx == v))
+        m.d.comb += [
+            wr.addr.eq(Cat(wp_v[:abits], v_idx)),
+            wr.data.eq(self.beat_in.payload.data),
+            wr.en.eq(beat_ok),
+        ]
+        for v in range(n):
+            m.d.comb += self.dropped[v].eq(hdr_drop & (self.hdr_in.payload.ch == v)
+                                           | beat_drop & (self.beat_in.payload.ch == v))
+
+        # -- consumer side: a one-beat read pipeline (sync read, `en` holds the beat while stalled).
+        # `osel` is the VC of the beat in the read port's output; a beat of another VC than `sel` is not
+        # shown and may be overwritten: the ring's read pointer only moves when a beat is taken.
+        out_valid = Signal()
+        osel = Signal(CHANNEL_BITS)
+        sel_idx = self.sel[:vbits]
+        sel_ok = self.sel < n
+        mine, take, can_issue = Signal(), Signal(), Signal()
+        rp_s, count = Signal.like(rp[0]), Signal.like(rp[0])
+        m.d.comb += [
+            mine.eq(out_valid & (osel == self.sel)),
+            take.eq(mine & self.data.ready),
+            can_issue.eq(~mine | self.data.ready),
+            rp_s.eq(rp[sel_idx]),
+            count.eq(wp[sel_idx] - rp_s),
+            self.data.valid.eq(mine),
+            self.data.payload.eq(rd.data),
+            rd.en.eq(can_issue),
+            rd.addr.eq(Cat((rp_s + mine)[:abits], sel_idx)),
+        ]
+        with m.If(can_issue):
+            m.d.sync += [out_valid.eq(sel_ok & (count > mine)), osel.eq(self.sel)]
+        with m.If(take):
+            m.d.sync += rp[sel_idx].eq(rp_s + 1)
+
+        for v in range(n):
+            m.d.comb += [self.levels[v].eq(wp[v] - rp[v]), self.hdr_levels[v].eq(hwp[v] - hrp[v])]
+
+        pop = self.hdr_pop & sel_ok & self.hdr_valid.bit_select(sel_idx, 1)
+        with m.If(pop):
+            m.d.sync += hrp[sel_idx].eq(hrp[sel_idx] + 1)
+
+        m.d.sync += [
+            self.credit.beat.eq(take),
+            self.credit.beat_vc.eq(self.sel),
+            self.credit.hdr.eq(pop),
+            self.credit.hdr_vc.eq(self.sel),
+        ]
+        return m

@@ -25,7 +25,7 @@ Dataflow of a command (see docs/engine.md):
    is acknowledged its buffer is freed; when all chunks of a command are done it completes.
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -288,11 +288,12 @@ def _wire_port(m, p, iss, jb, k):
     state to issue arbiter ``iss``, job builder ``jb``'s jobs, reservations and orders to it, and the count lane
     of the message a RECV granted on it takes to ``jb``."""
     status = iss.port[k]
-    with m.If(jb.step.port == k):
-        m.d.comb += jb.msg_count.eq(p.heads[iss.grant.ch].count)
+    with m.If(jb.step.port == k):     # the awaited header: the channel's head, or the one behind it
+        head = p.heads[iss.grant.ch]
+        m.d.comb += jb.msg_count.eq(Mux(iss.grant.second, p.nexts[iss.grant.ch].count, head.count))
     m.d.comb += [status.send_ready.eq(p.send_job.ready), status.recv_ready.eq(p.recv_job.ready),
                  status.order_ready.eq(p.order.ready)]
-    for name in ("dep_req", "tx_room", "beat_credits", "hdr_credits", "hdr_valid", "unpopped", "heads"):
+    for name in ("dep_req", "tx_room", "beat_credits", "hdr_credits", "hdr_valid", "hdr_two", "unpopped", "heads"):
         m.d.comb += status[name].eq(getattr(p, name))
     wiring.connect(m, jb.send_job[k], wiring.flipped(p.send_job))
     wiring.connect(m, jb.recv_job[k], wiring.flipped(p.recv_job))

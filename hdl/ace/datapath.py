@@ -45,6 +45,8 @@ def port_signature(cfg):
         "hdr_credits": In(data.ArrayLayout(unsigned(cfg.landing_headers.bit_length()), n)),
         "heads": In(data.ArrayLayout(packet_header_layout(), n)),   # RxPort.heads / hdr_valid
         "hdr_valid": In(n),
+        "nexts": In(data.ArrayLayout(packet_header_layout(), n)),  # RxPort.nexts / hdr_two
+        "hdr_two": In(n),
         "dep_req": In(1),                           # the deposit unit waits for this port's landing buffer
     })
 
@@ -134,11 +136,12 @@ class Datapath(wiring.Component):
                 p.unpopped.eq(ru.unpopped), tx.reserve.eq(p.reserve),
                 p.beat_credits.eq(tx.beat_credits), p.hdr_credits.eq(tx.hdr_credits),
                 p.heads.eq(rx.heads), p.hdr_valid.eq(rx.hdr_valid), p.dep_req.eq(dep.req[k]),
+                p.nexts.eq(rx.nexts), p.hdr_two.eq(rx.hdr_two),
                 # receive unit (or, when it has borrowed the port, the deposit unit) <-> landing buffer
                 rx.sel.eq(Mux(dep_own[k], dep.sel, ru.sel)),
                 rx.hdr_pop.eq(Mux(dep_own[k], dep.hdr_pop, ru.hdr_pop)),
                 rx.err_clear.eq(Mux(dep_own[k], dep.err_clear, ru.err_clear)),
-                ru.heads.eq(rx.heads), ru.vc_err.eq(rx.err),
+                ru.heads.eq(rx.heads), ru.nexts.eq(rx.nexts), ru.vc_err.eq(rx.err),
                 ru.land.valid.eq(rx.data.valid & ~dep_own[k]), ru.land.payload.eq(rx.data.payload),
                 rx.data.ready.eq(Mux(dep_own[k], dep.land.ready, ru.land.ready)),
                 dep.heads[k].eq(rx.heads), dep.hdr_valid[k].eq(rx.hdr_valid), dep.errs[k].eq(rx.err),

@@ -8,9 +8,13 @@ A step is granted when every resource it needs is free (docs/engine.md section 4
   message on the same unit, ``behind``), and the message's channel has a whole message of beat credits and a
   header credit;
 - RECV on port ``k``: the receive unit takes a job and the deposit unit does not want the port; the awaited
-  header heads a landing channel (``hit``: on a point-to-point port the FSM's own channel; through a switch
-  the first source's channel whose head matches the step's tag, chunk, phase and key) and no job the unit
-  holds has that header still unpopped; a forward also needs its output port as a SEND does;
+  header is the next one of a landing channel no job the unit holds has taken (``hit``). On a point-to-point
+  port that is the FSM's own channel: its head if the unit holds no job of the channel, its second header
+  (``hdr_two``) if the unit holds one (``unpopped``: the job's header is the head until the job ends), so an
+  FSM's next RECV waits in the unit, its operand read ahead, while the current message still streams
+  (``grant.second`` tells the job builder which header's count lane the job takes). Through a switch it is
+  the first source's channel whose head matches the step's tag, chunk, phase and key and is not held. A
+  forward also needs its output port as a SEND does;
 - a no-op step (illegal, or an empty LOAD/STORE): nothing.
 
 Of the FSMs whose step can go, the one whose chunk was dispatched first wins (:class:`~.arbiter.OldestFirst`).
@@ -54,7 +58,7 @@ def port_status_layout(cfg):
         "send_ready": 1, "recv_ready": 1, "dep_req": 1, "order_ready": 1, "tx_room": 1,
         "beat_credits": data.ArrayLayout(unsigned(cfg.landing_beats.bit_length()), n),
         "hdr_credits": data.ArrayLayout(unsigned(cfg.landing_headers.bit_length()), n),
-        "hdr_valid": unsigned(n), "unpopped": unsigned(n),
+        "hdr_valid": unsigned(n), "hdr_two": unsigned(n), "unpopped": unsigned(n),
         "heads": data.ArrayLayout(packet_header_layout(), n),
     })
 
@@ -70,7 +74,8 @@ class IssueArbiter(wiring.Component):
             "fsm": In(data.ArrayLayout(fsm_request_layout(cfg), F)),
             "port": In(data.ArrayLayout(port_status_layout(cfg), cfg.n_ports)),
             "load_ready": In(1), "store_ready": In(1),
-            "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS)})),
+            "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS),
+                                            "second": 1})),
             "cause_port": Out(F), "cause_cred": Out(F), "cause_land": Out(F), "cause_dma": Out(F),
         })
 
@@ -82,10 +87,13 @@ class IssueArbiter(wiring.Component):
         # per port and FSM: the awaited header heads a channel (and which)
         hit = [Signal(F, name=f"rx{k}_hit") for k in range(K)]
         hit_ch = [[Signal(CHANNEL_BITS, name=f"rx{k}_fsm{f}_ch") for f in range(F)] for k in range(K)]
+        second = [Signal(F, name=f"rx{k}_second") for k in range(K)]
         for f, r in enumerate(self.fsm):
             for k, p in enumerate(ports):
                 if S == 1:
-                    m.d.comb += [hit[k][f].eq(p.hdr_valid[f] & ~p.unpopped[f]), hit_ch[k][f].eq(f)]
+                    m.d.comb += [second[k][f].eq(p.unpopped[f] & p.hdr_two[f]),
+                                 hit[k][f].eq((p.hdr_valid[f] & ~p.unpopped[f]) | second[k][f]),
+                                 hit_ch[k][f].eq(f)]
                     continue
                 for src in reversed(range(S)):          # the first source whose head is the awaited message
                     c = f + F * src
@@ -140,5 +148,5 @@ class IssueArbiter(wiring.Component):
                 with m.Case(f):
                     for k in range(K):
                         with m.If(r.step.port == k):
-                            m.d.comb += self.grant.ch.eq(hit_ch[k][f])
+                            m.d.comb += [self.grant.ch.eq(hit_ch[k][f]), self.grant.second.eq(second[k][f])]
         return m

@@ -47,7 +47,7 @@ class LandingBuffer(wiring.Component):
         A beat written into the ring of ``ch``; dropped if that ring is full.
     dropped : Out(n_channels)
         Combinational: the channel whose header or beat is dropped in this cycle (a credit protocol violation).
-    heads, hdr_valid, sel, hdr_pop, data, levels, hdr_levels, credit
+    heads, hdr_valid, nexts, hdr_two, sel, hdr_pop, data, levels, hdr_levels, credit
         The consumer side, exactly as :class:`~.link.RxPort` documents them: ``data`` shows the beats of
         channel ``sel`` through a one-beat read pipeline (valid one cycle after ``sel`` changes, a beat
         written in cycle t can be valid in cycle t + 2); ``credit`` returns, registered, a beat credit per beat
@@ -63,6 +63,8 @@ class LandingBuffer(wiring.Component):
             "dropped": Out(n),
             "heads": Out(data.ArrayLayout(packet_header_layout(), n)),
             "hdr_valid": Out(n),
+            "nexts": Out(data.ArrayLayout(packet_header_layout(), n)),
+            "hdr_two": Out(n),
             "sel": In(CHANNEL_BITS),
             "hdr_pop": In(1),
             "data": Out(stream.Signature(unsigned(8 * w))),
@@ -84,7 +86,7 @@ class LandingBuffer(wiring.Component):
         wp = Signal(data.ArrayLayout(unsigned(abits + 1), n))
         rp = Signal(data.ArrayLayout(unsigned(abits + 1), n))
 
-        # -- message-header FIFOs, one small memory per VC with an asynchronous read of its head
+        # -- message-header FIFOs, one small memory per VC with asynchronous reads of its first two entries
         hwp = Signal(data.ArrayLayout(unsigned(hbits + 1), n))
         hrp = Signal(data.ArrayLayout(unsigned(hbits + 1), n))
         hdr_wr = []
@@ -92,11 +94,15 @@ class LandingBuffer(wiring.Component):
             mem = Memory(shape=packet_header_layout(), depth=nh, init=[])
             m.submodules[f"headers{v}"] = mem
             hw_port, hr_port = mem.write_port(), mem.read_port(domain="comb")
+            hn_port = mem.read_port(domain="comb")
             hdr_wr.append(hw_port)
             m.d.comb += [
                 hr_port.addr.eq(hrp[v][:hbits]),
                 self.heads[v].eq(hr_port.data),
                 self.hdr_valid[v].eq(hwp[v] != hrp[v]),
+                hn_port.addr.eq((hrp[v] + 1)[:hbits]),
+                self.nexts[v].eq(hn_port.data),
+                self.hdr_two[v].eq((hwp[v] - hrp[v])[:hbits + 1] >= 2),
                 hw_port.addr.eq(hwp[v][:hbits]),
                 hw_port.data.eq(self.hdr_in.payload.hdr),
             ]

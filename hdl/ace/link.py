@@ -222,6 +222,8 @@ class RxPort(wiring.Component):
         Sticky (cleared by reset only): a credit protocol violation.
     heads : Out(ArrayLayout(packet_header_layout(), n_channels)), hdr_valid : Out(n_channels)
         Head of each channel's message-header FIFO (the header of the message's first packet, ``offset`` 0).
+    nexts : Out(ArrayLayout(packet_header_layout(), n_channels)), hdr_two : Out(n_channels)
+        The entry behind the head of each channel's header FIFO, and whether there is one.
     sel : In(CHANNEL_BITS)
         The channel the consumer reads. ``data`` shows only beats of ``sel``; after ``sel`` changes, the first beat
         of the new VC is valid one cycle later (``data.valid`` is low in the cycle of the change). Beats of the
@@ -252,6 +254,8 @@ class RxPort(wiring.Component):
             "overflow": Out(1),
             "heads": Out(data.ArrayLayout(packet_header_layout(), n)),
             "hdr_valid": Out(n),
+            "nexts": Out(data.ArrayLayout(packet_header_layout(), n)),
+            "hdr_two": Out(n),
             "sel": In(CHANNEL_BITS),
             "hdr_pop": In(1),
             "data": Out(stream.Signature(unsigned(8 * w))),
@@ -274,6 +278,7 @@ class RxPort(wiring.Component):
         m.d.comb += [
             buf.sel.eq(self.sel), buf.hdr_pop.eq(self.hdr_pop),
             self.heads.eq(buf.heads), self.hdr_valid.eq(buf.hdr_valid),
+            self.nexts.eq(buf.nexts), self.hdr_two.eq(buf.hdr_two),
             self.levels.eq(buf.levels), self.hdr_levels.eq(buf.hdr_levels), self.credit.eq(buf.credit),
             self.flits.eq(dfr.flits), self.packets.eq(dfr.packets), self.crc_errors.eq(dfr.crc_errors),
         ]

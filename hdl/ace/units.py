@@ -209,10 +209,13 @@ class RecvUnit(wiring.Component):
     forwards the results and reports ``done``. Two jobs of one FSM may be in the
     unit at once (the control unit overlaps an FSM's consecutive RECVs on a port), but never on the same slot,
     so the two halves never touch the same SRAM rows. ``unpopped`` flags the channels whose head header
-    belongs to a job the unit holds: a second RECV on such a channel is granted only once that header is
-    popped, so every job's header is at the head of its channel when it is granted.
+    belongs to a job the unit holds. On a point-to-point port the next RECV of that channel is granted
+    against the header behind it (``nexts``): the job waits in the queue with its operand read ahead and
+    takes over the landing stream the cycle the current job takes its last beat, so one FSM's consecutive
+    messages stream back to back. The queued job's header is the head of its channel, or the one behind it
+    while the front end's job on the same channel holds the head.
 
-    The header at the head of the channel must match the step (tag, chunk, phase, key, length); if it does
+    The job's header must match the step (tag, chunk, phase, key, length); if it does
     not, the message is drained, the forward (already owed to the next rank, whose credits are reserved)
     carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL. A poisoned
     input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC error on the channel is
@@ -228,6 +231,7 @@ class RecvUnit(wiring.Component):
             # landing buffer of the input port
             "sel": Out(CHANNEL_BITS),
             "heads": In(data.ArrayLayout(hl, cfg.n_channels)),
+            "nexts": In(data.ArrayLayout(hl, cfg.n_channels)),
             "hdr_pop": Out(1),
             "land": In(stream.Signature(unsigned(W))),
             "vc_err": In(cfg.n_channels),
@@ -288,12 +292,14 @@ class RecvUnit(wiring.Component):
         m.d.comb += vc_err.eq(self.vc_err.bit_select(fe.ch, 1))
         m.d.comb += self.unpopped.eq(Mux(nxt_v, 1 << nxt.ch, 0) | Mux(fe_v, 1 << fe.ch, 0))
 
-        # the next job's header check, against the head of its channel (granted only when it is there)
+        # the next job's header check: against the head of its channel, or the header behind it while the
+        # front end's job on the same channel still holds the head (granted only when its header is there)
         head = Signal(packet_header_layout())
+        behind = fe_v & (fe.ch == nxt.ch)
         with m.Switch(nxt.ch):
             for c in range(cfg.n_channels):
                 with m.Case(c):
-                    m.d.comb += head.eq(self.heads[c])
+                    m.d.comb += head.eq(Mux(behind, self.nexts[c], self.heads[c]))
         mismatch = Signal()
         m.d.comb += mismatch.eq((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk)
                                 | (head.phase != nxt.exp.phase) | (head.key != nxt.exp.key)

@@ -4,8 +4,11 @@ DMA requests.
 
 A block goes LOAD -> slot A, SEND on port 0 -> its own landing buffer, RECV into slot B, SEND again and RECV
 reduced into slot A (int32 sum: A + A), SEND and RECV on port 0 forwarded to port 1 (the TX mux's forward path)
-and RECV on port 1 into slot C, then three STOREs back to memory. Memory, counters and completions are checked
-against what those steps mean.
+and RECV on port 1 into slot C, then three STOREs back to memory. Then three messages land back to back in one
+channel and three RECVs are issued at once: the second is taken while the first still holds the channel's
+head header (its header check reads the header behind the head) and streams right behind it; the third
+expects another key and ends with PROTOCOL. Memory, counters and completions are checked against what those
+steps mean.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -29,7 +32,7 @@ BEATS = 3                       # one block: 3 beats (48 B), one packet
 NBYTES = BEATS * BB
 SLOT_A, SLOT_B, SLOT_C = 0, BEATS, 2 * BEATS       # slot addresses (beats) in buffer 1
 BUF = 1
-SRC, DST_A, DST_B, DST_C = 0x100, 0x400, 0x500, 0x600
+SRC, DST_A, DST_B, DST_C, DST_D = 0x100, 0x400, 0x500, 0x600, 0x700
 
 
 class Loopback(Elaboratable):
@@ -97,10 +100,12 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     async def completions(ctx):
         watched = {"load": ctl.load_done, "store": ctl.store_done, "send0": port[0].send_done,
                    "recv0": port[0].recv_done, "recv1": port[1].recv_done}
+        cycle = 0
         async for _, _, *values in ctx.tick().sample(*watched.values()):
+            cycle += 1
             for name, v in zip(watched, values):
                 if v.valid:
-                    dones[name].append((v.fsm, v.status))
+                    dones[name].append((v.fsm, v.status, cycle))
 
     def header(key, count=1):
         return {"dst": 0, "src": 0, "vc": 1, "tag": 0x5A, "chunk": 2, "phase": 0, "key": key, "length": NBYTES,
@@ -183,6 +188,22 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
         assert not ctx.get(dp.sram_conflict)
         assert ctx.get(ctl.dep_idle)
 
+        # three messages in channel 1 of port 0, then three RECVs offered back to back
+        for n, key in enumerate((7, 8, 9), 4):
+            await send(ctx, 0, SLOT_A, key=key, n_sent=n)
+        while not (ctx.get(port[0].hdr_two) >> 1) & 1:
+            await ctx.tick()
+        for slot, key in ((SLOT_B, 7), (SLOT_C, 8), (SLOT_B, 10)):
+            await issue(ctx, port[0].recv_job, {**common, "sram_addr": slot, "dtype": DType.INT32,
+                                                "op": ReduceOp.SUM, "ch": 1, "exp": header(key)})
+        await wait_for(ctx, "recv0", 6)
+        for _ in range(20):
+            await ctx.tick()
+        assert ctx.get(port[0].beat_credits[1]) == CFG.landing_beats
+        assert ctx.get(port[0].hdr_credits[1]) == CFG.landing_headers
+        assert not ctx.get(port[0].hdr_valid)
+        await store(ctx, SLOT_C, DST_D, 4)                               # C = A, by the second of the three
+
     sim = Simulator(top)
     sim.add_clock(1e-6)
     for proc in (memory_reads, memory_writes, completions):
@@ -195,6 +216,12 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     assert bytes(mem[DST_B:DST_B + NBYTES]) == src.tobytes()
     assert bytes(mem[DST_C:DST_C + NBYTES]) == src.tobytes()
     assert bytes(mem[DST_C + NBYTES:DST_C + NBYTES + 16]) == bytes(16)     # nothing past the block
+    assert bytes(mem[DST_D:DST_D + NBYTES]) == doubled.tobytes()
+    back_to_back = dones["recv0"][3:]
     for name, got in dones.items():
-        assert all(status == Status.OK and fsm == 1 for fsm, status in got), (name, got)
-    assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 3, 3, 3, 1]
+        ok = got[:-1] if name == "recv0" else got
+        assert all(status == Status.OK and fsm == 1 for fsm, status, _ in ok), (name, got)
+    assert back_to_back[2][1] == Status.PROTOCOL            # the third expected key 10, the header says 9
+    # the second message streamed right behind the first: its job waited in the unit, operand-free
+    assert back_to_back[1][2] - back_to_back[0][2] <= BEATS + 1, back_to_back
+    assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 4, 6, 6, 1]

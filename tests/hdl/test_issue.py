@@ -25,11 +25,15 @@ def expected(cfg, fsms, ports, load_ready, store_ready):
     """(grant fsm or None, landing channel of the granted step, per-FSM causes) by the rules."""
     F, S = cfg.n_fsms, cfg.rx_sources
     can, causes = [], {"port": [], "cred": [], "land": [], "dma": []}
-    hit_ch = {}
+    hit_ch, second = {}, {}
     for f, r in enumerate(fsms):
         s = r["step"]
         for k, p in enumerate(ports):
-            hit_ch[f, k] = None
+            hit_ch[f, k], second[f, k] = None, False
+            if S == 1 and p["unpopped"] >> f & 1:   # the unit holds the head: the second header is next
+                if p["hdr_two"] >> f & 1:
+                    hit_ch[f, k], second[f, k] = f, True
+                continue
             for src in range(S):            # the first source whose head is the awaited message
                 c = f + F * src
                 h = p["heads"][c]
@@ -70,8 +74,9 @@ def expected(cfg, fsms, ports, load_ready, store_ready):
         causes["land"].append(real and free and cr and not land and op == StepOp.RECV)
         causes["dma"].append(real and not land and op in (StepOp.LOAD, StepOp.STORE))
     g = oldest_first_model(can, [r["seq"] for r in fsms])
-    ch = hit_ch[g, fsms[g]["step"]["port"]] if g is not None and fsms[g]["step"]["op"] == StepOp.RECV else None
-    return g, ch, causes
+    recv = g is not None and fsms[g]["step"]["op"] == StepOp.RECV
+    ch = hit_ch[g, fsms[g]["step"]["port"]] if recv else None
+    return g, ch, recv and second[g, fsms[g]["step"]["port"]], causes
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -89,7 +94,7 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
 
     async def bench(ctx):
         nonlocal base_seq
-        grants = 0
+        grants = seconds = 0
         for cycle in range(1500):
             base_seq = (base_seq + rng.randrange(3)) % (1 << SEQ_BITS)
             fsms = []
@@ -109,6 +114,7 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
                     "beat_credits": [rng.choice([0, 3, lb // 2, lb]) for _ in range(n)],
                     "hdr_credits": [rng.choice([0, 1, lh]) for _ in range(n)],
                     "hdr_valid": rng.randrange(1 << n), "unpopped": rng.randrange(1 << n) & rng.randrange(1 << n),
+                    "hdr_two": rng.randrange(1 << n),
                     "heads": [header() for _ in range(n)]})
             load_ready, store_ready = rng.random() < 0.7, rng.random() < 0.7
             ctx.set(dut.fsm, fsms)
@@ -116,7 +122,7 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
             ctx.set(dut.load_ready, load_ready)
             ctx.set(dut.store_ready, store_ready)
             await ctx.delay(1e-9)
-            g, ch, causes = expected(cfg, fsms, ports, load_ready, store_ready)
+            g, ch, sec, causes = expected(cfg, fsms, ports, load_ready, store_ready)
             got = ctx.get(dut.grant)
             assert bool(got.valid) == (g is not None), (cycle, fsms, ports)
             if g is not None:
@@ -124,10 +130,13 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
                 assert got.fsm == g, cycle
                 if ch is not None:
                     assert got.ch == ch, cycle
+                    assert got.second == sec, cycle
+                    seconds += sec
             for name, sig in (("port", dut.cause_port), ("cred", dut.cause_cred), ("land", dut.cause_land),
                               ("dma", dut.cause_dma)):
                 assert ctx.get(sig) == sum(int(bool(c)) << f for f, c in enumerate(causes[name])), (cycle, name)
         assert grants > 500
+        assert cfg.rx_sources > 1 or seconds > 20, seconds
 
     sim = Simulator(dut)            # combinational: no clock
     sim.add_testbench(bench)

@@ -1,6 +1,7 @@
 """LandingBuffer in Amaranth's simulator against a model: random header pushes and beat writes on random
 channels (some into full queues and rings, which drop them), a consumer that switches channel, pops headers
-and stalls at random; beats, heads, levels, credits and drops are compared every cycle.
+and stalls at random; beats, heads and the headers behind them, levels, credits and drops are compared every
+cycle.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -75,7 +76,7 @@ def test_landing_channels_keep_beats_and_headers_in_order_and_drop_when_full(nam
         return rng.choice(hot) if rng.random() < 0.8 else rng.randrange(n)
 
     async def bench(ctx):
-        sel, drops, taken = hot[0], 0, 0
+        sel, drops, taken, seconds = hot[0], 0, 0, 0
         for cycle in range(4000):
             if rng.random() < 0.05:
                 sel = channel() if rng.random() < 0.95 else n      # now and then no channel at all
@@ -108,10 +109,14 @@ def test_landing_channels_keep_beats_and_headers_in_order_and_drop_when_full(nam
                 assert ctx.get(dut.hdr_levels[c]) == len(model.hdrs[c]), (cycle, c)
                 if model.hdrs[c]:
                     assert ctx.get(dut.heads[c].as_value()) == model.hdrs[c][0], (cycle, c)
+                if len(model.hdrs[c]) >= 2:         # the header behind the head
+                    assert ctx.get(dut.nexts[c].as_value()) == model.hdrs[c][1], (cycle, c)
+                    seconds += 1
+            assert ctx.get(dut.hdr_two) == sum(1 << c for c in range(n) if len(model.hdrs[c]) >= 2), cycle
             assert {k: ctx.get(getattr(dut.credit, k)) for k in model.credit} == model.credit, cycle
 
             model.tick(hdr_in, beat_in, sel, pop, ready)
             await ctx.tick()
-        assert drops > 10 and taken > 500          # both the full and the flowing cases were exercised
+        assert drops > 10 and taken > 500 and seconds > 500   # full and flowing, heads with a second header
 
     run_sim(dut, bench)

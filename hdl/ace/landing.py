@@ -12,7 +12,7 @@ from amaranth.utils import exact_log2
 from ..common.layouts import CHANNEL_BITS, credit_layout, packet_header_layout
 from .config import AceConfig
 
-__all__ = ["LandingBuffer", "header_push_layout", "beat_write_layout"]
+__all__ = ["LandingBuffer", "header_push_layout", "beat_write_layout", "consumer_members"]
 
 
 def header_push_layout():
@@ -23,6 +23,22 @@ def header_push_layout():
 def beat_write_layout(cfg: AceConfig):
     """A payload beat for the ring of channel ``ch``."""
     return data.StructLayout({"ch": CHANNEL_BITS, "data": unsigned(8 * cfg.beat_bytes)})
+
+
+def consumer_members(cfg: AceConfig):
+    """The signature members of a landing buffer's consumer side (:class:`~.link.RxPort` repeats them)."""
+    n, hl = cfg.n_channels, packet_header_layout()
+    return {
+        "heads": Out(data.ArrayLayout(hl, n)),
+        "hdr_valid": Out(n),
+        "nexts": Out(data.ArrayLayout(hl, n)),
+        "hdr_two": Out(n),
+        "sel": In(CHANNEL_BITS),
+        "hdr_pop": In(1),
+        "data": Out(stream.Signature(unsigned(8 * cfg.beat_bytes))),
+        "levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_beats) + 1), n)),
+        "hdr_levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_headers) + 1), n)),
+    }
 
 
 def _push(m, wp, rp, idx, cap, valid, name):
@@ -56,20 +72,12 @@ class LandingBuffer(wiring.Component):
 
     def __init__(self, cfg: AceConfig):
         self.cfg = cfg
-        n, w = cfg.n_channels, cfg.beat_bytes
+        n = cfg.n_channels
         super().__init__({
             "hdr_in": In(stream.Signature(header_push_layout(), always_ready=True)),
             "beat_in": In(stream.Signature(beat_write_layout(cfg), always_ready=True)),
             "dropped": Out(n),
-            "heads": Out(data.ArrayLayout(packet_header_layout(), n)),
-            "hdr_valid": Out(n),
-            "nexts": Out(data.ArrayLayout(packet_header_layout(), n)),
-            "hdr_two": Out(n),
-            "sel": In(CHANNEL_BITS),
-            "hdr_pop": In(1),
-            "data": Out(stream.Signature(unsigned(8 * w))),
-            "levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_beats) + 1), n)),
-            "hdr_levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_headers) + 1), n)),
+            **consumer_members(cfg),
             "credit": Out(credit_layout()),
         })
 

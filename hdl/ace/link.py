@@ -30,7 +30,7 @@ from amaranth.utils import exact_log2
 from ..common.crc import CRC32_INIT, CRC32_XOROUT, crc32_next
 from ..common.layouts import CHANNEL_BITS, credit_layout, flit_layout, packet_header_layout
 from .config import AceConfig
-from .landing import LandingBuffer
+from .landing import LandingBuffer, consumer_members
 from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, header_crc_bits
 
 __all__ = ["TxPort", "RxPort", "reserve_layout"]
@@ -252,17 +252,9 @@ class RxPort(wiring.Component):
         super().__init__({
             "flit": In(stream.Signature(flit_layout(w))),
             "overflow": Out(1),
-            "heads": Out(data.ArrayLayout(packet_header_layout(), n)),
-            "hdr_valid": Out(n),
-            "nexts": Out(data.ArrayLayout(packet_header_layout(), n)),
-            "hdr_two": Out(n),
-            "sel": In(CHANNEL_BITS),
-            "hdr_pop": In(1),
-            "data": Out(stream.Signature(unsigned(8 * w))),
+            **consumer_members(cfg),
             "err": Out(n),
             "err_clear": In(1),
-            "levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_beats) + 1), n)),
-            "hdr_levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_headers) + 1), n)),
             "credit": Out(credit_layout()),
             "flits": Out(32), "packets": Out(32), "crc_errors": Out(32),
         })

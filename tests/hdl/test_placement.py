@@ -1,6 +1,6 @@
 """PlacementCheck in Amaranth's simulator against a model of the in-place and memory window rules: random
 buffers placed inside windows, across their edges by an element, before them, in disabled windows, near the top
-of the 64-bit space, and in-place layouts right and off by an element (or wrapping at 2**64). The inputs change
+of the 64-bit space, and in-place layouts right, off by an element, or right only modulo 2**64. The inputs change
 right after ``start``: the block must have sampled them.
 
 ``SEED=<n>`` replaces the random seed.
@@ -61,7 +61,10 @@ def random_case(rng):
     src, dst = place(in_len), place(out_len)
     if mode["in_place"] and rng.random() < 0.7:     # mostly a real in-place layout, sometimes off a bit
         off = nbytes * rank + rng.choice([0, 0, 0, 4, -4])
-        if kind == "rs":
+        if kind in ("rs", "ag") and rank and nbytes and rng.random() < 0.2:     # lo + off wraps at 2**64
+            lo = TOP - rng.randint(1, max(1, off))
+            src, dst = (lo, (lo + off) % TOP) if kind == "rs" else ((lo + off) % TOP, lo)
+        elif kind == "rs":
             dst = (src + off) % TOP
         elif kind == "ag":
             src = (dst + off) % TOP

@@ -43,26 +43,26 @@ Pipeline (one descriptor at a time; commands are rare, the stages are there to k
 for a 1 GHz / 45 nm target, not to overlap descriptors):
 
 1. the ``start`` cycle: communicator lookup (COMM_CFG fields by the register map), element size, the products
-   (buffer lengths ``nbytes * size``, in-place offset ``nbytes * rank``, ``slot_beats * n_slots``, arrivals),
-   window ends ``base + size``, ``dst - src``, and every check that needs no product -> registers; the entry
-   is registered here too.
+   (``slot_beats * n_slots``, arrivals; the buffer lengths and the in-place offset in
+   :class:`~.placement.PlacementCheck`), window ends ``base + size``, ``dst - src``, and every check that needs
+   no product -> registers; the entry is registered here too.
 2. the checks that need a product: each buffer against each window (one add, one compare), the
-   reduce-scatter / all-gather in-place offset (one compare), the chunk buffer size -> registers.
-3. a one-hot priority select of the first failing check gives ``code`` and ``det`` (AND-OR, no Elif chain)
-   -> registers, ``done``.
+   reduce-scatter / all-gather in-place offset (one compare) (both :class:`~.placement.PlacementCheck`), the
+   chunk buffer size -> registers.
+3. :class:`~.firstfail.FirstFailing`: a one-hot priority select of the first failing check gives ``code`` and
+   ``det`` (AND-OR, no Elif chain) -> registers, ``done``.
 """
 
-import functools
-import operator
-
-from amaranth.hdl import Cat, Const as C, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Collective, DType, ReduceOp, Status
 from ..common.layouts import LOAD_MASK_BITS, MAX_PHASES, DescFlags, descriptor_layout, program_entry_layout
 from .cmdtable import cmd_entry_layout
+from .firstfail import FirstFailing
 from .geometry import geometry_error_layout, geometry_layout
+from .placement import PlacementCheck
 from .regs import N_PARTITIONS, TERMINAL_PARTITION, ace_regmap
 from .units import STATUS_SHAPE
 
@@ -103,6 +103,12 @@ CHECKS = (
 def checks_layout():
     """One bit per check of :data:`CHECKS` (set = failed), in priority order from bit 0."""
     return data.StructLayout({name: 1 for name, _, _ in CHECKS})
+
+
+def detail_layout():
+    """The descriptor fields and the geometry's ``slot_beats`` that :data:`CHECKS` name as details."""
+    return data.StructLayout({"collective": 8, "comm": 8, "dtype": 8, "op": 8, "flags": 8, "root": 16,
+                              "algorithm": 8, "slot_beats": 16})
 
 
 def comm_cfg_layout(cfg):
@@ -179,7 +185,6 @@ class DescriptorValidator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        NW = cfg.n_windows
         d, p, start = self.desc, self.prog, self.start
         coll = d.collective
 
@@ -244,48 +249,18 @@ class DescriptorValidator(wiring.Component):
             "message": g.slot_beats > cfg.max_message_beats,
             "slots": p.n_slots > min(cfg.max_slots, LOAD_MASK_BITS),
         }
-        s1 = {name: Signal(name=f"s1_{name}") for name in [*early, "in_place"]}
-        # in place: the output overwrites the input where both exist. Reduce-scatter: src + nbytes*rank == dst,
-        # all-gather: dst + nbytes*rank == src, i.e. hi - lo == nbytes*rank; the others (and a rank that has
-        # only one of the buffers of a broadcast/reduce, and a barrier): src == dst
-        s1_ip_seg = Signal()                # IN_PLACE on a reduce-scatter / all-gather: stage 2 decides
-        s1_ip_diff = Signal(65)             # hi - lo, bit 64 = borrow
-        s1_rank_off = Signal(34 + 9)        # nbytes * rank
-        s1_in_len = Signal(52)
-        s1_out_len = Signal(52)
-        s1_src = Signal(64)
-        s1_dst = Signal(64)
-        s1_uses_src = Signal()
-        s1_uses_dst = Signal()
-        s1_src_lo = Signal(NW)              # per window: enabled and the buffer starts inside it
-        s1_dst_lo = Signal(NW)
-        s1_win_end = [Signal(65, name=f"s1_win{i}_end") for i in range(NW)]
+        s1 = {name: Signal(name=f"s1_{name}") for name in early}
         s1_slot_total = Signal(16 + 11)     # slot_beats * n_slots
-        s1_det = Signal(data.StructLayout({"collective": 8, "comm": 8, "dtype": 8, "op": 8, "flags": 8,
-                                           "root": 16, "algorithm": 8, "slot_beats": 16}))
-        lo_sel = Mux(is_rs, d.src, d.dst)
-        hi_sel = Mux(is_rs, d.dst, d.src)
+        s1_det = Signal(detail_layout())
         e = self.entry
         with m.If(start):
             m.d.sync += [s1[name].eq(failed) for name, failed in early.items()]
             m.d.sync += [
-                s1_ip_seg.eq(flag_in_place & (is_rs | is_ag)),
-                s1["in_place"].eq(flag_in_place & ~is_rs & ~is_ag & uses_src & uses_dst & (d.dst != d.src)),
-                s1_ip_diff.eq(hi_sel - lo_sel),
-                s1_rank_off.eq(nbytes * rank),
-                s1_in_len.eq(Mux(in_seg, nbytes * size, nbytes)),
-                s1_out_len.eq(Mux(out_seg, nbytes * size, nbytes)),
-                s1_src.eq(d.src), s1_dst.eq(d.dst),
-                s1_uses_src.eq(uses_src), s1_uses_dst.eq(uses_dst),
                 s1_slot_total.eq(g.slot_beats * p.n_slots),
                 s1_det.collective.eq(coll), s1_det.comm.eq(d.comm), s1_det.dtype.eq(d.dtype), s1_det.op.eq(d.op),
                 s1_det.flags.eq(d.flags), s1_det.root.eq(d.root), s1_det.algorithm.eq(d.algorithm),
                 s1_det.slot_beats.eq(g.slot_beats),
             ]
-            for i in range(NW):
-                b, s = self.win_base[i], self.win_size[i]
-                m.d.sync += [s1_win_end[i].eq(b + s),
-                             s1_src_lo[i].eq((s != 0) & (d.src >= b)), s1_dst_lo[i].eq((s != 0) & (d.dst >= b))]
             m.d.sync += [
                 e.dtype.eq(d.dtype), e.op.eq(d.op), e.tag.eq(d.tag[:16]),
                 e.comm.eq(d.comm), e.rank.eq(rank), e.count.eq(count),
@@ -297,54 +272,29 @@ class DescriptorValidator(wiring.Component):
                 e.arrivals.eq(p.arrivals * g.n_chunks),
             ]
 
-        # ---- stage 2: the checks that need a product ------------------------------------------------------
-        s2_src_in = Signal(NW)              # per window: the whole buffer is inside it
-        s2_dst_in = Signal(NW)
-        s2_ip_bad = Signal()
-        s2_buffer = Signal()
+        # ---- stages 1 and 2 of the checks that need a product: in place, windows, the chunk buffer size -----
+        m.submodules.placement = place = PlacementCheck(cfg, comm_cfg_layout(cfg))
+        m.d.comb += [
+            place.start.eq(start), place.src.eq(d.src), place.dst.eq(d.dst), place.nbytes.eq(nbytes),
+            place.rank.eq(rank), place.size.eq(size), place.win_base.eq(self.win_base),
+            place.win_size.eq(self.win_size),
+            place.mode.rs.eq(is_rs), place.mode.ag.eq(is_ag), place.mode.in_seg.eq(in_seg),
+            place.mode.out_seg.eq(out_seg), place.mode.uses_src.eq(uses_src), place.mode.uses_dst.eq(uses_dst),
+            place.mode.in_place.eq(flag_in_place),
+        ]
         s1_valid = Signal()
         s2_valid = Signal()
-        src_end = Signal(65)
-        dst_end = Signal(65)
-        m.d.comb += [src_end.eq(s1_src + s1_in_len), dst_end.eq(s1_dst + s1_out_len)]
+        s2_buffer = Signal()
         with m.If(s1_valid):
-            m.d.sync += [
-                s2_src_in.eq(Cat(*[s1_src_lo[i] & (src_end <= s1_win_end[i]) for i in range(NW)])),
-                s2_dst_in.eq(Cat(*[s1_dst_lo[i] & (dst_end <= s1_win_end[i]) for i in range(NW)])),
-                s2_ip_bad.eq(s1_ip_seg & (s1_ip_diff != s1_rank_off)),
-                s2_buffer.eq(s1_slot_total > cfg.buffer_beats),
-            ]
+            m.d.sync += s2_buffer.eq(s1_slot_total > cfg.buffer_beats)
 
         # ---- stage 3: the first failing check -> code, det -------------------------------------------------
-        failed = Signal(checks_layout())
-        late = {
-            "in_place": s1["in_place"] | s2_ip_bad,
-            "src_window": s1_uses_src & ~s2_src_in.any(),
-            "dst_window": s1_uses_dst & ~s2_dst_in.any(),
-            "buffer": s2_buffer,
-        }
+        m.submodules.first = first = FirstFailing(CHECKS, detail_layout())
+        late = {"in_place": place.in_place, "src_window": place.src_window, "dst_window": place.dst_window,
+                "buffer": s2_buffer}
         for name, _, _ in CHECKS:
-            m.d.comb += getattr(failed, name).eq(late[name] if name in late else s1[name])
-        bits = failed.as_value()
-        first = Signal(len(CHECKS))         # one-hot: the lowest set bit of `failed`
-        m.d.comb += first.eq(Cat(*[bits[i] & ~bits[:i].any() if i else bits[0] for i in range(len(CHECKS))]))
-
-        def any_of(indices):
-            return Cat(*[first[i] for i in indices]).any() if indices else C(0, 1)
-
-        # AND-OR select: a code bit is set if the first failing check's status has it; det ORs the selected
-        # source (each check has one source; a constant 0 needs no term)
-        code = Signal(STATUS_SHAPE)
-        m.d.comb += code.eq(Cat(*[any_of([i for i, (_, status, _) in enumerate(CHECKS) if status >> k & 1])
-                                  for k in range(STATUS_SHAPE.width)]))
-        det = Signal(32)
-        det_terms = []
-        for src in dict.fromkeys(src for _, _, src in CHECKS if src != 0):
-            picked = any_of([i for i, (_, _, s) in enumerate(CHECKS) if s == src])
-            value = getattr(s1_det, src) if isinstance(src, str) else C(src, 32)
-            det_terms.append(Mux(picked, value, 0))
-        m.d.comb += det.eq(functools.reduce(operator.or_, det_terms))
+            m.d.comb += getattr(first.failed, name).eq(late[name] if name in late else s1[name])
+        m.d.comb += [first.details.eq(s1_det), first.capture.eq(s2_valid),
+                     self.code.eq(first.code), self.det.eq(first.det), self.checks.eq(first.checks)]
         m.d.sync += [s1_valid.eq(start), s2_valid.eq(s1_valid & ~start), self.done.eq(s2_valid & ~start)]
-        with m.If(s2_valid):
-            m.d.sync += [self.code.eq(code), self.det.eq(det), self.checks.eq(failed)]
         return m

@@ -1,0 +1,121 @@
+"""Buffer placement checks of the descriptor validator: in place, and each buffer inside one memory window.
+
+Two of :class:`~.validate.DescriptorValidator`'s pipeline stages for the checks that need a product:
+
+1. the ``start`` cycle: the buffer lengths (``nbytes * size`` for a segmented buffer, else ``nbytes``), the
+   in-place offset ``nbytes * rank``, ``hi - lo`` of the two addresses, each window's end ``base + size`` and
+   whether each buffer starts inside it -> registers;
+2. each buffer's end against each window's end (one add, one compare), the in-place offset against
+   ``hi - lo`` (one compare) -> registers.
+
+In place means the output overwrites the input where both exist. Reduce-scatter: ``src + nbytes * rank ==
+dst``; all-gather: ``dst + nbytes * rank == src`` (both as ``hi - lo == nbytes * rank``, without wrapping at
+2**64); the others (and a rank that has only one of the buffers of a broadcast/reduce, and a barrier):
+``src == dst``.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["PlacementCheck", "placement_mode_layout"]
+
+
+def placement_mode_layout():
+    """What the checks need to know of the collective: reduce-scatter (``rs``) / all-gather (``ag``), which
+    buffers are ``size`` segments (``in_seg``, ``out_seg``), which buffers this rank uses and the IN_PLACE flag."""
+    return data.StructLayout({"rs": 1, "ag": 1, "in_seg": 1, "out_seg": 1, "uses_src": 1, "uses_dst": 1,
+                              "in_place": 1})
+
+
+class PlacementCheck(wiring.Component):
+    """The in-place and memory window checks in two stages (see the module docstring).
+
+    ``comm_layout`` is the COMM_CFG layout (:func:`~.validate.comm_cfg_layout`): its ``rank`` and ``size``
+    fields give those ports their widths.
+
+    Ports
+    -----
+    start : In(1)
+        Check the inputs as they are in this cycle (sampled in the ``start`` cycle only).
+    src, dst, nbytes, rank, size, mode : In
+        The buffers' addresses, the bytes per rank, the communicator's rank and size, the collective's mode
+        (:func:`placement_mode_layout`).
+    win_base, win_size : In
+        The memory windows (size 0 = disabled).
+    in_place, src_window, dst_window : Out(1)
+        Failed checks, from the second cycle after ``start`` until the cycle after the next ``start``: IN_PLACE
+        flagged but the output does not overwrite the input; a used buffer not inside one enabled window.
+    """
+
+    def __init__(self, cfg, comm_layout):
+        self.cfg = cfg
+        NW = cfg.n_windows
+        super().__init__({
+            "start": In(1),
+            "src": In(64), "dst": In(64), "nbytes": In(34),
+            "rank": In(comm_layout["rank"].shape), "size": In(comm_layout["size"].shape),
+            "mode": In(placement_mode_layout()),
+            "win_base": In(data.ArrayLayout(64, NW)),
+            "win_size": In(data.ArrayLayout(64, NW)),
+            "in_place": Out(1), "src_window": Out(1), "dst_window": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        NW = self.cfg.n_windows
+        md, src, dst, nbytes = self.mode, self.src, self.dst, self.nbytes
+
+        # ---- stage 1 (the start cycle) -------------------------------------------------------------------
+        s1_valid = Signal()
+        s1_ip_other = Signal()              # IN_PLACE on another collective: src != dst
+        s1_ip_seg = Signal()                # IN_PLACE on a reduce-scatter / all-gather: stage 2 decides
+        s1_ip_diff = Signal(65)             # hi - lo, bit 64 = borrow
+        s1_rank_off = Signal(len(nbytes) + len(self.rank))
+        s1_in_len = Signal(52)
+        s1_out_len = Signal(52)
+        s1_src = Signal(64)
+        s1_dst = Signal(64)
+        s1_uses_src = Signal()
+        s1_uses_dst = Signal()
+        s1_src_lo = Signal(NW)              # per window: enabled and the buffer starts inside it
+        s1_dst_lo = Signal(NW)
+        s1_win_end = [Signal(65, name=f"s1_win{i}_end") for i in range(NW)]
+        lo_sel = Mux(md.rs, src, dst)
+        hi_sel = Mux(md.rs, dst, src)
+        m.d.sync += s1_valid.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += [
+                s1_ip_seg.eq(md.in_place & (md.rs | md.ag)),
+                s1_ip_other.eq(md.in_place & ~md.rs & ~md.ag & md.uses_src & md.uses_dst & (dst != src)),
+                s1_ip_diff.eq(hi_sel - lo_sel),
+                s1_rank_off.eq(nbytes * self.rank),
+                s1_in_len.eq(Mux(md.in_seg, nbytes * self.size, nbytes)),
+                s1_out_len.eq(Mux(md.out_seg, nbytes * self.size, nbytes)),
+                s1_src.eq(src), s1_dst.eq(dst),
+                s1_uses_src.eq(md.uses_src), s1_uses_dst.eq(md.uses_dst),
+            ]
+            for i in range(NW):
+                b, s = self.win_base[i], self.win_size[i]
+                m.d.sync += [s1_win_end[i].eq(b + s),
+                             s1_src_lo[i].eq((s != 0) & (src >= b)), s1_dst_lo[i].eq((s != 0) & (dst >= b))]
+
+        # ---- stage 2: the compares that need a product -----------------------------------------------------
+        s2_src_in = Signal(NW)              # per window: the whole buffer is inside it
+        s2_dst_in = Signal(NW)
+        s2_ip_bad = Signal()
+        src_end = Signal(65)
+        dst_end = Signal(65)
+        m.d.comb += [src_end.eq(s1_src + s1_in_len), dst_end.eq(s1_dst + s1_out_len)]
+        with m.If(s1_valid):
+            m.d.sync += [
+                s2_src_in.eq(Cat(*[s1_src_lo[i] & (src_end <= s1_win_end[i]) for i in range(NW)])),
+                s2_dst_in.eq(Cat(*[s1_dst_lo[i] & (dst_end <= s1_win_end[i]) for i in range(NW)])),
+                s2_ip_bad.eq(s1_ip_seg & (s1_ip_diff != s1_rank_off)),
+            ]
+        m.d.comb += [
+            self.in_place.eq(s1_ip_other | s2_ip_bad),
+            self.src_window.eq(s1_uses_src & ~s2_src_in.any()),
+            self.dst_window.eq(s1_uses_dst & ~s2_dst_in.any()),
+        ]
+        return m

@@ -1,0 +1,80 @@
+"""DescriptorFetch in Amaranth's simulator against a cycle model of the submission ring reader: random requests,
+ring registers (size 0, full and empty rings, head wrapping), DMA command stalls, beat gaps and AXI errors.
+
+``SEED=<n>`` replaces the random seed.
+"""
+
+import random
+
+from syncfabric.hdl.ace.config import AceConfig
+from syncfabric.hdl.ace.sqfetch import DescriptorFetch
+from syncfabric.hdl.common.layouts import DESCRIPTOR_BYTES
+
+from sim_helpers import run_sim, seed_for
+
+CFG = AceConfig.small()
+W = CFG.beat_bytes
+BEATS = DESCRIPTOR_BYTES // W
+
+
+def test_reader_fetches_the_descriptor_at_the_head_and_moves_the_head_under_random_stalls():
+    rng = random.Random(seed_for(7101))
+    dut = DescriptorFetch(CFG)
+    m = {"state": "IDLE", "head": 0, "beat": 0, "desc": 0, "err": 0, "index": 0, "bytes": 0}
+    fetched_n = []
+
+    async def bench(ctx):
+        size, base, tail = 8, rng.getrandbits(20) << 6, 0
+        for cycle in range(6000):
+            if rng.random() < 0.01:             # the driver reconfigures the ring (while the reader is idle)
+                if m["state"] == "IDLE":
+                    size = rng.choice([0, 2, 4, 8, 16])
+                    base = rng.getrandbits(20) << 6
+            if rng.random() < 0.2:
+                tail = rng.getrandbits(32)      # the doorbell: any value, taken modulo the size
+            enable, go = int(rng.random() < 0.9), int(rng.random() < 0.7)
+            cmd_ready = int(rng.random() < 0.6)
+            beat_valid = int(rng.random() < 0.6)
+            beat = {"data": rng.getrandbits(8 * W), "last": int(m["beat"] == BEATS - 1),
+                    "err": int(rng.random() < 0.05)}
+            for port, v in (("go", go), ("enable", enable), ("sq_base", base), ("sq_size", size),
+                            ("sq_tail", tail)):
+                ctx.set(getattr(dut, port), v)
+            ctx.set(dut.rd_cmd.ready, cmd_ready)
+            ctx.set(dut.rd_data.valid, beat_valid)
+            ctx.set(dut.rd_data.payload, beat)
+
+            # the model's outputs in this cycle
+            mask = (size - 1) & 0xFFFFFFFF
+            want_cmd = (m["state"] == "IDLE" and go and enable and size != 0
+                        and (m["head"] & mask) != (tail & mask))
+            assert ctx.get(dut.rd_cmd.valid) == want_cmd, cycle
+            if want_cmd:
+                assert ctx.get(dut.rd_cmd.payload.addr) == (base + (m["head"] & mask) * DESCRIPTOR_BYTES) \
+                    & ((1 << CFG.addr_width) - 1), cycle
+                assert ctx.get(dut.rd_cmd.payload.length) == DESCRIPTOR_BYTES
+            assert ctx.get(dut.started) == (want_cmd and cmd_ready), cycle
+            assert ctx.get(dut.rd_data.ready) == (m["state"] == "FETCH"), cycle
+            last = m["state"] == "FETCH" and beat_valid and beat["last"]
+            assert ctx.get(dut.fetched) == last, cycle
+            await ctx.tick()
+
+            # the model's next state
+            if want_cmd and cmd_ready:
+                m.update(state="FETCH", beat=0, err=0, index=m["head"] & mask & 0xFFFF)
+            elif m["state"] == "FETCH" and beat_valid:
+                k = m["beat"]
+                m["desc"] = m["desc"] & ~(((1 << 8 * W) - 1) << 8 * W * k) | beat["data"] << 8 * W * k
+                m["beat"] += 1
+                m["bytes"] += W
+                m["err"] |= beat["err"]
+                if last:
+                    m.update(state="IDLE", head=(m["head"] + 1) & mask)
+                    fetched_n.append(cycle)
+            assert ctx.get(dut.sq_head) == m["head"], cycle
+            assert ctx.get(dut.desc.as_value()) == m["desc"], cycle
+            assert (ctx.get(dut.fetch_err), ctx.get(dut.sq_index)) == (m["err"], m["index"]), cycle
+            assert ctx.get(dut.desc_bytes) == m["bytes"], cycle
+
+    run_sim(dut, bench)
+    assert len(fetched_n) > 100, len(fetched_n)

@@ -41,7 +41,7 @@ ENGINE_COMPONENTS = ("alu", "control", "sram", "dma", "link")
 #: (component, regular expression on a module's path below the engine top); the first match wins.
 RULES = (
     ("sram", r"datapath\.sram(\..*)?"),
-    ("alu", r"datapath\.recv\d+\.alu(\..*)?"),
+    ("alu", r"datapath\.recv\d+\.issue\.alu(\..*)?"),
     ("link", r"datapath\.(txport|rxport|txmux)\d+(\..*)?"),
     ("dma", r"(dma_rd|dma_wr|rd_mux|wr_mux|datapath\.dep_rd_mux|datapath\.dep_wr_mux)(\..*)?"),
     ("control", r".*"),

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_engine_modules_are_attributed_to_the_components_of_table_iv():
     assert component_of("datapath.sram") == "sram"
-    assert component_of("datapath.recv1.alu.add_fp32_l0") == "alu"
+    assert component_of("datapath.recv1.issue.alu.add_fp32_l0") == "alu"
     assert component_of("datapath.recv1.streamer") == "control"
     assert component_of("datapath.rxport0") == "link" and component_of("datapath.txmux1.horder") == "link"
     assert component_of("dma_rd.split") == "dma" and component_of("datapath.dep_wr_mux") == "dma"

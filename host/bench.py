@@ -86,8 +86,9 @@ def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=10
 
 
 def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=10, buffers=(4, 8, 16, 32),
-                fsms=(1, 2, 4, 8, 16), backend="verilator", progress=True):
-    """All-reduce with each (buffers, FSMs) pair the configuration has; returns the rows."""
+                fsms=(1, 2, 4, 8, 16), backend="verilator", progress=True, rate=None, chunk_bytes=None):
+    """All-reduce with each (buffers, FSMs) pair the configuration has (``rate``, ``chunk_bytes`` as
+    :func:`bench_efficiency`); returns the rows."""
     from ..hdl.ace.config import AceConfig
 
     cfg = config if isinstance(config, AceConfig) else AceConfig.profile(config)
@@ -98,13 +99,14 @@ def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=10, b
                 continue
             rows.append(_row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes,
                                   dtype="fp32", op="sum", config=config, latency=latency, backend=backend,
-                                  buffers=b, fsms=f)))
+                                  buffers=b, fsms=f, rate=rate, chunk_bytes=chunk_bytes)))
     return rows
 
 
 COLUMNS = [
     ("topology", lambda r: r["topology"]),
     ("bytes/NPU", lambda r: str(r["bytes"])),
+    ("chunk", lambda r: str(r["chunk_bytes"])),
     ("backend", lambda r: r["backend"]),
     ("buffers", lambda r: str(r["buffers"])),
     ("FSMs", lambda r: str(r["fsms"])),
@@ -191,7 +193,7 @@ def main(args):
     else:
         rows = bench_sweep(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                            args.buffers or [4, 8, 16, 32], args.fsms or [1, 2, 4, 8, 16],
-                           args.backend or "verilator")
+                           args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes)
     print(_table(rows, COLUMNS))
     if args.json:
         with open(args.json, "w") as f:

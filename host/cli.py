@@ -205,9 +205,9 @@ def main(argv=None):
     p_bench.add_argument("--latency", type=int, default=None, help="link latency in cycles (engine benchmarks: "
                                                                     "default 10)")
     p_bench.add_argument("--rate", type=float, default=None,
-                         help="efficiency: every link's rate in flits per cycle (default the topology's, 1)")
+                         help="efficiency, sweep: every link's rate in flits per cycle (default the topology's, 1)")
     p_bench.add_argument("--chunk-bytes", type=parse_size, default=None,
-                         help="efficiency: chunk size (default: the largest the engine runs the program with)")
+                         help="efficiency, sweep: chunk size (default: the largest the engine runs the program with)")
     p_bench.add_argument("--buffers", type=int, action="append", help="sweep: chunk buffers (repeatable)")
     p_bench.add_argument("--fsms", type=int, action="append", help="sweep: FSMs (repeatable)")
     p_bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")

@@ -100,7 +100,7 @@ class ControlUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        K, NC, NB = cfg.n_ports, cfg.n_cmds, cfg.n_buffers
+        K, NC = cfg.n_ports, cfg.n_cmds
         dp, ports = self.dp, self.port
 
         # ---- IMEM and ROUTE (progmem.py), written and read through the register windows ----------------------
@@ -289,8 +289,8 @@ def _wire_port(m, p, iss, jb, k):
     of the message a RECV granted on it takes to ``jb``."""
     status = iss.port[k]
     with m.If(jb.step.port == k):     # the awaited header: the channel's head, or the one behind it
-        head = p.heads[iss.grant.ch]
-        m.d.comb += jb.msg_count.eq(Mux(iss.grant.second, p.nexts[iss.grant.ch].count, head.count))
+        m.d.comb += jb.msg_count.eq(Mux(iss.grant.second, p.nexts[iss.grant.ch].count,
+                                        p.heads[iss.grant.ch].count))
     m.d.comb += [status.send_ready.eq(p.send_job.ready), status.recv_ready.eq(p.recv_job.ready),
                  status.order_ready.eq(p.order.ready)]
     for name in ("dep_req", "tx_room", "beat_credits", "hdr_credits", "hdr_valid", "hdr_two", "unpopped", "heads"):

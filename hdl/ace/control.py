@@ -207,18 +207,7 @@ class ControlUnit(wiring.Component):
         wiring.connect(m, seqr.issue, jb.seq_load)
         wiring.connect(m, jb.load_job, wiring.flipped(dp.load_job))
         wiring.connect(m, jb.store_job, wiring.flipped(dp.store_job))
-        m.d.comb += [
-            bufs.new.valid.eq(dispatch), bufs.new.buf.eq(dc.buf), bufs.new.load_mask.eq(d_entry.load_mask),
-            bufs.new.null.eq(d_entry.null),
-            bufs.load_issue.valid.eq(jb.fsm_load), bufs.load_issue.buf.eq(jb.ctx.buf), bufs.load_issue.slot.eq(g.slot),
-            bufs.load_done.valid.eq(dp.load_done.valid), bufs.load_done.buf.eq(dp.load_done.buf),
-            bufs.load_done.slot.eq(dp.load_done.slot), bufs.skip.eq(seqr.skip), bufs.recv.eq(jb.recv),
-            bufs.store_issue.valid.eq(jb.store_job.valid), bufs.store_issue.buf.eq(jb.ctx.buf),
-            bufs.store_done.valid.eq(dp.store_done.valid), bufs.store_done.buf.eq(dp.store_done.buf),
-            # the LOADs that ended this cycle, and the sequencer's skips of empty blocks, reach the FSMs
-            bank.filled[0].valid.eq(dp.load_done.valid), bank.filled[0].buf.eq(dp.load_done.buf),
-            bank.filled[0].slot.eq(dp.load_done.slot), bank.filled[1].eq(seqr.skip),
-        ]
+        m.d.comb += _track_buffers(bufs, bank, jb, dp, seqr, disp.chunk, d_entry)
         report(dp.store_done.valid & (dp.store_done.status != 0), dp.store_done.cmd, dp.store_done.status)
         report(dp.load_done.valid & (dp.load_done.status != 0), dp.load_done.cmd, dp.load_done.status)
         for i, u in enumerate([p.send_done for p in ports] + [p.recv_done for p in ports]):
@@ -280,6 +269,25 @@ def _count(cnt, bank, iss, disp, pm):
         c.landing_empty.eq(iss.cause_land.any()), c.dma_busy.eq(iss.cause_dma.any()),
         c.partition_full.eq(disp.stall_part | pm.phase_wait.any() | pm.handoff_wait.any()),
         c.queue_full.eq(disp.stall_queue),      # (alu_busy and cpl_ring_full: never, in this engine)
+    ]
+
+
+def _track_buffers(bufs, bank, jb, dp, seqr, chunk, e):
+    """What :class:`~.bufstate.BufferState` ``bufs`` tracks per chunk buffer: a dispatched ``chunk`` (command
+    entry ``e``: its LOAD mask, NULL), the LOADs job builder ``jb`` issues and the datapath ``dp`` finishes or
+    the load sequencer ``seqr`` skips, RECVs (count lane) and STOREs; and the LOADs that ended this cycle,
+    which reach FSM bank ``bank``."""
+    g, dc = jb.step, chunk.payload
+    return [
+        bufs.new.valid.eq(chunk.valid), bufs.new.buf.eq(dc.buf), bufs.new.load_mask.eq(e.load_mask),
+        bufs.new.null.eq(e.null),
+        bufs.load_issue.valid.eq(jb.fsm_load), bufs.load_issue.buf.eq(jb.ctx.buf), bufs.load_issue.slot.eq(g.slot),
+        bufs.load_done.valid.eq(dp.load_done.valid), bufs.load_done.buf.eq(dp.load_done.buf),
+        bufs.load_done.slot.eq(dp.load_done.slot), bufs.skip.eq(seqr.skip), bufs.recv.eq(jb.recv),
+        bufs.store_issue.valid.eq(jb.store_job.valid), bufs.store_issue.buf.eq(jb.ctx.buf),
+        bufs.store_done.valid.eq(dp.store_done.valid), bufs.store_done.buf.eq(dp.store_done.buf),
+        bank.filled[0].valid.eq(dp.load_done.valid), bank.filled[0].buf.eq(dp.load_done.buf),
+        bank.filled[0].slot.eq(dp.load_done.slot), bank.filled[1].eq(seqr.skip),
     ]
 
 

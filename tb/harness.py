@@ -160,6 +160,7 @@ def _sync_text(dst, text):
 
 _CONST_BLOCK = re.compile(r"always @\*\n(\s+[^\n;]+ = \d+'[hdb][0-9a-fA-F_]+;\n)")
 _KICK = re.compile(r"reg (\\\$auto\$verilog_backend\S+)\s+= 0;")
+_PART_BLOCK = re.compile(r"always @\*\n(\s+)([^\n;]+ = [^\n;]+;)\n")
 
 
 def icarus_fixup(text):
@@ -170,10 +171,14 @@ def icarus_fixup(text):
     declaration initialiser without an event, so a block whose real inputs never change (a constant output,
     or logic fed only by registers that stay at their reset value) never runs and its outputs stay X. An
     ``initial #0`` assignment of the register is an event after every block has started waiting. Blocks that
-    only assign a constant (no inputs, no dummy read) become ``initial`` blocks."""
+    only assign a constant (no inputs, no dummy read) become ``initial`` blocks. A one-statement block that
+    drives part of a vector (yosys writes one per field of a struct port driven field by field, with no dummy
+    read) gets an ``initial #0`` copy of its statement: otherwise a field whose source keeps its reset value
+    (a command index that stays 0) stays X for the whole run."""
     text = _KICK.sub(lambda mo: f"reg {mo.group(1)} ;\n  initial #0 {mo.group(1)} = 1'b1;", text)
     # a block that only assigns a constant has no inputs at all: it is an initial assignment
-    return _CONST_BLOCK.sub(lambda mo: f"initial\n{mo.group(1)}", text)
+    text = _CONST_BLOCK.sub(lambda mo: f"initial\n{mo.group(1)}", text)
+    return _PART_BLOCK.sub(lambda mo: f"always @*\n{mo.group(1)}{mo.group(2)}\n  initial #0 {mo.group(2)}\n", text)
 
 
 def _test_id():

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from syncfabric.tb.harness import run_cocotb, simulators, verilog_for
+from syncfabric.tb.harness import icarus_fixup, run_cocotb, simulators, verilog_for
 from syncfabric.tb.smoke import Counter
 
 SIMS = ["verilator", "icarus"]
@@ -58,3 +58,25 @@ def test_verilog_cache_reuses_conversion(tmp_path, monkeypatch):
 def test_unknown_simulator_is_rejected():
     with pytest.raises(ValueError, match="not supported"):
         run_cocotb(Counter, {}, toplevel="counter", test_module="syncfabric.tb.smoke", sim="questa")
+
+
+def test_icarus_fixup_runs_every_combinational_block_at_time_zero():
+    """Yosys's three kinds of combinational block as Icarus sees them: one with its dummy read (the kick
+    register gets an event at #0), one that assigns a constant (an initial assignment), and a one-statement
+    block driving part of a vector (a struct port driven field by field): it gets an ``initial #0`` copy, so
+    the field is right even when its source never changes (the deposit unit's command index staying 0 left
+    ``arrived.cmd`` X and hung the asynchronous all-to-all on Icarus). Multi-statement blocks are left alone."""
+    text = (
+        "  reg \\$auto$verilog_backend.cc:2355:dump_module$1  = 0;\n"
+        "  always @* begin\n    if (\\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end\n"
+        "    a = b;\n  end\n"
+        "  always @*\n    k[1:0] = 2'h3;\n"
+        "  always @*\n    fill[3:1] = op_e;\n"
+        "  always @*\n    arrive[2:1] = geo_cmd;\n"
+    )
+    out = icarus_fixup(text)
+    assert "initial #0 \\$auto$verilog_backend.cc:2355:dump_module$1 = 1'b1;" in out
+    assert "initial\n    k[1:0] = 2'h3;" in out
+    for stmt in ("fill[3:1] = op_e;", "arrive[2:1] = geo_cmd;"):
+        assert f"always @*\n    {stmt}\n  initial #0 {stmt}\n" in out
+    assert out.count("initial #0") == 3 and "initial #0 a = b;" not in out

@@ -1,0 +1,100 @@
+"""The deposit unit's landing scan: one landing channel per cycle, round robin, checked for a whole PUT message.
+
+The scan pointer walks the ``n_ports * n_channels`` landing channels and moves on one channel per cycle while
+``advance`` is high. For the channel under the pointer it shows the header at the channel's head and whether it
+is a complete PUT message (header valid, ``put`` set, every payload beat landed), whether the channel is *full*
+(it cannot take another message of the largest size, or its header FIFO is full: the sender would wait), and
+the lowest live command with the message's tag (``hit``/``cmd``). Everything but the pointer is combinational.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ..common.layouts import CHANNEL_BITS, packet_header_layout
+from .units import _w
+
+__all__ = ["LandingScan", "command_lookup"]
+
+
+def command_lookup(m, tag, cmd_tag, cmd_live, name):
+    """(hit, command index) of the lowest live command (``cmd_live``, ``cmd_tag``) whose tag is ``tag``."""
+    NC = len(cmd_live)
+    hit, idx = Signal(name=f"{name}_hit"), Signal(_w(NC), name=f"{name}_cmd")
+    for i in reversed(range(NC)):
+        with m.If(cmd_live[i] & (cmd_tag[i] == tag)):
+            m.d.comb += [hit.eq(1), idx.eq(i)]
+    return hit, idx
+
+
+def landing_ports(cfg):
+    """The landing buffers' state as the RX ports show it: per port and channel the head header, header-valid
+    bit, payload fill level (beats) and header FIFO level."""
+    K, n = cfg.n_ports, cfg.n_channels
+    hl = packet_header_layout()
+    lvl = unsigned(exact_log2(cfg.landing_beats) + 1)
+    hlvl = unsigned(exact_log2(cfg.landing_headers) + 1)
+    return {
+        "heads": In(data.ArrayLayout(data.ArrayLayout(hl, n), K)),
+        "hdr_valid": In(data.ArrayLayout(unsigned(n), K)),
+        "levels": In(data.ArrayLayout(data.ArrayLayout(lvl, n), K)),
+        "hdr_levels": In(data.ArrayLayout(data.ArrayLayout(hlvl, n), K)),
+    }
+
+
+class LandingScan(wiring.Component):
+    """The landing channel under the scan pointer and what its head message is (see the module docstring).
+
+    Ports: the landing state (``heads``, ``hdr_valid``, ``levels``, ``hdr_levels``), the command table's tags
+    and live bits; ``advance`` (move to the next channel at the clock edge); out: the channel (``port``,
+    ``ch``), its ``head`` and the head's payload ``beats``, ``complete``, ``full`` and the command lookup
+    (``hit``, ``cmd``), all combinational from the pointer and the inputs.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        NC = cfg.n_cmds
+        super().__init__({
+            **landing_ports(cfg),
+            "cmd_tag": In(data.ArrayLayout(unsigned(16), NC)),
+            "cmd_live": In(NC),
+            "advance": In(1),
+            "port": Out(range(max(2, cfg.n_ports))),
+            "ch": Out(CHANNEL_BITS),
+            "head": Out(packet_header_layout()),
+            "beats": Out(16),
+            "complete": Out(1),
+            "full": Out(1),
+            "hit": Out(1),
+            "cmd": Out(_w(NC)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        K, n = cfg.n_ports, cfg.n_channels
+        W, mmb, lb, nh = cfg.beat_bytes, cfg.max_message_beats, cfg.landing_beats, cfg.landing_headers
+        cptr = Signal(range(K * n))
+        with m.If(self.advance):
+            m.d.sync += cptr.eq(Mux(cptr == K * n - 1, 0, cptr + 1))
+        m.d.comb += [self.port.eq(cptr // n if K > 1 else 0), self.ch.eq(cptr % n)]
+        head_v = Signal()
+        level = Signal(exact_log2(lb) + 1)
+        hlevel = Signal(exact_log2(nh) + 1)
+        with m.Switch(cptr):
+            for k in range(K):
+                for c in range(n):
+                    with m.Case(k * n + c):
+                        m.d.comb += [self.head.eq(self.heads[k][c]), head_v.eq(self.hdr_valid[k][c]),
+                                     level.eq(self.levels[k][c]), hlevel.eq(self.hdr_levels[k][c])]
+        head = self.head
+        head_beats = (head.length + W - 1) >> exact_log2(W)
+        hit, cmd = command_lookup(m, head.tag, self.cmd_tag, self.cmd_live, "head")
+        m.d.comb += [
+            self.beats.eq(head_beats),
+            self.complete.eq(head_v & head.put & (level >= head_beats)),
+            self.full.eq(((lb - level) < mmb) | (hlevel >= nh)),
+            self.hit.eq(hit), self.cmd.eq(cmd),
+        ]
+        return m

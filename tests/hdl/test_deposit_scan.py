@@ -1,0 +1,113 @@
+"""The deposit unit's landing scan and spill table in Amaranth's simulator against models: random landing
+states, command tables, spill fills and clears, the scan pointers advancing at random.
+
+``SEED=<n>`` replaces the random seed.
+"""
+
+import random
+
+from syncfabric.hdl.ace.config import AceConfig
+from syncfabric.hdl.ace.deposit_scan import LandingScan
+from syncfabric.hdl.ace.spill_table import SpillTable
+
+from sim_helpers import run_sim, seed_for
+
+CFG = AceConfig.small()
+K, N, NC, E, W = CFG.n_ports, CFG.n_channels, CFG.n_cmds, CFG.spill_entries, CFG.beat_bytes
+MMB, LB, NH = CFG.max_message_beats, CFG.landing_beats, CFG.landing_headers
+TAGS = 6                                # few tags, so lookups hit, miss and see duplicates
+
+
+def lookup(tag, tags, live):
+    """(hit, cmd) of the lowest live command with ``tag``."""
+    for i in range(NC):
+        if live >> i & 1 and tags[i] == tag:
+            return 1, i
+    return 0, None
+
+
+def random_header(rng):
+    return {"tag": rng.randrange(TAGS), "chunk": rng.randrange(1 << 16), "key": rng.randrange(1 << 12),
+            "length": rng.choice([0, 1, W, W + 1, rng.randrange(MMB * W + 1)]), "put": rng.randrange(2),
+            "poison": rng.randrange(2), "vc": rng.randrange(N), "src": rng.randrange(4)}
+
+
+def test_landing_scan_shows_the_channel_under_its_round_robin_pointer_and_classifies_its_head():
+    rng = random.Random(seed_for(91))
+    dut = LandingScan(CFG)
+
+    async def bench(ctx):
+        ptr = 0
+        for cycle in range(2000):
+            heads = [[random_header(rng) for _ in range(N)] for _ in range(K)]
+            hv = [rng.randrange(1 << N) for _ in range(K)]
+            levels = [[rng.randrange(LB + 1) for _ in range(N)] for _ in range(K)]
+            hlevels = [[rng.randrange(NH + 1) for _ in range(N)] for _ in range(K)]
+            tags = [rng.randrange(TAGS) for _ in range(NC)]
+            live = rng.randrange(1 << NC)
+            advance = rng.random() < 0.5
+            for port, value in ((dut.heads, heads), (dut.hdr_valid, hv), (dut.levels, levels),
+                                (dut.hdr_levels, hlevels), (dut.cmd_tag, tags), (dut.cmd_live, live),
+                                (dut.advance, advance)):
+                ctx.set(port, value)
+            k, c = divmod(ptr, N)
+            h = heads[k][c]
+            beats = -(-h["length"] // W)
+            hit, cmd = lookup(h["tag"], tags, live)
+            assert (ctx.get(dut.port), ctx.get(dut.ch)) == (k, c), cycle
+            for f in ("tag", "chunk", "key", "length", "put", "poison"):
+                assert ctx.get(dut.head[f]) == h[f], (cycle, f)
+            assert ctx.get(dut.beats) == beats, cycle
+            assert ctx.get(dut.complete) == int(bool(hv[k] >> c & 1) and h["put"] and levels[k][c] >= beats), cycle
+            assert ctx.get(dut.full) == int(LB - levels[k][c] < MMB or hlevels[k][c] >= NH), cycle
+            assert ctx.get(dut.hit) == hit, cycle
+            if hit:
+                assert ctx.get(dut.cmd) == cmd, cycle
+            await ctx.tick()
+            if advance:
+                ptr = (ptr + 1) % (K * N)
+
+    run_sim(dut, bench)
+
+
+def test_spill_table_keeps_filled_entries_until_cleared_and_finds_free_and_ready_ones():
+    rng = random.Random(seed_for(92))
+    dut = SpillTable(CFG)
+
+    async def bench(ctx):
+        ent, valid, ptr = [None] * E, [0] * E, 0
+        for cycle in range(3000):
+            if cycle % 500 == 0:
+                used = rng.choice([0, 1, E // 2, E, 200])         # the register may exceed the table
+            tags = [rng.randrange(TAGS) for _ in range(NC)]
+            live = rng.randrange(1 << NC)
+            advance = rng.random() < 0.5
+            fill = {"valid": int(rng.random() < 0.2), "e": rng.randrange(E),
+                    "entry": {"tag": rng.randrange(TAGS), "chunk": rng.randrange(1 << 16),
+                              "key": rng.randrange(1 << 12), "length": rng.randrange(1 << 20),
+                              "bad": rng.choice([0, 16, 17])}}
+            clear = {"valid": int(rng.random() < 0.2), "e": rng.randrange(E)}
+            for port, value in ((dut.cmd_tag, tags), (dut.cmd_live, live), (dut.spill_entries, used),
+                                (dut.advance, advance), (dut.fill, fill), (dut.clear, clear)):
+                ctx.set(port, value)
+            free = [e for e in range(min(E, used)) if not valid[e]]
+            assert ctx.get(dut.free) == int(bool(free)), cycle
+            if free:
+                assert ctx.get(dut.free_e) == free[0], cycle
+            assert ctx.get(dut.cur_e) == ptr, cycle
+            hit, cmd = lookup(ent[ptr]["tag"], tags, live) if ent[ptr] else (0, None)
+            assert ctx.get(dut.ready) == int(bool(valid[ptr] and hit)), cycle
+            if valid[ptr]:
+                for f, v in ent[ptr].items():
+                    assert ctx.get(dut.cur[f]) == v, (cycle, f)
+                if hit:
+                    assert ctx.get(dut.cmd) == cmd, cycle
+            await ctx.tick()
+            if clear["valid"]:
+                valid[clear["e"]] = 0
+            if fill["valid"]:                           # a fill wins over a clear of the same entry
+                ent[fill["e"]], valid[fill["e"]] = fill["entry"], 1
+            if advance:
+                ptr = (ptr + 1) % E
+
+    run_sim(dut, bench)

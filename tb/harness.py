@@ -296,8 +296,13 @@ def _verilator_build(verilog, toplevel, waves, hier_blocks):
         vlt_file = _sync_text(build_dir / "config.vlt", vlt)
         done = build_dir / "built"
         if not done.exists():
-            cmd = [shutil.which("verilator"), "-cc", "--exe", "-Mdir", str(build_dir / "obj"),
-                   "--top-module", toplevel, "--vpi", "--prefix", "Vtop", "-o", str(build_dir / toplevel),
+            # build in a scratch directory and move the result into place only when it succeeded: a build
+            # that is killed (or fails) leaves no half-made objects for the next build to trip over
+            scratch = build_dir / "building"
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir()
+            cmd = [shutil.which("verilator"), "-cc", "--exe", "-Mdir", str(scratch / "obj"),
+                   "--top-module", toplevel, "--vpi", "--prefix", "Vtop", "-o", str(scratch / toplevel),
                    "-LDFLAGS", f"-Wl,-rpath,{cc.libs_dir} -L{cc.libs_dir} -lcocotbvpi_verilator",
                    *build_args, "--no-public-flat-rw", str(vlt_file), "--timescale", "1ns/1ps",
                    str(cc.share_dir / "lib" / "verilator" / "verilator.cpp"), str(source),
@@ -307,6 +312,10 @@ def _verilator_build(verilog, toplevel, waves, hier_blocks):
             if proc.returncode:
                 raise AssertionError(f"Verilator failed to build {toplevel} (exit {proc.returncode}); see "
                                      f"{build_dir / 'build.log'}")
+            shutil.rmtree(build_dir / "obj", ignore_errors=True)
+            os.replace(scratch / "obj", build_dir / "obj")
+            os.replace(scratch / toplevel, build_dir / toplevel)
+            scratch.rmdir()
             done.write_text(flags)
         os.utime(done)
     _prune_verilator_builds(root)

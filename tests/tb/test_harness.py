@@ -80,3 +80,33 @@ def test_icarus_fixup_runs_every_combinational_block_at_time_zero():
     for stmt in ("fill[3:1] = op_e;", "arrive[2:1] = geo_cmd;"):
         assert f"always @*\n    {stmt}\n  initial #0 {stmt}\n" in out
     assert out.count("initial #0") == 3 and "initial #0 a = b;" not in out
+
+
+@pytest.mark.cocotb
+def test_an_interrupted_verilator_build_leaves_nothing_behind(tmp_path, monkeypatch):
+    """A Verilator build killed half way (here: interrupted after it wrote part of its objects and a partial
+    executable) leaves no objects, executable or done-marker in the build directory, so the next run builds
+    afresh and passes instead of tripping over the remains."""
+    import subprocess
+    from syncfabric.tb import harness
+
+    monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path))
+    real_run = subprocess.run
+
+    def killed(cmd, **kw):
+        obj, exe = Path(cmd[cmd.index("-Mdir") + 1]), Path(cmd[cmd.index("-o") + 1])
+        obj.mkdir()
+        (obj / "Vtop.mk").write_text("half written\n")
+        exe.write_bytes(b"\x7fELF partial")
+        raise KeyboardInterrupt
+
+    kw = dict(toplevel="counter", test_module="syncfabric.tb.smoke", sim="verilator",
+              tb_params={"cycles": 5}, testcase="counts_enabled_cycles", build_tag="harness-interrupted")
+    monkeypatch.setattr(harness.subprocess, "run", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_cocotb(Counter, {"width": 5}, **kw)
+    [build_dir] = (tmp_path / "verilator").iterdir()
+    assert not any((build_dir / name).exists() for name in ("built", "obj", "counter"))
+    monkeypatch.setattr(harness.subprocess, "run", real_run)
+    assert run_cocotb(Counter, {"width": 5}, **kw)["tests"] == 1
+    assert (build_dir / "built").exists() and not (build_dir / "building").exists()

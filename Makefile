@@ -21,7 +21,7 @@ demo: setup
 # The default suite: everything except the long sweeps (marked slow), in parallel; it includes one small
 # bitstream build and one small area/power report (the fpga marker).
 test: setup
-	$(VENV)/bin/python -m pytest -n $(JOBS) -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(JOBS) -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 # Long sweeps and full vector counts (e.g. 100,000 random ALU beats per dtype/op on both simulators).
 test-slow: setup

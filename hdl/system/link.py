@@ -16,7 +16,7 @@ from amaranth.utils import ceil_log2
 
 from ..common.layouts import credit_layout, flit_layout
 
-__all__ = ["DelayLine", "Link", "RATE_DEN_MAX"]
+__all__ = ["DelayLine", "Link", "RATE_DEN_MAX", "pace"]
 
 #: Largest rate denominator a link takes (rates are num/den flits per cycle, ``0 < num <= den``).
 RATE_DEN_MAX = 256
@@ -25,6 +25,21 @@ RATE_DEN_MAX = 256
 def _check_latency(latency, max_latency, what="latency"):
     if not 1 <= latency <= max_latency:
         raise ValueError(f"{what} must be in 1..{max_latency}, not {latency}")
+
+
+def pace(m, tx, num, den, stall):
+    """Pace stream ``tx`` at ``num/den`` flits per cycle (signals) with a token bucket in ``1/den`` flit
+    units, holding ``tx.ready`` low while ``stall``; returns the handshake (``fire``). The bucket is capped at
+    ``den + num - 1``: never reached while backlogged (so the long-run rate is exactly ``num/den``) and at most
+    one flit of burst after idling. It starts full."""
+    cap = Signal(range(2 * RATE_DEN_MAX))
+    tokens = Signal(range(2 * RATE_DEN_MAX + 1))
+    started = Signal()
+    fire = tx.valid & tx.ready
+    m.d.comb += [cap.eq(den + num - 1), tx.ready.eq(started & (tokens >= den) & ~stall)]
+    after = tokens - Mux(fire, den, 0) + num
+    m.d.sync += [tokens.eq(Mux(~started | (after > cap), cap, after)), started.eq(1)]
+    return fire
 
 
 class DelayLine(wiring.Component):
@@ -130,20 +145,7 @@ class Link(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        num, den = self.rate_num, self.rate_den
-
-        # Token bucket in 1/den flit units. Capped at den + num - 1: never reached while backlogged (so the
-        # long-run rate is exactly num/den) and at most one flit of burst after idling. It starts full.
-        cap = Signal(range(2 * RATE_DEN_MAX))
-        tokens = Signal(range(2 * RATE_DEN_MAX + 1))
-        started = Signal()
-        fire = self.tx.valid & self.tx.ready
-        m.d.comb += [
-            cap.eq(den + num - 1),
-            self.tx.ready.eq(started & (tokens >= den) & ~self.stall),
-        ]
-        after = tokens - Mux(fire, den, 0) + num
-        m.d.sync += [tokens.eq(Mux(~started | (after > cap), cap, after)), started.eq(1)]
+        fire = pace(m, self.tx, self.rate_num, self.rate_den, self.stall)
 
         m.submodules.flit_line = flit_line = DelayLine(unsigned(1 + len(self.tx.payload.as_value())), 1,
                                                        self.max_latency)

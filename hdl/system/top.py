@@ -34,6 +34,7 @@ from amaranth.lib.wiring import In, Out
 from ...sim.golden.topology import parse as parse_topology
 from ..ace.engine import AceEngine
 from ..common.layouts import credit_layout, flit_layout
+from .cut import LinkReceiver, LinkSender
 from .link import RATE_DEN_MAX, Link
 from .switch import Switch
 
@@ -132,9 +133,18 @@ class AceSystem(wiring.Component):
     module :data:`ENGINE_MODULE`; ``inline=True`` makes the engines submodules, for Amaranth's simulator.
 
     ``ranks`` (default all): the ranks this system holds, of a point-to-point topology; links to the others
-    are the ports in :attr:`external`, and :attr:`links` lists the on-chip links only."""
+    are the ports in :attr:`external`, and :attr:`links` lists the on-chip links only.
 
-    def __init__(self, cfg, topology, latency=None, rate=None, inline=False, max_latency=None, ranks=None):
+    ``cut=True`` (a partition of a simulation, :mod:`syncfabric.hdl.system.cut`): each link that leaves the
+    system is the local half of a cut link instead of a set of ports, submodule ``cut<k>`` for
+    ``external[k]`` (a :class:`~syncfabric.hdl.system.cut.LinkSender` for a ``tx`` port, a
+    :class:`~syncfabric.hdl.system.cut.LinkReceiver` for ``rx``), with the inputs ``cut<k>_latency`` (both
+    halves: the link's latency, also its credit latency), ``cut<k>_rate_num``, ``cut<k>_rate_den``,
+    ``cut<k>_stall`` and ``cut<k>_inject`` (senders). Every partition of a topology sizes its rings alike
+    (``max_latency`` covers all of the topology's links), so a ring row is the same cycle on both sides."""
+
+    def __init__(self, cfg, topology, latency=None, rate=None, inline=False, max_latency=None, ranks=None,
+                 cut=False):
         self._MustUse__silence = True       # until the arguments are checked: a refused system is never used
         self.cfg = cfg
         self.inline = inline
@@ -153,16 +163,24 @@ class AceSystem(wiring.Component):
             raise ValueError(f"{self.topology.spec} needs {self.topology.n_ports} link ports per engine, the "
                              f"engine configuration has {cfg.n_ports}")
         local = set(self.ranks)
+        self.cut = bool(cut)
         rows = system_links(self.topology, latency, rate)
         #: The on-chip links (:func:`system_links` rows whose two ends are here), in ``link<l>`` port order.
         self.links = [ln for ln in rows if self.topology.routed or (ln[0] in local and ln[2] in local)]
         #: The engine ports whose link leaves the system (:class:`ExternalPort`), in :func:`system_links` order.
         self.external = []
-        for s, sp, d, dp, *_ in rows:
+        #: The :func:`system_links` row of each of :attr:`external`.
+        self.external_links = []
+        for row in rows:
+            s, sp, d, dp = row[:4]
             if not self.topology.routed and (s in local) != (d in local):
                 self.external.append(ExternalPort(s, sp, "tx", d) if s in local else ExternalPort(d, dp, "rx", s))
+                self.external_links.append(row)
         self.max_latency = max([MAX_LATENCY if max_latency is None else max_latency]
-                               + [ln[4] for ln in self.links])
+                               + [ln[4] for ln in (rows if cut else self.links)])
+        #: With ``cut``: the local half of each external link (``cut<k>``), in :attr:`external` order.
+        self.cut_halves = [(LinkSender if x.direction == "tx" else LinkReceiver)(cfg.beat_bytes, self.max_latency)
+                           for x in self.external] if cut else []
         self._MustUse__silence = False
         members = {}
         for i in self.ranks:
@@ -170,7 +188,16 @@ class AceSystem(wiring.Component):
             members[f"ep{i}_irq"] = Out(1)
             members[f"ep{i}_axi"] = Out(AceEngine.axi_signature(cfg))
         flit = stream.Signature(flit_layout(cfg.beat_bytes))
-        for x in self.external:
+        for k, (x, row) in enumerate(zip(self.external, self.external_links)):
+            if cut:
+                lat, (num, den) = row[4], row[5]
+                members[f"cut{k}_latency"] = In(range(1, self.max_latency + 1), init=lat)
+                if x.direction == "tx":
+                    members[f"cut{k}_rate_num"] = In(range(1, RATE_DEN_MAX + 1), init=num)
+                    members[f"cut{k}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=den)
+                    members[f"cut{k}_stall"] = In(1)
+                    members[f"cut{k}_inject"] = In(1)
+                continue
             members[x.name] = Out(flit) if x.direction == "tx" else In(flit)
             members[f"{x.name}_credit"] = In(credit_layout()) if x.direction == "tx" else Out(credit_layout())
         for li, (_, _, _, _, lat, (num, den)) in enumerate(self.links):
@@ -201,7 +228,10 @@ class AceSystem(wiring.Component):
                 m.submodules[f"ep{i}"] = Instance(
                     ENGINE_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                     *_engine_ports(eng))
-        for x in self.external:
+        for k, x in enumerate(self.external):
+            if self.cut:
+                _cut_half(m, self, k, x, engines[x.rank])
+                continue
             eng, ext = engines[x.rank], getattr(self, x.name)
             if x.direction == "tx":
                 wiring.connect(m, getattr(eng, f"tx{x.port}"), wiring.flipped(ext))
@@ -257,6 +287,23 @@ class AceSystem(wiring.Component):
                 link.rate_den.eq(getattr(self, f"link{li}_rate_den")),
             ]
         return m
+
+
+def _cut_half(m, system, k, x, eng):
+    """The local half of cut link ``k`` (external port ``x`` of engine ``eng``) as submodule ``cut<k>``."""
+    def top(name):
+        return getattr(system, f"cut{k}_{name}")
+
+    half = system.cut_halves[k]
+    if x.direction == "tx":
+        wiring.connect(m, half.tx, getattr(eng, f"tx{x.port}"))
+        m.d.comb += [getattr(eng, f"tx{x.port}_credit").eq(half.credit_out),
+                     half.credit_latency.eq(top("latency")), half.rate_num.eq(top("rate_num")),
+                     half.rate_den.eq(top("rate_den")), half.stall.eq(top("stall")), half.inject.eq(top("inject"))]
+    else:
+        wiring.connect(m, getattr(eng, f"rx{x.port}"), half.rx)
+        m.d.comb += [half.credit_in.eq(getattr(eng, f"rx{x.port}_credit")), half.latency.eq(top("latency"))]
+    m.submodules[f"cut{k}"] = half
 
 
 def engine_verilog(cfg):

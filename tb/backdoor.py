@@ -23,6 +23,10 @@ class MemoryBackdoor:
     """Byte-addressed access to the memory array ``handle`` (a cocotb array handle of ``depth`` words of
     ``width`` bits; both read from the handle when not given)."""
 
+    #: Writes go to simulator objects (not allowed in cocotb's read-only phase; :class:`CocotbTransport`
+    #: steps out of it first).
+    vpi_writes = True
+
     def __init__(self, handle, *, width=None, depth=None):
         self.handle = handle
         self.depth = depth if depth is not None else len(handle)

@@ -124,9 +124,16 @@ class AxiRam(wiring.Component):
         self.host_addr_width = max(3, (size_bytes - 1).bit_length())
         self._lw = beat.bit_length() - 1                                # log2 bytes per beat
         self._ib = max(1, (size_bytes // beat - 1).bit_length())        # beat index bits
-        super().__init__({
+        super().__init__(self.signature_of(size_bytes, data_width=data_width, addr_width=addr_width,
+                                           id_width=id_width))
+
+    @staticmethod
+    def signature_of(size_bytes, *, data_width=128, addr_width=32, id_width=1):
+        """The signature of an :class:`AxiRam` of these parameters (for an ``Instance`` of a separately
+        converted RAM, as the system top makes)."""
+        return wiring.Signature({
             "axi": In(AXI4Signature(addr_width, data_width, id_width)),
-            "host": Out(CsrSignature(self.host_addr_width)),
+            "host": Out(CsrSignature(max(3, (size_bytes - 1).bit_length()))),
         })
 
     def elaborate(self, platform):

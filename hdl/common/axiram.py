@@ -25,7 +25,9 @@ every clock edge):
   concurrently, so latency does not serialise bursts; AR (AW) is not ready while that many are pending;
 * ``ready_stall`` / ``valid_stall``: probabilities (quantised to 1/256) that ARREADY, AWREADY, WREADY are low
   in a cycle, and that a beat due on R or B is withheld for a cycle (VALID, once high, stays high until its
-  handshake); each channel has its own LFSR, seeded from ``seed``, so RAMs with different seeds differ;
+  handshake); each channel has its own LFSR, seeded from ``seed``, so RAMs with different seeds differ
+  (``seed_port=True`` adds an input ``lfsr_seed`` mixed into the seeds at reset: instances of one converted
+  module then differ too);
 * ``error_ranges``: ``(start, end)`` byte ranges (end exclusive): a beat touching one is answered SLVERR (a
   read beat still returns the memory's bytes, a written beat is dropped, the burst's B is SLVERR).
 
@@ -73,9 +75,12 @@ class Lfsr(wiring.Component):
     """A 16-bit Galois LFSR advanced 8 steps per cycle (so ``value``'s low byte is fresh every cycle).
 
     ``go`` is high in a cycle with probability about ``1 - stall`` (``stall`` quantised to 1/256: the low
-    byte against a threshold); ``value`` is the state. ``seed`` is any integer (folded to a non-zero state).
+    byte against a threshold); ``value`` is the state. ``seed`` is any integer; the state after reset is
+    ``seed ^ salt`` (folded to non-zero), loaded in the first cycle, so one module instantiated several times
+    runs a different sequence per instance when each drives its own ``salt``.
     """
 
+    salt: In(16)
     value: Out(16)
     go: Out(1)
 
@@ -86,8 +91,13 @@ class Lfsr(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        state = Signal(16, init=self.seed)
-        m.d.sync += state.eq(_lfsr_next(state, 8))
+        state = Signal(16)      # 0 (never reached by stepping): not seeded yet
+        seeded = Signal(16)
+        m.d.comb += seeded.eq(self.seed ^ self.salt)
+        with m.If(state == 0):
+            m.d.sync += state.eq(Mux(seeded == 0, 0xACE1, seeded))
+        with m.Else():
+            m.d.sync += state.eq(_lfsr_next(state, 8))
         m.d.comb += [self.value.eq(state), self.go.eq(state[:8] >= self.threshold)]
         return m
 
@@ -99,7 +109,7 @@ class AxiRam(wiring.Component):
 
     def __init__(self, size_bytes, *, data_width=128, addr_width=32, id_width=1, read_latency=0,
                  write_latency=0, jitter=0, ready_stall=0.0, valid_stall=0.0, seed=1, error_ranges=(),
-                 max_reads=1, max_writes=1):
+                 max_reads=1, max_writes=1, seed_port=False):
         if data_width < 32 or data_width & (data_width - 1):
             raise ValueError(f"data_width must be a power of two >= 32, got {data_width}")
         beat = data_width // 8
@@ -124,17 +134,21 @@ class AxiRam(wiring.Component):
         self.host_addr_width = max(3, (size_bytes - 1).bit_length())
         self._lw = beat.bit_length() - 1                                # log2 bytes per beat
         self._ib = max(1, (size_bytes // beat - 1).bit_length())        # beat index bits
+        self.seed_port = seed_port
         super().__init__(self.signature_of(size_bytes, data_width=data_width, addr_width=addr_width,
-                                           id_width=id_width))
+                                           id_width=id_width, seed_port=seed_port))
 
     @staticmethod
-    def signature_of(size_bytes, *, data_width=128, addr_width=32, id_width=1):
+    def signature_of(size_bytes, *, data_width=128, addr_width=32, id_width=1, seed_port=False):
         """The signature of an :class:`AxiRam` of these parameters (for an ``Instance`` of a separately
         converted RAM, as the system top makes)."""
-        return wiring.Signature({
+        members = {
             "axi": In(AXI4Signature(addr_width, data_width, id_width)),
             "host": Out(CsrSignature(max(3, (size_bytes - 1).bit_length()))),
-        })
+        }
+        if seed_port:
+            members["lfsr_seed"] = In(16)
+        return wiring.Signature(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -232,6 +246,8 @@ class AxiRam(wiring.Component):
     def _lfsr(self, m, name, stall):
         salt = {"ar": 0x1F35, "aw": 0x2B67, "w": 0x3C89, "r": 0x4DAB, "b": 0x5ECD, "jr": 0x6F01, "jw": 0x7123}
         m.submodules[f"lfsr_{name}"] = lfsr = Lfsr(self.seed * 0x9E37 ^ salt[name], stall)
+        if self.seed_port:
+            m.d.comb += lfsr.salt.eq(self.lfsr_seed)
         return lfsr
 
     def _due(self, m, now, latency, name):

@@ -8,7 +8,7 @@ With ``npu_mem`` (the arguments of an :class:`~syncfabric.hdl.common.axiram.AxiR
 them) the system holds that RAM per endpoint instead (instance ``mem<i>`` of the separately converted module
 :data:`NPU_MEM_MODULE`, memory array ``mem``) and has no ``ep<i>_axi`` ports: a testbench reaches the memories
 through their back door (:mod:`syncfabric.tb.backdoor`), with no Python on the clock edges. Every endpoint's
-RAM is the same module, so its stall LFSRs run the same sequence.
+RAM is the same module; its ``lfsr_seed`` input, a constant per endpoint, makes their stalls differ.
 Every directed link of the topology is a :class:`~syncfabric.hdl.system.link.Link` with its latency, rate and
 credit loop. Latency and rate are top-level inputs (``link<l>_latency``, ``link<l>_rate_num``,
 ``link<l>_rate_den``, reset values from :func:`link_params`), so the Verilog of a system depends on the engine
@@ -62,7 +62,8 @@ def npu_mem_ram(cfg, npu_mem):
     options = dict(npu_mem)
     if "error_ranges" in options:
         options["error_ranges"] = [tuple(r) for r in options["error_ranges"]]
-    return AxiRam(options.pop("size_bytes"), data_width=8 * cfg.beat_bytes, addr_width=cfg.addr_width, **options)
+    return AxiRam(options.pop("size_bytes"), data_width=8 * cfg.beat_bytes, addr_width=cfg.addr_width,
+                  seed_port=True, **options)
 
 
 #: Default of the largest link latency a system build accepts (cycles; ACE Table V's inter-package links
@@ -293,13 +294,15 @@ class AceSystem(wiring.Component):
             ram = npu_mem_ram(self.cfg, self.npu_mem)
             m.submodules[f"mem{rank}"] = ram
         else:
-            sig = AxiRam.signature_of(size, data_width=8 * self.cfg.beat_bytes, addr_width=self.cfg.addr_width)
+            sig = AxiRam.signature_of(size, data_width=8 * self.cfg.beat_bytes, addr_width=self.cfg.addr_width,
+                                      seed_port=True)
             ram = sig.create(path=(f"mem{rank}",))
             m.submodules[f"mem{rank}"] = Instance(
                 NPU_MEM_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                 *_engine_ports(ram))
         wiring.connect(m, eng.axi, ram.axi)
-        m.d.comb += [ram.host.we.eq(0), ram.host.re.eq(0)]
+        # each endpoint's stall and jitter LFSRs run their own sequence
+        m.d.comb += [ram.host.we.eq(0), ram.host.re.eq(0), ram.lfsr_seed.eq((0x9E37 * (rank + 1)) & 0xFFFF)]
 
 
 def npu_mem_verilog(cfg, npu_mem):

@@ -5,10 +5,13 @@ host port; and the cocotb test of the RAM with its back door (:mod:`syncfabric.t
 Icarus. ``SEED=<n>`` replaces the random seeds.
 """
 
+import gc
 import random
+import warnings
 from collections import deque
 
 import pytest
+from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
 from syncfabric.hdl.common.axi import AxiBurst, AxiResp
@@ -285,6 +288,24 @@ def test_ready_stalls_match_their_probability_and_differ_by_seed():
     assert logs[0] != logs[1]
 
 
+def test_seed_port_gives_instances_of_one_module_different_stalls():
+    """With seed_port, RAMs of one seed (one converted module) driven with different lfsr_seed values stall
+    differently; the same value repeats the pattern."""
+    logs = []
+    for salt in (1, 2, 1):
+        dut = AxiRam(SIZE, data_width=8 * W, ready_stall=0.25, seed=7, max_reads=8, seed_port=True)
+        master = AxiMasterSim(dut, random.Random(0))
+        master.reads.extend((0, 1, AxiBurst.INCR) for _ in range(100))
+
+        async def bench(ctx):
+            ctx.set(dut.lfsr_seed, salt)
+            await master.run(ctx)
+
+        run(dut, bench)
+        logs.append(master.ready_log["arready"][:150])
+    assert logs[0] != logs[1] and logs[0] == logs[2]
+
+
 def test_valid_stalls_delay_beats_but_keep_them_in_order():
     """With valid_stall=0.5 the R beats of back-to-back bursts have gaps (about half the cycles), data intact."""
     seed = seed_for(15)
@@ -366,12 +387,12 @@ def test_host_port_words_meet_axi_bursts(variant):
 
 
 def test_bad_options_are_refused():
-    with pytest.raises(ValueError):
-        AxiRam(SIZE, error_ranges=[(0, SIZE + 1)])
-    with pytest.raises(ValueError):
-        AxiRam(SIZE, ready_stall=1.0)
-    with pytest.raises(ValueError):
-        AxiRam(SIZE, max_reads=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)     # the rejected objects
+        for options in ({"error_ranges": [(0, SIZE + 1)]}, {"ready_stall": 1.0}, {"max_reads": 0}):
+            with pytest.raises(ValueError):
+                AxiRam(SIZE, **options)
+        gc.collect()
 
 
 #: The cocotb test's RAM: 64 KiB, plain or with every timing option on (so AxiMaster checks the protocol

@@ -382,7 +382,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     from ..tb.harness import run_dir_for
     from .progress import ProgressLine
 
-    tag = build_tag or f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}" + ("-hdlmem" if npu_mem == "hdl" else "")
+    tag = build_tag or (f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}"
+                        + ("-hdlmem" if npu_mem == "hdl" else ""))
     log = run_dir_for(tag, backend) / "sim.log"
     bound = bound_cycles(job.golden, links, cfg.beat_bytes)
     line = ProgressLine(enabled=bool(progress))

@@ -44,8 +44,8 @@ from .link import RATE_DEN_MAX, Link
 from .switch import Switch
 
 __all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
-           "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "link_params", "system_links", "SWITCH",
-           "link_port_values", "ExternalPort"]
+           "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "link_params", "system_links",
+           "SWITCH", "link_port_values", "ExternalPort"]
 
 #: Verilog module name of the engine in system builds.
 ENGINE_MODULE = "ace_engine"
@@ -323,11 +323,12 @@ def link_verilog(beat_bytes, max_latency):
     return verilog.convert(Link(beat_bytes, 1, max_latency=max_latency), name=LINK_MODULE, emit_src=False)
 
 
-def system_verilog(cfg, topology, engine_text=None, max_latency=None):
-    """Verilog of the system top (module ``ace_system``) followed by the link and engine modules. Link
-    latencies and rates are its inputs (:func:`link_port_values`)."""
+def system_verilog(cfg, topology, engine_text=None, max_latency=None, npu_mem=None):
+    """Verilog of the system top (module ``ace_system``) followed by the link and engine modules (and the NPU
+    memory's, with ``npu_mem``). Link latencies and rates are its inputs (:func:`link_port_values`)."""
     from amaranth.back import verilog
-    system = AceSystem(cfg, topology, max_latency=max_latency)
+    system = AceSystem(cfg, topology, max_latency=max_latency, npu_mem=npu_mem)
     top = verilog.convert(system, name="ace_system", emit_src=False)
     return (top + "\n" + link_verilog(cfg.beat_bytes, system.max_latency) + "\n"
-            + (engine_text if engine_text is not None else engine_verilog(cfg)))
+            + (engine_text if engine_text is not None else engine_verilog(cfg))
+            + ("" if npu_mem is None else "\n" + npu_mem_verilog(cfg, npu_mem)))

@@ -98,6 +98,10 @@ def _add_run_args(p, defaults):
     p.add_argument("--seed", type=int, default=1, help="seed of the random input data (default 1)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE ('-' for stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--npu-mem", choices=("cocotb", "hdl"), default="cocotb",
+                   help="NPU memories: cocotbext-axi models served by Python every cycle (cocotb), or an HDL "
+                        "RAM per endpoint in the simulated system, loaded through a back door (hdl; "
+                        "verilator/icarus; --pause becomes its stall probability) (default cocotb)")
 
 
 def _cmd_run(args):
@@ -114,7 +118,7 @@ def _cmd_run(args):
                                 null_ranks=args.null_ranks,
                                 chunk_bytes=args.chunk_bytes, backend=args.backend, config=config,
                                 latency=args.latency, rate=args.rate, pause=args.pause, seed=args.seed,
-                                buffers=args.buffers, fsms=args.fsms,
+                                buffers=args.buffers, fsms=args.fsms, npu_mem=args.npu_mem,
                                 progress=not args.quiet)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric {args.command}: error: {exc}", file=sys.stderr)

@@ -353,7 +353,8 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
     }
 
 
-def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms):
+def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
+                npu_mem="cocotb"):
     from ..hdl.system.top import system_links
     from .job import CollectiveJob
 
@@ -381,7 +382,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     from ..tb.harness import run_dir_for
     from .progress import ProgressLine
 
-    tag = build_tag or f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}"
+    tag = build_tag or (f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}"
+                        + ("-hdlmem" if npu_mem == "hdl" else ""))
     log = run_dir_for(tag, backend) / "sim.log"
     bound = bound_cycles(job.golden, links, cfg.beat_bytes)
     line = ProgressLine(enabled=bool(progress))
@@ -395,7 +397,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     timeout = max(10**6, int(20 * bound))
     out = run_system(cfg, spec["topology"], [{"spec": spec}], sim=backend, latency=latency, rate=rate,
                      seed=seed, pause=pause, progress=show if progress else False, check=False,
-                     timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log)
+                     timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log,
+                     npu_mem=True if npu_mem == "hdl" else None)
     line.done()
     if "jobs" not in out:
         raise RuntimeError(f"the {backend} testbench produced no result: {out.get('error', 'no details')}")
@@ -421,7 +424,7 @@ def cfg_digest(cfg):
 def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtype="fp32", op="sum", *,
                    algorithm=None, root=0, chunk_bytes=None, backend="verilator", config="medium",
                    latency=None, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
-                   buffers=None, fsms=None, null_ranks=()):
+                   buffers=None, fsms=None, null_ranks=(), npu_mem="cocotb"):
     """Run one collective end to end and return a result dict (see the module docstring for the backends).
 
     ``config``: an engine configuration name (:meth:`AceConfig.profile`) or an :class:`AceConfig` (given as
@@ -430,13 +433,19 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     flits per cycle (None: the topology's, e.g. a torus's slow inter-package dimensions); ``pause``: probability that an NPU memory's AXI channel stalls in a cycle; ``chunk_bytes``:
     the chunk size (default: the largest the engine runs the program with); ``buffers``/``fsms``: use only
     that many of the engine's chunk buffers / FSMs (default all); ``null_ranks``: ranks that make a null
-    contribution (partial all-reduce)."""
+    contribution (partial all-reduce); ``npu_mem``: ``"cocotb"`` (the NPU memories are cocotbext-axi models
+    served by Python every cycle) or ``"hdl"`` (an HDL RAM per endpoint inside the simulated system, loaded
+    and read through a back door; Verilator and Icarus only)."""
     from ..hdl.ace.config import AceConfig
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     if not 0.0 <= pause < 1.0:
         raise ValueError(f"--pause {pause} must be in [0, 1)")
+    if npu_mem not in ("cocotb", "hdl"):
+        raise ValueError(f"--npu-mem {npu_mem!r}: expected cocotb or hdl")
+    if npu_mem == "hdl" and backend not in ("verilator", "icarus"):
+        raise ValueError(f"--npu-mem hdl needs a Verilog simulator backend, not {backend}")
     spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root, null_ranks=null_ranks,
                     chunk_bytes=chunk_bytes, seed=seed)
     t0 = time.monotonic()
@@ -464,7 +473,8 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
                 raise ValueError(f"{name} {v} out of range: the {result['config']} engine has {top}")
         result["buffers"] = cfg.n_buffers if buffers is None else buffers
         result["fsms"] = cfg.n_fsms if fsms is None else fsms
-        res, run = _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms)
+        res, run = _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
+                               npu_mem)
         result.update(res)
         result["build_s"] = round(run.get("build_s", 0.0), 1)
         result["checked_against"] = "golden executor, byte for byte"

@@ -201,7 +201,7 @@ def tb_params():
 
 
 def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=None, testcase=None,
-               seed=None, build_tag=None, hier_blocks=(), log_file=None):
+               seed=None, build_tag=None, hier_blocks=(), log_file=None, public=()):
     """Convert, build and run a cocotb testbench; raise ``AssertionError`` if any cocotb test fails.
 
     ``factory(**params)`` returns the Amaranth component (called on a Verilog cache miss only);
@@ -211,6 +211,8 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
     once, as libraries of their own (a module instantiated many times, such as a system's engines: the build
     of 16 engines takes about as long as that of one). Returns a summary with the results file, the build
     directory and wall times. ``log_file``: write the simulator's output there instead of the terminal.
+    ``public``: ``(module, variable)`` pairs Verilator makes visible to VPI besides the top level's ports
+    (e.g. a RAM's memory array for a back door, :mod:`syncfabric.tb.backdoor`); Icarus sees everything.
     """
     sim = (sim or default_sim()).lower()
     if sim not in SIMULATORS:
@@ -229,7 +231,7 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
     runner = _runner(sim)
     t0 = time.monotonic()
     if sim == "verilator":
-        build_dir = _verilator_build(verilog, toplevel, waves, tuple(hier_blocks))
+        build_dir = _verilator_build(verilog, toplevel, waves, tuple(hier_blocks), tuple(public))
     else:
         build_dir = run_dir
     # one run directory, one user at a time (parallel pytest workers or commands may share a tag)
@@ -265,7 +267,7 @@ class _locked:
         self.file.close()
 
 
-def _verilator_build(verilog, toplevel, waves, hier_blocks):
+def _verilator_build(verilog, toplevel, waves, hier_blocks, public=()):
     """Build ``verilog`` with Verilator in the directory of its content and flags (built once, shared by
     every run of the design); returns the directory, which holds the executable ``toplevel`` that cocotb's
     runner starts.
@@ -281,6 +283,7 @@ def _verilator_build(verilog, toplevel, waves, hier_blocks):
     # anything and costs a 100x in simulation speed on the engine; the testbenches only touch the top level's
     # ports, so only those are made visible to VPI.
     vlt = f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n'
+    vlt += "".join(f'public_flat_rw -module "{mod}" -var "{var}"\n' for mod, var in public)
     vlt += "".join(f'hier_block -module "{mod}"\n' for mod in hier_blocks)
     if waves:       # VCD; FST would need liblz4-dev for the wheel's fstcpp
         build_args += ["--trace", "--trace-structs"]

@@ -14,11 +14,14 @@ the request for one cycle after a rising edge and waits for ``ack`` (sampled in 
 each rising edge). Accesses from concurrent tasks are serialised by a lock.
 
 Memory: ``mem`` is any object with ``read(addr, n)`` and ``write(addr, data)`` (a cocotbext-axi ``AxiRam``,
-or its ``Memory`` base class for a test without an AXI bus); these are plain calls, they take no
-simulated time (the NPU's own accesses to its memory are not what is being simulated).
+or its ``Memory`` base class for a test without an AXI bus, or a :class:`~syncfabric.tb.backdoor.MemoryBackdoor`
+into a RAM of the design); these are plain calls, they take no simulated time (the NPU's own accesses to its
+memory are not what is being simulated). A memory whose ``vpi_writes`` is true writes simulator objects, which
+cocotb refuses in the read-only phase where a CSR access ends: a write to it first moves on by one time step
+(no clock edge).
 """
 
-from cocotb.triggers import ClockCycles, First, Lock, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, First, Lock, ReadOnly, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
 from ..host.transport import SimulatedTransport, TransportError
@@ -84,6 +87,13 @@ class CocotbTransport(SimulatedTransport):
                 await RisingEdge(self.clk)
         raise TransportError(f"no ack within {self.ack_timeout} cycles for the "
                              f"{'write' if write else 'read'} of {addr:#x}")
+
+    async def write_mem(self, addr, data):
+        """Write ``data`` into the memory at ``addr`` (no clock cycle; see the module docstring)."""
+        mem = self._memory()
+        if getattr(mem, "vpi_writes", False):
+            await Timer(1, unit="step")
+        mem.write(addr, bytes(data))
 
     async def wait_irq(self, timeout_cycles=None):
         """Wait for the interrupt line to be high (at most ``timeout_cycles`` cycles; without an ``irq``

@@ -1,4 +1,5 @@
-"""On-chip RAM with an AXI4 slave port (the NPU memory of a prototype board) and a 32-bit host word port.
+"""On-chip RAM with an AXI4 slave port (the NPU memory of a prototype board, or of a simulated system) and a
+32-bit host word port.
 
 :class:`AxiRam` holds ``size_bytes`` in one memory of ``data_width``-bit words with a read port and a write
 port with byte enables (one simple dual-port block RAM on an FPGA). AXI reads and writes run independently:
@@ -12,24 +13,103 @@ Addresses wrap modulo ``size_bytes`` (a power of two). The ``host`` port (a
 :class:`~syncfabric.hdl.common.csr.CsrSignature` served by the RAM, byte addresses, one 32-bit word per
 access) is how the host bridge reads and writes the NPU memory; a host access waits for the AXI side of its
 direction to be between bursts, then takes one cycle (write) or two (read).
+
+Simulation options (all off by default; with any of them on, the RAM is the *timed* variant, the HDL
+counterpart of :class:`syncfabric.tb.axi_model.AxiRamModel` for simulations that should not run Python on
+every clock edge):
+
+* ``read_latency`` / ``write_latency``: the first R beat of a burst is presented at the earliest
+  ``2 + read_latency + j`` cycles after its AR handshake; a B response at the earliest
+  ``1 + write_latency + j`` cycles after the burst's last W beat (``j`` pseudo-random in ``0..jitter``);
+* ``max_reads`` read bursts (``max_writes`` write bursts) accepted and not yet finished: their latencies run
+  concurrently, so latency does not serialise bursts; AR (AW) is not ready while that many are pending;
+* ``ready_stall`` / ``valid_stall``: probabilities (quantised to 1/256) that ARREADY, AWREADY, WREADY are low
+  in a cycle, and that a beat due on R or B is withheld for a cycle (VALID, once high, stays high until its
+  handshake); each channel has its own LFSR, seeded from ``seed``, so RAMs with different seeds differ
+  (``seed_port=True`` adds an input ``lfsr_seed`` mixed into the seeds at reset: instances of one converted
+  module then differ too);
+* ``error_ranges``: ``(start, end)`` byte ranges (end exclusive): a beat touching one is answered SLVERR (a
+  read beat still returns the memory's bytes, a written beat is dropped, the burst's B is SLVERR).
+
+In the timed variant a host access takes its own memory ports (it never waits for AXI): two cycles from the
+request to ``ack``. The memory is the Verilog array ``mem`` of this module, which is what
+:class:`syncfabric.tb.backdoor.MemoryBackdoor` reads and writes from a cocotb testbench.
 """
 
-from amaranth.hdl import Cat, Module, Signal
-from amaranth.lib import wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .axi import AXI4Signature, AxiBurst, AxiResp
 from .csr import CsrSignature
 
-__all__ = ["AxiRam"]
+__all__ = ["AxiRam", "Lfsr"]
+
+_TAPS = 0xB400      # x^16 + x^14 + x^13 + x^11 + 1, a maximal-length 16-bit Galois LFSR
+
+
+def _lfsr_next(state, steps):
+    """The state ``steps`` steps after ``state``, as one XOR of state bits per bit (the LFSR is linear)."""
+    def step(x):
+        return (x >> 1) ^ (_TAPS if x & 1 else 0)
+
+    images = []
+    for i in range(16):
+        x = 1 << i
+        for _ in range(steps):
+            x = step(x)
+        images.append(x)
+    bits = []
+    for j in range(16):
+        taps = [state[i] for i in range(16) if images[i] >> j & 1]
+        bit = taps[0]
+        for t in taps[1:]:
+            bit = bit ^ t
+        bits.append(bit)
+    return Cat(*bits)
+
+
+class Lfsr(wiring.Component):
+    """A 16-bit Galois LFSR advanced 8 steps per cycle (so ``value``'s low byte is fresh every cycle).
+
+    ``go`` is high in a cycle with probability about ``1 - stall`` (``stall`` quantised to 1/256: the low
+    byte against a threshold); ``value`` is the state. ``seed`` is any integer; the state after reset is
+    ``seed ^ salt`` (folded to non-zero), loaded in the first cycle, so one module instantiated several times
+    runs a different sequence per instance when each drives its own ``salt``.
+    """
+
+    salt: In(16)
+    value: Out(16)
+    go: Out(1)
+
+    def __init__(self, seed, stall=0.0):
+        self.seed = (seed ^ (seed >> 16)) & 0xFFFF or 0xACE1
+        self.threshold = min(256, max(0, round(stall * 256)))
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        state = Signal(16)      # 0 (never reached by stepping): not seeded yet
+        seeded = Signal(16)
+        m.d.comb += seeded.eq(self.seed ^ self.salt)
+        with m.If(state == 0):
+            m.d.sync += state.eq(Mux(seeded == 0, 0xACE1, seeded))
+        with m.Else():
+            m.d.sync += state.eq(_lfsr_next(state, 8))
+        m.d.comb += [self.value.eq(state), self.go.eq(state[:8] >= self.threshold)]
+        return m
 
 
 class AxiRam(wiring.Component):
     """``size_bytes`` (a power of two) of RAM behind an AXI4 slave port ``axi`` (``addr_width``,
-    ``data_width`` bits, ``id_width``) and a host word port ``host``."""
+    ``data_width`` bits, ``id_width``) and a host word port ``host``; the keyword options after ``id_width``
+    are the simulation options of the module docstring."""
 
-    def __init__(self, size_bytes, *, data_width=128, addr_width=32, id_width=1):
+    def __init__(self, size_bytes, *, data_width=128, addr_width=32, id_width=1, read_latency=0,
+                 write_latency=0, jitter=0, ready_stall=0.0, valid_stall=0.0, seed=1, error_ranges=(),
+                 max_reads=1, max_writes=1, seed_port=False):
         if data_width < 32 or data_width & (data_width - 1):
             raise ValueError(f"data_width must be a power of two >= 32, got {data_width}")
         beat = data_width // 8
@@ -37,22 +117,63 @@ class AxiRam(wiring.Component):
             raise ValueError(f"size_bytes must be a power of two >= {beat}, got {size_bytes}")
         if size_bytes > 1 << addr_width:
             raise ValueError(f"{size_bytes} bytes do not fit {addr_width} address bits")
-        self.size_bytes, self.data_width = size_bytes, data_width
+        if min(read_latency, write_latency, jitter, max_reads - 1, max_writes - 1) < 0:
+            raise ValueError("latencies and jitter must be >= 0, max_reads and max_writes >= 1")
+        if not (0 <= ready_stall < 1 and 0 <= valid_stall < 1):
+            raise ValueError("stall probabilities must be in [0, 1)")
+        for start, end in error_ranges:
+            if not 0 <= start < end <= size_bytes:
+                raise ValueError(f"error range ({start:#x}, {end:#x}) outside {size_bytes:#x} bytes")
+        self.size_bytes, self.data_width, self.id_width = size_bytes, data_width, id_width
+        self.read_latency, self.write_latency, self.jitter = read_latency, write_latency, jitter
+        self.ready_stall, self.valid_stall, self.seed = ready_stall, valid_stall, seed
+        self.error_ranges = [tuple(r) for r in error_ranges]
+        self.max_reads, self.max_writes = max_reads, max_writes
+        self.timed = bool(read_latency or write_latency or jitter or ready_stall or valid_stall or error_ranges
+                          or max_reads > 1 or max_writes > 1)
         self.host_addr_width = max(3, (size_bytes - 1).bit_length())
-        super().__init__({
+        self._lw = beat.bit_length() - 1                                # log2 bytes per beat
+        self._ib = max(1, (size_bytes // beat - 1).bit_length())        # beat index bits
+        self.seed_port = seed_port
+        super().__init__(self.signature_of(size_bytes, data_width=data_width, addr_width=addr_width,
+                                           id_width=id_width, seed_port=seed_port))
+
+    @staticmethod
+    def signature_of(size_bytes, *, data_width=128, addr_width=32, id_width=1, seed_port=False):
+        """The signature of an :class:`AxiRam` of these parameters (for an ``Instance`` of a separately
+        converted RAM, as the system top makes)."""
+        members = {
             "axi": In(AXI4Signature(addr_width, data_width, id_width)),
-            "host": Out(CsrSignature(self.host_addr_width)),
-        })
+            "host": Out(CsrSignature(max(3, (size_bytes - 1).bit_length()))),
+        }
+        if seed_port:
+            members["lfsr_seed"] = In(16)
+        return wiring.Signature(members)
 
     def elaborate(self, platform):
         m = Module()
-        beat = self.data_width // 8
-        lw = beat.bit_length() - 1              # log2 bytes per beat
-        depth = self.size_bytes // beat
-        ib = max(1, (depth - 1).bit_length())   # beat index bits
+        depth = self.size_bytes // (self.data_width // 8)
         m.submodules.mem = mem = Memory(shape=self.data_width, depth=depth, init=[])
         wp = mem.write_port(granularity=8)
         rp = mem.read_port()
+        if self.timed:
+            now = Signal(32)        # cycle count: due times of bursts and responses
+            m.d.sync += now.eq(now + 1)
+            self._timed_reads(m, rp, now)
+            self._timed_writes(m, wp, now)
+            host_wp = mem.write_port(granularity=8)
+            host_rp = mem.read_port()
+            self._timed_host(m, host_rp, host_wp)
+        else:
+            self._plain(m, rp, wp)
+        return m
+
+    def _beat_index(self, addr):
+        return addr[self._lw:self._lw + self._ib] if self.size_bytes > self.data_width // 8 else Const(0, 1)
+
+    # -- the board's RAM: one burst per direction, no added latency ------------------------------------
+    def _plain(self, m, rp, wp):
+        beat, lw, ib = self.data_width // 8, self._lw, self._ib
         axi, host = self.axi, self.host
 
         # host accesses: remembered until the AXI side of their direction is idle
@@ -60,13 +181,12 @@ class AxiRam(wiring.Component):
         h_addr, h_data = Signal(self.host_addr_width), Signal(32)
         with m.If(host.re | host.we):
             m.d.sync += [h_addr.eq(host.addr), h_data.eq(host.wdata), h_rd.eq(host.re), h_wr.eq(host.we)]
-        h_beat = h_addr[lw:lw + ib] if depth > 1 else 0
+        h_beat = self._beat_index(h_addr)
         h_lane = h_addr[2:lw]
         h_ack_rd = Signal()
         m.d.sync += h_ack_rd.eq(0)
         m.d.comb += host.ack.eq(0)
 
-        # -- reads ---------------------------------------------------------------------------------------
         r_idx, r_left, r_id, r_incr = Signal(ib), Signal(8), Signal.like(axi.arid), Signal()
         m.d.comb += [axi.rid.eq(r_id), axi.rresp.eq(AxiResp.OKAY), axi.rdata.eq(rp.data)]
         with m.FSM(name="rd"):
@@ -78,7 +198,7 @@ class AxiRam(wiring.Component):
                 with m.Else():
                     m.d.comb += axi.arready.eq(1)
                     with m.If(axi.arvalid):
-                        idx = axi.araddr[lw:lw + ib] if depth > 1 else 0
+                        idx = self._beat_index(axi.araddr)
                         m.d.comb += rp.addr.eq(idx)
                         m.d.sync += [r_idx.eq(idx), r_left.eq(axi.arlen), r_id.eq(axi.arid),
                                      r_incr.eq(axi.arburst != AxiBurst.FIXED)]
@@ -95,7 +215,6 @@ class AxiRam(wiring.Component):
         with m.If(h_ack_rd):
             m.d.comb += [host.ack.eq(1), host.rdata.eq(rp.data.word_select(h_lane, 32) if lw > 2 else rp.data)]
 
-        # -- writes --------------------------------------------------------------------------------------
         w_idx, w_id, w_incr = Signal(ib), Signal.like(axi.awid), Signal()
         m.d.comb += [axi.bid.eq(w_id), axi.bresp.eq(AxiResp.OKAY)]
         with m.FSM(name="wr"):
@@ -108,7 +227,7 @@ class AxiRam(wiring.Component):
                 with m.Else():
                     m.d.comb += axi.awready.eq(1)
                     with m.If(axi.awvalid):
-                        m.d.sync += [w_idx.eq(axi.awaddr[lw:lw + ib] if depth > 1 else 0), w_id.eq(axi.awid),
+                        m.d.sync += [w_idx.eq(self._beat_index(axi.awaddr)), w_id.eq(axi.awid),
                                      w_incr.eq(axi.awburst != AxiBurst.FIXED)]
                         m.next = "DATA"
             with m.State("DATA"):
@@ -122,4 +241,117 @@ class AxiRam(wiring.Component):
                 m.d.comb += axi.bvalid.eq(1)
                 with m.If(axi.bready):
                     m.next = "IDLE"
-        return m
+
+    # -- the timed variant: latency, jitter, stalls, errors, several bursts in flight -------------------
+    def _lfsr(self, m, name, stall):
+        salt = {"ar": 0x1F35, "aw": 0x2B67, "w": 0x3C89, "r": 0x4DAB, "b": 0x5ECD, "jr": 0x6F01, "jw": 0x7123}
+        m.submodules[f"lfsr_{name}"] = lfsr = Lfsr(self.seed * 0x9E37 ^ salt[name], stall)
+        if self.seed_port:
+            m.d.comb += lfsr.salt.eq(self.lfsr_seed)
+        return lfsr
+
+    def _due(self, m, now, latency, name):
+        """The cycle count at which something accepted now is due: ``now + 1 + latency + 0..jitter`` (it
+        reaches the head of its FIFO in the next cycle at the earliest)."""
+        if not self.jitter:
+            return now + 1 + latency
+        rnd = self._lfsr(m, name, 0.0).value[:8]
+        return now + 1 + latency + ((rnd * (self.jitter + 1)) >> 8)
+
+    def _is_error(self, idx):
+        """True if beat ``idx`` touches an error range."""
+        w = self.data_width // 8
+        hit = Const(0)
+        for start, end in self.error_ranges:
+            hit = hit | ((idx >= start // w) & (idx <= (end - 1) // w))
+        return hit
+
+    def _ripe(self, now, due):
+        return ~(now - due)[31]     # now >= due, for delays under 2**31 cycles
+
+    def _timed_reads(self, m, rp, now):
+        axi, ib = self.axi, self._ib
+        layout = data.StructLayout({"idx": ib, "left": 8, "id": self.id_width, "incr": 1, "due": 32})
+        m.submodules.rq = rq = SyncFIFO(width=layout.size, depth=self.max_reads)
+        ar_go = self._lfsr(m, "ar", self.ready_stall).go
+        r_go = self._lfsr(m, "r", self.valid_stall).go
+        new = data.View(layout, rq.w_data)
+        m.d.comb += [axi.arready.eq(rq.w_rdy & ar_go), rq.w_en.eq(axi.arvalid & axi.arready),
+                     new.idx.eq(self._beat_index(axi.araddr)), new.left.eq(axi.arlen), new.id.eq(axi.arid),
+                     new.incr.eq(axi.arburst != AxiBurst.FIXED),
+                     new.due.eq(self._due(m, now, self.read_latency, "jr"))]
+
+        # the beat on R is rp.data = mem[r_idx] while `loaded`; the burst leaves the FIFO when it starts
+        head = data.View(layout, rq.r_data)
+        loaded, held = Signal(), Signal()
+        r_idx, r_left, r_id, r_incr = Signal(ib), Signal(8), Signal(self.id_width), Signal()
+        m.d.comb += [axi.rvalid.eq(loaded & (held | r_go)), axi.rdata.eq(rp.data), axi.rid.eq(r_id),
+                     axi.rlast.eq(r_left == 0),
+                     axi.rresp.eq(Mux(self._is_error(r_idx), AxiResp.SLVERR, AxiResp.OKAY))]
+        m.d.sync += held.eq(axi.rvalid & ~axi.rready)
+        m.d.comb += rp.en.eq(0)         # (a read port is enabled by default) hold rdata unless a beat moves
+        taken = axi.rvalid & axi.rready
+        with m.If(taken & (r_left != 0)):
+            m.d.comb += [rp.addr.eq(r_idx + r_incr), rp.en.eq(1)]
+            m.d.sync += [r_idx.eq(r_idx + r_incr), r_left.eq(r_left - 1)]
+        with m.Elif(~loaded | taken):
+            with m.If(rq.r_rdy & self._ripe(now, head.due)):
+                m.d.comb += [rq.r_en.eq(1), rp.addr.eq(head.idx), rp.en.eq(1)]
+                m.d.sync += [loaded.eq(1), r_idx.eq(head.idx), r_left.eq(head.left), r_id.eq(head.id),
+                             r_incr.eq(head.incr)]
+            with m.Else():
+                m.d.sync += loaded.eq(0)
+
+    def _timed_writes(self, m, wp, now):
+        axi, ib = self.axi, self._ib
+        aw_layout = data.StructLayout({"idx": ib, "id": self.id_width, "incr": 1})
+        b_layout = data.StructLayout({"id": self.id_width, "err": 1, "due": 32})
+        m.submodules.awq = awq = SyncFIFO(width=aw_layout.size, depth=self.max_writes)
+        m.submodules.bq = bq = SyncFIFO(width=b_layout.size, depth=self.max_writes)
+        aw_go = self._lfsr(m, "aw", self.ready_stall).go
+        w_go = self._lfsr(m, "w", self.ready_stall).go
+        b_go = self._lfsr(m, "b", self.valid_stall).go
+        new = data.View(aw_layout, awq.w_data)
+        m.d.comb += [axi.awready.eq(awq.w_rdy & aw_go), awq.w_en.eq(axi.awvalid & axi.awready),
+                     new.idx.eq(self._beat_index(axi.awaddr)), new.id.eq(axi.awid),
+                     new.incr.eq(axi.awburst != AxiBurst.FIXED)]
+
+        # W beats go to the burst at the head of the AW FIFO (a slave may wait for AW before taking W)
+        head = data.View(aw_layout, awq.r_data)
+        started, w_err, w_idx = Signal(), Signal(), Signal(ib)
+        idx = Mux(started, w_idx, head.idx)
+        err = self._is_error(idx)
+        m.d.comb += [axi.wready.eq(awq.r_rdy & bq.w_rdy & w_go), wp.addr.eq(idx), wp.data.eq(axi.wdata)]
+        resp = data.View(b_layout, bq.w_data)
+        m.d.comb += [resp.id.eq(head.id), resp.err.eq(w_err | err),
+                     resp.due.eq(self._due(m, now, self.write_latency, "jw"))]
+        with m.If(axi.wvalid & axi.wready):
+            m.d.comb += wp.en.eq(Mux(err, 0, axi.wstrb))
+            m.d.sync += [w_idx.eq(idx + head.incr), started.eq(1), w_err.eq(w_err | err)]
+            with m.If(axi.wlast):
+                m.d.comb += [awq.r_en.eq(1), bq.w_en.eq(1)]
+                m.d.sync += [started.eq(0), w_err.eq(0)]
+
+        b = data.View(b_layout, bq.r_data)
+        held = Signal()
+        m.d.comb += [axi.bvalid.eq(bq.r_rdy & self._ripe(now, b.due) & (held | b_go)), axi.bid.eq(b.id),
+                     axi.bresp.eq(Mux(b.err, AxiResp.SLVERR, AxiResp.OKAY)),
+                     bq.r_en.eq(axi.bvalid & axi.bready)]
+        m.d.sync += held.eq(axi.bvalid & ~axi.bready)
+
+    def _timed_host(self, m, rp, wp):
+        """Host accesses on ports of their own: request registered, then the write (or the read's fetch),
+        ``ack`` in the cycle after that."""
+        host, lw = self.host, self._lw
+        h_rd, h_wr = Signal(), Signal()
+        h_addr, h_data = Signal(self.host_addr_width), Signal(32)
+        m.d.sync += [h_addr.eq(host.addr), h_data.eq(host.wdata), h_rd.eq(host.re), h_wr.eq(host.we)]
+        acked, was_rd, lane = Signal(), Signal(), Signal(max(1, lw - 2))
+        m.d.sync += lane.eq(h_addr[2:lw] if lw > 2 else 0)
+        m.d.sync += [acked.eq(h_rd | h_wr), was_rd.eq(h_rd)]
+        m.d.comb += [rp.addr.eq(self._beat_index(h_addr)), rp.en.eq(h_rd),
+                     wp.addr.eq(self._beat_index(h_addr)), wp.data.eq(Cat(*[h_data] * (self.data_width // 32))),
+                     wp.en.eq(Mux(h_wr, 0xF << (h_addr[2:lw] * 4) if lw > 2 else 0xF, 0)),
+                     host.ack.eq(acked)]
+        with m.If(acked & was_rd):
+            m.d.comb += host.rdata.eq(rp.data.word_select(lane, 32) if lw > 2 else rp.data)

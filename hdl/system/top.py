@@ -4,6 +4,11 @@ The engines are instances of one separately generated Verilog module (``ace_engi
 the engine once however many endpoints the system has; :func:`system_verilog` returns both modules in one
 text. Each endpoint's CSR bus, interrupt and AXI master are top-level ports named ``ep<i>_csr__*``,
 ``ep<i>_irq`` and ``ep<i>_axi__*`` (the testbench attaches one AXI RAM per endpoint: the NPU's memory).
+With ``npu_mem`` (the arguments of an :class:`~syncfabric.hdl.common.axiram.AxiRam`, ``size_bytes`` among
+them) the system holds that RAM per endpoint instead (instance ``mem<i>`` of the separately converted module
+:data:`NPU_MEM_MODULE`, memory array ``mem``) and has no ``ep<i>_axi`` ports: a testbench reaches the memories
+through their back door (:mod:`syncfabric.tb.backdoor`), with no Python on the clock edges. Every endpoint's
+RAM is the same module; its ``lfsr_seed`` input, a constant per endpoint, makes their stalls differ.
 Every directed link of the topology is a :class:`~syncfabric.hdl.system.link.Link` with its latency, rate and
 credit loop. Latency and rate are top-level inputs (``link<l>_latency``, ``link<l>_rate_num``,
 ``link<l>_rate_den``, reset values from :func:`link_params`), so the Verilog of a system depends on the engine
@@ -33,19 +38,34 @@ from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.topology import parse as parse_topology
 from ..ace.engine import AceEngine
+from ..common.axiram import AxiRam
 from ..common.layouts import credit_layout, flit_layout
 from .cut import LinkReceiver, LinkSender
 from .link import RATE_DEN_MAX, Link
 from .switch import Switch
 
-__all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "MAX_LATENCY", "system_verilog", "engine_verilog",
-           "link_verilog", "link_params", "system_links", "SWITCH",
-           "link_port_values", "ExternalPort"]
+__all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
+           "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "link_params", "system_links",
+           "SWITCH", "link_port_values", "ExternalPort"]
 
 #: Verilog module name of the engine in system builds.
 ENGINE_MODULE = "ace_engine"
 #: Verilog module name of the link model in system builds (one module for all links of a system).
 LINK_MODULE = "ace_link"
+
+#: Verilog module name of the NPU memory in system builds with ``npu_mem`` (one module for all endpoints).
+NPU_MEM_MODULE = "ace_npu_mem"
+
+
+def npu_mem_ram(cfg, npu_mem):
+    """The :class:`AxiRam` an endpoint of configuration ``cfg`` gets for ``npu_mem`` (a dict of its arguments,
+    ``size_bytes`` among them)."""
+    options = dict(npu_mem)
+    if "error_ranges" in options:
+        options["error_ranges"] = [tuple(r) for r in options["error_ranges"]]
+    return AxiRam(options.pop("size_bytes"), data_width=8 * cfg.beat_bytes, addr_width=cfg.addr_width,
+                  seed_port=True, **options)
+
 
 #: Default of the largest link latency a system build accepts (cycles; ACE Table V's inter-package links
 #: take 500).
@@ -141,13 +161,17 @@ class AceSystem(wiring.Component):
     :class:`~syncfabric.hdl.system.cut.LinkReceiver` for ``rx``), with the inputs ``cut<k>_latency`` (both
     halves: the link's latency, also its credit latency), ``cut<k>_rate_num``, ``cut<k>_rate_den``,
     ``cut<k>_stall`` and ``cut<k>_inject`` (senders). Every partition of a topology sizes its rings alike
-    (``max_latency`` covers all of the topology's links), so a ring row is the same cycle on both sides."""
+    (``max_latency`` covers all of the topology's links), so a ring row is the same cycle on both sides.
+
+    ``npu_mem`` (default None: ``ep<i>_axi`` ports): a dict of :class:`AxiRam` arguments; every endpoint gets
+    such a RAM on its AXI port (module docstring)."""
 
     def __init__(self, cfg, topology, latency=None, rate=None, inline=False, max_latency=None, ranks=None,
-                 cut=False):
+                 cut=False, npu_mem=None):
         self._MustUse__silence = True       # until the arguments are checked: a refused system is never used
         self.cfg = cfg
         self.inline = inline
+        self.npu_mem = None if npu_mem is None else dict(npu_mem)
         self.topology = parse_topology(topology)
         n = self.topology.n_endpoints
         self.ranks = tuple(range(n)) if ranks is None else tuple(ranks)
@@ -186,7 +210,8 @@ class AceSystem(wiring.Component):
         for i in self.ranks:
             members[f"ep{i}_csr"] = Out(AceEngine.csr_signature(cfg))
             members[f"ep{i}_irq"] = Out(1)
-            members[f"ep{i}_axi"] = Out(AceEngine.axi_signature(cfg))
+            if self.npu_mem is None:
+                members[f"ep{i}_axi"] = Out(AceEngine.axi_signature(cfg))
         flit = stream.Signature(flit_layout(cfg.beat_bytes))
         for k, (x, row) in enumerate(zip(self.external, self.external_links)):
             if cut:
@@ -220,7 +245,10 @@ class AceSystem(wiring.Component):
             eng = AceEngine(cfg) if self.inline else AceEngine.signature_of(cfg).create(path=(f"ep{i}",))
             engines[i] = eng
             wiring.connect(m, wiring.flipped(getattr(self, f"ep{i}_csr")), eng.csr)
-            wiring.connect(m, eng.axi, wiring.flipped(getattr(self, f"ep{i}_axi")))
+            if self.npu_mem is None:
+                wiring.connect(m, eng.axi, wiring.flipped(getattr(self, f"ep{i}_axi")))
+            else:
+                self._npu_mem(m, i, eng)
             m.d.comb += getattr(self, f"ep{i}_irq").eq(eng.irq)
             if self.inline:
                 m.submodules[f"ep{i}"] = eng
@@ -288,6 +316,29 @@ class AceSystem(wiring.Component):
             ]
         return m
 
+    def _npu_mem(self, m, rank, eng):
+        """Endpoint ``rank``'s RAM on its engine's AXI port (its host port idle)."""
+        size = self.npu_mem["size_bytes"]
+        if self.inline:
+            ram = npu_mem_ram(self.cfg, self.npu_mem)
+            m.submodules[f"mem{rank}"] = ram
+        else:
+            sig = AxiRam.signature_of(size, data_width=8 * self.cfg.beat_bytes, addr_width=self.cfg.addr_width,
+                                      seed_port=True)
+            ram = sig.create(path=(f"mem{rank}",))
+            m.submodules[f"mem{rank}"] = Instance(
+                NPU_MEM_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
+                *_engine_ports(ram))
+        wiring.connect(m, eng.axi, ram.axi)
+        # each endpoint's stall and jitter LFSRs run their own sequence
+        m.d.comb += [ram.host.we.eq(0), ram.host.re.eq(0), ram.lfsr_seed.eq((0x9E37 * (rank + 1)) & 0xFFFF)]
+
+
+def npu_mem_verilog(cfg, npu_mem):
+    """Verilog text of the NPU memory of ``npu_mem`` as module :data:`NPU_MEM_MODULE`."""
+    from amaranth.back import verilog
+    return verilog.convert(npu_mem_ram(cfg, npu_mem), name=NPU_MEM_MODULE, emit_src=False)
+
 
 def _cut_half(m, system, k, x, eng):
     """The local half of cut link ``k`` (external port ``x`` of engine ``eng``) as submodule ``cut<k>``."""
@@ -318,11 +369,12 @@ def link_verilog(beat_bytes, max_latency):
     return verilog.convert(Link(beat_bytes, 1, max_latency=max_latency), name=LINK_MODULE, emit_src=False)
 
 
-def system_verilog(cfg, topology, engine_text=None, max_latency=None):
-    """Verilog of the system top (module ``ace_system``) followed by the link and engine modules. Link
-    latencies and rates are its inputs (:func:`link_port_values`)."""
+def system_verilog(cfg, topology, engine_text=None, max_latency=None, npu_mem=None):
+    """Verilog of the system top (module ``ace_system``) followed by the link and engine modules (and the NPU
+    memory's, with ``npu_mem``). Link latencies and rates are its inputs (:func:`link_port_values`)."""
     from amaranth.back import verilog
-    system = AceSystem(cfg, topology, max_latency=max_latency)
+    system = AceSystem(cfg, topology, max_latency=max_latency, npu_mem=npu_mem)
     top = verilog.convert(system, name="ace_system", emit_src=False)
     return (top + "\n" + link_verilog(cfg.beat_bytes, system.max_latency) + "\n"
-            + (engine_text if engine_text is not None else engine_verilog(cfg)))
+            + (engine_text if engine_text is not None else engine_verilog(cfg))
+            + ("" if npu_mem is None else "\n" + npu_mem_verilog(cfg, npu_mem)))

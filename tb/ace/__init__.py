@@ -7,10 +7,10 @@
 
 from ...hdl.ace.config import AceConfig
 from ...hdl.ace.engine import AceEngine
-from ...hdl.system.top import ENGINE_MODULE, AceSystem, link_verilog
+from ...hdl.system.top import ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, link_verilog, npu_mem_ram
 from ..harness import verilog_for
 
-__all__ = ["ace_system_verilog", "ace_engine", "run_system"]
+__all__ = ["ace_system_verilog", "ace_engine", "ace_npu_mem", "run_system", "npu_mem_for"]
 
 
 def ace_engine(cfg):
@@ -18,19 +18,48 @@ def ace_engine(cfg):
     return AceEngine(AceConfig(**cfg))
 
 
-def ace_system_verilog(cfg, topology, max_latency=None):
-    """Verilog of ``AceSystem(AceConfig(**cfg), topology, max_latency=max_latency)`` followed by the engine
-    module (link latencies and rates are inputs of the system: one build serves them all)."""
+def ace_npu_mem(cfg, npu_mem):
+    """The NPU memory (:class:`~syncfabric.hdl.common.axiram.AxiRam`) of ``npu_mem`` for configuration ``cfg``
+    (a dict of :class:`AceConfig` fields)."""
+    return npu_mem_ram(AceConfig(**cfg), npu_mem)
+
+
+def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None):
+    """Verilog of ``AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem)``
+    followed by the link, engine (and NPU memory) modules (link latencies and rates are inputs of the system:
+    one build serves them all)."""
     from amaranth.back import verilog
     engine = verilog_for(ace_engine, {"cfg": cfg}, ENGINE_MODULE).read_text()
-    system = AceSystem(AceConfig(**cfg), topology, max_latency=max_latency)
+    system = AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem)
     top = verilog.convert(system, name="ace_system", emit_src=False)
-    return top + "\n" + link_verilog(cfg["beat_bytes"], system.max_latency) + "\n" + engine
+    text = top + "\n" + link_verilog(cfg["beat_bytes"], system.max_latency) + "\n" + engine
+    if npu_mem is not None:
+        text += "\n" + verilog_for(ace_npu_mem, {"cfg": cfg, "npu_mem": npu_mem}, NPU_MEM_MODULE).read_text()
+    return text
+
+
+def npu_mem_for(cfg, topology, jobs, pause=0.0, **options):
+    """``npu_mem`` for :func:`run_system`: an :class:`AxiRam` big enough for ``jobs`` on every rank of
+    ``topology`` (a power of two, as the testbench's memory model would size it), its AXI channels stalling
+    with probability ``pause``, and the other :class:`AxiRam` ``options``."""
+    from ...host.job import CollectiveJob, memory_bytes
+    from ...sim.golden.topology import parse as parse_topology
+
+    objs = [CollectiveJob(j["spec"], cfg, comm=j.get("comm", 0), tag=j.get("tag", 0),
+                          in_place=j.get("in_place", False), misalign=j.get("misalign", 0))
+            for j in jobs if "reject" not in j]
+    n = parse_topology(topology).n_endpoints
+    need = max([memory_bytes(objs, r) for r in range(n)] + [1 << 18])
+    mem = {"size_bytes": 1 << (need - 1).bit_length(), **options}
+    if pause > 0:
+        mem.setdefault("ready_stall", pause)
+        mem.setdefault("valid_stall", pause)
+    return mem
 
 
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
                pause=0.0, link_stall=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
-               check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None):
+               check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=None):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
     configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
@@ -40,7 +69,10 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     runs. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART and
     FSM_LIMIT registers, so one build serves a whole sweep). ``post_skew``: each rank posts a random 0..post_skew
 cycles after the others are ready. ``log_file``: the simulator's output goes there
-    instead of the terminal. ``late``/``spill_entries``: see :mod:`syncfabric.tb.ace.test_system`."""
+    instead of the terminal. ``late``/``spill_entries``: see :mod:`syncfabric.tb.ace.test_system`.
+    ``npu_mem``: None (the NPU memories are cocotbext-axi ``AxiRam`` models), True (an HDL ``AxiRam`` per
+    endpoint, sized by :func:`npu_mem_for`, reached through its back door; ``pause`` becomes its stall
+    probability, fixed at build time) or a dict of ``AxiRam`` arguments with ``size_bytes``."""
     import dataclasses
     import json
     import os
@@ -53,6 +85,10 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
     lats = [ln[4] for ln in link_params(topology, latency, rate)]
     params = {"cfg": dataclasses.asdict(cfg), "topology": topology,
               "max_latency": max([MAX_LATENCY] + lats) if max(lats, default=0) > MAX_LATENCY else None}
+    public = ()
+    if npu_mem is not None:
+        params["npu_mem"] = npu_mem_for(cfg, topology, jobs, pause) if npu_mem is True else dict(npu_mem)
+        public = ((NPU_MEM_MODULE, "mem"),)
     with tempfile.TemporaryDirectory() as tmp:
         path = out or os.path.join(tmp, "result.json")
         stop = threading.Event()
@@ -71,7 +107,8 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
                                         "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
                                         "buffers": buffers, "fsms": fsms, "late": late,
                                         "spill_entries": spill_entries},
-                             build_tag=build_tag, hier_blocks=(ENGINE_MODULE,), log_file=log_file)
+                             build_tag=build_tag, hier_blocks=(ENGINE_MODULE,), log_file=log_file,
+                             public=public)
         except AssertionError as exc:
             if check:
                 raise

@@ -1,7 +1,10 @@
 """cocotb testbench of an ACE system (``ace_system``: N engines on a topology of link models).
 
 Each endpoint's NPU memory is a cocotbext-axi ``AxiRam`` (optionally with random pauses on all five channels,
-i.e. random response delays); each endpoint is driven by the host driver over a
+i.e. random response delays), or, when the system was built with ``npu_mem`` (``params["npu_mem"]``), the
+system's own HDL RAM ``mem<i>`` reached through its back door (:class:`~syncfabric.tb.backdoor.MemoryBackdoor`:
+no Python runs on the clock edges for memory traffic; its stalls are fixed in the build); each endpoint is
+driven by the host driver over a
 :class:`~syncfabric.tb.transport.CocotbTransport` running :func:`syncfabric.host.job.run_endpoint` - the
 testbench has no second copy of the driver. Every output byte is compared with the golden executor, and
 every guard band around the buffers must be left untouched.
@@ -40,6 +43,7 @@ from ...host.driver import AceDriver
 from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
                          memory_bytes, run_endpoint)
 from ...sim.golden.topology import parse as parse_topology
+from ..backdoor import MemoryBackdoor
 from ..harness import tb_params
 from ..transport import CocotbTransport
 
@@ -66,7 +70,8 @@ class Barrier:
 
 
 class SystemTB:
-    """Clock, reset, one AxiRam and one driver per endpoint, random link stalls."""
+    """Clock, reset, one memory (a cocotbext-axi AxiRam, or the back door of the system's RAM) and one driver
+    per endpoint, random link stalls."""
 
     def __init__(self, dut, p):
         self.dut, self.p = dut, p
@@ -96,7 +101,14 @@ class SystemTB:
         quiet = logging.getLogger(f"cocotb.{dut._name}")
         level = quiet.level
         quiet.setLevel(logging.WARNING)
+        hdl_mem = fp.get("npu_mem")
         for i in range(self.n):
+            if hdl_mem is not None:
+                ram = MemoryBackdoor(getattr(dut, f"mem{i}").mem)
+                assert ram.size >= self.mem_bytes, \
+                    f"the system's NPU memories hold {ram.size:#x} bytes, the jobs need {self.mem_bytes:#x}"
+                self._add_driver(dut, i, ram, p)
+                continue
             ram = AxiRam(AxiBus.from_prefix(dut, f"ep{i}_axi_"), dut.clk, dut.rst, size=self.mem_bytes)
             if pause > 0:
                 for k, ch in enumerate((ram.write_if.aw_channel, ram.write_if.w_channel, ram.write_if.b_channel,
@@ -110,12 +122,15 @@ class SystemTB:
             for ch in (ram.read_if.ar_channel, ram.read_if.r_channel, ram.write_if.aw_channel,
                        ram.write_if.w_channel, ram.write_if.b_channel):
                 ch.queue_occupancy_limit = 64
-            self.rams.append(ram)
-            tr = CocotbTransport(dut, dut.clk, csr_prefix=f"ep{i}_csr", mem=ram, irq=getattr(dut, f"ep{i}_irq"))
-            drv = AceDriver(tr, self.cfg)
-            drv.buffer_budget = p.get("buffers")
-            self.drivers.append(drv)
+            self._add_driver(dut, i, ram, p)
         quiet.setLevel(level)
+
+    def _add_driver(self, dut, i, ram, p):
+        self.rams.append(ram)
+        tr = CocotbTransport(dut, dut.clk, csr_prefix=f"ep{i}_csr", mem=ram, irq=getattr(dut, f"ep{i}_irq"))
+        drv = AceDriver(tr, self.cfg)
+        drv.buffer_budget = p.get("buffers")
+        self.drivers.append(drv)
 
     def jobs_of(self, rank):
         """The commands ``rank`` posts, in order (a rejected command may be posted by some ranks only)."""

@@ -26,7 +26,7 @@ from cocotb.utils import get_sim_time
 
 from ..host.transport import SimulatedTransport, TransportError
 
-__all__ = ["CocotbTransport"]
+__all__ = ["CocotbTransport", "after_cycles"]
 
 
 def _value(handle, what):
@@ -36,6 +36,19 @@ def _value(handle, what):
         return value.to_unsigned() if hasattr(value, "to_unsigned") else int(value)
     except ValueError:
         raise TransportError(f"{what} is {value} (X or Z): is the engine out of reset?") from None
+
+
+async def after_cycles(clk, n, period=None):
+    """Return at the ``n``-th (>= 1) rising edge of ``clk`` from now, as ``ClockCycles(clk, n)`` does, but
+    with one timer to half a period before that edge (``period`` in simulator steps; None: ``ClockCycles``)
+    instead of Python on every edge. Call it less than half a period after an edge (where every access of
+    this module ends)."""
+    n = max(1, int(n))
+    if period is None:
+        await ClockCycles(clk, n)
+        return
+    await Timer(n * period - period // 2, unit="step")
+    await RisingEdge(clk)
 
 
 class CocotbTransport(SimulatedTransport):
@@ -100,14 +113,17 @@ class CocotbTransport(SimulatedTransport):
         line, ``poll_cycles`` at most, returning False so the caller polls)."""
         if self.irq is None:
             n = self.poll_cycles if timeout_cycles is None else min(self.poll_cycles, timeout_cycles)
-            await ClockCycles(self.clk, max(1, n))
+            await after_cycles(self.clk, n, self._period)
             return False
         if _value(self.irq, "irq"):
             return True
         if timeout_cycles is None:
             await RisingEdge(self.irq)
         else:
-            await First(RisingEdge(self.irq), ClockCycles(self.clk, max(1, int(timeout_cycles))))
+            n = max(1, int(timeout_cycles))
+            # a timer, not ClockCycles, once the period is known: no Python on every clock edge meanwhile
+            await First(RisingEdge(self.irq),
+                        ClockCycles(self.clk, n) if self._period is None else Timer(n * self._period, unit="step"))
         return bool(_value(self.irq, "irq"))
 
     async def cycles(self):

@@ -33,7 +33,8 @@ import warnings
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Event, RisingEdge
+from cocotb.triggers import ClockCycles, Event, RisingEdge, Timer
+from cocotb.utils import get_sim_steps
 from cocotbext.axi import AxiBus, AxiRam
 
 from ...hdl.ace.config import AceConfig
@@ -45,9 +46,11 @@ from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, brin
 from ...sim.golden.topology import parse as parse_topology
 from ..backdoor import MemoryBackdoor
 from ..harness import tb_params
-from ..transport import CocotbTransport
+from ..transport import CocotbTransport, after_cycles
 
 CLOCK_NS = 10
+#: Cycles between two looks at the wall clock for progress reports.
+PROGRESS_CYCLES = 2000
 
 
 def _pauses(rng, prob):
@@ -164,9 +167,9 @@ class SystemTB:
         ``path``) write them to that JSON file, replacing it atomically."""
         t_start = t_last = time.monotonic()
         cycle = last = 0
-        while True:
-            await ClockCycles(self.dut.clk, 200)
-            cycle += 200
+        while True:     # a timer, not ClockCycles: no Python on every clock edge
+            await Timer(PROGRESS_CYCLES * CLOCK_NS, unit="ns")
+            cycle += PROGRESS_CYCLES
             now = time.monotonic()
             if now - t_last >= every_s:
                 rate = (cycle - last) / (now - t_last)
@@ -199,7 +202,7 @@ class SystemTB:
                     for r in range(self.n)]
             waited, sent = 0, False
             while waited < int(late.get("max_wait", 200_000)):
-                await ClockCycles(self.dut.clk, 100)
+                await after_cycles(self.dut.clk, 100, get_sim_steps(CLOCK_NS, "ns"))
                 waited += 100
                 sent = True
                 for r in range(self.n):
@@ -222,7 +225,7 @@ class SystemTB:
                 if late is not None and i == late["rank"]:
                     await all_sent(i)
                 elif delays[i]:
-                    await ClockCycles(self.dut.clk, delays[i])
+                    await after_cycles(self.dut.clk, delays[i], get_sim_steps(CLOCK_NS, "ns"))
             return sync
 
         tasks = [cocotb.start_soon(run_endpoint(self.drivers[i], i, self.jobs_of(i), mem_bytes=self.mem_bytes,

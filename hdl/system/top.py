@@ -30,6 +30,7 @@ engine port it leaves or enters (:attr:`AceSystem.external`): ``ep<r>_tx<p>`` (t
 :mod:`syncfabric.hdl.system.pinlink`).
 """
 
+import re
 from fractions import Fraction
 
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Value
@@ -45,8 +46,8 @@ from .link import RATE_DEN_MAX, Link
 from .switch import Switch
 
 __all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
-           "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "link_params", "system_links",
-           "SWITCH", "link_port_values", "ExternalPort"]
+           "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "loop_zero_init", "link_params",
+           "system_links", "SWITCH", "link_port_values", "ExternalPort"]
 
 #: Verilog module name of the engine in system builds.
 ENGINE_MODULE = "ace_engine"
@@ -335,9 +336,37 @@ class AceSystem(wiring.Component):
 
 
 def npu_mem_verilog(cfg, npu_mem):
-    """Verilog text of the NPU memory of ``npu_mem`` as module :data:`NPU_MEM_MODULE`."""
+    """Verilog text of the NPU memory of ``npu_mem`` as module :data:`NPU_MEM_MODULE` (its zero initialiser
+    written as a loop: :func:`loop_zero_init`)."""
     from amaranth.back import verilog
-    return verilog.convert(npu_mem_ram(cfg, npu_mem), name=NPU_MEM_MODULE, emit_src=False)
+    return loop_zero_init(verilog.convert(npu_mem_ram(cfg, npu_mem), name=NPU_MEM_MODULE, emit_src=False))
+
+
+_ZERO_ROW = re.compile(r"    (\\?[\w$.]+ ?)\[(\d+)\] = \d+'h0+;")
+
+
+def loop_zero_init(text):
+    """``text`` with every ``initial`` block that sets rows 0..N-1 of one memory to zero, one line per row (how
+    yosys writes an Amaranth memory's initialiser), written as one loop instead: a memory of a million rows is
+    a million lines otherwise, which Verilator's build cannot hold in memory."""
+    lines, out, i, k = text.split("\n"), [], 0, 0
+    while i < len(lines):
+        if lines[i] == "  initial begin":
+            j = i + 1
+            rows = []
+            while j < len(lines) and (mo := _ZERO_ROW.fullmatch(lines[j])):
+                rows.append(mo.groups())
+                j += 1
+            if (len(rows) > 1 and j < len(lines) and lines[j] == "  end" and len({r[0] for r in rows}) == 1
+                    and all(int(r[1]) == n for n, r in enumerate(rows))):
+                name, var = rows[0][0], f"zero_init_row_{k}"
+                out += [f"  integer {var};",
+                        f"  initial for ({var} = 0; {var} < {len(rows)}; {var} = {var} + 1) {name}[{var}] = 0;"]
+                i, k = j + 1, k + 1
+                continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
 
 
 def _cut_half(m, system, k, x, eng):

@@ -7,7 +7,7 @@
 
 from ...hdl.ace.config import AceConfig
 from ...hdl.ace.engine import AceEngine
-from ...hdl.system.top import ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, link_verilog, npu_mem_ram
+from ...hdl.system.top import ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, link_verilog, loop_zero_init, npu_mem_ram
 from ..harness import verilog_for
 
 __all__ = ["ace_system_verilog", "ace_engine", "ace_npu_mem", "run_system", "npu_mem_for"]
@@ -34,7 +34,9 @@ def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None):
     top = verilog.convert(system, name="ace_system", emit_src=False)
     text = top + "\n" + link_verilog(cfg["beat_bytes"], system.max_latency) + "\n" + engine
     if npu_mem is not None:
-        text += "\n" + verilog_for(ace_npu_mem, {"cfg": cfg, "npu_mem": npu_mem}, NPU_MEM_MODULE).read_text()
+        # its zero initialiser as one loop: a line per row would not fit Verilator's build for large memories
+        text += "\n" + loop_zero_init(verilog_for(ace_npu_mem, {"cfg": cfg, "npu_mem": npu_mem},
+                                                   NPU_MEM_MODULE).read_text())
     return text
 
 

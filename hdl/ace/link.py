@@ -214,7 +214,8 @@ class RxPort(wiring.Component):
     Ports
     -----
     flit : In(stream.Signature(flit_layout(beat_bytes)))
-        From the link; always ready (the sender's credits guarantee space). A payload flit for a full landing
+        From the link; always ready (the sender's credits guarantee space), registered at the port before
+        anything looks at it (one cycle of latency). A payload flit for a full landing
         buffer, a message header for a full header FIFO, or a packet for a VC >= n_fsms (or a source >=
         rx_sources) is dropped and sets ``overflow``. A packet lands in channel ``hdr.vc`` on a point-to-point
         link, ``hdr.vc + n_fsms * hdr.src`` through a switch (``rx_sources`` > 1).
@@ -232,7 +233,8 @@ class RxPort(wiring.Component):
         Pops the head header of ``sel`` (if any).
     data : Out(stream.Signature(unsigned(8 * beat_bytes)))
         The landed beats of ``sel`` in order, 1 beat/cycle sustained. ``data.valid`` depends combinationally
-        on ``sel``. A beat written by the link in cycle t can be valid in cycle t + 2.
+        on ``sel``. A flit presented on ``flit`` in cycle t is registered at the port and its beat can be
+        valid here in cycle t + 3.
     err : Out(n_channels), err_clear : In(1)
         Sticky per-VC error (CRC, header/framing mismatch, overflow on that VC); ``err_clear`` clears the bit of
         ``sel`` (a new error in the same cycle wins). Payload is landed cut-through, before its packet's CRC is
@@ -263,7 +265,11 @@ class RxPort(wiring.Component):
         m = Module()
         m.submodules.deframer = dfr = RxDeframer(self.cfg)
         m.submodules.buffer = buf = LandingBuffer(self.cfg)
-        wiring.connect(m, wiring.flipped(self.flit), dfr.flit)
+        # the flit is registered where it enters the engine: the deframer's CRC and header checks start at a
+        # flop, not at the link's wires (a timing path of its own on silicon; and a simulator re-evaluates
+        # logic fed by a module input whenever any input moves, several times per clock edge)
+        m.d.comb += self.flit.ready.eq(1)
+        m.d.sync += [dfr.flit.valid.eq(self.flit.valid), dfr.flit.payload.eq(self.flit.payload)]
         wiring.connect(m, dfr.hdr, buf.hdr_in)
         wiring.connect(m, dfr.beat, buf.beat_in)
         wiring.connect(m, buf.data, wiring.flipped(self.data))

@@ -33,7 +33,7 @@ engine port it leaves or enters (:attr:`AceSystem.external`): ``ep<r>_tx<p>`` (t
 import re
 from fractions import Fraction
 
-from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Value
+from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -386,10 +386,45 @@ def _cut_half(m, system, k, x, eng):
     m.submodules[f"cut{k}"] = half
 
 
+class ResetStage(Elaboratable):
+    """``design`` (a component using the ``sync`` domain) as the top of a separately converted module whose
+    ``rst`` input is registered once before it reaches the design: the reset net that fans out to every
+    flip-flop starts at a flop (a reset pipeline stage, a timing path of its own), and no logic of the module
+    depends combinationally on the ``rst`` pin. The latter is what a simulator cares about: Verilator
+    re-evaluates every piece of logic fed by a module input each time it evaluates the module's inputs (several
+    times per clock edge for a hierarchical block), and a synchronous reset feeds the next-state logic of every
+    register. The module leaves reset one cycle after ``rst`` falls.
+
+    Convert with :meth:`verilog`; the ports are ``clk``, ``rst`` and those of ``design``'s signature."""
+
+    def __init__(self, design):
+        self.design = design
+        self.domain = ClockDomain("sync")
+        self.rst = Signal(name="rst_pin")
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = self.domain
+        # reset-less (it drives the domain's reset) and high from power-up: the design starts in reset
+        rst_q = Signal(init=1, reset_less=True)
+        m.d.sync += rst_q.eq(self.rst)
+        m.d.comb += self.domain.rst.eq(rst_q)
+        m.submodules.design = self.design
+        return m
+
+    def verilog(self, name):
+        """Verilog text of the module ``name``."""
+        from amaranth.back import verilog
+        ports = {"clk": (self.domain.clk, None), "rst": (self.rst, None)}
+        for path, _, value in self.design.signature.flatten(self.design):
+            ports["__".join(map(str, path))] = (Value.cast(value), None)
+        return verilog.convert(self, name=name, emit_src=False, ports=ports)
+
+
 def engine_verilog(cfg):
-    """Verilog text of one engine as module :data:`ENGINE_MODULE`."""
-    from amaranth.back import verilog
-    return verilog.convert(AceEngine(cfg), name=ENGINE_MODULE, emit_src=False)
+    """Verilog text of one engine as module :data:`ENGINE_MODULE`, its reset registered once inside
+    (:class:`ResetStage`)."""
+    return ResetStage(AceEngine(cfg)).verilog(ENGINE_MODULE)
 
 
 def link_verilog(beat_bytes, max_latency):

@@ -6,16 +6,17 @@
 """
 
 from ...hdl.ace.config import AceConfig
-from ...hdl.ace.engine import AceEngine
-from ...hdl.system.top import ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, link_verilog, loop_zero_init, npu_mem_ram
+from ...hdl.system.top import (ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, engine_verilog, link_verilog, loop_zero_init,
+                               npu_mem_ram)
 from ..harness import verilog_for
 
 __all__ = ["ace_system_verilog", "ace_engine", "ace_npu_mem", "run_system", "npu_mem_for"]
 
 
 def ace_engine(cfg):
-    """The engine of configuration ``cfg`` (a dict of :class:`AceConfig` fields)."""
-    return AceEngine(AceConfig(**cfg))
+    """Verilog of the engine module of configuration ``cfg`` (a dict of :class:`AceConfig` fields), its reset
+    registered inside (:func:`~syncfabric.hdl.system.top.engine_verilog`)."""
+    return engine_verilog(AceConfig(**cfg))
 
 
 def ace_npu_mem(cfg, npu_mem):

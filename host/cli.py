@@ -98,10 +98,11 @@ def _add_run_args(p, defaults):
     p.add_argument("--seed", type=int, default=1, help="seed of the random input data (default 1)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE ('-' for stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--npu-mem", choices=("cocotb", "hdl"), default="cocotb",
-                   help="NPU memories: cocotbext-axi models served by Python every cycle (cocotb), or an HDL "
-                        "RAM per endpoint in the simulated system, loaded through a back door (hdl; "
-                        "verilator/icarus; --pause becomes its stall probability) (default cocotb)")
+    p.add_argument("--npu-mem", choices=("cocotb", "hdl"), default=None,
+                   help="NPU memories: an HDL RAM per endpoint in the simulated system, loaded and read through "
+                        "a back door (hdl; --pause becomes its stall probability, fixed in the build), or "
+                        "cocotbext-axi models served by Python every cycle (cocotb, about a third of the "
+                        "speed) (default hdl on verilator and icarus)")
 
 
 def _cmd_run(args):
@@ -118,7 +119,8 @@ def _cmd_run(args):
                                 null_ranks=args.null_ranks,
                                 chunk_bytes=args.chunk_bytes, backend=args.backend, config=config,
                                 latency=args.latency, rate=args.rate, pause=args.pause, seed=args.seed,
-                                buffers=args.buffers, fsms=args.fsms, npu_mem=args.npu_mem,
+                                buffers=args.buffers, fsms=args.fsms,
+                                npu_mem=args.npu_mem or ("hdl" if args.backend in ("verilator", "icarus") else "cocotb"),
                                 progress=not args.quiet)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric {args.command}: error: {exc}", file=sys.stderr)

@@ -16,6 +16,7 @@ Endpoint memory map (every endpoint the same)::
                                each followed by a guard band that must stay untouched
 """
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -447,6 +448,7 @@ class EndpointResult:
     counters: dict = field(default_factory=dict)
     sram_conflict: bool = False
     contributors: list = field(default_factory=list)    #: per job: (completion's, golden's) count lane
+    wall_s: float = 0.0     #: wall-clock seconds of those ``cycles`` (the simulator's speed on the collective)
 
 
 async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, sync=None, setup=True,
@@ -476,6 +478,7 @@ async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, 
     if sync is not None:
         await sync()
     t0 = await tr.cycles()
+    w0 = time.monotonic()
     cookies = []
     for k, job in enumerate(jobs):
         desc = job.descriptor(rank)
@@ -484,7 +487,7 @@ async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, 
         cookies.append(desc["cookie"])
         await drv.post(desc)
     cpls = await drv.wait(len(jobs), timeout_cycles=timeout_cycles)
-    res = EndpointResult(rank, cycles=await tr.cycles() - t0)
+    res = EndpointResult(rank, cycles=await tr.cycles() - t0, wall_s=time.monotonic() - w0)
     by_cookie = {c["cookie"]: c for c in cpls}
     if len(by_cookie) != len(cpls):
         raise RuntimeError(f"rank {rank}: several completions carry the same cookie")

@@ -404,7 +404,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
         raise RuntimeError(f"the {backend} testbench produced no result: {out.get('error', 'no details')}")
     j = out["jobs"][0]
     res = _engine_result(spec, cfg, job, links, j["status"], j["mismatches"], j["guard_touched"],
-                         j.get("cycles", 0), out["counters"], out["window_cycles"], out["wall_s"],
+                         j.get("cycles", 0), out["counters"], out["window_cycles"], out.get("window_wall_s") or out["wall_s"],
                          out.get("sram_conflict", []))
     res["contributors"] = j["contributors"]
     res["expected_contributors"] = j["expect_contributors"]
@@ -519,8 +519,8 @@ def format_summary(r):
         if r["memory_cycles"] > r["bandwidth_cycles"]:
             lines.append(f"  the NPU memory port bounds this run: {r['memory_cycles']} cycles to read or write "
                          f"{max(r['mem_read_bytes'] + r['mem_write_bytes'])} B at one beat per cycle")
-        lines.append(f"  simulation: {r['sim_cycles']} cycles at {r['sim_cycles_per_s']:.0f} cycles/s "
-                     f"(build {r['build_s']:.0f} s)")
+        lines.append(f"  simulation: {r['sim_cycles']} cycles at {r['sim_cycles_per_s']:.0f} cycles/s from the first "
+                     f"doorbell to the last completion (build {r['build_s']:.0f} s)")
         if any(s != "OK" for s in r["status"]):
             lines.append(f"  completion status per NPU: {r['status']}")
     if r.get("null_ranks"):

@@ -279,6 +279,7 @@ def summarize(tb, results, wall):
             "sram_conflict": [r.sram_conflict for r in results],
             "switch_overflow": None if overflow is None else int(overflow.value),
             "window_cycles": max(r.cycles for r in results), "wall_s": wall, "seed": tb.seed,
+            "window_wall_s": max(r.wall_s for r in results),
             "late": getattr(tb, "late_info", None)}
 
 

@@ -2,7 +2,8 @@
 
 ``efficiency``  all-reduce on uni- and bidirectional rings: cycles against the link bound, bus bandwidth, the
                 NPU memory traffic per endpoint (ACE reads and writes each payload byte once).
-``simspeed``    the same job on each simulator: simulated cycles per wall second.
+``simspeed``    the same job on each simulator with each NPU memory (HDL RAMs, cocotbext-axi models):
+                simulated cycles per wall second.
 ``sweep``       chunk buffers x FSMs on one build (through the PART and FSM_LIMIT registers): where extra SRAM
                 and FSMs stop paying (the shape of ACE Fig. 9a).
 ``transports``  the host API's backends on the same all-reduces: simulated cycles per wall second and the
@@ -79,10 +80,17 @@ def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bi
 
 
 def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=10,
-                   backends=("verilator", "icarus"), progress=True):
-    """The same all-reduce on each backend; returns the rows (``sim_cycles_per_s`` is the figure)."""
-    return [_row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes, dtype="fp32", op="sum",
-                      config=config, latency=latency, backend=b)) for b in backends]
+                   backends=("verilator", "icarus"), npu_mems=("hdl", "cocotb"), progress=True):
+    """The same all-reduce on each backend with each kind of NPU memory (the HDL RAMs inside the design, the
+    cocotbext-axi models); returns the rows (``sim_cycles_per_s``, cycles over wall time from the first
+    doorbell to the last completion, is the figure; ``wall_s`` the whole run)."""
+    rows = []
+    for b in backends:
+        for mem in npu_mems:
+            row = _row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes, dtype="fp32",
+                            op="sum", config=config, latency=latency, backend=b, npu_mem=mem))
+            rows.append({**row, "npu_mem": mem})
+    return rows
 
 
 def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=10, buffers=(4, 8, 16, 32),
@@ -117,6 +125,19 @@ COLUMNS = [
     ("busbw B/cycle", lambda r: f"{r['busbw_bytes_per_cycle']:.2f}"),
     ("mem read/write B per NPU", lambda r: f"{r['mem_read_bytes']}/{r['mem_write_bytes']}"),
     ("sim cycles/s", lambda r: f"{r['sim_cycles_per_s']:.0f}"),
+    ("check", lambda r: "ok" if r["passed"] else "FAILED"),
+]
+
+#: ``simspeed``'s table: the simulator, the NPU memory, the collective and the rates.
+SIMSPEED_COLUMNS = [
+    ("topology", lambda r: r["topology"]),
+    ("bytes/NPU", lambda r: str(r["bytes"])),
+    ("backend", lambda r: r["backend"]),
+    ("NPU memory", lambda r: r["npu_mem"]),
+    ("cycles", lambda r: str(r["cycles"])),
+    ("sim cycles/s (doorbell to completion)", lambda r: f"{r['sim_cycles_per_s']:.0f}"),
+    ("build s", lambda r: f"{r['build_s']:.0f}" if r.get("build_s") is not None else "-"),
+    ("run wall s", lambda r: f"{r['wall_s']:.1f}"),
     ("check", lambda r: "ok" if r["passed"] else "FAILED"),
 ]
 
@@ -190,6 +211,11 @@ def main(args):
     elif args.bench == "simspeed":
         rows = bench_simspeed(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                               [args.backend] if args.backend else ["verilator", "icarus"])
+        print(_table(rows, SIMSPEED_COLUMNS))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=2)
+        return 0 if all(r["passed"] for r in rows) else 1
     else:
         rows = bench_sweep(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                            args.buffers or [4, 8, 16, 32], args.fsms or [1, 2, 4, 8, 16],

@@ -120,7 +120,8 @@ def _cmd_run(args):
                                 chunk_bytes=args.chunk_bytes, backend=args.backend, config=config,
                                 latency=args.latency, rate=args.rate, pause=args.pause, seed=args.seed,
                                 buffers=args.buffers, fsms=args.fsms,
-                                npu_mem=args.npu_mem or ("hdl" if args.backend in ("verilator", "icarus") else "cocotb"),
+                                npu_mem=args.npu_mem or ("hdl" if args.backend in ("verilator", "icarus")
+                                                         else "cocotb"),
                                 progress=not args.quiet)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric {args.command}: error: {exc}", file=sys.stderr)
@@ -182,9 +183,9 @@ def main(argv=None):
     p_bench.add_argument("bench", choices=list(BENCH_COLLECTIVES) + ["efficiency", "simspeed", "sweep",
                                                                      "transports"],
                          help="a collective (nccl-tests style sweep), or efficiency: all-reduce against the link "
-                              "bound on uni- and bidirectional rings; simspeed: simulated cycles/s per simulator; "
-                              "sweep: chunk buffers x FSMs; transports: the host API's backends (simulated "
-                              "cycles/s, host time per collective)")
+                              "bound on uni- and bidirectional rings; simspeed: simulated cycles/s per simulator "
+                              "and NPU memory; sweep: chunk buffers x FSMs; transports: the host API's backends "
+                              "(simulated cycles/s, host time per collective)")
     p_bench.add_argument("--config", default=None, choices=list(PROFILES),
                          help="engine configuration (default: small for collective sweeps and transports, paper "
                               "otherwise)")

@@ -404,8 +404,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
         raise RuntimeError(f"the {backend} testbench produced no result: {out.get('error', 'no details')}")
     j = out["jobs"][0]
     res = _engine_result(spec, cfg, job, links, j["status"], j["mismatches"], j["guard_touched"],
-                         j.get("cycles", 0), out["counters"], out["window_cycles"], out.get("window_wall_s") or out["wall_s"],
-                         out.get("sram_conflict", []))
+                         j.get("cycles", 0), out["counters"], out["window_cycles"],
+                         out.get("window_wall_s") or out["wall_s"], out.get("sram_conflict", []))
     res["contributors"] = j["contributors"]
     res["expected_contributors"] = j["expect_contributors"]
     if out.get("error"):

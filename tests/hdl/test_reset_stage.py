@@ -1,9 +1,10 @@
 """The engine module's registered reset (``ResetStage``, hdl/system/top.py).
 
-A counter under :class:`ResetStage` in Amaranth's simulator stays at its reset value while ``rst`` is high and
-for one cycle after it falls, then counts; ``rst`` pulsed again resets it one cycle late. In the engine's Verilog
-(``engine_verilog``, as the system testbenches convert it) the ``rst`` pin has one reader, the reset register, so no logic of the engine depends on the
-pin combinationally (what makes a simulator re-evaluate it whenever an input moves).
+A counter under :class:`ResetStage` in Amaranth's simulator stays at its reset value while ``rst`` is high
+and for one cycle after it falls, then counts; ``rst`` pulsed again resets it one cycle late. In the engine's
+Verilog (``engine_verilog``, as the system testbenches convert it) the ``rst`` pin has one reader, the reset
+register, so no logic of the engine depends on the pin combinationally (what makes a simulator re-evaluate it
+whenever an input moves).
 """
 
 import dataclasses

@@ -18,6 +18,7 @@ from amaranth.lib.wiring import In, Out
 from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
 from ..common.layouts import CHANNEL_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
+from ..common.logic import one_hot
 from .dma import dma_cmd_layout
 from .recvback import RecvWriteBack
 from .recvissue import RecvIssue
@@ -290,7 +291,8 @@ class RecvUnit(wiring.Component):
         ]
         vc_err = Signal()
         m.d.comb += vc_err.eq(self.vc_err.bit_select(fe.ch, 1))
-        m.d.comb += self.unpopped.eq(Mux(nxt_v, 1 << nxt.ch, 0) | Mux(fe_v, 1 << fe.ch, 0))
+        m.d.comb += self.unpopped.eq(Mux(nxt_v, one_hot(nxt.ch, cfg.n_channels), 0)
+                                     | Mux(fe_v, one_hot(fe.ch, cfg.n_channels), 0))
 
         # the next job's header check: against the head of its channel, or the header behind it while the
         # front end's job on the same channel still holds the head (granted only when its header is there)

@@ -27,7 +27,9 @@ every clock edge):
   in a cycle, and that a beat due on R or B is withheld for a cycle (VALID, once high, stays high until its
   handshake); each channel has its own LFSR, seeded from ``seed``, so RAMs with different seeds differ
   (``seed_port=True`` adds an input ``lfsr_seed`` mixed into the seeds at reset: instances of one converted
-  module then differ too);
+  module then differ too); ``stall_port=True`` makes both probabilities inputs instead, ``stall_ready`` and
+  ``stall_valid`` (0..256, in 1/256: the probability that a ready or a valid is withheld), so one build serves
+  any stall setting;
 * ``error_ranges``: ``(start, end)`` byte ranges (end exclusive): a beat touching one is answered SLVERR (a
   read beat still returns the memory's bytes, a written beat is dropped, the burst's B is SLVERR).
 
@@ -74,19 +76,19 @@ def _lfsr_next(state, steps):
 class Lfsr(wiring.Component):
     """A 16-bit Galois LFSR advanced 8 steps per cycle (so ``value``'s low byte is fresh every cycle).
 
-    ``go`` is high in a cycle with probability about ``1 - stall`` (``stall`` quantised to 1/256: the low
-    byte against a threshold); ``value`` is the state. ``seed`` is any integer; the state after reset is
+    ``go`` is high in a cycle with probability ``1 - threshold / 256`` (``threshold``, an input of 0..256: the
+    low byte against it; 0 never stalls); ``value`` is the state. ``seed`` is any integer; the state after reset is
     ``seed ^ salt`` (folded to non-zero), loaded in the first cycle, so one module instantiated several times
     runs a different sequence per instance when each drives its own ``salt``.
     """
 
     salt: In(16)
+    threshold: In(9)
     value: Out(16)
     go: Out(1)
 
-    def __init__(self, seed, stall=0.0):
+    def __init__(self, seed):
         self.seed = (seed ^ (seed >> 16)) & 0xFFFF or 0xACE1
-        self.threshold = min(256, max(0, round(stall * 256)))
         super().__init__()
 
     def elaborate(self, platform):
@@ -109,7 +111,7 @@ class AxiRam(wiring.Component):
 
     def __init__(self, size_bytes, *, data_width=128, addr_width=32, id_width=1, read_latency=0,
                  write_latency=0, jitter=0, ready_stall=0.0, valid_stall=0.0, seed=1, error_ranges=(),
-                 max_reads=1, max_writes=1, seed_port=False):
+                 max_reads=1, max_writes=1, seed_port=False, stall_port=False):
         if data_width < 32 or data_width & (data_width - 1):
             raise ValueError(f"data_width must be a power of two >= 32, got {data_width}")
         beat = data_width // 8
@@ -129,17 +131,21 @@ class AxiRam(wiring.Component):
         self.ready_stall, self.valid_stall, self.seed = ready_stall, valid_stall, seed
         self.error_ranges = [tuple(r) for r in error_ranges]
         self.max_reads, self.max_writes = max_reads, max_writes
+        if stall_port and (ready_stall or valid_stall):
+            raise ValueError("with stall_port the stall probabilities are inputs (stall_ready, stall_valid), "
+                             "not ready_stall/valid_stall")
         self.timed = bool(read_latency or write_latency or jitter or ready_stall or valid_stall or error_ranges
-                          or max_reads > 1 or max_writes > 1)
+                          or max_reads > 1 or max_writes > 1 or stall_port)
         self.host_addr_width = max(3, (size_bytes - 1).bit_length())
         self._lw = beat.bit_length() - 1                                # log2 bytes per beat
         self._ib = max(1, (size_bytes // beat - 1).bit_length())        # beat index bits
-        self.seed_port = seed_port
+        self.seed_port, self.stall_port = seed_port, stall_port
         super().__init__(self.signature_of(size_bytes, data_width=data_width, addr_width=addr_width,
-                                           id_width=id_width, seed_port=seed_port))
+                                           id_width=id_width, seed_port=seed_port, stall_port=stall_port))
 
     @staticmethod
-    def signature_of(size_bytes, *, data_width=128, addr_width=32, id_width=1, seed_port=False):
+    def signature_of(size_bytes, *, data_width=128, addr_width=32, id_width=1, seed_port=False,
+                     stall_port=False):
         """The signature of an :class:`AxiRam` of these parameters (for an ``Instance`` of a separately
         converted RAM, as the system top makes)."""
         members = {
@@ -148,6 +154,9 @@ class AxiRam(wiring.Component):
         }
         if seed_port:
             members["lfsr_seed"] = In(16)
+        if stall_port:
+            members["stall_ready"] = In(9)
+            members["stall_valid"] = In(9)
         return wiring.Signature(members)
 
     def elaborate(self, platform):
@@ -245,10 +254,18 @@ class AxiRam(wiring.Component):
     # -- the timed variant: latency, jitter, stalls, errors, several bursts in flight -------------------
     def _lfsr(self, m, name, stall):
         salt = {"ar": 0x1F35, "aw": 0x2B67, "w": 0x3C89, "r": 0x4DAB, "b": 0x5ECD, "jr": 0x6F01, "jw": 0x7123}
-        m.submodules[f"lfsr_{name}"] = lfsr = Lfsr(self.seed * 0x9E37 ^ salt[name], stall)
+        m.submodules[f"lfsr_{name}"] = lfsr = Lfsr(self.seed * 0x9E37 ^ salt[name])
         if self.seed_port:
             m.d.comb += lfsr.salt.eq(self.lfsr_seed)
+        if isinstance(stall, str):      # "ready" or "valid": the stall_port input of that name
+            m.d.comb += lfsr.threshold.eq(getattr(self, f"stall_{stall}"))
+        else:
+            m.d.comb += lfsr.threshold.eq(min(256, max(0, round(stall * 256))))
         return lfsr
+
+    def _stall(self, kind):
+        """The stall of ``kind`` ("ready" or "valid"): its probability, or its input's name with stall_port."""
+        return kind if self.stall_port else getattr(self, f"{kind}_stall")
 
     def _due(self, m, now, latency, name):
         """The cycle count at which something accepted now is due: ``now + 1 + latency + 0..jitter`` (it
@@ -273,8 +290,8 @@ class AxiRam(wiring.Component):
         axi, ib = self.axi, self._ib
         layout = data.StructLayout({"idx": ib, "left": 8, "id": self.id_width, "incr": 1, "due": 32})
         m.submodules.rq = rq = SyncFIFO(width=layout.size, depth=self.max_reads)
-        ar_go = self._lfsr(m, "ar", self.ready_stall).go
-        r_go = self._lfsr(m, "r", self.valid_stall).go
+        ar_go = self._lfsr(m, "ar", self._stall("ready")).go
+        r_go = self._lfsr(m, "r", self._stall("valid")).go
         new = data.View(layout, rq.w_data)
         m.d.comb += [axi.arready.eq(rq.w_rdy & ar_go), rq.w_en.eq(axi.arvalid & axi.arready),
                      new.idx.eq(self._beat_index(axi.araddr)), new.left.eq(axi.arlen), new.id.eq(axi.arid),
@@ -308,9 +325,9 @@ class AxiRam(wiring.Component):
         b_layout = data.StructLayout({"id": self.id_width, "err": 1, "due": 32})
         m.submodules.awq = awq = SyncFIFO(width=aw_layout.size, depth=self.max_writes)
         m.submodules.bq = bq = SyncFIFO(width=b_layout.size, depth=self.max_writes)
-        aw_go = self._lfsr(m, "aw", self.ready_stall).go
-        w_go = self._lfsr(m, "w", self.ready_stall).go
-        b_go = self._lfsr(m, "b", self.valid_stall).go
+        aw_go = self._lfsr(m, "aw", self._stall("ready")).go
+        w_go = self._lfsr(m, "w", self._stall("ready")).go
+        b_go = self._lfsr(m, "b", self._stall("valid")).go
         new = data.View(aw_layout, awq.w_data)
         m.d.comb += [axi.awready.eq(awq.w_rdy & aw_go), awq.w_en.eq(axi.awvalid & axi.awready),
                      new.idx.eq(self._beat_index(axi.awaddr)), new.id.eq(axi.awid),

@@ -8,7 +8,9 @@ With ``npu_mem`` (the arguments of an :class:`~syncfabric.hdl.common.axiram.AxiR
 them) the system holds that RAM per endpoint instead (instance ``mem<i>`` of the separately converted module
 :data:`NPU_MEM_MODULE`, memory array ``mem``) and has no ``ep<i>_axi`` ports: a testbench reaches the memories
 through their back door (:mod:`syncfabric.tb.backdoor`), with no Python on the clock edges. Every endpoint's
-RAM is the same module; its ``lfsr_seed`` input, a constant per endpoint, makes their stalls differ.
+RAM is the same module; its ``lfsr_seed`` input, a constant per endpoint, makes their stalls differ, and the
+top-level inputs ``mem<i>_stall_ready``/``mem<i>_stall_valid`` (0..256, in 1/256) set each RAM's stall
+probabilities, so one build serves any stall setting.
 Every directed link of the topology is a :class:`~syncfabric.hdl.system.link.Link` with its latency, rate and
 credit loop. Latency and rate are top-level inputs (``link<l>_latency``, ``link<l>_rate_num``,
 ``link<l>_rate_den``, reset values from :func:`link_params`), so the Verilog of a system depends on the engine
@@ -65,7 +67,7 @@ def npu_mem_ram(cfg, npu_mem):
     if "error_ranges" in options:
         options["error_ranges"] = [tuple(r) for r in options["error_ranges"]]
     return AxiRam(options.pop("size_bytes"), data_width=8 * cfg.beat_bytes, addr_width=cfg.addr_width,
-                  seed_port=True, **options)
+                  seed_port=True, stall_port=True, **options)
 
 
 #: Default of the largest link latency a system build accepts (cycles; ACE Table V's inter-package links
@@ -213,6 +215,9 @@ class AceSystem(wiring.Component):
             members[f"ep{i}_irq"] = Out(1)
             if self.npu_mem is None:
                 members[f"ep{i}_axi"] = Out(AceEngine.axi_signature(cfg))
+            else:   # the RAM's stall thresholds (AxiRam.stall_ready, stall_valid)
+                members[f"mem{i}_stall_ready"] = In(9)
+                members[f"mem{i}_stall_valid"] = In(9)
         flit = stream.Signature(flit_layout(cfg.beat_bytes))
         for k, (x, row) in enumerate(zip(self.external, self.external_links)):
             if cut:
@@ -325,14 +330,16 @@ class AceSystem(wiring.Component):
             m.submodules[f"mem{rank}"] = ram
         else:
             sig = AxiRam.signature_of(size, data_width=8 * self.cfg.beat_bytes, addr_width=self.cfg.addr_width,
-                                      seed_port=True)
+                                      seed_port=True, stall_port=True)
             ram = sig.create(path=(f"mem{rank}",))
             m.submodules[f"mem{rank}"] = Instance(
                 NPU_MEM_MODULE, ("i", "clk", ClockSignal("sync")), ("i", "rst", ResetSignal("sync")),
                 *_engine_ports(ram))
         wiring.connect(m, eng.axi, ram.axi)
         # each endpoint's stall and jitter LFSRs run their own sequence
-        m.d.comb += [ram.host.we.eq(0), ram.host.re.eq(0), ram.lfsr_seed.eq((0x9E37 * (rank + 1)) & 0xFFFF)]
+        m.d.comb += [ram.host.we.eq(0), ram.host.re.eq(0), ram.lfsr_seed.eq((0x9E37 * (rank + 1)) & 0xFFFF),
+                     ram.stall_ready.eq(getattr(self, f"mem{rank}_stall_ready")),
+                     ram.stall_valid.eq(getattr(self, f"mem{rank}_stall_valid"))]
 
 
 def npu_mem_verilog(cfg, npu_mem):

@@ -1,5 +1,6 @@
-"""System testbenches of the ACE engine: N engines on a topology of link models, each with a cocotbext-axi
-``AxiRam`` as its NPU memory, driven by the host driver (:mod:`syncfabric.host.job`).
+"""System testbenches of the ACE engine: N engines on a topology of link models, each with an NPU memory (an
+HDL ``AxiRam`` in the system, or a cocotbext-axi ``AxiRam``), driven by the host driver
+(:mod:`syncfabric.host.job`).
 
 :func:`ace_system_verilog` is the harness factory: the system top (``ace_system``), the link model and the engine
 (``ace_engine``, converted once per configuration and cached, whatever the topology).
@@ -10,7 +11,10 @@ from ...hdl.system.top import (ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, engine_
                                npu_mem_ram)
 from ..harness import verilog_for
 
-__all__ = ["ace_system_verilog", "ace_engine", "ace_npu_mem", "run_system", "npu_mem_for"]
+__all__ = ["ace_system_verilog", "ace_engine", "ace_npu_mem", "run_system", "npu_mem_for", "NPU_MEM_MIN_BYTES"]
+
+#: The smallest NPU memory of a system build with HDL memories (bytes per endpoint).
+NPU_MEM_MIN_BYTES = 1 << 18
 
 
 def ace_engine(cfg):
@@ -19,10 +23,10 @@ def ace_engine(cfg):
     return engine_verilog(AceConfig(**cfg))
 
 
-def ace_npu_mem(cfg, npu_mem):
-    """The NPU memory (:class:`~syncfabric.hdl.common.axiram.AxiRam`) of ``npu_mem`` for configuration ``cfg``
-    (a dict of :class:`AceConfig` fields)."""
-    return npu_mem_ram(AceConfig(**cfg), npu_mem)
+def ace_npu_mem(beat_bytes, addr_width, npu_mem):
+    """The NPU memory (:class:`~syncfabric.hdl.common.axiram.AxiRam`) of ``npu_mem`` for engines of
+    ``beat_bytes`` and ``addr_width`` (all the RAM depends on: one conversion serves every configuration)."""
+    return npu_mem_ram(AceConfig.small(beat_bytes=beat_bytes, addr_width=addr_width), npu_mem)
 
 
 def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None):
@@ -36,15 +40,16 @@ def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None):
     text = top + "\n" + link_verilog(cfg["beat_bytes"], system.max_latency) + "\n" + engine
     if npu_mem is not None:
         # its zero initialiser as one loop: a line per row would not fit Verilator's build for large memories
-        text += "\n" + loop_zero_init(verilog_for(ace_npu_mem, {"cfg": cfg, "npu_mem": npu_mem},
-                                                   NPU_MEM_MODULE).read_text())
+        ram = {"beat_bytes": cfg["beat_bytes"], "addr_width": cfg["addr_width"], "npu_mem": npu_mem}
+        text += "\n" + loop_zero_init(verilog_for(ace_npu_mem, ram, NPU_MEM_MODULE).read_text())
     return text
 
 
-def npu_mem_for(cfg, topology, jobs, pause=0.0, **options):
+def npu_mem_for(cfg, topology, jobs, **options):
     """``npu_mem`` for :func:`run_system`: an :class:`AxiRam` big enough for ``jobs`` on every rank of
-    ``topology`` (a power of two, as the testbench's memory model would size it), its AXI channels stalling
-    with probability ``pause``, and the other :class:`AxiRam` ``options``."""
+    ``topology``: a power of two of at least :data:`NPU_MEM_MIN_BYTES`, so that runs of small jobs share one
+    build (the stall probabilities are inputs of the system, set by the testbench), with the other
+    :class:`AxiRam` ``options``."""
     from ...host.job import CollectiveJob, memory_bytes
     from ...sim.golden.topology import parse as parse_topology
 
@@ -52,17 +57,13 @@ def npu_mem_for(cfg, topology, jobs, pause=0.0, **options):
                           in_place=j.get("in_place", False), misalign=j.get("misalign", 0))
             for j in jobs if "reject" not in j]
     n = parse_topology(topology).n_endpoints
-    need = max([memory_bytes(objs, r) for r in range(n)] + [1 << 18])
-    mem = {"size_bytes": 1 << (need - 1).bit_length(), **options}
-    if pause > 0:
-        mem.setdefault("ready_stall", pause)
-        mem.setdefault("valid_stall", pause)
-    return mem
+    need = max([memory_bytes(objs, r) for r in range(n)] + [NPU_MEM_MIN_BYTES])
+    return {"size_bytes": 1 << (need - 1).bit_length(), **options}
 
 
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
                pause=0.0, link_stall=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
-               check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=None):
+               check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=True):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
     configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
@@ -73,9 +74,10 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     FSM_LIMIT registers, so one build serves a whole sweep). ``post_skew``: each rank posts a random 0..post_skew
 cycles after the others are ready. ``log_file``: the simulator's output goes there
     instead of the terminal. ``late``/``spill_entries``: see :mod:`syncfabric.tb.ace.test_system`.
-    ``npu_mem``: None (the NPU memories are cocotbext-axi ``AxiRam`` models), True (an HDL ``AxiRam`` per
-    endpoint, sized by :func:`npu_mem_for`, reached through its back door; ``pause`` becomes its stall
-    probability, fixed at build time) or a dict of ``AxiRam`` arguments with ``size_bytes``."""
+    ``npu_mem``: True (default: an HDL ``AxiRam`` per endpoint, sized by :func:`npu_mem_for`, reached through
+    its back door, stalling with probability ``pause`` on every channel), None (cocotbext-axi ``AxiRam`` models
+    with their protocol checks, paused per channel by Python on every edge) or a dict of ``AxiRam`` arguments
+    with ``size_bytes``."""
     import dataclasses
     import json
     import os
@@ -90,7 +92,7 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
               "max_latency": max([MAX_LATENCY] + lats) if max(lats, default=0) > MAX_LATENCY else None}
     public = ()
     if npu_mem is not None:
-        params["npu_mem"] = npu_mem_for(cfg, topology, jobs, pause) if npu_mem is True else dict(npu_mem)
+        params["npu_mem"] = npu_mem_for(cfg, topology, jobs) if npu_mem is True else dict(npu_mem)
         public = ((NPU_MEM_MODULE, "mem"),)
     with tempfile.TemporaryDirectory() as tmp:
         path = out or os.path.join(tmp, "result.json")

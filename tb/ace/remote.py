@@ -34,7 +34,7 @@ class RemoteSystem:
                  connect_timeout=3600, progress=False):
         import dataclasses
 
-        from ...hdl.system.top import ENGINE_MODULE, MAX_LATENCY, link_params
+        from ...hdl.system.top import ENGINE_MODULE, MAX_LATENCY, NPU_MEM_MODULE, link_params
         from ..harness import run_dir_for, run_cocotb
         from . import ace_system_verilog
 
@@ -43,7 +43,9 @@ class RemoteSystem:
         self._listener = Listener(("127.0.0.1", 0), authkey=key)
         lats = [ln[4] for ln in link_params(topology, latency, rate)]
         params = {"cfg": dataclasses.asdict(cfg), "topology": topology,
-                  "max_latency": max([MAX_LATENCY] + lats) if max(lats, default=0) > MAX_LATENCY else None}
+                  "max_latency": max([MAX_LATENCY] + lats) if max(lats, default=0) > MAX_LATENCY else None,
+                  # each endpoint's memory is an HDL RAM in the system, reached through its back door
+                  "npu_mem": {"size_bytes": 1 << max(0, mem_bytes - 1).bit_length()}}
         self.build_tag = f"api-{topology.replace(':', '_')}-{os.getpid()}-{next(_instances)}"
         self.run_dir = run_dir_for(self.build_tag, sim)
         self.log_file = self.run_dir.parent / f"{self.build_tag}-{sim}.log"
@@ -58,7 +60,8 @@ class RemoteSystem:
             try:
                 run_cocotb(ace_system_verilog, params, toplevel="ace_system",
                            test_module="syncfabric.tb.ace.test_server", sim=sim, testcase="serve", tb_params=tbp,
-                           build_tag=self.build_tag, hier_blocks=(ENGINE_MODULE,), log_file=self.log_file)
+                           build_tag=self.build_tag, hier_blocks=(ENGINE_MODULE,), log_file=self.log_file,
+                           public=((NPU_MEM_MODULE, "mem"),))
             except BaseException as e:          # handed to the host thread
                 self._error = e
 

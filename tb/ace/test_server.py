@@ -1,5 +1,5 @@
-"""The ACE system as a server for the host API: the same system testbench (clock, reset, one cocotbext-axi
-``AxiRam`` per endpoint, the links) with no jobs of its own. It connects back to the host process at
+"""The ACE system as a server for the host API: the same system testbench (clock, reset, the NPU memories, the
+links) with no jobs of its own. It connects back to the host process at
 ``tb_params()["address"]`` and performs its requests one at a time - register accesses and interrupt waits
 through each endpoint's :class:`~syncfabric.tb.transport.CocotbTransport`, memory accesses on the memory
 models, idle time - until the host says ``close``.
@@ -27,7 +27,11 @@ TRANSPORT_OPS = ("read_reg", "write_reg", "read_mem", "write_mem", "wait_irq")
 
 def _set_npu_share(tb, rank, share):
     """The NPU's compute takes ``share`` of endpoint ``rank``'s memory port: every AXI channel of its
-    ``AxiRam`` pauses in a cycle with that probability (seeded per endpoint and channel)."""
+    ``AxiRam`` pauses in a cycle with that probability (seeded per endpoint and channel): the HDL RAM's stall
+    inputs, or a cocotbext-axi RAM's pause generators."""
+    if tb.hdl_mem:
+        tb.set_stall(rank, share)
+        return
     ram = tb.rams[rank]
     channels = (ram.write_if.aw_channel, ram.write_if.w_channel, ram.write_if.b_channel,
                 ram.read_if.ar_channel, ram.read_if.r_channel)

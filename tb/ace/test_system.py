@@ -3,7 +3,8 @@
 Each endpoint's NPU memory is a cocotbext-axi ``AxiRam`` (optionally with random pauses on all five channels,
 i.e. random response delays), or, when the system was built with ``npu_mem`` (``params["npu_mem"]``), the
 system's own HDL RAM ``mem<i>`` reached through its back door (:class:`~syncfabric.tb.backdoor.MemoryBackdoor`:
-no Python runs on the clock edges for memory traffic; its stalls are fixed in the build); each endpoint is
+no Python runs on the clock edges for memory traffic; ``pause`` is its stall probability, driven on the
+system's ``mem<i>_stall_ready``/``mem<i>_stall_valid`` inputs); each endpoint is
 driven by the host driver over a
 :class:`~syncfabric.tb.transport.CocotbTransport` running :func:`syncfabric.host.job.run_endpoint` - the
 testbench has no second copy of the driver. Every output byte is compared with the golden executor, and
@@ -98,13 +99,14 @@ class SystemTB:
         self.mem_bytes = max([memory_bytes(self.jobs_of(r), r) for r in range(self.n)]
                              + [int(p.get("mem_bytes", 1 << 18))])
         self.rams, self.drivers = [], []
-        pause = float(p.get("pause", 0.0))
+        self.pause = pause = float(p.get("pause", 0.0))
         # cocotbext-axi still calls cocotb APIs that 2.x deprecates, and announces every model it creates
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi")
         quiet = logging.getLogger(f"cocotb.{dut._name}")
         level = quiet.level
         quiet.setLevel(logging.WARNING)
         hdl_mem = fp.get("npu_mem")
+        self.hdl_mem = hdl_mem is not None
         for i in range(self.n):
             if hdl_mem is not None:
                 ram = MemoryBackdoor(getattr(dut, f"mem{i}").mem)
@@ -135,6 +137,12 @@ class SystemTB:
         drv.buffer_budget = p.get("buffers")
         self.drivers.append(drv)
 
+    def set_stall(self, rank, prob):
+        """The HDL NPU memory of endpoint ``rank`` withholds a ready or a valid with probability ``prob``."""
+        stall = min(255, max(0, round(prob * 256)))
+        getattr(self.dut, f"mem{rank}_stall_ready").value = stall
+        getattr(self.dut, f"mem{rank}_stall_valid").value = stall
+
     def jobs_of(self, rank):
         """The commands ``rank`` posts, in order (a rejected command may be posted by some ranks only)."""
         return [j for j, ranks in zip(self.jobs, self.ranks) if rank in ranks]
@@ -146,6 +154,8 @@ class SystemTB:
             getattr(self.dut, f"link{li}_stall").value = 0
         for name, value in link_port_values(self.links).items():
             getattr(self.dut, name).value = value
+        for i in range(self.n if self.hdl_mem else 0):
+            self.set_stall(i, self.pause)
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0

@@ -306,6 +306,34 @@ def test_seed_port_gives_instances_of_one_module_different_stalls():
     assert logs[0] != logs[1] and logs[0] == logs[2]
 
 
+def test_stall_port_inputs_stall_exactly_as_the_built_in_probabilities():
+    """With stall_port the thresholds are inputs: driven with 64/256 and 128/256 the RAM's ready and valid
+    pattern is, cycle for cycle, the one a RAM built with ready_stall=0.25, valid_stall=0.5 shows; driven
+    with 0, the one of a RAM built without stalls."""
+    logs = []
+    for variant in ("built", "port", "none", "zero"):
+        if variant == "built":
+            dut = AxiRam(SIZE, data_width=8 * W, ready_stall=0.25, valid_stall=0.5, seed=5, max_reads=4)
+        elif variant == "none":
+            dut = AxiRam(SIZE, data_width=8 * W, seed=5, max_reads=4)
+        else:
+            dut = AxiRam(SIZE, data_width=8 * W, seed=5, max_reads=4, stall_port=True)
+        master = AxiMasterSim(dut, random.Random(0))
+        master.reads.extend((i * 64, 3, AxiBurst.INCR) for i in range(40))
+        cycles = []
+
+        async def bench(ctx):
+            if variant in ("port", "zero"):
+                ctx.set(dut.stall_ready, 64 if variant == "port" else 0)
+                ctx.set(dut.stall_valid, 128 if variant == "port" else 0)
+            cycles.append(await master.run(ctx))
+
+        run(dut, bench)
+        logs.append((master.ready_log["arready"][:150], cycles[0]))
+    assert logs[0] == logs[1] and logs[2] == logs[3]
+    assert logs[3][1] < logs[1][1] and not all(logs[1][0])
+
+
 def test_valid_stalls_delay_beats_but_keep_them_in_order():
     """With valid_stall=0.5 the R beats of back-to-back bursts have gaps (about half the cycles), data intact."""
     seed = seed_for(15)
@@ -389,7 +417,8 @@ def test_host_port_words_meet_axi_bursts(variant):
 def test_bad_options_are_refused():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedElaboratable)     # the rejected objects
-        for options in ({"error_ranges": [(0, SIZE + 1)]}, {"ready_stall": 1.0}, {"max_reads": 0}):
+        for options in ({"error_ranges": [(0, SIZE + 1)]}, {"ready_stall": 1.0}, {"max_reads": 0},
+                        {"valid_stall": 0.1, "stall_port": True}):
             with pytest.raises(ValueError):
                 AxiRam(SIZE, **options)
         gc.collect()

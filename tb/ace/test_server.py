@@ -16,7 +16,7 @@ import time
 from multiprocessing.connection import Client
 
 import cocotb
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, NextTimeStep
 
 from ..harness import tb_params
 from .test_system import SystemTB
@@ -25,11 +25,12 @@ from .test_system import SystemTB
 TRANSPORT_OPS = ("read_reg", "write_reg", "read_mem", "write_mem", "wait_irq")
 
 
-def _set_npu_share(tb, rank, share):
+async def _set_npu_share(tb, rank, share):
     """The NPU's compute takes ``share`` of endpoint ``rank``'s memory port: every AXI channel of its
     ``AxiRam`` pauses in a cycle with that probability (seeded per endpoint and channel): the HDL RAM's stall
     inputs, or a cocotbext-axi RAM's pause generators."""
     if tb.hdl_mem:
+        await NextTimeStep()        # a request may arrive in the read-only phase, where inputs cannot be set
         tb.set_stall(rank, share)
         return
     ram = tb.rams[rank]
@@ -69,7 +70,7 @@ async def serve(dut):
                     await ClockCycles(dut.clk, max(1, int(req[2])))
                     value = None
                 elif op == "npu_share":
-                    _set_npu_share(tb, req[1], req[2])
+                    await _set_npu_share(tb, req[1], req[2])
                     value = None
                 elif op == "cycles":
                     value = await ports[0].cycles() - t0

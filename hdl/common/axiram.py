@@ -47,9 +47,14 @@ from amaranth.lib.wiring import In, Out
 from .axi import AXI4Signature, AxiBurst, AxiResp
 from .csr import CsrSignature
 
-__all__ = ["AxiRam", "Lfsr"]
+__all__ = ["AxiRam", "Lfsr", "stall_threshold"]
 
 _TAPS = 0xB400      # x^16 + x^14 + x^13 + x^11 + 1, a maximal-length 16-bit Galois LFSR
+
+
+def stall_threshold(prob):
+    """The :class:`Lfsr` ``threshold`` (0..256, in 1/256) of stall probability ``prob``."""
+    return min(256, max(0, round(prob * 256)))
 
 
 def _lfsr_next(state, steps):
@@ -260,7 +265,7 @@ class AxiRam(wiring.Component):
         if isinstance(stall, str):      # "ready" or "valid": the stall_port input of that name
             m.d.comb += lfsr.threshold.eq(getattr(self, f"stall_{stall}"))
         else:
-            m.d.comb += lfsr.threshold.eq(min(256, max(0, round(stall * 256))))
+            m.d.comb += lfsr.threshold.eq(stall_threshold(stall))
         return lfsr
 
     def _stall(self, kind):

@@ -39,6 +39,7 @@ from cocotb.utils import get_sim_steps
 from cocotbext.axi import AxiBus, AxiRam
 
 from ...hdl.ace.config import AceConfig
+from ...hdl.common.axiram import stall_threshold
 from ...hdl.common.layouts import MAX_PHASES
 from ...hdl.system.top import link_port_values, system_links
 from ...host.driver import AceDriver
@@ -139,7 +140,7 @@ class SystemTB:
 
     def set_stall(self, rank, prob):
         """The HDL NPU memory of endpoint ``rank`` withholds a ready or a valid with probability ``prob``."""
-        stall = min(255, max(0, round(prob * 256)))
+        stall = min(255, stall_threshold(prob))     # 256 would stall every cycle: a wedged run
         getattr(self.dut, f"mem{rank}_stall_ready").value = stall
         getattr(self.dut, f"mem{rank}_stall_valid").value = stall
 
@@ -154,8 +155,9 @@ class SystemTB:
             getattr(self.dut, f"link{li}_stall").value = 0
         for name, value in link_port_values(self.links).items():
             getattr(self.dut, name).value = value
-        for i in range(self.n if self.hdl_mem else 0):
-            self.set_stall(i, self.pause)
+        if self.hdl_mem:
+            for i in range(self.n):
+                self.set_stall(i, self.pause)
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0

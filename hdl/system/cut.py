@@ -15,6 +15,11 @@ never read a row before it was copied: the cut system is cycle for cycle the unc
 (``tests/hdl/test_cut.py``). The rows are reached through the back door (the simulator's view of the memory);
 the ``load`` port writes a read side's ring from the design (and keeps the memory a RAM in the Verilog: a
 memory without a write port would be a constant).
+
+So that a coordinator outside the simulator copies only the rows that carry something, each write side keeps
+``sent``: a shift register of the rows' valid bits (a flit, or a credit), bit 0 the row written at the last
+clock edge (row ``now - 1``), bit ``i`` row ``now - 1 - i``. A read side's row that held something a lap ago
+and nothing now must be cleared by the coordinator (:class:`syncfabric.tb.ace.partition.CutRings`).
 """
 
 from amaranth.hdl import Cat, Module, Signal, unsigned
@@ -68,7 +73,7 @@ class LinkSender(wiring.Component):
     ``rate_num/rate_den`` (``stall`` holds it, ``inject`` flips bit 0 of an accepted flit) into the flit ring
     ``flit_ring``, and ``credit_out`` read ``credit_latency`` cycles behind from the credit ring ``credit_ring``
     (filled by the back door or ``credit_load``). ``now`` is the ring row of this cycle; ``flits``/``busy``
-    count as the link's."""
+    count as the link's; ``sent`` the valid bits of the flit ring's last rows (bit 0: row ``now - 1``)."""
 
     def __init__(self, beat_bytes, max_latency, latency=1, rate=(1, 1)):
         self.beat_bytes, self.max_latency = beat_bytes, max_latency
@@ -84,6 +89,7 @@ class LinkSender(wiring.Component):
             "stall": In(1),
             "credit_load": _load_signature(credit_layout(), depth),
             "now": Out(range(depth)),
+            "sent": Out(depth),
             "flits": Out(32),
             "busy": Out(32),
         })
@@ -99,14 +105,16 @@ class LinkSender(wiring.Component):
         ring, credit = _read_side(m, credit_layout(), self.depth, self.credit_latency, self.now, self.credit_load)
         m.submodules.credit_ring = self.credit_ring = ring
         m.d.comb += self.credit_out.eq(credit)
-        m.d.sync += [self.flits.eq(self.flits + fire), self.busy.eq(self.busy + self.tx.valid)]
+        m.d.sync += [self.flits.eq(self.flits + fire), self.busy.eq(self.busy + self.tx.valid),
+                     self.sent.eq(Cat(fire, self.sent[:-1]))]
         return m
 
 
 class LinkReceiver(wiring.Component):
     """The receiver's half of a cut :class:`~syncfabric.hdl.system.link.Link`: ``rx`` read ``latency`` cycles
     behind from the flit ring ``flit_ring`` (filled by the back door or ``flit_load``; ``rx.ready`` is ignored
-    as the link's), and ``credit_in`` written into the credit ring ``credit_ring``. ``now`` as the sender's."""
+    as the link's), and ``credit_in`` written into the credit ring ``credit_ring``. ``now`` as the sender's;
+    ``sent`` the credit ring's last rows that carry a credit (bit 0: row ``now - 1``)."""
 
     def __init__(self, beat_bytes, max_latency, latency=1):
         self.beat_bytes, self.max_latency = beat_bytes, max_latency
@@ -117,6 +125,7 @@ class LinkReceiver(wiring.Component):
             "latency": In(range(1, max_latency + 1), init=latency),
             "flit_load": _load_signature(flit_row_layout(beat_bytes), depth),
             "now": Out(range(depth)),
+            "sent": Out(depth),
         })
 
     def elaborate(self, platform):
@@ -128,4 +137,5 @@ class LinkReceiver(wiring.Component):
         m.d.comb += [self.rx.valid.eq(row.valid), self.rx.payload.eq(row.flit)]
         m.submodules.credit_ring = self.credit_ring = _write_side(m, credit_layout(), self.depth, self.credit_in,
                                                                   self.now)
+        m.d.sync += self.sent.eq(Cat(self.credit_in.beat | self.credit_in.hdr, self.sent[:-1]))
         return m

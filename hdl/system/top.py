@@ -47,7 +47,7 @@ from .cut import LinkReceiver, LinkSender
 from .link import RATE_DEN_MAX, Link
 from .switch import Switch
 
-__all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
+__all__ = ["AceSystem", "split_links", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
            "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "loop_zero_init", "link_params",
            "system_links", "SWITCH", "link_port_values", "ExternalPort"]
 
@@ -118,6 +118,23 @@ def link_port_values(links):
     return out
 
 
+def split_links(topology, ranks, latency=None, rate=None):
+    """The links of a system holding ``ranks`` of ``topology``: ``(on_chip, external, external_links)``, the
+    :func:`system_links` rows whose two ends are here (all of a switch's), the :class:`ExternalPort` of each
+    link with one end here, and that link's row (both in :func:`system_links` order)."""
+    topo = parse_topology(topology)
+    local = set(ranks)
+    on_chip, external, external_links = [], [], []
+    for row in system_links(topo, latency, rate):
+        s, sp, d, dp = row[:4]
+        if topo.routed or (s in local and d in local):
+            on_chip.append(row)
+        elif (s in local) != (d in local):
+            external.append(ExternalPort(s, sp, "tx", d) if s in local else ExternalPort(d, dp, "rx", s))
+            external_links.append(row)
+    return on_chip, external, external_links
+
+
 class ExternalPort(tuple):
     """One engine port side that leaves a partial system: ``(rank, port, direction, peer)``, ``direction``
     ``"tx"`` (flits out to ``peer``) or ``"rx"`` (flits in from ``peer``); :attr:`name` is the port's prefix
@@ -163,7 +180,9 @@ class AceSystem(wiring.Component):
     ``external[k]`` (a :class:`~syncfabric.hdl.system.cut.LinkSender` for a ``tx`` port, a
     :class:`~syncfabric.hdl.system.cut.LinkReceiver` for ``rx``), with the inputs ``cut<k>_latency`` (both
     halves: the link's latency, also its credit latency), ``cut<k>_rate_num``, ``cut<k>_rate_den``,
-    ``cut<k>_stall`` and ``cut<k>_inject`` (senders). Every partition of a topology sizes its rings alike
+    ``cut<k>_stall`` and ``cut<k>_inject`` (senders), and the outputs ``cut<k>_sent`` (the half's
+    :attr:`~syncfabric.hdl.system.cut.LinkSender.sent`) and ``cut_now`` (the rings' row of this cycle, the
+    same in every half). Every partition of a topology sizes its rings alike
     (``max_latency`` covers all of the topology's links), so a ring row is the same cycle on both sides.
 
     ``npu_mem`` (default None: ``ep<i>_axi`` ports): a dict of :class:`AxiRam` arguments; every endpoint gets
@@ -189,20 +208,12 @@ class AceSystem(wiring.Component):
         if self.topology.n_ports > cfg.n_ports:
             raise ValueError(f"{self.topology.spec} needs {self.topology.n_ports} link ports per engine, the "
                              f"engine configuration has {cfg.n_ports}")
-        local = set(self.ranks)
         self.cut = bool(cut)
         rows = system_links(self.topology, latency, rate)
-        #: The on-chip links (:func:`system_links` rows whose two ends are here), in ``link<l>`` port order.
-        self.links = [ln for ln in rows if self.topology.routed or (ln[0] in local and ln[2] in local)]
-        #: The engine ports whose link leaves the system (:class:`ExternalPort`), in :func:`system_links` order.
-        self.external = []
-        #: The :func:`system_links` row of each of :attr:`external`.
-        self.external_links = []
-        for row in rows:
-            s, sp, d, dp = row[:4]
-            if not self.topology.routed and (s in local) != (d in local):
-                self.external.append(ExternalPort(s, sp, "tx", d) if s in local else ExternalPort(d, dp, "rx", s))
-                self.external_links.append(row)
+        #: :attr:`links`: the on-chip links (:func:`system_links` rows whose two ends are here), in ``link<l>``
+        #: port order; :attr:`external`: the engine ports whose link leaves the system (:class:`ExternalPort`),
+        #: in :func:`system_links` order; :attr:`external_links`: the row of each of :attr:`external`.
+        self.links, self.external, self.external_links = split_links(self.topology, self.ranks, latency, rate)
         self.max_latency = max([MAX_LATENCY if max_latency is None else max_latency]
                                + [ln[4] for ln in (rows if cut else self.links)])
         #: With ``cut``: the local half of each external link (``cut<k>``), in :attr:`external` order.
@@ -223,6 +234,7 @@ class AceSystem(wiring.Component):
             if cut:
                 lat, (num, den) = row[4], row[5]
                 members[f"cut{k}_latency"] = In(range(1, self.max_latency + 1), init=lat)
+                members[f"cut{k}_sent"] = Out(self.cut_halves[k].depth)
                 if x.direction == "tx":
                     members[f"cut{k}_rate_num"] = In(range(1, RATE_DEN_MAX + 1), init=num)
                     members[f"cut{k}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=den)
@@ -239,6 +251,8 @@ class AceSystem(wiring.Component):
             members[f"link{li}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=den)
         if self.topology.routed:
             members["switch_overflow"] = Out(1)
+        if self.cut_halves:
+            members["cut_now"] = Out(range(self.cut_halves[0].depth))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -390,6 +404,9 @@ def _cut_half(m, system, k, x, eng):
     else:
         wiring.connect(m, getattr(eng, f"rx{x.port}"), half.rx)
         m.d.comb += [half.credit_in.eq(getattr(eng, f"rx{x.port}_credit")), half.latency.eq(top("latency"))]
+    m.d.comb += top("sent").eq(half.sent)
+    if k == 0:
+        m.d.comb += system.cut_now.eq(half.now)
     m.submodules[f"cut{k}"] = half
 
 

@@ -29,13 +29,14 @@ def ace_npu_mem(beat_bytes, addr_width, npu_mem):
     return npu_mem_ram(AceConfig.small(beat_bytes=beat_bytes, addr_width=addr_width), npu_mem)
 
 
-def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None):
-    """Verilog of ``AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem)``
-    followed by the link, engine (and NPU memory) modules (link latencies and rates are inputs of the system:
-    one build serves them all)."""
+def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None, ranks=None, cut=False):
+    """Verilog of ``AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem,
+    ranks=ranks, cut=cut)`` followed by the link, engine (and NPU memory) modules (link latencies and rates
+    are inputs of the system: one build serves them all). ``ranks``/``cut``: a partition of a partitioned
+    simulation (:mod:`syncfabric.tb.ace.partition`)."""
     from amaranth.back import verilog
     engine = verilog_for(ace_engine, {"cfg": cfg}, ENGINE_MODULE).read_text()
-    system = AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem)
+    system = AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem, ranks=ranks, cut=cut)
     top = verilog.convert(system, name="ace_system", emit_src=False)
     text = top + "\n" + link_verilog(cfg["beat_bytes"], system.max_latency) + "\n" + engine
     if npu_mem is not None:
@@ -63,7 +64,8 @@ def npu_mem_for(cfg, topology, jobs, **options):
 
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
                pause=0.0, link_stall=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
-               check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=True):
+               check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=True,
+               partition=None):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
     configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
@@ -77,7 +79,9 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
     ``npu_mem``: True (default: an HDL ``AxiRam`` per endpoint, sized by :func:`npu_mem_for`, reached through
     its back door, stalling with probability ``pause`` on every channel), None (cocotbext-axi ``AxiRam`` models
     with their protocol checks, paused per channel by Python on every edge) or a dict of ``AxiRam`` arguments
-    with ``size_bytes``."""
+    with ``size_bytes``. ``partition``: this run is one partition of a partitioned simulation (a dict of
+    ``index``, ``ranks``, ``hub``, ``authkey``, ``window``; :func:`syncfabric.tb.ace.partition.run_partitioned`
+    sets it)."""
     import dataclasses
     import json
     import os
@@ -94,6 +98,10 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
     if npu_mem is not None:
         params["npu_mem"] = npu_mem_for(cfg, topology, jobs) if npu_mem is True else dict(npu_mem)
         public = ((NPU_MEM_MODULE, "mem"),)
+    if partition is not None:
+        # the cut halves' rings, reached by the partition exchange (a module per half: ace_system.cut<k>)
+        params.update(ranks=list(partition["ranks"]), cut=True)
+        public += (("ace_system.cut*", "flit_ring"), ("ace_system.cut*", "credit_ring"))
     with tempfile.TemporaryDirectory() as tmp:
         path = out or os.path.join(tmp, "result.json")
         stop = threading.Event()
@@ -111,7 +119,7 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
                                         "pause": pause, "link_stall": link_stall, "post_skew": post_skew,
                                         "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
                                         "buffers": buffers, "fsms": fsms, "late": late,
-                                        "spill_entries": spill_entries},
+                                        "spill_entries": spill_entries, "partition": partition},
                              build_tag=build_tag, hier_blocks=(ENGINE_MODULE,), log_file=log_file,
                              public=public)
         except AssertionError as exc:

@@ -22,7 +22,11 @@ that many chunk buffers / FSMs of the engines: the partitions and FSM_LIMIT regi
 the status every rank must complete with; default OK), ``late`` (``{"rank": r, "max_wait": cycles}``: rank
 ``r`` posts only once every other rank has read all its input and has no chunk left, i.e. every slice of
 theirs has left, or after ``max_wait`` cycles; the result's ``late`` says which and what rank ``r`` had
-spilled by then - the asynchronous all-to-all's test), ``spill_entries`` (the spill window's records).
+spilled by then - the asynchronous all-to-all's test), ``spill_entries`` (the spill window's records),
+``partition`` (this simulation is one partition of a partitioned run, :mod:`syncfabric.tb.ace.partition`: the
+system holds the ranks ``partition["ranks"]``, drives only those, and exchanges the cut links' rows through the
+hub every ``partition["window"]`` cycles; the ranks post at the first window boundary after every rank of
+every partition is ready).
 """
 
 import json
@@ -41,7 +45,7 @@ from cocotbext.axi import AxiBus, AxiRam
 from ...hdl.ace.config import AceConfig
 from ...hdl.common.axiram import stall_threshold
 from ...hdl.common.layouts import MAX_PHASES
-from ...hdl.system.top import link_port_values, system_links
+from ...hdl.system.top import link_port_values, split_links, system_links
 from ...host.driver import AceDriver
 from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
                          memory_bytes, run_endpoint)
@@ -49,6 +53,7 @@ from ...sim.golden.topology import parse as parse_topology
 from ..backdoor import MemoryBackdoor
 from ..harness import tb_params
 from ..transport import CocotbTransport, after_cycles
+from .partition import CutRings, HubPeer
 
 CLOCK_NS = 10
 #: Cycles between two looks at the wall clock for progress reports.
@@ -83,11 +88,18 @@ class SystemTB:
         fp = p["params"]
         self.cfg = AceConfig(**fp["cfg"])
         self.topology = fp["topology"]
-        self.links = system_links(self.topology, p.get("latency"), p.get("rate"))
+        self.partition = part = p.get("partition")
+        self.n = parse_topology(self.topology).n_endpoints
+        #: the ranks this simulation holds and drives (all but in a partitioned run)
+        self.local = sorted(part["ranks"]) if part else list(range(self.n))
+        if part:    # the on-chip links, and the cut ones (``cut<k>`` of the system: ExternalPort, row)
+            on_chip, ext, rows = split_links(self.topology, self.local, p.get("latency"), p.get("rate"))
+            self.links, self.external = on_chip, list(zip(ext, rows))
+        else:
+            self.links, self.external = system_links(self.topology, p.get("latency"), p.get("rate")), []
         self.seed = int(p.get("seed", 1))
         self.rng = random.Random(self.seed)
         self.log = dut._log
-        self.n = parse_topology(self.topology).n_endpoints
         specs = p.get("jobs", [])
         self.jobs = [None if "reject" in j else
                      CollectiveJob(j["spec"], self.cfg, comm=j.get("comm", 0), tag=j.get("tag", 0),
@@ -109,6 +121,10 @@ class SystemTB:
         hdl_mem = fp.get("npu_mem")
         self.hdl_mem = hdl_mem is not None
         for i in range(self.n):
+            if i not in self.local:
+                self.rams.append(None)
+                self.drivers.append(None)
+                continue
             if hdl_mem is not None:
                 ram = MemoryBackdoor(getattr(dut, f"mem{i}").mem)
                 assert ram.size >= self.mem_bytes, \
@@ -155,8 +171,18 @@ class SystemTB:
             getattr(self.dut, f"link{li}_stall").value = 0
         for name, value in link_port_values(self.links).items():
             getattr(self.dut, name).value = value
+        for k, (x, row) in enumerate(self.external):
+            getattr(self.dut, f"cut{k}_latency").value = row[4]
+            if x.direction == "tx":
+                getattr(self.dut, f"cut{k}_rate_num").value, getattr(self.dut, f"cut{k}_rate_den").value = row[5]
+                getattr(self.dut, f"cut{k}_stall").value = 0
+                getattr(self.dut, f"cut{k}_inject").value = 0
+        if self.partition:      # from time 0: every partition exchanges at the same simulated times
+            self.go, self.finished, self.local_done = Event(), Event(), False
+            self.windows, self.exchange_s, self.rings = 0, 0.0, None
+            cocotb.start_soon(self.coordinate())
         if self.hdl_mem:
-            for i in range(self.n):
+            for i in self.local:
                 self.set_stall(i, self.pause)
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 4)
@@ -165,6 +191,35 @@ class SystemTB:
         stall = float(self.p.get("link_stall", 0.0))
         if stall > 0:
             cocotb.start_soon(self._stall_links(stall))
+
+    async def coordinate(self):
+        """The partition's side of the exchange (:mod:`syncfabric.tb.ace.partition`): every ``window`` cycles,
+        mid-cycle, send the cut links' rows of the window and this partition's flags to the hub, write what
+        it answers into the rings, release the ranks at the barrier when every partition is ready, and end
+        when every partition is done."""
+        part = self.partition
+        window = int(part["window"])
+        peer = HubPeer(part["hub"], part["authkey"], int(part["index"]))
+        halves = [(k, tuple(row[:4]), x.direction) for k, (x, row) in enumerate(self.external)]
+        depth = len(self.dut.cut0.flit_ring) if halves else 1
+        self.rings = rings = CutRings(self.dut, halves, depth, window)
+        await Timer(CLOCK_NS // 2, unit="ns")
+        while True:
+            await Timer(window * CLOCK_NS, unit="ns")
+            t0 = time.monotonic()
+            message = rings.collect()
+            barrier = getattr(self, "barrier", None)
+            message.update(arrived=barrier is not None and barrier.count >= barrier.n, done=self.local_done)
+            reply = peer.exchange(message)
+            rings.deliver(reply)
+            self.windows += 1
+            self.exchange_s += time.monotonic() - t0
+            if reply["go"] and not self.go.is_set():
+                self.go.set()
+            if reply["stop"]:
+                peer.close()
+                self.finished.set()
+                return
 
     async def _stall_links(self, prob):
         pins = [getattr(self.dut, f"link{li}_stall") for li in range(len(self.links))]
@@ -198,7 +253,7 @@ class SystemTB:
         """Every endpoint runs :func:`run_endpoint` for its commands concurrently; all post at the same cycle,
         or, with the ``post_skew`` parameter, each a random 0..post_skew cycles after the others are ready
         (ranks posting at different times)."""
-        barrier = Barrier(self.n)
+        self.barrier = barrier = Barrier(len(self.local))
         skew = int(self.p.get("post_skew", 0))
         rng = random.Random(self.seed * 13 + 5)
         delays = [rng.randrange(skew + 1) if skew else 0 for _ in range(self.n)]
@@ -234,6 +289,8 @@ class SystemTB:
         def sync_for(i):
             async def sync():
                 await barrier.wait()
+                if self.partition:      # every rank of every partition: released at a window boundary
+                    await self.go.wait()
                 if late is not None and i == late["rank"]:
                     await all_sent(i)
                 elif delays[i]:
@@ -244,8 +301,12 @@ class SystemTB:
                                                 timeout_cycles=timeout_cycles, sync=sync_for(i), setup=setup,
                                                 fsm_limit=self.p.get("fsms"),
                                                 spill_entries=self.p.get("spill_entries")))
-                 for i in range(self.n)]
-        return [await t for t in tasks]
+                 for i in self.local]
+        done = {i: await t for i, t in zip(self.local, tasks)}
+        if self.partition:      # keep simulating (and exchanging) until every partition is done
+            self.local_done = True
+            await self.finished.wait()
+        return [done.get(i) for i in range(self.n)]
 
 
 def summarize(tb, results, wall):
@@ -259,7 +320,7 @@ def summarize(tb, results, wall):
                "status": [], "detail": [], "expect_detail": [], "mismatches": [], "guard_touched": [],
                "contributors": [], "expect_contributors": []}
         for r, res in enumerate(results):
-            if r not in tb.ranks[k]:
+            if r not in tb.ranks[k] or res is None:
                 for key in ("status", "detail", "expect_detail", "mismatches", "guard_touched", "contributors",
                             "expect_contributors"):
                     row[key].append(None)
@@ -287,12 +348,15 @@ def summarize(tb, results, wall):
                              "packets": job.golden.n_packets}
         jobs.append(row)
     overflow = getattr(tb.dut, "switch_overflow", None)
-    return {"jobs": jobs, "counters": [r.counters for r in results],
-            "sram_conflict": [r.sram_conflict for r in results],
+    mine = [r for r in results if r is not None]
+    return {"jobs": jobs, "counters": [r and r.counters for r in results],
+            "sram_conflict": [r and r.sram_conflict for r in results],
             "switch_overflow": None if overflow is None else int(overflow.value),
-            "window_cycles": max(r.cycles for r in results), "wall_s": wall, "seed": tb.seed,
-            "window_wall_s": max(r.wall_s for r in results),
-            "late": getattr(tb, "late_info", None)}
+            "window_cycles": max(r.cycles for r in mine), "wall_s": wall, "seed": tb.seed,
+            "window_wall_s": max(r.wall_s for r in mine),
+            "late": getattr(tb, "late_info", None),
+            "partition": tb.partition and {"windows": tb.windows, "crossed": tb.rings.crossed,
+                                           "exchange_s": tb.exchange_s}}
 
 
 def check_summary(tb, out):
@@ -312,6 +376,8 @@ def check_summary(tb, out):
                     (f"{what}: rank {r} completion reports {j['contributors'][r]} contributors, the golden count "
                      f"lane {j['expect_contributors'][r]}")
     for r, c in enumerate(out["counters"]):
+        if c is None:       # a rank of another partition
+            continue
         assert c["RX_CRC_ERRS"] == [0] * len(c["RX_CRC_ERRS"]), f"rank {r}: CRC errors {c['RX_CRC_ERRS']}"
     assert not any(out["sram_conflict"]), f"SRAM bank conflicts on ranks {out['sram_conflict']}"
     assert not out.get("switch_overflow"), "the switch dropped a flit (an input queue overflowed)"

@@ -11,8 +11,8 @@ export AMARANTH_USE_YOSYS := builtin
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
-	sh scripts/setup.sh "$(VENV)" "$(PYTHON)" test,fpga
+$(STAMP): pyproject.toml scripts/setup.sh Makefile
+	sh scripts/setup.sh "$(VENV)" "$(PYTHON)" test,fpga,perf
 	@touch $@
 
 demo: setup

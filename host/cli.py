@@ -103,6 +103,15 @@ def _add_run_args(p, defaults):
                         "a back door (hdl; --pause becomes its stall probability, fixed in the build), or "
                         "cocotbext-axi models served by Python every cycle (cocotb, about a third of the "
                         "speed) (default hdl on verilator and icarus)")
+    p.add_argument("--partitions", type=int, default=None, metavar="N",
+                   help="simulate the system as N simulator processes cut at its links (contiguous rank "
+                        "blocks, exchanging the cut links' flits every window of the shortest cut link's "
+                        "latency - 1 cycles; cycle for cycle the one-process run); point-to-point topologies "
+                        "on verilator or icarus (default: one process)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the partitions on this Dask scheduler (tcp://host:8786; its workers need "
+                        "syncfabric and the simulator) instead of a LocalCluster on this machine; implies "
+                        "--partitions 2 unless given")
 
 
 def _cmd_run(args):
@@ -122,6 +131,7 @@ def _cmd_run(args):
                                 buffers=args.buffers, fsms=args.fsms,
                                 npu_mem=args.npu_mem or ("hdl" if args.backend in ("verilator", "icarus")
                                                          else "cocotb"),
+                                partitions=args.partitions, scheduler=args.scheduler,
                                 progress=not args.quiet)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric {args.command}: error: {exc}", file=sys.stderr)

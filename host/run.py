@@ -354,7 +354,7 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
 
 
 def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
-                npu_mem="cocotb"):
+                npu_mem="cocotb", partitions=None, scheduler=None):
     from ..hdl.system.top import system_links
     from .job import CollectiveJob
 
@@ -395,10 +395,20 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
         line.update(f"  simulating: cycle {cycle:,} (bound {bound:,.0f}) at {rate_cps:,.0f} cycles/s")
 
     timeout = max(10**6, int(20 * bound))
-    out = run_system(cfg, spec["topology"], [{"spec": spec}], sim=backend, latency=latency, rate=rate,
-                     seed=seed, pause=pause, progress=show if progress else False, check=False,
-                     timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log,
-                     npu_mem=True if npu_mem == "hdl" else None)
+    options = dict(sim=backend, latency=latency, rate=rate, seed=seed, pause=pause, check=False,
+                   timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log,
+                   npu_mem=True if npu_mem == "hdl" else None)
+    if partitions:
+        from ..tb.ace.partition import run_partitioned
+
+        def show_windows(cycle, wall):
+            line.update(f"  simulating in {partitions} partitions: cycle {cycle:,} (bound {bound:,.0f}) at "
+                        f"{cycle / max(wall, 1e-9):,.0f} cycles/s")
+
+        out = run_partitioned(cfg, spec["topology"], [{"spec": spec}], partitions=partitions, scheduler=scheduler,
+                              progress=show_windows if progress else None, **options)
+    else:
+        out = run_system(cfg, spec["topology"], [{"spec": spec}], progress=show if progress else False, **options)
     line.done()
     if "jobs" not in out:
         raise RuntimeError(f"the {backend} testbench produced no result: {out.get('error', 'no details')}")
@@ -408,6 +418,10 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
                          out.get("window_wall_s") or out["wall_s"], out.get("sram_conflict", []))
     res["contributors"] = j["contributors"]
     res["expected_contributors"] = j["expect_contributors"]
+    if partitions:
+        res["partitions"] = [{k: p[k] for k in ("ranks", "windows", "crossed", "exchange_s")}
+                             for p in out["partitions"]]
+        res["partition_backend"], res["partition_window"] = out["backend"], out["window"]
     if out.get("error"):
         res["error"] = out["error"]
     return res, out["run"]
@@ -424,7 +438,7 @@ def cfg_digest(cfg):
 def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtype="fp32", op="sum", *,
                    algorithm=None, root=0, chunk_bytes=None, backend="verilator", config="medium",
                    latency=None, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
-                   buffers=None, fsms=None, null_ranks=(), npu_mem="cocotb"):
+                   buffers=None, fsms=None, null_ranks=(), npu_mem="cocotb", partitions=None, scheduler=None):
     """Run one collective end to end and return a result dict (see the module docstring for the backends).
 
     ``config``: an engine configuration name (:meth:`AceConfig.profile`) or an :class:`AceConfig` (given as
@@ -435,7 +449,9 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     that many of the engine's chunk buffers / FSMs (default all); ``null_ranks``: ranks that make a null
     contribution (partial all-reduce); ``npu_mem``: ``"cocotb"`` (the NPU memories are cocotbext-axi models
     served by Python every cycle) or ``"hdl"`` (an HDL RAM per endpoint inside the simulated system, loaded
-    and read through a back door; Verilator and Icarus only)."""
+    and read through a back door; Verilator and Icarus only); ``partitions``: simulate the system as that
+    many simulator processes cut at its links (:mod:`syncfabric.tb.ace.partition`; point-to-point topologies,
+    Verilator and Icarus) on ``scheduler`` (None: a Dask ``LocalCluster``, or a Dask scheduler address)."""
     from ..hdl.ace.config import AceConfig
 
     if backend not in BACKENDS:
@@ -446,6 +462,10 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         raise ValueError(f"--npu-mem {npu_mem!r}: expected cocotb or hdl")
     if npu_mem == "hdl" and backend not in ("verilator", "icarus"):
         raise ValueError(f"--npu-mem hdl needs a Verilog simulator backend, not {backend}")
+    if (partitions is not None or scheduler is not None) and backend not in ("verilator", "icarus"):
+        raise ValueError(f"--partitions/--scheduler need a Verilog simulator backend, not {backend}")
+    if scheduler is not None and partitions is None:
+        partitions = 2
     spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root, null_ranks=null_ranks,
                     chunk_bytes=chunk_bytes, seed=seed)
     t0 = time.monotonic()
@@ -474,7 +494,7 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         result["buffers"] = cfg.n_buffers if buffers is None else buffers
         result["fsms"] = cfg.n_fsms if fsms is None else fsms
         res, run = _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
-                               npu_mem)
+                               npu_mem, partitions, scheduler)
         result.update(res)
         result["build_s"] = round(run.get("build_s", 0.0), 1)
         result["checked_against"] = "golden executor, byte for byte"
@@ -521,6 +541,12 @@ def format_summary(r):
                          f"{max(r['mem_read_bytes'] + r['mem_write_bytes'])} B at one beat per cycle")
         lines.append(f"  simulation: {r['sim_cycles']} cycles at {r['sim_cycles_per_s']:.0f} cycles/s from the first "
                      f"doorbell to the last completion (build {r['build_s']:.0f} s)")
+        if r.get("partitions"):
+            parts = r["partitions"]
+            lines.append(f"  partitioned: {len(parts)} simulator processes on a {r['partition_backend']}, "
+                         f"{parts[0]['windows']} windows of {r['partition_window']} cycles, "
+                         f"{sum(p['crossed'] for p in parts)} flits and credits crossed the cuts, "
+                         f"{max(p['exchange_s'] for p in parts):.1f} s in exchanges (slowest partition)")
         if any(s != "OK" for s in r["status"]):
             lines.append(f"  completion status per NPU: {r['status']}")
     if r.get("null_ranks"):

@@ -90,6 +90,7 @@ class Hub:
         self.error = None
         self._abort = None
         self.conns = [None] * len(self.parts)
+        self._accepting = True
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -97,7 +98,11 @@ class Hub:
         """Stop every partition with ``reason`` (a launcher that saw one fail before it connected)."""
         if self._abort is None:
             self._abort = reason
-        try:        # wake an accept() that may be waiting for the partition that failed
+        if self._accepting:     # wake the accept() waiting for a partition that will never connect
+            threading.Thread(target=self._wake, args=(reason,), daemon=True).start()
+
+    def _wake(self, reason):
+        try:        # (in a thread: if accept() has just returned, nobody answers the handshake)
             with Client(self.address, authkey=self.authkey) as c:
                 c.send(("abort", reason))
         except OSError:
@@ -118,14 +123,16 @@ class Hub:
             self.error = self._abort if self._abort and not self._abort.startswith("the launcher") else None
             for c in self.conns:
                 if c is not None:
-                    try:
-                        c.send({"abort": self._abort or "hub closed"})
-                    except OSError:
-                        pass
+                    if self._abort:
+                        try:
+                            c.send({"abort": self._abort})
+                        except OSError:
+                            pass
                     c.close()
             self.listener.close()
 
     def _accept(self):
+        self._accepting = True
         while any(c is None for c in self.conns) and self._abort is None:
             conn = self.listener.accept()
             kind, value = conn.recv()
@@ -136,6 +143,7 @@ class Hub:
                 self.conns[value] = conn
             else:
                 conn.close()
+        self._accepting = False
 
     def _recv(self, k):
         conn, waited = self.conns[k], 0.0
@@ -350,7 +358,7 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
                 for f in as_completed(futs):
                     k = index[f.key]
                     results[k] = f.result()
-                    if results[k].get("error") and "partition" not in results[k]:
+                    if results[k].get("error"):
                         hub.abort(f"partition {k} failed: {results[k]['error'].splitlines()[0]}")
             finally:
                 client.close()
@@ -363,7 +371,7 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
                 for f in cf.as_completed(futs):
                     k = futs[f]
                     results[k] = f.result()
-                    if results[k].get("error") and "partition" not in results[k]:
+                    if results[k].get("error"):
                         hub.abort(f"partition {k} failed: {results[k]['error'].splitlines()[0]}")
     finally:
         hub.close()

@@ -102,3 +102,18 @@ def test_the_hub_routes_rows_to_the_other_half_and_ands_the_flags():
     assert not replies[0][0]["go"] and not replies[0][0]["stop"]
     assert replies[0][1]["go"] and replies[0][1]["stop"] and replies[1][1]["stop"]
     assert hub.error is None
+
+
+def test_a_partition_that_goes_away_aborts_the_others():
+    """A partition whose simulator dies mid-run (its connection closes) ends the run for the others with an
+    error that names it, instead of leaving them waiting for its rows."""
+    from syncfabric.tb.ace.partition import HubPeer
+
+    hub = Hub("ring:2", [[0], [1]])
+    alive = HubPeer(hub.address, hub.authkey.hex(), 0)
+    dead = HubPeer(hub.address, hub.authkey.hex(), 1)
+    dead.close()
+    with pytest.raises(RuntimeError, match="partition 1 went away"):
+        alive.exchange({"flits": {}, "credits": {}, "arrived": False, "done": False})
+    hub.close()
+    assert "partition 1" in hub.error

@@ -80,17 +80,20 @@ def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bi
 
 
 def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=10,
-                   backends=("verilator", "icarus"), npu_mems=("hdl", "cocotb"), progress=True):
+                   backends=("verilator", "icarus"), npu_mems=("hdl", "cocotb"), progress=True, partitions=()):
     """The same all-reduce on each backend with each kind of NPU memory (the HDL RAMs inside the design, the
-    cocotbext-axi models); returns the rows (``sim_cycles_per_s``, cycles over wall time from the first
-    doorbell to the last completion, is the figure; ``wall_s`` the whole run)."""
+    cocotbext-axi models), then with the HDL RAMs as each number of ``partitions`` (simulator processes,
+    :mod:`syncfabric.tb.ace.partition`); returns the rows (``sim_cycles_per_s``, cycles over wall time from
+    the first doorbell to the last completion, is the figure; ``wall_s`` the whole run)."""
     rows = []
     for b in backends:
         verilog = b in ("verilator", "icarus")      # Amaranth's simulator has its own Python memory model
-        for mem in (npu_mems if verilog else ("cocotb",)):
+        runs = [(mem, None) for mem in (npu_mems if verilog else ("cocotb",))]
+        runs += [("hdl", p) for p in partitions if verilog]
+        for mem, parts in runs:
             row = _row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes, dtype="fp32",
-                            op="sum", config=config, latency=latency, backend=b, npu_mem=mem))
-            rows.append({**row, "npu_mem": mem if verilog else "Python model"})
+                            op="sum", config=config, latency=latency, backend=b, npu_mem=mem, partitions=parts))
+            rows.append({**row, "npu_mem": mem if verilog else "Python model", "partitions": parts or 1})
     return rows
 
 
@@ -135,6 +138,7 @@ SIMSPEED_COLUMNS = [
     ("bytes/NPU", lambda r: str(r["bytes"])),
     ("backend", lambda r: r["backend"]),
     ("NPU memory", lambda r: r["npu_mem"]),
+    ("processes", lambda r: str(r.get("partitions", 1))),
     ("cycles", lambda r: str(r["cycles"])),
     ("sim cycles/s (doorbell to completion)", lambda r: f"{r['sim_cycles_per_s']:.0f}"),
     ("build s", lambda r: f"{r['build_s']:.0f}" if r.get("build_s") is not None else "-"),
@@ -211,7 +215,8 @@ def main(args):
         return 0 if all(r["passed"] for r in rows) else 1
     elif args.bench == "simspeed":
         rows = bench_simspeed(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
-                              [args.backend] if args.backend else ["verilator", "icarus"])
+                              [args.backend] if args.backend else ["verilator", "icarus"],
+                              partitions=args.partitions or ())
         print(_table(rows, SIMSPEED_COLUMNS))
         if args.json:
             with open(args.json, "w") as f:

@@ -227,6 +227,9 @@ def main(argv=None):
                          help="efficiency, sweep: chunk size (default: the largest the engine runs the program with)")
     p_bench.add_argument("--buffers", type=int, action="append", help="sweep: chunk buffers (repeatable)")
     p_bench.add_argument("--fsms", type=int, action="append", help="sweep: FSMs (repeatable)")
+    p_bench.add_argument("--partitions", type=int, action="append", default=None,
+                         help="simspeed: also run the system as this many simulator processes (repeatable; "
+                              "the topology's links need latency >= 2)")
     p_bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     p_bench.set_defaults(func=_cmd_bench)
     for name in EXTRA_COMMANDS:

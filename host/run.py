@@ -387,8 +387,9 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     log = run_dir_for(tag, backend) / "sim.log"
     bound = bound_cycles(job.golden, links, cfg.beat_bytes)
     line = ProgressLine(enabled=bool(progress))
+    where = log if not partitions else log.with_name(f"sim-p<k>.log (k < {partitions})")
     line.update(f"building the {backend} model of {spec['npus']} engines (cached after the first build; "
-                f"simulator output in {log})")
+                f"simulator output in {where})")
     line.done()
 
     def show(cycle, rate_cps):

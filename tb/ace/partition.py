@@ -327,7 +327,8 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
     workers need this package and a simulator; ``hub_host`` is the address they reach this machine by, default
     its host name). ``progress(cycle, wall_s)`` is called every 64 windows. Returns the merged result (with
     ``partitions``: ranks, windows, rows crossed and exchange time of each, and ``backend``); raises
-    AssertionError when a partition fails (``check=False``: the result with ``error``)."""
+    AssertionError when a partition fails (``check=False``: the result with ``error``). A ``log_file``
+    becomes one per partition (``<name>-p<k>.log``)."""
     import concurrent.futures as cf
     import dataclasses
 
@@ -340,8 +341,10 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
     hub = Hub(topology, parts, host=host, progress=progress, window=window)
     tag = build_tag or os.environ.get("PYTEST_CURRENT_TEST", "partitioned").split(" ")[0]
     tag = "".join(c if c.isalnum() or c in "-_." else "_" for c in tag)
+    log = options.pop("log_file", None)      # one simulator log per partition, beside the given one
     points = [{"cfg": dataclasses.asdict(cfg), "topology": topology, "jobs": jobs,
                "options": {**options, "latency": latency, "rate": rate,
+                           "log_file": log and f"{os.path.splitext(str(log))[0]}-p{k}.log",
                            "build_tag": f"{tag}-p{k}of{len(parts)}",
                            "partition": {"index": k, "ranks": part, "hub": list(hub.address),
                                          "authkey": hub.authkey.hex(), "window": window}}}

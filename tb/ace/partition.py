@@ -336,6 +336,9 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
 
     parts = [list(p) for p in (parts or split_ranks(topology, partitions))]
     window = plan(topology, parts, latency, rate, window)
+    if options.get("late") or options.get("link_stall"):
+        raise ValueError("a partitioned run has no late posting or random link stalls (they need every rank's "
+                         "state, or a random draw per link, in one process)")
     remote = scheduler not in (None, "local", "processes")
     host = hub_host or (socket.gethostname() if remote else "127.0.0.1")
     hub = Hub(topology, parts, host=host, progress=progress, window=window)

@@ -73,6 +73,9 @@ def test_partitionings_are_checked():
     with pytest.raises(ValueError, match="window must be"):
         plan("ring:4", [[0, 1], [2, 3]], latency=8, window=8)
     assert plan("ring:4", [[0, 1], [2, 3]], latency=8) == 7
+    cfg = engine_config_for(AceConfig.small(), "ring:4")
+    with pytest.raises(ValueError, match="no late posting"):
+        run_partitioned(cfg, "ring:4", _jobs("ring:4"), latency=8, link_stall=0.1)
 
 
 def test_the_hub_routes_rows_to_the_other_half_and_ands_the_flags():

@@ -47,9 +47,9 @@ from .cut import LinkReceiver, LinkSender
 from .link import RATE_DEN_MAX, Link
 from .switch import Switch
 
-__all__ = ["AceSystem", "split_links", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
+__all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
            "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "loop_zero_init", "link_params",
-           "system_links", "SWITCH", "link_port_values", "ExternalPort"]
+           "system_links", "split_links", "SWITCH", "link_port_values", "ExternalPort"]
 
 #: Verilog module name of the engine in system builds.
 ENGINE_MODULE = "ace_engine"

@@ -11,7 +11,7 @@ import os
 
 from ...host.progress import ProgressLine
 
-__all__ = ["run_sweep", "dask_available"]
+__all__ = ["run_sweep", "dask_available", "dask_client"]
 
 
 def dask_available():
@@ -21,6 +21,25 @@ def dask_available():
     except ImportError:
         return False
     return True
+
+
+def dask_client(scheduler, workers, min_slots=None):
+    """``(client, cluster, backend)``: a ``LocalCluster`` of ``workers`` single-threaded worker processes
+    (``scheduler`` None or ``"local"``; ``cluster`` to close after the client), or a client of the scheduler
+    at that address (``cluster`` None), which must offer at least ``min_slots`` worker threads when given
+    (tasks that must all run at once)."""
+    from dask.distributed import Client, LocalCluster
+
+    if scheduler in (None, "local"):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        return Client(cluster), cluster, f"dask LocalCluster ({workers} workers)"
+    client = Client(scheduler)
+    slots = sum(client.nthreads().values())
+    if min_slots is not None and slots < min_slots:
+        client.close()
+        raise RuntimeError(f"the Dask cluster at {scheduler} has {slots} worker threads; {min_slots} tasks must "
+                           f"run at once")
+    return client, None, f"dask scheduler {scheduler}"
 
 
 def run_sweep(fn, points, scheduler=None, workers=None, progress=True, label="sweep"):
@@ -49,16 +68,9 @@ def run_sweep(fn, points, scheduler=None, workers=None, progress=True, label="sw
                     bar.update(f"{label}: {k + 1}/{len(points)} points ({backend})")
         bar.done(f"{label}: {len(points)} points on a {backend}")
         return results, backend
-    from dask.distributed import Client, LocalCluster, as_completed
+    from dask.distributed import as_completed
 
-    cluster = None
-    if scheduler in (None, "local"):
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
-        backend = f"dask LocalCluster ({workers} workers)"
-    else:
-        client = Client(scheduler)
-        backend = f"dask scheduler {scheduler}"
+    client, cluster, backend = dask_client(scheduler, workers)
     try:
         futs = client.map(fn, points, pure=False)
         index = {f.key: i for i, f in enumerate(futs)}

@@ -227,41 +227,40 @@ class CutRings:
             self.halves.append((key, direction, getattr(dut, f"cut{k}_sent"), out_ring, in_ring, set()))
         self.crossed = 0        # rows copied out (flits and credits)
 
-    def _rows(self):
-        now = int(self.dut.cut_now.value)
-        return [(now - 1 - i) % self.depth for i in range(self.window)]
-
     def collect(self):
-        """``{"flits": {key: [(row, value)]}, "credits": {...}}`` of this partition's halves."""
+        """``{"flits": {key: [(row, value)]}, "credits": {...}}`` of this partition's halves: only the rows
+        whose ``sent`` bit is set (the work follows the traffic, not the window)."""
         out = {"flits": {}, "credits": {}}
         if not self.halves:
             return out
-        rows = self._rows()
+        now = int(self.dut.cut_now.value)
         for key, direction, sent, ring, _, _ in self.halves:
             mask = sent.value.to_unsigned() & ((1 << self.window) - 1)
             got = []
             while mask:
-                i = (mask & -mask).bit_length() - 1
+                i = (mask & -mask).bit_length() - 1       # bit i: row now - 1 - i
                 mask &= mask - 1
-                got.append((rows[i], ring[rows[i]].value.to_unsigned()))
+                row = (now - 1 - i) % self.depth
+                got.append((row, ring[row].value.to_unsigned()))
             self.crossed += len(got)
             out["flits" if direction == "tx" else "credits"][key] = got
         return out
 
     def deliver(self, reply):
+        """Write the rows the other sides sent; clear the rows of this window that this side filled a lap ago
+        (``held``) and the other side left empty this time."""
         if not self.halves:
             return
-        rows = self._rows()
+        now = int(self.dut.cut_now.value)
         for key, direction, _, _, ring, held in self.halves:
             got = dict(reply["credits" if direction == "tx" else "flits"].get(key, ()))
-            for row in rows:
-                value = got.get(row)
-                if value is not None:
-                    ring[row].value = self._immediate(value)
-                    held.add(row)
-                elif row in held:
-                    ring[row].value = self._immediate(0)
-                    held.discard(row)
+            stale = [r for r in held if r not in got and (now - 1 - r) % self.depth < self.window]
+            for row in stale:
+                ring[row].value = self._immediate(0)
+                held.discard(row)
+            for row, value in got.items():
+                ring[row].value = self._immediate(value)
+                held.add(row)
 
 
 def merge_results(parts, results):
@@ -303,18 +302,32 @@ def _run_partition(point):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _dask_client(scheduler, workers):
-    from dask.distributed import Client as DaskClient, LocalCluster
-    if scheduler in (None, "local"):
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
-        return DaskClient(cluster), cluster, f"dask LocalCluster ({workers} workers)"
-    client = DaskClient(scheduler)
-    slots = sum(client.nthreads().values())
-    if slots < workers:
-        client.close()
-        raise RuntimeError(f"the Dask cluster at {scheduler} has {slots} worker threads; {workers} partitions "
-                           f"must run at once")
-    return client, None, f"dask scheduler {scheduler}"
+def _completed(points, use_dask, scheduler):
+    """Run :func:`_run_partition` on every point at once; yield the backend's name, then ``(index, result)``
+    as each finishes."""
+    import concurrent.futures as cf
+
+    if use_dask:
+        from dask.distributed import as_completed
+
+        from ...sim.perf.sweep import dask_client
+        client, cluster, backend = dask_client(scheduler, len(points), min_slots=len(points))
+        try:
+            yield backend
+            futs = client.map(_run_partition, points, pure=False)
+            index = {f.key: k for k, f in enumerate(futs)}
+            for f in as_completed(futs):
+                yield index[f.key], f.result()
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+        return
+    yield f"process pool ({len(points)} workers)"
+    with cf.ProcessPoolExecutor(len(points)) as pool:
+        futs = {pool.submit(_run_partition, p): k for k, p in enumerate(points)}
+        for f in cf.as_completed(futs):
+            yield futs[f], f.result()
 
 
 def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=None, window=None, latency=None,
@@ -329,7 +342,6 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
     ``partitions``: ranks, windows, rows crossed and exchange time of each, and ``backend``); raises
     AssertionError when a partition fails (``check=False``: the result with ``error``). A ``log_file``
     becomes one per partition (``<name>-p<k>.log``)."""
-    import concurrent.futures as cf
     import dataclasses
 
     from ...sim.perf.sweep import dask_available
@@ -354,33 +366,16 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
               for k, part in enumerate(parts)]
     results = [None] * len(parts)
     use_dask = remote or (scheduler in (None, "local") and dask_available())
+    done = _completed(points, use_dask, scheduler)
     try:
-        if use_dask:
-            from dask.distributed import as_completed
-            client, cluster, backend = _dask_client(scheduler, len(parts))
-            try:
-                futs = client.map(_run_partition, points, pure=False)
-                index = {f.key: k for k, f in enumerate(futs)}
-                for f in as_completed(futs):
-                    k = index[f.key]
-                    results[k] = f.result()
-                    if results[k].get("error"):
-                        hub.abort(f"partition {k} failed: {results[k]['error'].splitlines()[0]}")
-            finally:
-                client.close()
-                if cluster is not None:
-                    cluster.close()
-        else:
-            backend = f"process pool ({len(parts)} workers)"
-            with cf.ProcessPoolExecutor(len(parts)) as pool:
-                futs = {pool.submit(_run_partition, p): k for k, p in enumerate(points)}
-                for f in cf.as_completed(futs):
-                    k = futs[f]
-                    results[k] = f.result()
-                    if results[k].get("error"):
-                        hub.abort(f"partition {k} failed: {results[k]['error'].splitlines()[0]}")
+        backend = next(done)
+        for k, result in done:
+            results[k] = result
+            if result.get("error"):     # stop the others rather than leave them waiting for its rows
+                hub.abort(f"partition {k} failed: {result['error'].splitlines()[0]}")
     finally:
         hub.close()
+        done.close()        # the Dask cluster or process pool
     errors = [f"partition {k} (ranks {parts[k]}): {r['error']}" for k, r in enumerate(results) if r.get("error")]
     if errors or hub.error:
         message = "; ".join(errors) or hub.error

@@ -34,7 +34,7 @@ def _fingerprint(res):
 
 @pytest.mark.parametrize("sim,topology", [("verilator", "torus:2x2"), ("icarus", "ring:2")])
 def test_a_partitioned_torus_is_cycle_identical_to_one_process(sim, topology):
-    """Icarus (about 30 cycles/s for 4 small engines) runs ring:2 and the all-reduce only."""
+    """Icarus, the slow simulator, runs ring:2 and the all-reduce only."""
     cfg = engine_config_for(AceConfig.small(), topology)
     jobs = _jobs(topology, both=sim == "verilator")
     one = run_partitioned(cfg, topology, jobs, partitions=1, sim=sim, latency=12, window=11,

@@ -24,6 +24,9 @@ from .tools import ToolError, find_tool
 
 __all__ = ["SramModel", "synthesize", "power", "MACRO_MIN_BITS", "MACRO_MIN_DEPTH", "liberty_areas", "rtlil_memories"]
 
+#: Delay-driven mapping: every net is driven as by this cell and loaded by this many fF (about four gate inputs)
+ABC_DRIVER, ABC_LOAD_FF = "BUF_X2", 5.0
+
 #: Memories of at least this many bits (and :data:`MACRO_MIN_DEPTH` rows) are SRAM macros.
 MACRO_MIN_BITS = 2048
 MACRO_MIN_DEPTH = 16
@@ -114,8 +117,13 @@ def _unescape(name):
     return name[1:] if name.startswith("\\") else name
 
 
-def synthesize(il_path, top, liberty, workdir):
+def synthesize(il_path, top, liberty, workdir, *, clock_mhz=None):
     """Synthesize RTLIL ``il_path`` (top module ``top``) onto ``liberty`` in ``workdir``.
+
+    With ``clock_mhz``, synthesis is delay-driven as a timing flow's would be: ABC maps for that clock period
+    (``abc -D``) and, with a driving cell and a load on every net (``-constr``), buffers high-fanout nets and
+    sizes gates (``buffer; upsize; dnsize``); :func:`~syncfabric.fpga.timing.sta_timing` times the result.
+    Without it, ABC maps for area and leaves fanout unbuffered (a netlist no timing flow would accept).
 
     Returns ``{"modules": {path: {"area": um^2 of the module's own cells, "cells": n, "seq": flip-flops}},
     "macros": [{"path", "name", "bits", "width", "depth", "rd_ports", "wr_ports"}], "netlist": file}`` where
@@ -126,6 +134,10 @@ def synthesize(il_path, top, liberty, workdir):
     (work / "sf_sram_bb.v").write_text(_SRAM_BB)
     (work / "sram_map.v").write_text(_sram_map())
     lib = Path(liberty).resolve()
+    abc = f"abc -liberty {lib}"
+    if clock_mhz:
+        (work / "abc.constr").write_text(f"set_driving_cell {ABC_DRIVER}\nset_load {ABC_LOAD_FF}\n")
+        abc = f"abc -D {1e6 / clock_mhz:.0f} -constr abc.constr -liberty {lib}"
     script = f"""
 read_verilog -lib sf_sram_bb.v
 read_rtlil {Path(il_path).resolve()}
@@ -136,7 +148,7 @@ memory -nomap
 techmap -map sram_map.v t:$mem_v2
 synth -top {top}
 dfflibmap -liberty {lib}
-abc -liberty {lib}
+{abc}
 opt_clean -purge
 tee -q -o stat.json stat -json -liberty {lib}
 flatten

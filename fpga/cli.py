@@ -108,7 +108,8 @@ def register(sub):
                         "(default all)")
     r.add_argument("--out", default="build/report", help="folder for report.md, report.json and the plots")
     r.add_argument("--clock-mhz", type=float, default=1000.0,
-                   help="clock for the power figures (default 1000: the ACE paper's 1 GHz-class ASIC)")
+                   help="target clock: synthesis is delay-driven for it, timing is checked against it, power "
+                        "is at the lower of it and the clock met (default 1000: the ACE paper's 1 GHz)")
     r.add_argument("--no-fpga", action="store_true", help="skip the FPGA synthesis")
     r.add_argument("--no-power", action="store_true", help="skip the activity simulation and OpenSTA")
     r.add_argument("--sweep", action="store_true",

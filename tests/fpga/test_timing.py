@@ -1,0 +1,105 @@
+"""Static timing at 45 nm: a deliberately long path fails the clock and is named by its registers, a short one
+meets it, and the report's parsers read OpenSTA's paths."""
+
+import pytest
+from amaranth.back import rtlil
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from syncfabric.fpga.asic import synthesize
+from syncfabric.fpga.timing import parse_endpoints, parse_path, signal_module, sta_timing
+from syncfabric.fpga.tools import find_tool, nangate45_liberty
+
+
+class _Chain(wiring.Component):
+    """Registered inputs, ``depth`` chained 32-bit multiply-adds (or one XOR), a registered result."""
+
+    def __init__(self, depth):
+        self.depth = depth
+        super().__init__({"a": In(32), "b": In(32), "y": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        ra, rb, acc = Signal(32, name="ra"), Signal(32, name="rb"), Signal(32, name="acc")
+        m.d.sync += [ra.eq(self.a), rb.eq(self.b)]
+        v = ra ^ rb
+        for _ in range(self.depth):
+            v = (v * rb + ra)[:32]
+        m.d.sync += acc.eq(v)
+        m.d.comb += self.y.eq(acc)
+        return m
+
+
+def _timed(tmp_path, depth, clock_mhz=1000):
+    try:
+        find_tool("yosys", "")
+        find_tool("sta", "")
+    except Exception as exc:             # noqa: BLE001 - the report needs both; CI installs them
+        pytest.skip(str(exc))
+    lib = nangate45_liberty()
+    il = tmp_path / "chain.il"
+    il.write_text(rtlil.convert(_Chain(depth), name="chain"))
+    syn = synthesize(il, "chain", lib, tmp_path / "asic", clock_mhz=clock_mhz)
+    return sta_timing(syn["netlist"], "chain", lib, tmp_path / "sta", clock_mhz=clock_mhz,
+                      group_of=lambda path: "top" if path == "" else path)
+
+
+def test_a_long_path_fails_the_clock_and_is_named_by_its_registers(tmp_path):
+    t = _timed(tmp_path, depth=2)
+    assert not t["meets"] and t["wns_ns"] < -0.5 and t["failing"] > 0 and t["tns_ns"] < t["wns_ns"]
+    crit = t["critical"]
+    # a register driving a port directly takes the port's name (Yosys keeps the public name)
+    assert crit["start"].split("[")[0] in ("ra", "rb") and crit["end"].split("[")[0] in ("acc", "y")
+    assert crit["levels"] > 30 and crit["slack_ns"] == pytest.approx(t["wns_ns"])
+    assert t["min_period_ns"] == pytest.approx(t["period_ns"] - t["wns_ns"])
+    assert t["fmax_mhz"] == pytest.approx(1e3 / t["min_period_ns"], rel=1e-3)
+    # 32 flops of acc, 64 of ra and rb, and the 32 output ports y (driven straight by acc)
+    assert t["endpoints"] == 128
+    assert t["groups"]["top"]["critical"]["end"] == crit["end"]
+
+
+def test_a_short_path_meets_the_clock(tmp_path):
+    t = _timed(tmp_path, depth=0)
+    assert t["meets"] and t["wns_ns"] == 0 and t["failing"] == 0 and t["fmax_mhz"] > 1000
+    assert t["critical"]["levels"] <= 5       # the XOR and the buffers of the flops' fanout
+
+
+def test_report_checks_paths_and_endpoints_are_parsed():
+    text = r"""Startpoint: $flatten\\decoder.$auto$ff.cc:266:slice$44960
+            (rising edge-triggered flip-flop clocked by clk)
+Endpoint: out_port[3] (output port clocked by clk)
+Path Group: clk
+Path Type: max
+
+    Delay      Time   Description
+-------------------------------------------------------------
+   0.0000    0.0000   clock clk (rise edge)
+   0.0000    0.0000 ^ $flatten\\decoder.$auto$ff.cc:266:slice$44960/CK (DFF_X1)
+   0.0917    0.0917 ^ $flatten\\decoder.$auto$ff.cc:266:slice$44960/Q (DFF_X1)
+   0.0549    0.1465 ^ $flatten\\cmdtable.$abc$1$x$2/Z (BUF_X1)
+   0.0751    0.2216 v $flatten\\cmdtable.$abc$1$x$3/ZN (NAND2_X1)
+   0.0000    0.2216 v out_port[3] (out)
+             0.2216   data arrival time
+
+   1.0000    1.0000   clock clk (rise edge)
+             1.0000   data required time
+-------------------------------------------------------------
+             1.0000   data required time
+            -0.2216   data arrival time
+-------------------------------------------------------------
+             0.7784   slack (MET)
+"""
+    q_of = {r"$flatten\\decoder.$auto$ff.cc:266:slice$44960": "decoder.geo.in_addr[31]"}
+    p = parse_path(text, q_of)
+    assert p["start"] == "decoder.geo.in_addr[31]" and p["end"] == "out_port[3]"
+    assert p["start_kind"].startswith("rising edge") and p["end_kind"] == "output port clocked by clk"
+    assert (p["arrival_ns"], p["required_ns"], p["slack_ns"]) == (0.2216, 1.0, 0.7784)
+    assert p["levels"] == 2 and p["buffers"] == 1 and p["cells"] == ["BUF_X1", "NAND2_X1"]
+    ends = parse_endpoints(r"""
+$flatten\\decoder.$auto$ff.cc:266:slice$44960/D (DFF_X1)    0.9634    3.7932   -2.8298 (VIOLATED)
+y[0] (output)    1.0000    0.1000    0.9000
+""", q_of)
+    assert ends == [("decoder.geo.in_addr[31]", -2.8298), ("y[0]", 0.9)]
+    assert signal_module("decoder.geo.in_addr[31]") == "decoder.geo"
+    assert signal_module("decoder.$signal$8[2]") == "decoder" and signal_module("y[0]") == ""

@@ -26,6 +26,11 @@ __all__ = ["SramModel", "synthesize", "power", "MACRO_MIN_BITS", "MACRO_MIN_DEPT
 
 #: Delay-driven mapping: every net is driven as by this cell and loaded by this many fF (about four gate inputs)
 ABC_DRIVER, ABC_LOAD_FF = "BUF_X2", 5.0
+#: ABC's delay-oriented standard-cell mapper (``map -D``) with buffering and gate sizing. Yosys' default script
+#: for ``-D`` (``&nf``) left the adders' carry chains rippling: 2.42 ns on the paper engine's block geometry
+#: against 1.23 ns with this one, and 3.83 against 2.55 ns on the board control unit (+5 % cells). ``topo``
+#: orders the mapped network for ``buffer``, which otherwise stops on a dangling node of the control unit.
+ABC_DELAY_SCRIPT = "strash;dch;map,-D,{D};topo;buffer;upsize,-D,{D};dnsize,-D,{D};stime,-p"
 
 #: Memories of at least this many bits (and :data:`MACRO_MIN_DEPTH` rows) are SRAM macros.
 MACRO_MIN_BITS = 2048
@@ -137,7 +142,8 @@ def synthesize(il_path, top, liberty, workdir, *, clock_mhz=None):
     abc = f"abc -liberty {lib}"
     if clock_mhz:
         (work / "abc.constr").write_text(f"set_driving_cell {ABC_DRIVER}\nset_load {ABC_LOAD_FF}\n")
-        abc = f"abc -D {1e6 / clock_mhz:.0f} -constr abc.constr -liberty {lib}"
+        d = f"{1e6 / clock_mhz:.0f}"
+        abc = f"abc -D {d} -constr abc.constr -liberty {lib} -script +{ABC_DELAY_SCRIPT.format(D=d)}"
     script = f"""
 read_verilog -lib sf_sram_bb.v
 read_rtlil {Path(il_path).resolve()}

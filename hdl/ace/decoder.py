@@ -1,15 +1,17 @@
 """The step decoder: one program step of one FSM per cycle, from instruction word to everything its grant needs.
 
-A 3-stage pipeline behind the pick (the control unit's oldest-first choice of an FSM that has room for a decoded
-step), each stage holding another FSM's step:
+A pipeline behind the pick (the control unit's oldest-first choice of an FSM that has room for a decoded step),
+each stage holding another FSM's step; the geometry stage takes ``BlockGeometry.LATENCY`` cycles (:attr:`LATENCY`
+is 2 + that from ``req`` to ``o``):
 
 ====== =====================================================================================================
 stage  work
 ====== =====================================================================================================
 0      ``req``: the picked FSM's command, chunk, buffer and program counter; the IMEM read is issued
 1      the instruction word arrives; the ROUTE read of its peer is issued (communicator from the command table)
-2      the block's geometry (``BlockGeometry``, one cycle) from the command's entry, the chunk and the block
-3      ``o``: the decoded step (sizes, memory and SRAM addresses, ``wait``, ``illegal``/``noop``)
+2      the block's geometry (``BlockGeometry``, pipelined) from the command's entry, the chunk and the block
+3      ``o``: the decoded step (sizes, memory and SRAM addresses, ``wait``, ``illegal``/``noop``), when the
+       geometry comes out
 ====== =====================================================================================================
 
 The command table is read through one combinational lookup per stage (``e<k>_cmd`` out, the entry back in
@@ -68,7 +70,7 @@ def decoded_layout(cfg):
 
 
 class StepDecoder(wiring.Component):
-    """Decodes one step per cycle (latency 3 from ``req`` to ``o``); neither stream can stall.
+    """Decodes one step per cycle (:attr:`LATENCY` cycles from ``req`` to ``o``); neither stream can stall.
 
     Ports
     -----
@@ -83,6 +85,9 @@ class StepDecoder(wiring.Component):
         Combinational: the slots of the stage-3 buffer with a LOAD outstanding.
     o : Out(stream(decoded_layout), always_ready)
     """
+
+    #: Cycles from a request to its decoded step.
+    LATENCY = 2 + BlockGeometry.LATENCY
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -130,7 +135,13 @@ class StepDecoder(wiring.Component):
             geo.chunk.eq(s2.chunk), geo.block.eq(_field(w2, "block")), geo.in_base.eq(e2.src),
             geo.out_base.eq(e2.dst), geo.in_seg.eq(e2.in_seg), geo.out_seg.eq(e2.out_seg),
         ]
-        m.d.sync += [s3.eq(s2), w3.eq(w2), route3.eq(self.route_data)]
+        # the step's context waits beside the geometry's pipeline (BlockGeometry.LATENCY stages)
+        prev = (s2, w2, self.route_data)
+        for i in range(geo.LATENCY - 1):
+            nxt = (Signal(ctx, name=f"g{i}_ctx"), Signal(64, name=f"g{i}_word"), Signal(4, name=f"g{i}_route"))
+            m.d.sync += [a.eq(b) for a, b in zip(nxt, prev)]
+            prev = nxt
+        m.d.sync += [a.eq(b) for a, b in zip((s3, w3, route3), prev)]
         # stage 3: the step
         e3 = self.e3
         w = w3

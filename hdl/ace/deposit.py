@@ -38,6 +38,7 @@ from ..common.layouts import CHANNEL_BITS, packet_header_layout
 from .deposit_count import DepositCounters, counter_ports
 from .deposit_scan import LandingScan, landing_ports
 from .deposit_write import DepositSource, DepositWriter, dma_ports
+from .geometry import BlockGeometry
 from .spill_table import SpillTable, spill_entry_layout
 from .units import STATUS_SHAPE, _w
 
@@ -49,9 +50,9 @@ class DepositUnit(wiring.Component):
 
     Ports: per RX port ``k`` the landing heads, header-valid bits, fill levels and error bits; ``req``/``own``
     and the borrowed read side (``sel``, ``land``, ``hdr_pop``, ``err_clear``); the command table's tags and
-    which commands take deposits (``cmd_live``); the block geometry lookup (``geo_*``, latency 1); the spill
-    window (``spill_base``, ``spill_entries``); DMA read and write requests; ``arrived`` (one pulse per deposit
-    written, with its command and status); counters.
+    which commands take deposits (``cmd_live``); the block geometry lookup (``geo_*``, answered
+    ``BlockGeometry.LATENCY`` cycles later); the spill window (``spill_base``, ``spill_entries``); DMA read and
+    write requests; ``arrived`` (one pulse per deposit written, with its command and status); counters.
     """
 
     def __init__(self, cfg):
@@ -116,6 +117,7 @@ class DepositUnit(wiring.Component):
         op_status = Signal(STATUS_SHAPE)
         op_drain = Signal()              # do not write (length mismatch): take the beats and drop them
         op_spill = Signal()              # this message goes to the spill window
+        geo_wait = Signal(range(max(2, BlockGeometry.LATENCY)))     # cycles until the geometry is valid
         m.d.comb += [self.geo_cmd.eq(op_cmd), self.geo_chunk.eq(op_hdr.chunk), self.geo_block.eq(op_hdr.key),
                      self.sel.eq(op_ch)]
         with m.Switch(op_port):
@@ -140,19 +142,23 @@ class DepositUnit(wiring.Component):
                     m.d.sync += [op_e.eq(spill.cur_e), op_cmd.eq(spill.cmd), op_spill.eq(0),
                                  op_hdr.tag.eq(cur.tag), op_hdr.chunk.eq(cur.chunk),
                                  op_hdr.key.eq(cur.key), op_hdr.length.eq(cur.length),
-                                 op_status.eq(cur.bad), op_beats.eq((cur.length + W - 1) >> exact_log2(W))]
+                                 op_status.eq(cur.bad), op_beats.eq((cur.length + W - 1) >> exact_log2(W)),
+                                 geo_wait.eq(BlockGeometry.LATENCY - 1)]
                     m.next = "COPY_GEO"
                 with m.Elif(scan.complete & (scan.hit | (scan.full & spill.free))):
                     m.d.sync += [op_hdr.eq(scan.head), op_port.eq(scan.port), op_ch.eq(scan.ch),
                                  op_cmd.eq(scan.cmd), op_spill.eq(~scan.hit), op_e.eq(spill.free_e),
-                                 op_beats.eq(scan.beats), op_status.eq(Mux(scan.head.poison, Status.PROTOCOL, 0))]
+                                 op_beats.eq(scan.beats), op_status.eq(Mux(scan.head.poison, Status.PROTOCOL, 0)),
+                                 geo_wait.eq(BlockGeometry.LATENCY - 1)]
                     m.next = "GEO"
                 with m.Else():
                     m.d.comb += [scan.advance.eq(1), spill.advance.eq(1)]
 
             # -- a landed message: to the output (posted) or to a spill record --------------------------------
-            with m.State("GEO"):         # geometry inputs are op_*; the result is valid next cycle
-                m.next = "CHECK"
+            with m.State("GEO"):         # geometry inputs are op_*; the result is valid LATENCY cycles later
+                m.d.sync += geo_wait.eq(geo_wait - 1)
+                with m.If(geo_wait == 0):
+                    m.next = "CHECK"
             with m.State("CHECK"):
                 bad_len = ~op_spill & (self.geo_nbytes != op_hdr.length)
                 m.d.sync += [op_addr.eq(Mux(op_spill, self.spill_base + (op_e << rec_shift), self.geo_addr)),
@@ -181,7 +187,9 @@ class DepositUnit(wiring.Component):
 
             # -- a spilled message whose command is posted: window -> output -----------------------------------
             with m.State("COPY_GEO"):
-                m.next = "COPY_CHECK"
+                m.d.sync += geo_wait.eq(geo_wait - 1)
+                with m.If(geo_wait == 0):
+                    m.next = "COPY_CHECK"
             with m.State("COPY_CHECK"):
                 bad_len = self.geo_nbytes != op_hdr.length
                 with m.If(bad_len):

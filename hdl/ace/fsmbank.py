@@ -4,8 +4,8 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
 - Chunks from the dispatcher enter FSM ``enq.fsm``'s queue (two entries; ``q_ready`` says which have room).
 - Each FSM reads its command's row of the view memory through its own port (``view_addr``/``views``).
 - Decode: of the FSMs asking for a step (``fetch``), the one holding the oldest chunk is picked
-  (:class:`~.arbiter.OldestFirst`) and handed to the decoder (``dec_req``); the decoded step comes back three
-  cycles later (``dec_wb``) to the FSM it names.
+  (:class:`~.arbiter.OldestFirst`) and handed to the decoder (``dec_req``); the decoded step comes back
+  ``StepDecoder.LATENCY`` cycles later (``dec_wb``) to the FSM it names.
 - Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``); the
   granted FSM's step, context and view are selected for the job builder (``g_step``, ``g_ctx``, ``g_view``).
 - The units' completions (``unit_done``, by FSM), the LOADs that ended (``filled``) and the partition

@@ -17,9 +17,9 @@ chunk of ``chunk_beats`` beats (``chunk_bytes = chunk_beats * beat_bytes``). Per
 
 :class:`CommandGeometry` divides once per command (one :class:`SeqDivider`, used five times in sequence) and
 stores everything a lookup needs in a :func:`geometry_layout` struct, which the engine keeps in its command
-table. :class:`BlockGeometry` then answers a (chunk, block) lookup with one cycle of latency and no division:
-it needs only shifts (``W`` and ``eb`` are powers of two, and so is ``m`` when ``S > 1``), a multiply by the
-sub-block index and two address multiplies.
+table. :class:`BlockGeometry` then answers a (chunk, block) lookup per cycle, pipelined over four stages, with no
+division: it needs only shifts (``W`` and ``eb`` are powers of two, and so is ``m`` when ``S > 1``), a multiply
+by the sub-block index and two address multiplies.
 """
 
 from amaranth.hdl import Cat, Const as C, Module, Mux, Signal, unsigned
@@ -304,22 +304,30 @@ class CommandGeometry(wiring.Component):
 
 
 class BlockGeometry(wiring.Component):
-    """Size and addresses of block ``block`` of chunk ``chunk`` of a command, with :attr:`LATENCY` = 1.
+    """Size and addresses of block ``block`` of chunk ``chunk`` of a command, pipelined: a lookup presented in
+    one cycle is answered :attr:`LATENCY` cycles later, one lookup per cycle.
 
     Inputs: the command's ``geom`` (:func:`geometry_layout`), ``count``, ``elem_shift``, ``chunk``, ``block``
     (< n_blocks), the send / receive buffer bases ``in_base`` / ``out_base`` and whether each is segmented for
     this collective (``in_seg``: reduce-scatter, all-to-all; ``out_seg``: all-gather, all-to-all).
 
-    Outputs, registered (valid the cycle after the inputs): ``segment`` and ``sub`` (block = segment*m + sub),
-    ``is_last`` (the last chunk), ``nbytes`` (0 for an empty block), ``beats`` = ceil(nbytes / W),
-    ``first_beat`` (the sub-block's first beat inside the chunk's segment range, before clipping to the
-    payload tail) and the byte addresses ``in_addr`` / ``out_addr`` of the block's first byte, equal to the
-    golden :func:`~syncfabric.sim.golden.chunking.block_buffer_ranges` ``lo * eb`` plus the base, also for an
-    empty block (modulo ``2**addr_width``). The buffer's segment is the block's segment: the engine only looks
-    up blocks whose data the rank has (LOAD/STORE legality is the program's).
+    Outputs, registered (valid :attr:`LATENCY` cycles after the inputs): ``segment`` and ``sub`` (block =
+    segment*m + sub), ``is_last`` (the last chunk), ``nbytes`` (0 for an empty block), ``beats`` =
+    ceil(nbytes / W), ``first_beat`` (the sub-block's first beat inside the chunk's segment range, before
+    clipping to the payload tail) and the byte addresses ``in_addr`` / ``out_addr`` of the block's first byte,
+    equal to the golden :func:`~syncfabric.sim.golden.chunking.block_buffer_ranges` ``lo * eb`` plus the base,
+    also for an empty block (modulo ``2**addr_width``). The buffer's segment is the block's segment: the engine
+    only looks up blocks whose data the rank has (LOAD/STORE legality is the program's).
+
+    Stages (each ends in registers; about one adder, compare or multiply deep, for a 1 GHz-class clock):
+
+    1. last chunk?; the full or last chunk's beat split (q, rem) and bytes; segment and sub-block (shifts)
+    2. the three products: sub * q, chunk * seg_chunk_beats, segment * count; min(sub, rem)
+    3. the sub-block's first beat and end beat; each buffer's base plus segment and chunk offsets
+    4. clip both ends to the chunk's bytes; size, beats and the two addresses
     """
 
-    LATENCY = 1
+    LATENCY = 4
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -347,64 +355,92 @@ class BlockGeometry(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.cfg.beat_bytes
+        A = self.cfg.addr_width
         wb = _log2(W)
         g = self.geom
         b = self.block
+        cbw = _BEAT_BITS + wb                   # bytes of a chunk's segment range
+        ext = wb + 1                            # first/end beats -> bytes, one bit of headroom
 
-        is_last = Signal()
-        q = Signal(_BEAT_BITS)
-        rem = Signal(_BLOCK_BITS)
-        cb = Signal(_BEAT_BITS + wb)            # bytes of the chunk's segment range
-        m.d.comb += [
-            is_last.eq(self.chunk + 1 == g.n_chunks),
-            q.eq(Mux(is_last, g.q_last, g.q_full)),
-            rem.eq(Mux(is_last, g.rem_last, g.rem_full)),
-            cb.eq(Mux(is_last, g.last_bytes, g.seg_chunk_beats << wb)),
-        ]
+        def regs(prefix, **shapes):
+            return {k: Signal(v, name=f"{prefix}_{k}") for k, v in shapes.items()}
 
+        # ---- stage 1: which split applies, and where the block is -------------------------------------------
         # m is a power of two whenever S > 1 (else CommandGeometry reports bad); with S == 1 every b < m
         # gives segment 0 and sub-block b either way.
-        seg = Signal(_SEGMENT_BITS)
-        sub = Signal(_BLOCK_BITS)
-        with m.If(g.m_pow2):
-            m.d.comb += [seg.eq(b >> g.m_shift), sub.eq(b & (g.m - 1))]
-        with m.Else():
-            m.d.comb += [seg.eq(0), sub.eq(b)]
+        r1 = regs("s1", is_last=1, q=_BEAT_BITS, rem=_BLOCK_BITS, cb=cbw, seg=_SEGMENT_BITS, sub=_BLOCK_BITS,
+                  chunk=_CHUNK_BITS, scb=_BEAT_BITS, count=_COUNT_BITS, eshift=2, in_base=A, out_base=A,
+                  in_seg=1, out_seg=1)
+        is_last = Signal()
+        m.d.comb += is_last.eq(self.chunk + 1 == g.n_chunks)
+        m.d.sync += [
+            r1["is_last"].eq(is_last),
+            r1["q"].eq(Mux(is_last, g.q_last, g.q_full)),
+            r1["rem"].eq(Mux(is_last, g.rem_last, g.rem_full)),
+            r1["cb"].eq(Mux(is_last, g.last_bytes, g.seg_chunk_beats << wb)),
+            r1["seg"].eq(Mux(g.m_pow2, b >> g.m_shift, 0)),
+            r1["sub"].eq(Mux(g.m_pow2, b & (g.m - 1), b)),
+            r1["chunk"].eq(self.chunk), r1["scb"].eq(g.seg_chunk_beats), r1["count"].eq(self.count),
+            r1["eshift"].eq(self.elem_shift), r1["in_base"].eq(self.in_base), r1["out_base"].eq(self.out_base),
+            r1["in_seg"].eq(self.in_seg), r1["out_seg"].eq(self.out_seg),
+        ]
 
-        first = Signal(_BEAT_BITS + 1)
+        # ---- stage 2: the products ----------------------------------------------------------------------------
+        # c * E * eb = c * seg_chunk_beats * W: a 16 x 16 multiply instead of 16 x E
+        r2 = regs("s2", subq=_BLOCK_BITS + _BEAT_BITS, minsr=_BLOCK_BITS, extra=1, coff=_CHUNK_BITS + _BEAT_BITS,
+                  segcount=_SEGMENT_BITS + _COUNT_BITS, q=_BEAT_BITS, cb=cbw, seg=_SEGMENT_BITS,
+                  sub=_BLOCK_BITS, is_last=1, eshift=2, in_base=A, out_base=A, in_seg=1, out_seg=1)
         extra = Signal()
-        lo = Signal(_BEAT_BITS + wb + 1)
-        hi = Signal(_BEAT_BITS + wb + 1)
-        lo_raw = Signal(_BEAT_BITS + wb + 1)
-        hi_raw = Signal(_BEAT_BITS + wb + 2)
-        nbytes = Signal(_BEAT_BITS + wb)
+        m.d.comb += extra.eq(r1["sub"] < r1["rem"])
+        m.d.sync += [
+            r2["subq"].eq(r1["sub"] * r1["q"]),
+            r2["minsr"].eq(Mux(extra, r1["sub"], r1["rem"])),
+            r2["extra"].eq(extra),
+            r2["coff"].eq(r1["chunk"] * r1["scb"]),
+            r2["segcount"].eq(r1["seg"] * r1["count"]),
+        ] + [r2[k].eq(r1[k]) for k in ("q", "cb", "seg", "sub", "is_last", "eshift", "in_base", "out_base",
+                                        "in_seg", "out_seg")]
+
+        # ---- stage 3: the sub-block's beats, and the buffers' offsets up to the chunk -------------------------
+        r3 = regs("s3", first=_BEAT_BITS + 1, end=_BEAT_BITS + 2, in_part=A, out_part=A, cb=cbw,
+                  seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1)
+        seg_off = Signal(A)
+        chunk_off = Signal(A)
+        first = Signal(_BEAT_BITS + 1)
         m.d.comb += [
-            extra.eq(sub < rem),
-            first.eq(sub * q + Mux(extra, sub, rem)),
-            lo_raw.eq(first << wb),
-            hi_raw.eq((first + q + extra) << wb),
-            lo.eq(Mux(lo_raw < cb, lo_raw, cb)),
-            hi.eq(Mux(hi_raw < cb, hi_raw, cb)),
+            seg_off.eq(r2["segcount"] << r2["eshift"]),
+            chunk_off.eq(r2["coff"] << wb),
+            first.eq(r2["subq"] + r2["minsr"]),
+        ]
+        m.d.sync += [
+            r3["first"].eq(first),
+            r3["end"].eq(r2["subq"] + r2["minsr"] + r2["q"] + r2["extra"]),
+            r3["in_part"].eq(r2["in_base"] + Mux(r2["in_seg"], seg_off, 0) + chunk_off),
+            r3["out_part"].eq(r2["out_base"] + Mux(r2["out_seg"], seg_off, 0) + chunk_off),
+        ] + [r3[k].eq(r2[k]) for k in ("cb", "seg", "sub", "is_last")]
+
+        # ---- stage 4: clip to the chunk's bytes; size and addresses -------------------------------------------
+        lo_raw = Signal(_BEAT_BITS + 1 + ext)
+        hi_raw = Signal(_BEAT_BITS + 2 + ext)
+        lo = Signal(cbw)
+        hi = Signal(cbw)
+        nbytes = Signal(cbw)
+        m.d.comb += [
+            lo_raw.eq(r3["first"] << wb),
+            hi_raw.eq(r3["end"] << wb),
+            lo.eq(Mux(lo_raw < r3["cb"], lo_raw, r3["cb"])),
+            hi.eq(Mux(hi_raw < r3["cb"], hi_raw, r3["cb"])),
             nbytes.eq(hi - lo),
         ]
-
-        # c * E * eb = c * seg_chunk_beats * W: a 16 x 16 multiply instead of 16 x E
-        chunk_off = Signal(_CHUNK_BITS + _BEAT_BITS + wb)
-        seg_off = Signal(_SEGMENT_BITS + _COUNT_BITS + 3)
-        m.d.comb += [
-            chunk_off.eq((self.chunk * g.seg_chunk_beats) << wb),
-            seg_off.eq((seg * self.count) << self.elem_shift),
-        ]
-        offset = chunk_off + lo
         m.d.sync += [
-            self.segment.eq(seg),
-            self.sub.eq(sub),
-            self.is_last.eq(is_last),
+            self.segment.eq(r3["seg"]),
+            self.sub.eq(r3["sub"]),
+            self.is_last.eq(r3["is_last"]),
             self.nbytes.eq(nbytes),
-            self.beats.eq((nbytes + (W - 1)) >> wb),
-            self.first_beat.eq(first),
-            self.in_addr.eq(self.in_base + Mux(self.in_seg, seg_off, 0) + offset),
-            self.out_addr.eq(self.out_base + Mux(self.out_seg, seg_off, 0) + offset),
+            self.beats.eq((hi - lo + (W - 1)) >> wb),
+            self.first_beat.eq(r3["first"]),
+            self.in_addr.eq(r3["in_part"] + lo),
+            self.out_addr.eq(r3["out_part"] + lo),
         ]
         return m
 

@@ -20,6 +20,7 @@ from ...sim.golden.types import Status
 from ..common.layouts import CHANNEL_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
 from ..common.logic import one_hot
 from .dma import dma_cmd_layout
+from .geometry import BlockGeometry
 from .recvback import RecvWriteBack
 from .recvissue import RecvIssue
 from .sram import BankStreamer, sram_read_layout, sram_write_layout
@@ -427,8 +428,11 @@ class LoadSequencer(wiring.Component):
     a cycle in which no FSM issues a LOAD of its own.
 
     Per LOAD it needs the block's geometry: it names the command on ``geo_cmd`` and the control unit answers on
-    ``geo_*`` one cycle later. An instruction that is not a LOAD is reported on
-    ``error`` (ILLEGAL_INSTRUCTION) and skipped; zero-byte blocks are skipped."""
+    ``geo_*`` :attr:`GEO_LATENCY` cycles later (a pipelined ``BlockGeometry``). An instruction that is not a
+    LOAD is reported on ``error`` (ILLEGAL_INSTRUCTION) and skipped; zero-byte blocks are skipped."""
+
+    #: Cycles from the geometry inputs (the word in hand) to its outputs: the ``BlockGeometry`` pipeline.
+    GEO_LATENCY = BlockGeometry.LATENCY
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -457,6 +461,7 @@ class LoadSequencer(wiring.Component):
         cur = Signal.like(self.entry.payload)
         pc = Signal(11)
         word = Signal(64)
+        geo_wait = Signal(range(max(2, self.GEO_LATENCY)))
         fields = {name: (lsb, width) for name, lsb, width in FIELDS}
 
         def field(name):
@@ -490,11 +495,13 @@ class LoadSequencer(wiring.Component):
                     m.next = "WORD"
             with m.State("WORD"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += word.eq(self.imem_data)
+                m.d.sync += [word.eq(self.imem_data), geo_wait.eq(self.GEO_LATENCY - 1)]
                 m.next = "GEO"
-            with m.State("GEO"):
+            with m.State("GEO"):         # the block's geometry is BlockGeometry.LATENCY cycles away
                 m.d.comb += self.busy.eq(1)
-                m.next = "ISSUE"
+                m.d.sync += geo_wait.eq(geo_wait - 1)
+                with m.If(geo_wait == 0):
+                    m.next = "ISSUE"
             with m.State("ISSUE"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(field("op") != StepOp.LOAD):

@@ -1,6 +1,6 @@
 """StepDecoder in Amaranth's simulator: the steps of golden programs (and malformed words) decoded one per
 cycle for random FSMs, commands, chunks and buffers, each compared with the word's fields, the golden block
-geometry, the LOAD-outstanding mask and the illegal-step rules; latency exactly 3.
+geometry, the LOAD-outstanding mask and the illegal-step rules; latency exactly StepDecoder.LATENCY.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -21,7 +21,7 @@ from sim_helpers import run_sim, seed_for
 from test_geometry import ceil_div, expected_geometry, golden_decomposition
 
 CFG = AceConfig.small()
-LATENCY = 3
+LATENCY = StepDecoder.LATENCY        # 2 + the block geometry pipeline's
 
 
 class DecoderBench(Elaboratable):
@@ -153,7 +153,8 @@ def test_decoder_decodes_one_step_per_cycle_against_fields_and_golden_geometry()
 
     run_sim(dut, bench)
     issued = [(t, r) for t, r in enumerate(reqs) if r["valid"]]
-    assert [s[0] for s in seen] == [t + LATENCY for t, _ in issued], "latency is not 3 cycles, one per cycle"
+    assert [s[0] for s in seen] == [t + LATENCY for t, _ in issued], \
+        f"latency is not {LATENCY} cycles, one per cycle"
     n_illegal = n_wait = n_empty = 0
     for (t, r), (_, head, step) in zip(issued, seen):
         word = words[r["pc"]]

@@ -201,7 +201,8 @@ class GeometryPair(Elaboratable):
 @pytest.mark.parametrize("cfg_name", list(CONFIGS))
 def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
     """Every block of sampled chunks (first, second, last two, random) of random commands: geometry fields,
-    block sizes and both buffer addresses against the golden model, one lookup per cycle (latency 1)."""
+    block sizes and both buffer addresses against the golden model, one lookup per cycle, each answered
+    BlockGeometry.LATENCY cycles later."""
     cfg = CONFIGS[cfg_name]
     rng = random.Random(seed_for(1 if cfg_name == "W16" else 2))
     dut = GeometryPair(cfg)
@@ -231,11 +232,16 @@ def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
             ctx.set(bg.in_seg, in_seg)
             ctx.set(bg.out_seg, out_seg)
             lookups = [(c, b) for c in sample_chunks(rng, d.n_chunks) for b in range(n_blocks)]
-            rng.shuffle(lookups)        # inputs change every cycle, so a longer latency cannot pass
-            for c, b in lookups:
-                ctx.set(bg.chunk, c)
-                ctx.set(bg.block, b)
+            rng.shuffle(lookups)        # inputs change every cycle: each answer must be the one LATENCY back
+            L = BlockGeometry.LATENCY
+            for i in range(len(lookups) + L - 1):
+                if i < len(lookups):
+                    ctx.set(bg.chunk, lookups[i][0])
+                    ctx.set(bg.block, lookups[i][1])
                 await ctx.tick()
+                if i < L - 1:
+                    continue
+                c, b = lookups[i - (L - 1)]
                 chunk = d.chunk(c)
                 blk = chunk.blocks[b]
                 # rank = segment: the rank that has both the input and the output of this block
@@ -280,7 +286,7 @@ def test_block_geometry_tiny_payloads_leave_trailing_blocks_empty():
         ctx.set(bg.chunk, 0)
         for b in range(8):
             ctx.set(bg.block, b)
-            await ctx.tick()
+            await ctx.tick().repeat(BlockGeometry.LATENCY)
             assert ctx.get(bg.nbytes) == (4 if b == 0 else 0)
             assert ctx.get(bg.beats) == (1 if b == 0 else 0)
             assert ctx.get(bg.in_addr) == (0x1000 if b == 0 else 0x1004)

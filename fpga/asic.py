@@ -263,7 +263,8 @@ def power(netlist, top, liberty, workdir, *, clock_mhz, input_activity, register
     """Power of the flattened ``netlist`` in OpenSTA at ``clock_mhz``: inputs toggle at ``input_activity``
     (transitions per cycle), the outputs of the flip-flops of module path ``p`` at ``register_activity(p)``.
     Returns ``{path: (internal W, switching W, leakage W)}`` summed over the instances of each module path,
-    and the design total under ``"*"``.
+    the design total under ``"*"`` and, under ``"#nonfinite"``, how many instance figures OpenSTA gave as NaN
+    or Inf (counted as 0).
 
     OpenSTA propagates the activity through the logic, except with ``global_activity``: then every other net
     toggles at that rate (``set_power_activity -global``). Debian's 2019 OpenSTA crashes in its propagation
@@ -319,6 +320,7 @@ close $out
     _run([sta, "-no_splash", "-exit", "power.tcl"], work, "sta.log", "OpenSTA (power)")
     out = {}
     total = [0.0, 0.0, 0.0]
+    nonfinite = 0
     for line in (work / "inst_power.txt").read_text().splitlines():
         parts = line.rsplit(" ", 3)
         if len(parts) != 4:
@@ -327,10 +329,17 @@ close $out
         acc = out.setdefault(path, [0.0, 0.0, 0.0])
         for i in range(3):
             v = float(parts[1 + i])
+            if not math.isfinite(v):
+                # OpenSTA's propagation gives NaN/Inf on gates fed by the top bits of 64-bit counters (a
+                # toggle rate of about 2^-60 per cycle): their power is nil, counted as 0
+                nonfinite += 1
+                v = 0.0
             acc[i] += v
             total[i] += v
     out["*"] = total
-    return {k: tuple(v) for k, v in out.items()}
+    res = {k: tuple(v) for k, v in out.items()}
+    res["#nonfinite"] = nonfinite
+    return res
 
 
 def _inst_path(inst):

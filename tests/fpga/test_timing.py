@@ -103,3 +103,23 @@ y[0] (output)    1.0000    0.1000    0.9000
     assert ends == [("decoder.geo.in_addr[31]", -2.8298), ("y[0]", 0.9)]
     assert signal_module("decoder.geo.in_addr[31]") == "decoder.geo"
     assert signal_module("decoder.$signal$8[2]") == "decoder" and signal_module("y[0]") == ""
+
+
+@pytest.mark.fpga
+def test_ecp5_place_and_route_out_of_context_gives_a_slower_fmax_for_the_longer_path(tmp_path):
+    from syncfabric.fpga.fpgasynth import ecp5_fmax, synthesize_ecp5
+
+    fmax = {}
+    for depth in (0, 2):
+        il = tmp_path / f"chain{depth}.il"
+        il.write_text(rtlil.convert(_Chain(depth), name="chain"))
+        work = tmp_path / f"fpga{depth}"
+        counts = synthesize_ecp5(il, "chain", work)
+        assert counts["FF"] >= 96
+        f = ecp5_fmax(work, target_mhz=100)
+        assert f["fmax_mhz"] and f["device"].startswith("LFE5U-85K") and f["target_mhz"] == 100
+        assert f["meets"] == (f["fmax_mhz"] >= 100)
+        fmax[depth] = f
+    # two chained 32-bit multiply-adds (DSP blocks and carry chains) against one XOR between registers
+    assert fmax[2]["fmax_mhz"] < fmax[0]["fmax_mhz"] / 2 and not fmax[2]["meets"] and fmax[0]["meets"]
+    assert {p.split("[")[0] for p in fmax[2]["critical_path"]} <= {"ra", "rb", "acc", "y"}

@@ -219,7 +219,8 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
 
     rows = {c: {"asic_area_um2": 0.0, "macro_area_um2": 0.0, "macro_bits": 0, "cells": 0, "flops": 0,
                 "power_mw": None, "power_dyn_mw": None, "power_leak_mw": None, "power_clock_mhz": None,
-                "timing": None, "fpga_timing": None, "fpga": dict.fromkeys(("LUT", "FF", "LUTRAM", "BRAM", "DSP"))} for c in comps}
+                "timing": None, "fpga_timing": None,
+                "fpga": dict.fromkeys(("LUT", "FF", "LUTRAM", "BRAM", "DSP"))} for c in comps}
 
     def add_power(c, dyn_leak):
         r = rows[c]
@@ -255,7 +256,8 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
                 rows[c]["macro_bits"] += mac["bits"]
         if power and act is not None:
             try:
-                for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, notes=notes).items():
+                unit_mw = _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, notes=notes)
+                for c, mw in unit_mw.items():
                     if c in rows:
                         add_power(c, mw)
             except ToolError as exc:
@@ -290,7 +292,8 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
         ils[unit] = (_rtlil(make(), top, work / "design.il"), top)
         syn = asic_synthesize(ils[unit][0], top, lib, work / "asic", clock_mhz=clock_mhz)
         try:
-            for c, mw in _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, notes=notes).items():
+            unit_mw = _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, notes=notes)
+            for c, mw in unit_mw.items():
                 add_power(c, mw)
         except ToolError as exc:
             notes.append(f"{unit}: OpenSTA failed ({str(exc).splitlines()[0]}); its power is not reported")
@@ -350,12 +353,12 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
     # timing per component (the engine's paths ending in it, or the unit alone), and power at the clock the
     # design meets: the engine's for its components, the unit's own for one synthesized alone (dynamic power
     # scales with the clock, leakage does not)
-    whole = timing.get("engine")
+    engine_t = timing.get("engine")
     for c, r in rows.items():
         r["area_um2"] = r["asic_area_um2"] + r["macro_area_um2"]
-        if whole is not None and c in ENGINE_COMPONENTS:
-            r["timing"] = whole["groups"].get(c)
-            met = min(clock_mhz, whole["fmax_mhz"])
+        if engine_t is not None and c in ENGINE_COMPONENTS:
+            r["timing"] = engine_t["groups"].get(c)
+            met = min(clock_mhz, engine_t["fmax_mhz"])
         elif c in timing:
             r["timing"] = {k: timing[c][k] for k in ("slack_ns", "min_period_ns", "fmax_mhz", "meets", "failing",
                                                      "critical") if k in timing[c]} | {"slack_ns": timing[c]["wns_ns"]}
@@ -415,9 +418,10 @@ def _unit_density(unit, act):
 
 
 def _unit_power(unit, top, comp_of, syn, work, lib, act, clock_mhz, say, *, unpropagated=False, notes=None):
-    """``{component: (dynamic mW, leakage mW)}`` of one synthesized unit in OpenSTA at ``clock_mhz``, flip-flops toggling at their component's
-    activity in ``act`` (outside the engine, switch and sync core: the engine's mean activity). With
-    ``unpropagated``, every other net toggles at the unit's mean activity instead of OpenSTA's propagation."""
+    """``{component: (dynamic mW, leakage mW)}`` of one synthesized unit in OpenSTA at ``clock_mhz``,
+    flip-flops toggling at their component's activity in ``act`` (outside the engine, switch and sync core: the
+    engine's mean activity). With ``unpropagated``, every other net toggles at the unit's mean activity instead
+    of OpenSTA's propagation. NaN/Inf instance figures are counted as 0 and noted in ``notes``."""
     say(f"{unit}: power (OpenSTA, {clock_mhz:g} MHz{', activity not propagated' if unpropagated else ''})")
     engine_unit = unit == "engine" or unit in ENGINE_COMPONENTS
     dens = {}

@@ -147,7 +147,8 @@ def test_alu_report_on_the_board_engine_has_sane_area_power_and_fpga_figures():
     assert alu["macro_bits"] == 0
     # timing: the critical path is inside the ALU, named by its registers; power at the clock it meets
     assert not t["meets"] and t["failing"] > 0 and t["critical"]["levels"] > 10
-    assert t["critical"]["start"].startswith("recv") and t["critical"]["end"].startswith("recv")
+    # (an output register named after the port it drives, when the path ends there)
+    assert t["critical"]["start"].startswith("recv") and t["critical"]["end"].startswith(("recv", "o__payload"))
     assert alu["timing"]["fmax_mhz"] == t["fmax_mhz"] and alu["power_clock_mhz"] == min(1000.0, t["fmax_mhz"])
     assert alu["power_mw"] < alu["power_mw_at_target"]
     act = rep["activity"]

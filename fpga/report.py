@@ -530,7 +530,8 @@ def _timing_markdown(rep):
                   "| unit | Fmax (MHz) | meets | critical path from | to |", "|---|---|---|---|---|"]
         for unit, f in ft.items():
             a, b = f["critical_path"] or ("-", "-")
-            lines.append(f"| {unit} | {_fmt(f['fmax_mhz'], 1)} | {'yes' if f['meets'] else 'no'} | `{a}` | `{b}` |")
+            fm = _fmt(f["fmax_mhz"], 1) + ("" if f.get("routed", True) else " (placement estimate; routing stopped)")
+            lines.append(f"| {unit} | {fm} | {'yes' if f['meets'] else 'no'} | `{a}` | `{b}` |")
     return lines
 
 

@@ -123,3 +123,14 @@ def test_ecp5_place_and_route_out_of_context_gives_a_slower_fmax_for_the_longer_
     # two chained 32-bit multiply-adds (DSP blocks and carry chains) against one XOR between registers
     assert fmax[2]["fmax_mhz"] < fmax[0]["fmax_mhz"] / 2 and not fmax[2]["meets"] and fmax[0]["meets"]
     assert {p.split("[")[0] for p in fmax[2]["critical_path"]} <= {"ra", "rb", "acc", "y"}
+
+
+@pytest.mark.fpga
+def test_ecp5_place_and_route_stopped_at_its_time_limit_says_it_did_not_route(tmp_path):
+    from syncfabric.fpga.fpgasynth import ecp5_fmax, synthesize_ecp5
+
+    il = tmp_path / "chain.il"
+    il.write_text(rtlil.convert(_Chain(2), name="chain"))
+    synthesize_ecp5(il, "chain", tmp_path)
+    f = ecp5_fmax(tmp_path, time_limit_s=0.2)      # the tool does not even start in 0.2 s
+    assert not f["routed"] and not f["meets"] and f["fmax_mhz"] is None and f["critical_path"] is None

@@ -1,22 +1,24 @@
 """The step decoder: one program step of one FSM per cycle, from instruction word to everything its grant needs.
 
 A pipeline behind the pick (the control unit's oldest-first choice of an FSM that has room for a decoded step),
-each stage holding another FSM's step; the geometry stage takes ``BlockGeometry.LATENCY`` cycles (:attr:`LATENCY`
-is 2 + that from ``req`` to ``o``):
+each stage holding another FSM's step; the geometry takes ``BlockGeometry.LATENCY`` cycles from stage 1
+(:attr:`LATENCY` is 1 + that from ``req`` to ``o``):
 
 ====== =====================================================================================================
 stage  work
 ====== =====================================================================================================
 0      ``req``: the picked FSM's command, chunk, buffer and program counter; the IMEM read is issued
 1      the instruction word arrives; the ROUTE read of its peer is issued (communicator from the command table)
-2      the block's geometry (``BlockGeometry``, pipelined) from the command's entry, the chunk and the block
+       and the block's geometry (``BlockGeometry``, pipelined) starts from the command's entry, the chunk and
+       the block
+2..    the ROUTE entry arrives; the step's context waits beside the geometry's pipeline
 3      ``o``: the decoded step (sizes, memory and SRAM addresses, ``wait``, ``illegal``/``noop``), when the
        geometry comes out
 ====== =====================================================================================================
 
-The command table is read through one combinational lookup per stage (``e<k>_cmd`` out, the entry back in
-``e<k>``); in a design where it is a memory those become its read ports. ``loading_buf``/``loading`` read the
-stage-3 buffer's mask of slots with a LOAD outstanding.
+The command table is read through one combinational lookup in stages 1 and 3 (``e<k>_cmd`` out, the entry
+back in ``e<k>``); in a design where it is a memory those become its read ports. ``loading_buf``/``loading``
+read the stage-3 buffer's mask of slots with a LOAD outstanding.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -79,15 +81,15 @@ class StepDecoder(wiring.Component):
         A synchronous read port of the instruction memory: the word of ``imem_addr`` arrives the next cycle.
     route_addr : Out(16), route_data : In(4)
         Same for the routing table (bit 3: the entry is valid).
-    e1_cmd/e1, e2_cmd/e2, e3_cmd/e3 : Out(cmd), In(cmd_entry_layout)
-        Combinational command-table lookups of stages 1, 2 and 3.
+    e1_cmd/e1, e3_cmd/e3 : Out(cmd), In(cmd_entry_layout)
+        Combinational command-table lookups of stages 1 (communicator and geometry) and 3.
     loading_buf : Out(buf), loading : In(NMASK)
         Combinational: the slots of the stage-3 buffer with a LOAD outstanding.
     o : Out(stream(decoded_layout), always_ready)
     """
 
-    #: Cycles from a request to its decoded step.
-    LATENCY = 2 + BlockGeometry.LATENCY
+    #: Cycles from a request to its decoded step: the IMEM read, then the geometry's pipeline.
+    LATENCY = 1 + BlockGeometry.LATENCY
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -99,7 +101,6 @@ class StepDecoder(wiring.Component):
             "imem_addr": Out(10), "imem_data": In(64),
             "route_addr": Out(16), "route_data": In(4),
             "e1_cmd": Out(cmd), "e1": In(entry),
-            "e2_cmd": Out(cmd), "e2": In(entry),
             "e3_cmd": Out(cmd), "e3": In(entry),
             "loading_buf": Out(sram_read_layout(cfg).members["buf"]), "loading": In(self.nmask),
             "o": Out(stream.Signature(decoded_layout(cfg), always_ready=True)),
@@ -123,21 +124,20 @@ class StepDecoder(wiring.Component):
         m.d.sync += [s1.v.eq(self.req.valid), s1.fsm.eq(req.fsm), s1.cmd.eq(req.cmd), s1.chunk.eq(req.chunk),
                      s1.buf.eq(req.buf)]
         # stage 1: the word; the ROUTE read of its peer
+        # and the block's geometry from the word, the chunk and the command's entry (BlockGeometry's pipeline)
         w1 = self.imem_data
-        m.d.comb += [self.e1_cmd.eq(s1.cmd),
-                     self.route_addr.eq(self.e1.comm * cfg.max_ranks + _field(w1, "peer"))]
-        m.d.sync += [s2.eq(s1), w2.eq(w1)]
-        # stage 2: the block's geometry (registered inside BlockGeometry)
-        e2 = self.e2
+        e1 = self.e1
         m.d.comb += [
-            self.e2_cmd.eq(s2.cmd),
-            geo.geom.eq(e2.geom), geo.count.eq(e2.count), geo.elem_shift.eq(e2.elem_shift),
-            geo.chunk.eq(s2.chunk), geo.block.eq(_field(w2, "block")), geo.in_base.eq(e2.src),
-            geo.out_base.eq(e2.dst), geo.in_seg.eq(e2.in_seg), geo.out_seg.eq(e2.out_seg),
+            self.e1_cmd.eq(s1.cmd),
+            self.route_addr.eq(e1.comm * cfg.max_ranks + _field(w1, "peer")),
+            geo.geom.eq(e1.geom), geo.count.eq(e1.count), geo.elem_shift.eq(e1.elem_shift),
+            geo.chunk.eq(s1.chunk), geo.block.eq(_field(w1, "block")), geo.in_base.eq(e1.src),
+            geo.out_base.eq(e1.dst), geo.in_seg.eq(e1.in_seg), geo.out_seg.eq(e1.out_seg),
         ]
-        # the step's context waits beside the geometry's pipeline (BlockGeometry.LATENCY stages)
+        m.d.sync += [s2.eq(s1), w2.eq(w1)]
+        # stage 2 on: the ROUTE entry arrives; the step's context waits beside the geometry's pipeline
         prev = (s2, w2, self.route_data)
-        for i in range(geo.LATENCY - 1):
+        for i in range(geo.LATENCY - 2):
             nxt = (Signal(ctx, name=f"g{i}_ctx"), Signal(64, name=f"g{i}_word"), Signal(4, name=f"g{i}_route"))
             m.d.sync += [a.eq(b) for a, b in zip(nxt, prev)]
             prev = nxt

@@ -21,7 +21,7 @@ from sim_helpers import run_sim, seed_for
 from test_geometry import ceil_div, expected_geometry, golden_decomposition
 
 CFG = AceConfig.small()
-LATENCY = StepDecoder.LATENCY        # 2 + the block geometry pipeline's
+LATENCY = StepDecoder.LATENCY        # 1 + the block geometry pipeline's
 
 
 class DecoderBench(Elaboratable):
@@ -42,7 +42,7 @@ class DecoderBench(Elaboratable):
         ip, rp = imem.read_port(), route.read_port()
         m.d.comb += [ip.addr.eq(dec.imem_addr), dec.imem_data.eq(ip.data),
                      rp.addr.eq(dec.route_addr), dec.route_data.eq(rp.data)]
-        for sel, out in ((dec.e1_cmd, dec.e1), (dec.e2_cmd, dec.e2), (dec.e3_cmd, dec.e3)):
+        for sel, out in ((dec.e1_cmd, dec.e1), (dec.e3_cmd, dec.e3)):
             with m.Switch(sel):
                 for i, e in enumerate(self.entries):
                     with m.Case(i):

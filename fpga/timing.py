@@ -1,7 +1,7 @@
 """Static timing of a synthesized 45 nm netlist (Debian's OpenSTA), named in the design's own signals.
 
 :func:`sta_timing` loads a flattened Nangate netlist written by :func:`~syncfabric.fpga.asic.synthesize`
-(``timing=True``: delay-driven ABC with buffering and gate sizing) with one clock on ``clk``. Inputs arrive and
+(with ``clock_mhz``: delay-driven ABC with buffering and gate sizing) with one clock on ``clk``. Inputs arrive and
 outputs are required at the clock edge (``set_input_delay``/``set_output_delay`` 0): a unit alone is timed as
 if its ports were registers, the engine's own ports are registered or driven by registers. It returns:
 
@@ -20,21 +20,22 @@ generated ones, so the netlist is read to map each flip-flop to its ``Q`` net.
 import re
 from pathlib import Path
 
+from .asic import _run as _run_tool
 from .tools import ToolError, find_tool
 
 __all__ = ["sta_timing", "parse_path", "parse_endpoints", "register_outputs", "signal_module"]
 
 
 def _run(sta, work, script, log):
-    import subprocess
-
+    """Run a Tcl ``script`` in OpenSTA in ``work`` (the tool runner of :mod:`.asic`); an ``Error:`` line fails too
+    (OpenSTA goes on after a failed command)."""
     (work / f"{log}.tcl").write_text(script)
-    res = subprocess.run([sta, "-no_splash", "-exit", f"{log}.tcl"], cwd=work, capture_output=True, text=True)
-    (work / f"{log}.log").write_text(res.stdout + res.stderr)
-    if res.returncode != 0 or "Error:" in res.stdout + res.stderr:
-        tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-8:])
+    out = _run_tool([sta, "-no_splash", "-exit", f"{log}.tcl"], work, f"{log}.log", "OpenSTA (timing)")
+    text = (work / f"{log}.log").read_text()
+    if "Error:" in text:
+        tail = "\n".join(line for line in text.splitlines() if "Error:" in line)
         raise ToolError(f"OpenSTA (timing) failed, log {work / (log + '.log')}\n{tail}")
-    return res.stdout
+    return out
 
 
 def _name(text):
@@ -119,14 +120,11 @@ def parse_endpoints(text, q_of=None):
     q_of = q_of or {}
     out = []
     for line in text.splitlines():
+        # "inst/D (DFF_X1) required actual slack" or "port (output) required actual slack"
         m = re.match(r"^(\S+?)(?:/\w+)?\s+\((\w+)\)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)", line.strip())
         if m:
             inst = m.group(1)
             out.append((q_of.get(inst, inst), float(m.group(5))))
-        else:
-            m = re.match(r"^(\S+)\s+\(output\)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)", line.strip())
-            if m:
-                out.append((m.group(1), float(m.group(4))))
     return out
 
 

@@ -21,12 +21,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES, credit_layout, flit_layout, packet_header_layout
+from ..common.skid import SkidBuffer
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
 from .link import RxPort, TxPort, reserve_layout
 from .sram import ChunkSram
 from .units import (STATUS_SHAPE, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, _w, beat_stream,
-                    dma_cmd_layout, done_layout, job_layouts)
+                    dma_cmd_layout, done_layout, fwd_data_layout, job_layouts)
 
 __all__ = ["Datapath", "datapath_signature", "port_signature"]
 
@@ -118,6 +119,13 @@ class Datapath(wiring.Component):
             for name, unit in (("txport", txp[k]), ("rxport", rxp[k]), ("send", sends[k]), ("recv", recvs[k]),
                                ("txmux", txm[k])):
                 m.submodules[f"{name}{k}"] = unit
+        # a forward's beats reach the TX muxes through a register slice: the mux's order decision (which
+        # source the port takes next) and the receive unit's result path (ALU, SRAM write) stay in two cycles
+        fwd = []
+        for j, rj in enumerate(recvs):
+            m.submodules[f"fwd{j}"] = fj = SkidBuffer(fwd_data_layout(cfg))
+            wiring.connect(m, rj.fwd_data, fj.i)
+            fwd.append(fj)
         for k, (tx, rx, su, ru, mx, p) in enumerate(zip(txp, rxp, sends, recvs, txm, self.port)):
             wiring.connect(m, tx.flit, wiring.flipped(self.tx[k]))
             wiring.connect(m, wiring.flipped(self.rx[k]), rx.flit)
@@ -159,16 +167,18 @@ class Datapath(wiring.Component):
             sent = tx.flit.valid & tx.flit.ready
             beats = p.reserve.beats
             m.d.sync += queued.eq(queued + Mux(p.reserve.valid, Mux(beats == 0, 1, beats), 0) - sent)
-            m.d.comb += p.tx_room.eq(queued <= self.tx_lookahead)
+            # registered: the arbiter's grant decision starts at a flip-flop, not at this comparison (the room
+            # is the one of the cycle before, so one message more than the limit may be granted)
+            m.d.sync += p.tx_room.eq(queued <= self.tx_lookahead)
             # forwards: every receive unit offers its forward to every TX mux; the addressed one takes it
-            for j, rj in enumerate(recvs):
+            for j, (rj, fj) in enumerate(zip(recvs, fwd)):
                 m.d.comb += [
                     mx.fwd_msg[j].eq(rj.fwd_msg.payload), mx.fwd_msg_valid[j].eq(rj.fwd_msg.valid),
-                    mx.fwd_data[j].eq(rj.fwd_data.payload), mx.fwd_data_valid[j].eq(rj.fwd_data.valid),
+                    mx.fwd_data[j].eq(fj.o.payload), mx.fwd_data_valid[j].eq(fj.o.valid),
                 ]
-        for j, rj in enumerate(recvs):
+        for j, (rj, fj) in enumerate(zip(recvs, fwd)):
             m.d.comb += [rj.fwd_msg.ready.eq(Cat(*[mx.fwd_msg_ready[j] for mx in txm]).any()),
-                         rj.fwd_data.ready.eq(Cat(*[mx.fwd_data_ready[j] for mx in txm]).any())]
+                         fj.o.ready.eq(Cat(*[mx.fwd_data_ready[j] for mx in txm]).any())]
 
         # load and store units; the DMA engines are shared with the deposit unit (priority: it holds an RX
         # port while it waits)

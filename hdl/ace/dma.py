@@ -13,9 +13,11 @@ Responses other than OKAY are reported per command (``err``).
 Timing (checked in tests/hdl/test_dma.py): both engines move one beat per cycle in steady state and take a new
 command every cycle; the reader loses one cycle per command whose ``addr`` is not beat-aligned (it must hold the
 first AXI beat before it can emit a stream beat), the writer one per command that touches one more AXI beat than
-it has stream beats. Latencies in cycles between handshakes, with an always-ready slave and consumer: command ->
-AR/AW 2; reader R -> ``data`` 3 (4 for an unaligned command's first beat), so command -> first beat 6; writer
-command -> first ``data`` beat taken 2, ``data`` -> W 1, last ``data`` beat -> ``done`` 3 + the slave's B latency.
+it has stream beats. Commands enter through a register slice (``SkidBuffer``, hdl/common/skid.py: no path from a
+command's producer reaches the burst splitter in one cycle). Latencies in cycles between handshakes, with an
+always-ready slave and consumer: command -> AR/AW 3; reader R -> ``data`` 3 (4 for an unaligned command's first
+beat), so command -> first beat 7; writer command -> first ``data`` beat taken 3, ``data`` -> W 1, last ``data``
+beat -> ``done`` 3 + the slave's B latency.
 
 ``length`` = 0 is not a valid command (the engines would stream garbage).
 """
@@ -27,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.axi import AXI4ReadSignature, AXI4WriteSignature, AxiBurst
+from ..common.skid import SkidBuffer
 from .config import AceConfig
 
 __all__ = ["LENGTH_BITS", "COUNTER_BITS", "dma_cmd_layout", "dma_read_data_layout", "dma_write_data_layout",
@@ -131,10 +134,15 @@ def _meta_layout(cfg):
                               "tail": unsigned(lw), "end": unsigned(lw)})
 
 
-def _split_command(m, cfg, cmd, splitter, meta_fifo):
-    """Accept ``cmd`` into the burst splitter and the realigner's command FIFO in the same cycle."""
+def _split_command(m, cfg, cmd_in, splitter, meta_fifo):
+    """Accept ``cmd_in`` through a register slice (the command's producers - descriptor fetch, load and store
+    units, the deposit unit - and their arbiter stay out of the splitter's cycle) into the burst splitter and the
+    realigner's command FIFO in the same cycle. Returns the slice (a command held in it counts as busy)."""
     lw = exact_log2(cfg.beat_bytes)
     w = cfg.beat_bytes
+    m.submodules.cmd_slice = cmd_slice = SkidBuffer(dma_cmd_layout(cfg))
+    wiring.connect(m, wiring.flipped(cmd_in), cmd_slice.i)
+    cmd = cmd_slice.o
     c = cmd.payload
     off = c.addr[:lw]
     axi_beats = (off + c.length + (w - 1))[lw:]
@@ -152,6 +160,7 @@ def _split_command(m, cfg, cmd, splitter, meta_fifo):
         meta.tail.eq((c.length - 1)[:lw]),
         meta.end.eq((off + c.length - 1)[:lw]),
     ]
+    return cmd_slice
 
 
 def _byte_mask(w, keep):
@@ -214,7 +223,7 @@ class DmaReader(wiring.Component):
         # Small control queues read combinationally (LUT RAM); the beat buffer has a registered read (block RAM).
         m.submodules.meta = meta_fifo = SyncFIFO(width=meta_layout.size, depth=cfg.dma_outstanding + 2)
         m.submodules.rbuf = rbuf = SyncFIFOBuffered(width=dw + 1, depth=depth)
-        _split_command(m, cfg, self.cmd, split, meta_fifo)
+        cmd_slice = _split_command(m, cfg, self.cmd, split, meta_fifo)
 
         # -- AR: issue a burst once its beats are reserved in rbuf and fewer than dma_outstanding are in flight.
         reserved = Signal(range(depth + 1))     # beats reserved by issued bursts and not yet popped from rbuf
@@ -315,7 +324,7 @@ class DmaReader(wiring.Component):
             ]
 
         # -- Statistics.
-        busy = split.burst.valid | axi.arvalid | (in_flight != 0) | (meta_fifo.level != 0) | act | self.data.valid
+        busy = cmd_slice.o.valid | split.burst.valid | axi.arvalid | (in_flight != 0) | (meta_fifo.level != 0) | act | self.data.valid
         with m.If(self.data.valid & self.data.ready):
             m.d.sync += [self.beats.eq(self.beats + 1), self.bytes.eq(self.bytes + out_bytes)]
         with m.If(axi.arvalid & axi.arready):
@@ -373,7 +382,7 @@ class DmaWriter(wiring.Component):
         # Lengths of generated bursts, for WLAST; and "last burst of its command" flags awaiting a B response.
         m.submodules.wlen = wlen = SyncFIFO(width=8, depth=n_out)
         m.submodules.bq = bq = SyncFIFO(width=1, depth=n_out)
-        _split_command(m, cfg, self.cmd, split, meta_fifo)
+        cmd_slice = _split_command(m, cfg, self.cmd, split, meta_fifo)
 
         # -- AW: a burst goes as soon as the AW register is free and both queues have room; W need not wait.
         aw_free = ~axi.awvalid | axi.awready
@@ -478,7 +487,7 @@ class DmaWriter(wiring.Component):
 
         # -- Statistics.
         took = self.data.valid & self.data.ready
-        busy = (split.burst.valid | axi.awvalid | (meta_fifo.level != 0) | act | axi.wvalid | (bq.level != 0) |
+        busy = (cmd_slice.o.valid | split.burst.valid | axi.awvalid | (meta_fifo.level != 0) | act | axi.wvalid | (bq.level != 0) |
                 self.done.valid)
         with m.If(took):
             m.d.sync += [self.beats.eq(self.beats + 1),

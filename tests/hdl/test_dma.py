@@ -253,8 +253,9 @@ def test_reader_flags_error_responses_on_the_last_beat():
 
 
 def test_reader_latency_from_command_to_first_beat():
-    """Command accepted at (clock edge) c: AR handshake at c+2, first beat handshake at c+6 (c+7 when ``addr`` is
-    not beat-aligned) with a zero-latency always-ready slave and consumer."""
+    """Command accepted at (clock edge) c: AR handshake at c+3 (one cycle in the command register slice), first
+    beat handshake at c+7 (c+8 when ``addr`` is not beat-aligned) with a zero-latency always-ready slave and
+    consumer."""
     cfg = SMALL
     beats, accepted, ram, _ = run_reader(cfg, [(0x100, 16), (0x203, 20)], seed=1)
     first_aligned = beats[0][0] - accepted[0]
@@ -262,7 +263,7 @@ def test_reader_latency_from_command_to_first_beat():
     ar = [b.cycle - c for b, c in zip(ram.reads, accepted)]
     print(f"read latency: command -> AR handshake {ar}, command -> first beat {first_aligned} cycles aligned, "
           f"{first_unaligned} unaligned")
-    assert ar[0] == 2 and first_aligned == 6 and first_unaligned == 7
+    assert ar[0] == 3 and first_aligned == 7 and first_unaligned == 8
 
 
 # ---- writer -------------------------------------------------------------------------------------------------
@@ -367,7 +368,7 @@ def test_writer_reports_done_after_the_last_response_of_each_command():
 
 
 def test_writer_latencies():
-    """Command accepted at (clock edge) c: AW handshake at c+2, first stream beat taken at c+2, done handshake 3
+    """Command accepted at (clock edge) c: AW handshake at c+3, first stream beat taken at c+3, done handshake 3
     cycles after the last beat is taken (zero-latency always-ready slave and consumer, data offered early)."""
     cfg = SMALL
     w = cfg.beat_bytes
@@ -378,7 +379,7 @@ def test_writer_latencies():
     done_after = done[0][0] - data_times[2]
     print(f"write latency: command -> AW handshake {aw}, command -> first beat taken {first_data}, "
           f"last beat taken -> done {done_after}")
-    assert aw[0] == 2 and first_data == 2 and done_after == 3
+    assert aw[0] == 3 and first_data == 3 and done_after == 3
 
 
 @pytest.mark.parametrize("latency", [0, 6])

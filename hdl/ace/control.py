@@ -1,6 +1,6 @@
 """The control unit: command table, FSMs and issue arbiter, around the named blocks it instantiates
-(``CommandTable``, ``ChunkDispatcher``, ``FsmBank``, ``StepDecoder``, ``IssueArbiter``, ``JobBuilder``,
-``PartitionManager``, ``BufferPool``, ``BufferState``, ``LoadSequencer``). It drives the
+(``CommandTable``, ``ChunkDispatcher``, ``FsmBank``, ``StepDecoder``, ``IssueArbiter``, ``IssueStage``,
+``JobBuilder``, ``PartitionManager``, ``BufferPool``, ``BufferState``, ``LoadSequencer``). It drives the
 datapath (:mod:`.datapath`: SRAM, link ports, units, deposit unit) through its ``dp`` and ``port`` interfaces.
 
 Dataflow of a command (see docs/engine.md):
@@ -25,7 +25,7 @@ Dataflow of a command (see docs/engine.md):
    is acknowledged its buffer is freed; when all chunks of a command are done it completes.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -41,6 +41,7 @@ from .fsm import FsmState
 from .fsmbank import FsmBank
 from .geometry import BlockGeometry
 from .issue import IssueArbiter
+from .issuestage import IssueStage
 from .jobs import JobBuilder
 from .partition import TERMINAL, PartitionManager
 from .progmem import ProgramMemories
@@ -187,21 +188,29 @@ class ControlUnit(wiring.Component):
         report(dec.o.valid & dec.o.payload.step.illegal, dec.o.payload.cmd, Status.ILLEGAL_INSTRUCTION,
                dec.o.payload.word_lo)
 
-        # issue arbiter (issue.py): the oldest chunk's step whose resources are free
+        # issue arbiter (issue.py): the oldest chunk's step whose resources are free; the issue stage
+        # (issuestage.py) registers the grant, and holds back what its job takes as it goes out
         m.submodules.issue = iss = IssueArbiter(cfg)
-        m.d.comb += [iss.load_ready.eq(dp.load_job.ready), iss.store_ready.eq(dp.store_job.ready),
-                     iss.fsm.eq(bank.offers), bank.grant.valid.eq(iss.grant.valid), bank.grant.fsm.eq(iss.grant.fsm)]
-        # the granted step becomes a unit job (jobs.py)
+        m.submodules.istage = ist = IssueStage(cfg)
+        m.d.comb += [iss.load_ready.eq(dp.load_room2 & ~ist.hold_load),
+                     iss.store_ready.eq(dp.store_job.ready & ~ist.hold_store), iss.hold.eq(ist.hold_fsm),
+                     iss.fsm.eq(bank.offers), bank.grant.valid.eq(iss.grant.valid), bank.grant.fsm.eq(iss.grant.fsm),
+                     ist.grant.valid.eq(iss.grant.valid), ist.grant.fsm.eq(iss.grant.fsm), ist.grant.ch.eq(iss.grant.ch),
+                     ist.grant.count.eq(iss.grant.count),
+                     ist.step.eq(bank.g_step), ist.ctx.eq(bank.g_ctx), ist.view.eq(bank.g_view)]
+        # the registered grant becomes a unit job (jobs.py)
         m.submodules.jobs = jb = JobBuilder(cfg)
-        g, gv = bank.g_step, bank.g_view
+        js, g, gv = ist.o, ist.o.step, ist.o.view
         for k, p in enumerate(ports):
-            _wire_port(m, p, iss, jb, k)
+            _wire_port(m, p, iss, ist, jb, k)
         m.d.comb += [
-            jb.grant.eq(iss.grant), jb.step.eq(g), jb.ctx.eq(bank.g_ctx), jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
+            jb.grant.valid.eq(js.grant.valid), jb.grant.fsm.eq(js.grant.fsm), jb.grant.ch.eq(js.grant.ch),
+            jb.msg_count.eq(js.grant.count), jb.step.eq(g), jb.ctx.eq(js.ctx), jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
             jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(bufs.cnt),
             bufs.cnt_buf.eq(jb.ctx.buf), bufs.cnt_slot.eq(g.slot),
             jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq").null),
-            table.fold.eq(jb.fold), bank.load_granted.eq(jb.fsm_load),
+            table.fold.eq(jb.fold), bank.own_load.valid.eq(jb.fsm_load), bank.own_load.fsm.eq(js.grant.fsm),
+            bank.own_load.slot.eq(g.slot),
         ]
         wiring.connect(m, seqr.issue, jb.seq_load)
         wiring.connect(m, jb.load_job, wiring.flipped(dp.load_job))
@@ -247,7 +256,7 @@ class ControlUnit(wiring.Component):
             self.chunks_active.eq(sum(pm.used) + pm.used_term),
         ]
         m.submodules.counters = cnt = ControlCounters(cfg)
-        m.d.comb += _count(cnt, bank, iss, disp, pm)
+        m.d.comb += _count(cnt, bank, iss, ist, disp, pm)
         m.d.comb += [self.fsm_busy.eq(cnt.fsm_busy), self.steps.eq(cnt.steps), self.step_gap.eq(cnt.step_gap),
                      self.stall.eq(cnt.stall), self.phase_busy.eq(cnt.phase_busy)]
         return m
@@ -257,12 +266,13 @@ class ControlUnit(wiring.Component):
 _LOOKUPS = ("load", "dispatch", "dec1", "dec3", "seq", "deposit")
 
 
-def _count(cnt, bank, iss, disp, pm):
-    """What :class:`~.counters.ControlCounters` ``cnt`` counts: the FSM bank's busy and idle FSMs, the issue
-    arbiter's grants and stall causes, the dispatcher's and the partition manager's waits."""
+def _count(cnt, bank, iss, ist, disp, pm):
+    """What :class:`~.counters.ControlCounters` ``cnt`` counts: the FSM bank's busy and idle FSMs, the grants
+    (as the issue stage ``ist`` registers them), the issue arbiter's stall causes, the dispatcher's and the
+    partition manager's waits."""
     c = cnt.cause
     return [
-        cnt.active.eq(bank.active), cnt.step.eq(iss.grant.valid), cnt.gap.eq(bank.gap),
+        cnt.active.eq(bank.active), cnt.step.eq(ist.o.grant.valid), cnt.gap.eq(bank.gap),
         cnt.phase_used.eq(Cat(*[u != 0 for u in pm.used])),
         c.port_busy.eq(iss.cause_port.any()), c.credits.eq(iss.cause_cred.any()),
         c.landing_empty.eq(iss.cause_land.any()), c.dma_busy.eq(iss.cause_dma.any()),
@@ -290,17 +300,16 @@ def _track_buffers(bufs, bank, jb, dp, seqr, chunk, e):
     ]
 
 
-def _wire_port(m, p, iss, jb, k):
+def _wire_port(m, p, iss, ist, jb, k):
     """Link port ``k``, ``p`` (:func:`~.datapath.port_signature`): its units', credits' and landing buffers'
-    state to issue arbiter ``iss``, job builder ``jb``'s jobs, reservations and orders to it, and the count lane
-    of the message a RECV granted on it takes to ``jb``."""
+    state to issue arbiter ``iss`` (less what issue stage ``ist``'s job takes as it goes out), and job builder
+    ``jb``'s jobs, reservations and orders to it."""
     status = iss.port[k]
-    with m.If(jb.step.port == k):     # the awaited header: the channel's head, or the one behind it
-        m.d.comb += jb.msg_count.eq(Mux(iss.grant.second, p.nexts[iss.grant.ch].count,
-                                        p.heads[iss.grant.ch].count))
-    m.d.comb += [status.send_ready.eq(p.send_job.ready), status.recv_ready.eq(p.recv_job.ready),
-                 status.order_ready.eq(p.order.ready)]
-    for name in ("dep_req", "tx_room", "beat_credits", "hdr_credits", "hdr_valid", "hdr_two", "unpopped", "heads"):
+    m.d.comb += [status.send_ready.eq(p.send_job.ready & ~ist.hold_send[k]),
+                 status.recv_ready.eq(p.recv_job.ready & ~ist.hold_recv[k]),
+                 status.order_ready.eq(p.order.ready & ~ist.hold_order[k])]
+    for name in ("dep_req", "tx_room", "beat_credits", "hdr_credits", "hdr_valid", "hdr_two", "unpopped", "heads",
+                 "nexts"):
         m.d.comb += status[name].eq(getattr(p, name))
     wiring.connect(m, jb.send_job[k], wiring.flipped(p.send_job))
     wiring.connect(m, jb.recv_job[k], wiring.flipped(p.recv_job))

@@ -27,7 +27,7 @@ from .dmamux import ReadMux, WriteMux
 from .link import RxPort, TxPort, reserve_layout
 from .sram import ChunkSram
 from .units import (STATUS_SHAPE, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, _w, beat_stream,
-                    dma_cmd_layout, done_layout, fwd_data_layout, job_layouts)
+                    dma_cmd_layout, done_layout, fwd_data_layout, fwd_msg_layout, job_layouts)
 
 __all__ = ["Datapath", "datapath_signature", "port_signature"]
 
@@ -56,13 +56,14 @@ def datapath_signature(cfg):
     """The control plane's interface to the datapath besides the link ports' (:func:`port_signature`, one per
     port), as the control plane sees it (``Out``: the control plane drives it).
 
-    Jobs are streams (the control plane offers a job only when the unit's ``ready`` is high, in the cycle of
-    its grant); ``*_done`` report a retired step. The deposit unit asks the control plane for a block's geometry (``dep_geo_*``) and for the live
+    Jobs are streams (the control plane offers a job in the cycle after its grant, and grants only what the
+    unit will take then: its ``ready`` was high and no other job went to it since; ``load_room2`` for the load
+    unit, which the load sequencer also feeds); ``*_done`` report a retired step. The deposit unit asks the control plane for a block's geometry (``dep_geo_*``) and for the live
     commands' tags (``cmd_tag``/``cmd_live``), and reports each deposit written (``arrived``).
     """
     jl, dl, NC = job_layouts(cfg), done_layout(cfg), cfg.n_cmds
     return wiring.Signature({
-        "load_job": Out(stream.Signature(jl["load"])), "load_done": In(dl),
+        "load_job": Out(stream.Signature(jl["load"])), "load_room2": In(1), "load_done": In(dl),
         "store_job": Out(stream.Signature(jl["store"])), "store_done": In(dl),
         "dep_geo_cmd": In(_w(NC)), "dep_geo_chunk": In(16), "dep_geo_block": In(10),
         "dep_geo_addr": Out(cfg.addr_width), "dep_geo_nbytes": Out(24),
@@ -119,20 +120,29 @@ class Datapath(wiring.Component):
             for name, unit in (("txport", txp[k]), ("rxport", rxp[k]), ("send", sends[k]), ("recv", recvs[k]),
                                ("txmux", txm[k])):
                 m.submodules[f"{name}{k}"] = unit
-        # a forward's beats reach the TX muxes through a register slice: the mux's order decision (which
-        # source the port takes next) and the receive unit's result path (ALU, SRAM write) stay in two cycles
-        fwd = []
+        # a forward's header and beats reach the TX muxes through register slices: the mux's order decision
+        # (which source the port takes next) and the receive unit's result path (ALU, SRAM write, its forward
+        # queue) stay in two cycles
+        fwd, fwd_hdr = [], []
         for j, rj in enumerate(recvs):
             m.submodules[f"fwd{j}"] = fj = SkidBuffer(fwd_data_layout(cfg))
+            m.submodules[f"fwd_hdr{j}"] = hj = SkidBuffer(fwd_msg_layout())
             wiring.connect(m, rj.fwd_data, fj.i)
-            fwd.append(fj)
+            wiring.connect(m, rj.fwd_msg, hj.i)
+            fwd.append(fj), fwd_hdr.append(hj)
         for k, (tx, rx, su, ru, mx, p) in enumerate(zip(txp, rxp, sends, recvs, txm, self.port)):
             wiring.connect(m, tx.flit, wiring.flipped(self.tx[k]))
             wiring.connect(m, wiring.flipped(self.rx[k]), rx.flit)
             wiring.connect(m, su.msg, mx.send_msg)
             wiring.connect(m, su.data, mx.send_data)
-            wiring.connect(m, mx.msg, tx.msg)
-            wiring.connect(m, mx.data, tx.data)
+            # the TX mux's choice of source and the port's flit formation (header CRC, credits) are two
+            # cycles: register slices between them
+            m.submodules[f"txhdr{k}"] = th = SkidBuffer(packet_header_layout())
+            m.submodules[f"txbeat{k}"] = tb = SkidBuffer(8 * cfg.beat_bytes)
+            wiring.connect(m, mx.msg, th.i)
+            wiring.connect(m, th.o, tx.msg)
+            wiring.connect(m, mx.data, tb.i)
+            wiring.connect(m, tb.o, tx.data)
             wiring.connect(m, wiring.flipped(p.order), mx.order)
             m.d.comb += [
                 tx.credit.eq(self.tx_credit[k]), self.rx_credit[k].eq(rx.credit),
@@ -171,13 +181,13 @@ class Datapath(wiring.Component):
             # is the one of the cycle before, so one message more than the limit may be granted)
             m.d.sync += p.tx_room.eq(queued <= self.tx_lookahead)
             # forwards: every receive unit offers its forward to every TX mux; the addressed one takes it
-            for j, (rj, fj) in enumerate(zip(recvs, fwd)):
+            for j, (hj, fj) in enumerate(zip(fwd_hdr, fwd)):
                 m.d.comb += [
-                    mx.fwd_msg[j].eq(rj.fwd_msg.payload), mx.fwd_msg_valid[j].eq(rj.fwd_msg.valid),
+                    mx.fwd_msg[j].eq(hj.o.payload), mx.fwd_msg_valid[j].eq(hj.o.valid),
                     mx.fwd_data[j].eq(fj.o.payload), mx.fwd_data_valid[j].eq(fj.o.valid),
                 ]
-        for j, (rj, fj) in enumerate(zip(recvs, fwd)):
-            m.d.comb += [rj.fwd_msg.ready.eq(Cat(*[mx.fwd_msg_ready[j] for mx in txm]).any()),
+        for j, (hj, fj) in enumerate(zip(fwd_hdr, fwd)):
+            m.d.comb += [hj.o.ready.eq(Cat(*[mx.fwd_msg_ready[j] for mx in txm]).any()),
                          fj.o.ready.eq(Cat(*[mx.fwd_data_ready[j] for mx in txm]).any())]
 
         # load and store units; the DMA engines are shared with the deposit unit (priority: it holds an RX
@@ -188,7 +198,7 @@ class Datapath(wiring.Component):
         m.submodules.dep_wr_mux = dwm = WriteMux(cfg)
         m.d.comb += [
             load.job.valid.eq(ctl.load_job.valid), load.job.payload.eq(ctl.load_job.payload),
-            ctl.load_job.ready.eq(load.job.ready), ctl.load_done.eq(load.done),
+            ctl.load_job.ready.eq(load.job.ready), ctl.load_room2.eq(load.room2), ctl.load_done.eq(load.done),
             sram.wr[K].eq(load.wr), load.wr_free.eq(sram.wr_free[K]),
             store.job.valid.eq(ctl.store_job.valid), store.job.payload.eq(ctl.store_job.payload),
             ctl.store_job.ready.eq(store.job.ready), ctl.store_done.eq(store.done),
@@ -211,8 +221,8 @@ class Datapath(wiring.Component):
         wiring.connect(m, wiring.flipped(self.wr_done), dwm.done)
 
         # the deposit unit borrows port k's landing read side when its receive unit is idle (no RECV is granted
-        # on the port while it asks)
-        m.d.sync += dep_own.eq(Cat(*[dep.req[k] & recvs[k].idle for k in range(K)]))
+        # on the port while it asks; one granted the cycle before is offered now)
+        m.d.sync += dep_own.eq(Cat(*[dep.req[k] & recvs[k].idle & ~recvs[k].job.valid for k in range(K)]))
         m.d.comb += dep.own.eq(dep_own)
         for k in range(K):
             with m.If(dep_own[k]):

@@ -12,7 +12,8 @@ terminal partition, then takes the next chunk.
 
 A decoded step may wait for its slot's LOAD (``wait``); the FSM clears the wait itself when a LOAD of its
 buffer's slot ends (``filled``: the load unit's completion or the sequencer skipping an empty block), and sets
-it for a step decoded while its own LOAD of that slot is granted (``own_load``).
+it for a step decoded while its own LOAD of that slot goes to the load unit (``own_load``: the cycle after its
+grant, when the FSM's next step cannot be granted; the buffer's loading mask shows it from the cycle after).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
@@ -59,7 +60,7 @@ class ChunkFsm(wiring.Component):
     FSM holds the chunk),
     ``fetch``/``picked``/``pc`` (a decode request and the decoder taking it), ``wb`` (a decoded step coming
     back), ``offer`` (the current step for the issue arbiter: ``ready`` if no hazard stops it, ``behind`` if a
-    step is in flight), ``granted``, ``own_load`` (this FSM's LOAD of ``slot`` is granted now), ``filled``
+    step is in flight), ``granted``, ``own_load`` (this FSM's LOAD of ``slot`` goes to the load unit now), ``filled``
     (LOADs that ended this cycle, any buffer), ``unit_done`` (a unit retired one of this FSM's SEND/RECV),
     ``at_end``/``move`` (the phase is done and more follow / the chunk moved on), ``state``, ``ctx``, ``gap``
     (the FSM had nothing to offer: a cycle of the STEP_GAP counter).
@@ -117,7 +118,7 @@ class ChunkFsm(wiring.Component):
                      self.offer.ready.eq((st == RUN) & cur_v & ~s.wait & issue_ok)]
 
         def settle(x):
-            """Step ``x`` with its ``wait`` brought up to date: set by this FSM's LOAD of its slot granted now,
+            """Step ``x`` with its ``wait`` brought up to date: set by this FSM's LOAD of its slot going out now,
             cleared when its slot's LOAD ends this cycle."""
             out = Signal(sl)
             own = self.own_load.valid & (self.own_load.slot == x.slot) & ~x.noop & (x.op != StepOp.LOAD)

@@ -7,7 +7,8 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
   (:class:`~.arbiter.OldestFirst`) and handed to the decoder (``dec_req``); the decoded step comes back
   ``StepDecoder.LATENCY`` cycles later (``dec_wb``) to the FSM it names.
 - Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``); the
-  granted FSM's step, context and view are selected for the job builder (``g_step``, ``g_ctx``, ``g_view``).
+  granted FSM's step, context and view are selected for the issue stage register (``g_step``, ``g_ctx``,
+  ``g_view``), whose job goes out a cycle later; an FSM's own LOAD reaches it then (``own_load``).
 - The units' completions (``unit_done``, by FSM), the LOADs that ended (``filled``) and the partition
   manager's moves reach the FSMs; the FSMs' phase ends, handoffs and contexts go to the partition manager.
 """
@@ -43,8 +44,10 @@ class FsmBank(wiring.Component):
     dec_req, dec_wb : the decode request of the picked FSM, and decoded steps coming back.
     offers : Out(fsm_request_layout per FSM)
         What the issue arbiter sees of each FSM.
-    grant : In(valid, fsm), load_granted : In(1)
-        The arbiter's grant this cycle; the granted step is a LOAD the job builder issues now.
+    grant : In(valid, fsm)
+        The arbiter's grant this cycle.
+    own_load : In(valid, fsm, slot)
+        FSM ``fsm``'s LOAD of ``slot`` goes to the load unit now (the issue stage's job, granted the cycle before).
     g_step, g_ctx, g_view : Out
         The granted FSM's step, chunk context and command view (combinational on ``grant.fsm``).
     filled : In(2 x (valid, buf, slot))
@@ -66,6 +69,7 @@ class FsmBank(wiring.Component):
         buf = sram_read_layout(cfg).members["buf"]
         ev = data.StructLayout({"valid": 1, "buf": buf, "slot": unsigned(10)})
         sel = data.StructLayout({"valid": 1, "fsm": _w(F)})
+        own = data.StructLayout({"valid": 1, "fsm": _w(F), "slot": unsigned(10)})
         super().__init__({
             "enq": In(data.StructLayout({"valid": 1, "fsm": _w(F), "chunk": chunk_layout(cfg)})),
             "q_ready": Out(F),
@@ -74,7 +78,7 @@ class FsmBank(wiring.Component):
             "dec_req": Out(stream.Signature(decode_request_layout(cfg), always_ready=True)),
             "dec_wb": In(stream.Signature(decoded_layout(cfg), always_ready=True)),
             "offers": Out(data.ArrayLayout(fsm_request_layout(cfg), F)),
-            "grant": In(sel), "load_granted": In(1),
+            "grant": In(sel), "own_load": In(own),
             "g_step": Out(step_layout(cfg)), "g_ctx": Out(fsm_context_layout(cfg)),
             "g_view": Out(fsm_view_layout(cfg)),
             "filled": In(data.ArrayLayout(ev, 2)),
@@ -131,11 +135,12 @@ class FsmBank(wiring.Component):
                 r.ready.eq(fsm.offer.ready), r.behind.eq(fsm.offer.behind), r.step.eq(fsm.offer.step),
                 r.seq.eq(c.seq), r.tag.eq(self.views[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase),
                 # the FSM's events: the decoder picked it / wrote its step back; its grant; its own LOAD
-                # granted now; LOADs that ended; a unit's completion; its chunk moved on
+                # going out now; LOADs that ended; a unit's completion; its chunk moved on
                 fsm.picked.eq(pick.valid & (pick.sel == f)),
                 fsm.wb.valid.eq(wb.valid & (wb.payload.fsm == f)), fsm.wb.step.eq(wb.payload.step),
                 fsm.granted.eq(g.valid & (g.fsm == f)),
-                fsm.own_load.valid.eq(self.load_granted & (g.fsm == f)), fsm.own_load.slot.eq(self.g_step.slot),
+                fsm.own_load.valid.eq(self.own_load.valid & (self.own_load.fsm == f)),
+                fsm.own_load.slot.eq(self.own_load.slot),
                 fsm.filled.eq(self.filled),
                 fsm.move.eq(self.move.valid & (self.move.fsm == f)), fsm.phase_wait.eq(self.phase_wait[f]),
                 # to the partition manager

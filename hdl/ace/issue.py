@@ -12,22 +12,24 @@ A step is granted when every resource it needs is free (docs/engine.md section 4
   port that is the FSM's own channel: its head if the unit holds no job of the channel, its second header
   (``hdr_two``) if the unit holds one (``unpopped``: the job's header is the head until the job ends), so an
   FSM's next RECV waits in the unit, its operand read ahead, while the current message still streams
-  (``grant.second`` tells the job builder which header's count lane the job takes). Through a switch it is
+  (``grant.second``: the header matched is the second; ``grant.count``: the count lane of the header matched,
+  which the job builder uses a cycle later, when the unit may have popped the head before it). Through a switch it is
   the first source's channel whose head matches the step's tag, chunk, phase and key and is not held. A
   forward also needs its output port as a SEND does;
 - a no-op step (illegal, or an empty LOAD/STORE): nothing.
 
 Of the FSMs whose step can go, the one whose chunk was dispatched first wins (:class:`~.arbiter.OldestFirst`).
-The per-FSM wait causes feed the STALL counters.
+The per-FSM wait causes feed the STALL counters. An FSM in ``hold`` is not granted (the issue stage is sending
+its previous step's job: :mod:`.issuestage`); its wait is not counted as a stall.
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...sim.golden.program import StepOp
-from ..common.layouts import CHANNEL_BITS, packet_header_layout
+from ..common.layouts import CHANNEL_BITS, COUNT_BITS, packet_header_layout
 from .arbiter import SEQ_BITS, OldestFirst
 from .decoder import step_layout
 from .units import _w
@@ -59,7 +61,7 @@ def port_status_layout(cfg):
         "beat_credits": data.ArrayLayout(unsigned(cfg.landing_beats.bit_length()), n),
         "hdr_credits": data.ArrayLayout(unsigned(cfg.landing_headers.bit_length()), n),
         "hdr_valid": unsigned(n), "hdr_two": unsigned(n), "unpopped": unsigned(n),
-        "heads": data.ArrayLayout(packet_header_layout(), n),
+        "heads": data.ArrayLayout(packet_header_layout(), n), "nexts": data.ArrayLayout(packet_header_layout(), n),
     })
 
 
@@ -73,9 +75,9 @@ class IssueArbiter(wiring.Component):
         super().__init__({
             "fsm": In(data.ArrayLayout(fsm_request_layout(cfg), F)),
             "port": In(data.ArrayLayout(port_status_layout(cfg), cfg.n_ports)),
-            "load_ready": In(1), "store_ready": In(1),
+            "load_ready": In(1), "store_ready": In(1), "hold": In(F),
             "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS),
-                                            "second": 1})),
+                                            "second": 1, "count": unsigned(COUNT_BITS)})),
             "cause_port": Out(F), "cause_cred": Out(F), "cause_land": Out(F), "cause_dma": Out(F),
         })
 
@@ -87,20 +89,22 @@ class IssueArbiter(wiring.Component):
         # per port and FSM: the awaited header heads a channel (and which)
         hit = [Signal(F, name=f"rx{k}_hit") for k in range(K)]
         hit_ch = [[Signal(CHANNEL_BITS, name=f"rx{k}_fsm{f}_ch") for f in range(F)] for k in range(K)]
+        hit_count = [[Signal(COUNT_BITS, name=f"rx{k}_fsm{f}_count") for f in range(F)] for k in range(K)]
         second = [Signal(F, name=f"rx{k}_second") for k in range(K)]
         for f, r in enumerate(self.fsm):
             for k, p in enumerate(ports):
                 if S == 1:
                     m.d.comb += [second[k][f].eq(p.unpopped[f] & p.hdr_two[f]),
                                  hit[k][f].eq((p.hdr_valid[f] & ~p.unpopped[f]) | second[k][f]),
-                                 hit_ch[k][f].eq(f)]
+                                 hit_ch[k][f].eq(f),
+                                 hit_count[k][f].eq(Mux(p.unpopped[f], p.nexts[f].count, p.heads[f].count))]
                     continue
                 for src in reversed(range(S)):          # the first source whose head is the awaited message
                     c = f + F * src
                     h = p.heads[c]
                     with m.If(p.hdr_valid[c] & ~p.unpopped[c] & (h.tag == r.tag) & (h.chunk == r.chunk)
                               & (h.phase == r.phase) & (h.key == r.step.key)):
-                        m.d.comb += [hit[k][f].eq(1), hit_ch[k][f].eq(c)]
+                        m.d.comb += [hit[k][f].eq(1), hit_ch[k][f].eq(c), hit_count[k][f].eq(h.count)]
 
         can = Signal(F)
         for f, r in enumerate(self.fsm):
@@ -130,9 +134,9 @@ class IssueArbiter(wiring.Component):
                                                      cred_ok.eq(cred_at[j])]
                             with m.Else():
                                 m.d.comb += [port_free.eq(rx_ok), cred_ok.eq(1)]
-            real = r.ready & ~s.noop
+            real = r.ready & ~self.hold[f] & ~s.noop
             m.d.comb += [
-                can[f].eq(r.ready & (s.noop | (port_free & cred_ok & land_ok))),
+                can[f].eq(r.ready & ~self.hold[f] & (s.noop | (port_free & cred_ok & land_ok))),
                 self.cause_port[f].eq(real & ~port_free),
                 self.cause_cred[f].eq(real & port_free & ~cred_ok),
                 self.cause_land[f].eq(real & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),
@@ -142,11 +146,12 @@ class IssueArbiter(wiring.Component):
         m.submodules.oldest = arb = OldestFirst(F)
         m.d.comb += [arb.req.eq(can), self.grant.valid.eq(arb.valid), self.grant.fsm.eq(arb.sel)]
         m.d.comb += [arb.seq[f].eq(r.seq) for f, r in enumerate(self.fsm)]
-        # the landing channel of the granted step (meaningful for a RECV)
+        # the landing channel of the granted step and the count lane of the header it takes (for a RECV)
         with m.Switch(arb.sel):
             for f, r in enumerate(self.fsm):
                 with m.Case(f):
                     for k in range(K):
                         with m.If(r.step.port == k):
-                            m.d.comb += [self.grant.ch.eq(hit_ch[k][f]), self.grant.second.eq(second[k][f])]
+                            m.d.comb += [self.grant.ch.eq(hit_ch[k][f]), self.grant.second.eq(second[k][f]),
+                                         self.grant.count.eq(hit_count[k][f])]
         return m

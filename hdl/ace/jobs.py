@@ -1,4 +1,5 @@
-"""The issue stage's second half: the granted step becomes a unit job, in the cycle of its grant.
+"""The issue stage's second half: the granted step becomes a unit job, in the cycle after its grant (from the
+issue stage register, :mod:`.issuestage`).
 
 - SEND on port ``k``: a send job with the message header (this rank, the FSM's virtual channel, the chunk's tag,
   chunk and phase, the step's key and length, the slot's count); the port's credits for the whole message are
@@ -36,9 +37,9 @@ class JobBuilder(wiring.Component):
     Inputs: ``grant`` (valid, FSM, landing channel), the granted FSM's ``step`` and ``ctx``, the fields of its
     command it needs (``rank``, ``tag``, ``dtype``, ``op``, ``null``), the granted slot's count (``slot_count``), the
     count of the message a RECV takes (``msg_count``) and the load sequencer's LOAD (``seq_load``: taken when
-    the load unit takes a job and no FSM LOAD is granted; ``seq_zero``). Outputs: the job streams (valid only
-    in the cycle of a grant, which the issue arbiter gives only when the unit is ready), reservations and order
-    entries, and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
+    the load unit takes a job and no FSM LOAD goes; ``seq_zero``). Outputs: the job streams (valid in the cycle
+    after a grant, which the issue arbiter gives only when the unit will take the job then), reservations and
+    order entries, and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
     """
 
     def __init__(self, cfg):

@@ -5,6 +5,11 @@ nothing in hand and a command table slot is free. If the engine is enabled and t
 (``SQ_HEAD != SQ_TAIL``, both taken modulo ``SQ_SIZE``), the reader sends one DMA read of
 ``DESCRIPTOR_BYTES`` at ``SQ_BASE + index * DESCRIPTOR_BYTES``, collects the beats into ``desc`` and moves
 ``SQ_HEAD`` on when the last beat arrives.
+
+The ring test and the address are registered (``SQ_SIZE - 1``, the masked indices' comparison, the 64-bit
+address add: about 30 logic levels that reached the DMA read mux's arbitration): they are one cycle old, so a
+doorbell is seen a cycle later, and after a fetch the reader waits a cycle (``SETTLE``) for them to see the new
+``SQ_HEAD``.
 """
 
 from amaranth.hdl import Module, Signal
@@ -24,7 +29,8 @@ class DescriptorFetch(wiring.Component):
     -----
     go : In(1)
         The command processor takes a descriptor now. Sampled while the reader is idle: with the engine
-        enabled, a non-zero ``sq_size`` and a descriptor in the ring, ``rd_cmd`` is valid in that cycle.
+        enabled, a non-zero ``sq_size`` and a descriptor in the ring (as the registers were the cycle before),
+        ``rd_cmd`` is valid in that cycle.
     enable, sq_base, sq_size, sq_tail : In
         Register values (CTRL.enable, SQ_BASE, SQ_SIZE, SQ_TAIL).
     sq_head : Out(32)
@@ -61,21 +67,27 @@ class DescriptorFetch(wiring.Component):
         desc_bits = self.desc.as_value()
         n_desc_beats = DESCRIPTOR_BYTES // W if W <= DESCRIPTOR_BYTES else 1
         beat_i = Signal(range(n_desc_beats + 1))
-        sq_mask = Signal(32)
+        # registered every cycle from the registers' values (see the module docstring)
+        sq_mask, index, pending = Signal(32), Signal(32), Signal()
+        addr = Signal(len(self.sq_base))
         m.d.comb += sq_mask.eq(self.sq_size - 1)
+        m.d.sync += [
+            index.eq(sq_head & sq_mask),
+            pending.eq(self.enable & (self.sq_size != 0) & ((sq_head & sq_mask) != (self.sq_tail & sq_mask))),
+            addr.eq(self.sq_base + (sq_head & sq_mask) * DESCRIPTOR_BYTES),
+        ]
 
         with m.FSM(name="fetch"):
             with m.State("IDLE"):
-                with m.If(self.go & self.enable & (self.sq_size != 0)
-                          & ((sq_head & sq_mask) != (self.sq_tail & sq_mask))):
+                with m.If(self.go & pending):
                     m.d.comb += [
                         self.rd_cmd.valid.eq(1),
-                        self.rd_cmd.payload.addr.eq(self.sq_base + (sq_head & sq_mask) * DESCRIPTOR_BYTES),
+                        self.rd_cmd.payload.addr.eq(addr),
                         self.rd_cmd.payload.length.eq(DESCRIPTOR_BYTES),
                     ]
                     with m.If(self.rd_cmd.ready):
                         m.d.comb += self.started.eq(1)
-                        m.d.sync += [beat_i.eq(0), self.fetch_err.eq(0), self.sq_index.eq(sq_head & sq_mask)]
+                        m.d.sync += [beat_i.eq(0), self.fetch_err.eq(0), self.sq_index.eq(index)]
                         m.next = "FETCH"
             with m.State("FETCH"):
                 m.d.comb += self.rd_data.ready.eq(1)
@@ -92,5 +104,7 @@ class DescriptorFetch(wiring.Component):
                     with m.If(self.rd_data.payload.last):
                         m.d.comb += self.fetched.eq(1)
                         m.d.sync += sq_head.eq((sq_head + 1) & sq_mask)
-                        m.next = "IDLE"
+                        m.next = "SETTLE"
+            with m.State("SETTLE"):             # the registered ring test sees the new SQ_HEAD next cycle
+                m.next = "IDLE"
         return m

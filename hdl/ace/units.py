@@ -69,14 +69,16 @@ def job_layouts(cfg):
 
 class LoadUnit(wiring.Component):
     """TX DMA: LOAD jobs -> DMA read commands; read beats -> the job's slot. Jobs queue up (``job``) so
-    an FSM can post its LOADs back to back and the DMA keeps several reads in flight."""
+    an FSM can post its LOADs back to back and the DMA keeps several reads in flight. ``room2``: the queue has
+    room for two jobs (an FSM's LOAD granted now goes out next cycle, after a load sequencer's LOAD may have
+    taken one place)."""
 
     QUEUE = 4
 
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
-            "job": In(stream.Signature(job_layouts(cfg)["load"])),
+            "job": In(stream.Signature(job_layouts(cfg)["load"])), "room2": Out(1),
             "rd_cmd": Out(stream.Signature(dma_cmd_layout(cfg))),
             "rd_data": In(beat_stream(cfg, err=True)),
             "wr": Out(sram_write_layout(cfg)),
@@ -92,7 +94,7 @@ class LoadUnit(wiring.Component):
         m.submodules.jobs = jobs = fifo.SyncFIFOBuffered(width=jl.size, depth=self.QUEUE)
         m.submodules.inflight = inflight = fifo.SyncFIFOBuffered(width=jl.size, depth=self.QUEUE)
         m.d.comb += [
-            self.job.ready.eq(jobs.w_rdy),
+            self.job.ready.eq(jobs.w_rdy), self.room2.eq(jobs.level <= self.QUEUE - 2),
             jobs.w_en.eq(self.job.valid),
             jobs.w_data.eq(self.job.payload.as_value()),
         ]

@@ -1,6 +1,7 @@
 """IssueArbiter in Amaranth's simulator against a model of the grant rules (docs/engine.md section 4): random
-steps of every kind offered by random FSMs against random unit readiness, credits, landing heads and
-TX_LOOKAHEAD room, on point-to-point ports and through a switch (several landing channels per FSM).
+steps of every kind offered by random FSMs against random unit readiness, credits, landing heads,
+TX_LOOKAHEAD room and held FSMs (the issue stage's), on point-to-point ports and through a switch (several
+landing channels per FSM).
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -76,7 +77,10 @@ def expected(cfg, fsms, ports, load_ready, store_ready):
     g = oldest_first_model(can, [r["seq"] for r in fsms])
     recv = g is not None and fsms[g]["step"]["op"] == StepOp.RECV
     ch = hit_ch[g, fsms[g]["step"]["port"]] if recv else None
-    return g, ch, recv and second[g, fsms[g]["step"]["port"]], causes
+    sec = recv and second[g, fsms[g]["step"]["port"]]
+    # the count lane of the header matched: the one behind the head when it is the second
+    count = None if ch is None else ports[fsms[g]["step"]["port"]]["nexts" if sec else "heads"][ch]["count"]
+    return g, ch, sec, count, causes
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -115,14 +119,18 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
                     "hdr_credits": [rng.choice([0, 1, lh]) for _ in range(n)],
                     "hdr_valid": rng.randrange(1 << n), "unpopped": rng.randrange(1 << n) & rng.randrange(1 << n),
                     "hdr_two": rng.randrange(1 << n),
-                    "heads": [header() for _ in range(n)]})
+                    "heads": [header() for _ in range(n)], "nexts": [header() for _ in range(n)]})
             load_ready, store_ready = rng.random() < 0.7, rng.random() < 0.7
+            hold = sum(int(rng.random() < 0.2) << f for f in range(F))      # the issue stage's FSM
+            ctx.set(dut.hold, hold)
             ctx.set(dut.fsm, fsms)
             ctx.set(dut.port, ports)
             ctx.set(dut.load_ready, load_ready)
             ctx.set(dut.store_ready, store_ready)
             await ctx.delay(1e-9)
-            g, ch, sec, causes = expected(cfg, fsms, ports, load_ready, store_ready)
+            # a held FSM is neither granted nor counted as waiting
+            unheld = [dict(r, ready=r["ready"] & ~(hold >> f) & 1) for f, r in enumerate(fsms)]
+            g, ch, sec, count, causes = expected(cfg, unheld, ports, load_ready, store_ready)
             got = ctx.get(dut.grant)
             assert bool(got.valid) == (g is not None), (cycle, fsms, ports)
             if g is not None:
@@ -131,6 +139,7 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
                 if ch is not None:
                     assert got.ch == ch, cycle
                     assert got.second == sec, cycle
+                    assert got.count == count, cycle
                     seconds += sec
             for name, sig in (("port", dut.cause_port), ("cred", dut.cause_cred), ("land", dut.cause_land),
                               ("dma", dut.cause_dma)):

@@ -1,5 +1,6 @@
 """DescriptorFetch in Amaranth's simulator against a cycle model of the submission ring reader: random requests,
-ring registers (size 0, full and empty rings, head wrapping), DMA command stalls, beat gaps and AXI errors.
+ring registers (size 0, full and empty rings, head wrapping), DMA command stalls, beat gaps and AXI errors. The
+ring test and the descriptor address are registered: the model computes them from the previous cycle's values.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -25,6 +26,7 @@ def test_reader_fetches_the_descriptor_at_the_head_and_moves_the_head_under_rand
 
     async def bench(ctx):
         size, base, tail = 8, rng.getrandbits(20) << 6, 0
+        reg = {"pending": 0, "index": 0, "addr": 0}     # the registered ring test and address, after reset
         for cycle in range(6000):
             if rng.random() < 0.01:             # the driver reconfigures the ring (while the reader is idle)
                 if m["state"] == "IDLE":
@@ -44,15 +46,16 @@ def test_reader_fetches_the_descriptor_at_the_head_and_moves_the_head_under_rand
             ctx.set(dut.rd_data.valid, beat_valid)
             ctx.set(dut.rd_data.payload, beat)
 
-            # the model's outputs in this cycle
-            mask = (size - 1) & 0xFFFFFFFF
-            want_cmd = (m["state"] == "IDLE" and go and enable and size != 0
-                        and (m["head"] & mask) != (tail & mask))
+            # the model's outputs in this cycle: the ring test and the address are the previous cycle's
+            want_cmd = m["state"] == "IDLE" and go and reg["pending"]
             assert ctx.get(dut.rd_cmd.valid) == want_cmd, cycle
             if want_cmd:
-                assert ctx.get(dut.rd_cmd.payload.addr) == (base + (m["head"] & mask) * DESCRIPTOR_BYTES) \
-                    & ((1 << CFG.addr_width) - 1), cycle
+                assert ctx.get(dut.rd_cmd.payload.addr) == reg["addr"], cycle
                 assert ctx.get(dut.rd_cmd.payload.length) == DESCRIPTOR_BYTES
+            mask = (size - 1) & 0xFFFFFFFF
+            index = m["head"] & mask
+            reg_next = {"pending": enable and size != 0 and index != (tail & mask), "index": index,
+                        "addr": (base + index * DESCRIPTOR_BYTES) & ((1 << CFG.addr_width) - 1)}
             assert ctx.get(dut.started) == (want_cmd and cmd_ready), cycle
             assert ctx.get(dut.rd_data.ready) == (m["state"] == "FETCH"), cycle
             last = m["state"] == "FETCH" and beat_valid and beat["last"]
@@ -61,20 +64,23 @@ def test_reader_fetches_the_descriptor_at_the_head_and_moves_the_head_under_rand
 
             # the model's next state
             if want_cmd and cmd_ready:
-                m.update(state="FETCH", beat=0, err=0, index=m["head"] & mask & 0xFFFF)
+                m.update(state="FETCH", beat=0, err=0, index=reg["index"] & 0xFFFF)
+            elif m["state"] == "SETTLE":
+                m["state"] = "IDLE"
             elif m["state"] == "FETCH" and beat_valid:
                 k = m["beat"]
                 m["desc"] = m["desc"] & ~(((1 << 8 * W) - 1) << 8 * W * k) | beat["data"] << 8 * W * k
                 m["beat"] += 1
                 m["bytes"] += W
                 m["err"] |= beat["err"]
-                if last:
-                    m.update(state="IDLE", head=(m["head"] + 1) & mask)
+                if last:           # SQ_HEAD moves on; the registered ring test sees it a cycle later
+                    m.update(state="SETTLE", head=(m["head"] + 1) & mask)
                     fetched_n.append(cycle)
             assert ctx.get(dut.sq_head) == m["head"], cycle
             assert ctx.get(dut.desc.as_value()) == m["desc"], cycle
             assert (ctx.get(dut.fetch_err), ctx.get(dut.sq_index)) == (m["err"], m["index"]), cycle
             assert ctx.get(dut.desc_bytes) == m["bytes"], cycle
+            reg = reg_next
 
     run_sim(dut, bench)
     assert len(fetched_n) > 100, len(fetched_n)

@@ -256,7 +256,7 @@ class ControlUnit(wiring.Component):
             self.chunks_active.eq(sum(pm.used) + pm.used_term),
         ]
         m.submodules.counters = cnt = ControlCounters(cfg)
-        m.d.comb += _count(cnt, bank, iss, ist, disp, pm)
+        m.d.sync += _count(cnt, bank, iss, ist, disp, pm)      # a cycle late: off the grant's and stall paths
         m.d.comb += [self.fsm_busy.eq(cnt.fsm_busy), self.steps.eq(cnt.steps), self.step_gap.eq(cnt.step_gap),
                      self.stall.eq(cnt.stall), self.phase_busy.eq(cnt.phase_busy)]
         return m
@@ -269,7 +269,7 @@ _LOOKUPS = ("load", "dispatch", "dec1", "dec3", "seq", "deposit")
 def _count(cnt, bank, iss, ist, disp, pm):
     """What :class:`~.counters.ControlCounters` ``cnt`` counts: the FSM bank's busy and idle FSMs, the grants
     (as the issue stage ``ist`` registers them), the issue arbiter's stall causes, the dispatcher's and the
-    partition manager's waits."""
+    partition manager's waits. The caller registers them (the counters count a cycle late)."""
     c = cnt.cause
     return [
         cnt.active.eq(bank.active), cnt.step.eq(ist.o.grant.valid), cnt.gap.eq(bank.gap),

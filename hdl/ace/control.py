@@ -195,8 +195,8 @@ class ControlUnit(wiring.Component):
         m.d.comb += [iss.load_ready.eq(dp.load_room2 & ~ist.hold_load),
                      iss.store_ready.eq(dp.store_job.ready & ~ist.hold_store), iss.hold.eq(ist.hold_fsm),
                      iss.fsm.eq(bank.offers), bank.grant.valid.eq(iss.grant.valid), bank.grant.fsm.eq(iss.grant.fsm),
-                     ist.grant.valid.eq(iss.grant.valid), ist.grant.fsm.eq(iss.grant.fsm), ist.grant.ch.eq(iss.grant.ch),
-                     ist.grant.count.eq(iss.grant.count),
+                     ist.grant.valid.eq(iss.grant.valid), ist.grant.fsm.eq(iss.grant.fsm),
+                     ist.grant.ch.eq(iss.grant.ch), ist.grant.count.eq(iss.grant.count),
                      ist.step.eq(bank.g_step), ist.ctx.eq(bank.g_ctx), ist.view.eq(bank.g_view)]
         # the registered grant becomes a unit job (jobs.py)
         m.submodules.jobs = jb = JobBuilder(cfg)

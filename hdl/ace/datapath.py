@@ -58,8 +58,9 @@ def datapath_signature(cfg):
 
     Jobs are streams (the control plane offers a job in the cycle after its grant, and grants only what the
     unit will take then: its ``ready`` was high and no other job went to it since; ``load_room2`` for the load
-    unit, which the load sequencer also feeds); ``*_done`` report a retired step. The deposit unit asks the control plane for a block's geometry (``dep_geo_*``) and for the live
-    commands' tags (``cmd_tag``/``cmd_live``), and reports each deposit written (``arrived``).
+    unit, which the load sequencer also feeds); ``*_done`` report a retired step. The deposit unit asks the
+    control plane for a block's geometry (``dep_geo_*``) and for the live commands' tags
+    (``cmd_tag``/``cmd_live``), and reports each deposit written (``arrived``).
     """
     jl, dl, NC = job_layouts(cfg), done_layout(cfg), cfg.n_cmds
     return wiring.Signature({

@@ -324,7 +324,8 @@ class DmaReader(wiring.Component):
             ]
 
         # -- Statistics.
-        busy = cmd_slice.o.valid | split.burst.valid | axi.arvalid | (in_flight != 0) | (meta_fifo.level != 0) | act | self.data.valid
+        busy = (cmd_slice.o.valid | split.burst.valid | axi.arvalid | (in_flight != 0) | (meta_fifo.level != 0) | act
+                | self.data.valid)
         with m.If(self.data.valid & self.data.ready):
             m.d.sync += [self.beats.eq(self.beats + 1), self.bytes.eq(self.bytes + out_bytes)]
         with m.If(axi.arvalid & axi.arready):
@@ -487,8 +488,8 @@ class DmaWriter(wiring.Component):
 
         # -- Statistics.
         took = self.data.valid & self.data.ready
-        busy = (cmd_slice.o.valid | split.burst.valid | axi.awvalid | (meta_fifo.level != 0) | act | axi.wvalid | (bq.level != 0) |
-                self.done.valid)
+        busy = (cmd_slice.o.valid | split.burst.valid | axi.awvalid | (meta_fifo.level != 0) | act | axi.wvalid
+                | (bq.level != 0) | self.done.valid)
         with m.If(took):
             m.d.sync += [self.beats.eq(self.beats + 1),
                          self.bytes.eq(self.bytes + Mux(left == 1, tail + 1, w))]

@@ -174,13 +174,15 @@ class Datapath(wiring.Component):
             ]
             # flits granted to the port and not yet sent (a header-only message is one flit): the control
             # plane grants a message to the port only while this is at most TX_LOOKAHEAD
-            queued = Signal(17, name=f"tx{k}_queued")
+            queued, queued_next = Signal(17, name=f"tx{k}_queued"), Signal(17, name=f"tx{k}_queued_next")
             sent = tx.flit.valid & tx.flit.ready
             beats = p.reserve.beats
-            m.d.sync += queued.eq(queued + Mux(p.reserve.valid, Mux(beats == 0, 1, beats), 0) - sent)
-            # registered: the arbiter's grant decision starts at a flip-flop, not at this comparison (the room
-            # is the one of the cycle before, so one message more than the limit may be granted)
-            m.d.sync += p.tx_room.eq(queued <= self.tx_lookahead)
+            m.d.comb += queued_next.eq(queued + Mux(p.reserve.valid, Mux(beats == 0, 1, beats), 0) - sent)
+            # the room is registered from the count's next value (the reservation comes from the issue stage's
+            # register): exact, and the arbiter's grant decision starts at a flip-flop. (A room one cycle old
+            # let younger chunks' messages in ahead of the oldest chunk's forwards: 0.939 -> 0.887 of the
+            # link bound on the demo's ring.)
+            m.d.sync += [queued.eq(queued_next), p.tx_room.eq(queued_next <= self.tx_lookahead)]
             # forwards: every receive unit offers its forward to every TX mux; the addressed one takes it
             for j, (hj, fj) in enumerate(zip(fwd_hdr, fwd)):
                 m.d.comb += [

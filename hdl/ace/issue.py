@@ -134,9 +134,10 @@ class IssueArbiter(wiring.Component):
                                                      cred_ok.eq(cred_at[j])]
                             with m.Else():
                                 m.d.comb += [port_free.eq(rx_ok), cred_ok.eq(1)]
-            real = r.ready & ~self.hold[f] & ~s.noop
+            offered = r.ready & ~self.hold[f]
+            real = offered & ~s.noop
             m.d.comb += [
-                can[f].eq(r.ready & ~self.hold[f] & (s.noop | (port_free & cred_ok & land_ok))),
+                can[f].eq(offered & (s.noop | (port_free & cred_ok & land_ok))),
                 self.cause_port[f].eq(real & ~port_free),
                 self.cause_cred[f].eq(real & port_free & ~cred_ok),
                 self.cause_land[f].eq(real & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),

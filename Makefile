@@ -21,14 +21,14 @@ demo: setup
 # The default suite: everything except the long sweeps (marked slow), in parallel; it includes one small
 # bitstream build and one small area/power report (the fpga marker).
 test: setup
-	$(VENV)/bin/python -m pytest -n $(JOBS) -m "not slow" --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(JOBS) --dist worksteal -m "not slow" --durations=40 $(PYTEST_ARGS)
 
 # Long sweeps and full vector counts (e.g. 100,000 random ALU beats per dtype/op on both simulators).
 test-slow: setup
-	$(VENV)/bin/python -m pytest -n $(JOBS) -m slow $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(JOBS) --dist worksteal -m slow $(PYTEST_ARGS)
 
 test-all: setup
-	$(VENV)/bin/python -m pytest -n $(JOBS) $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -13,7 +13,8 @@ from syncfabric.sim.golden.types import DType, dtype_bytes
 from syncfabric.tb.ace import run_system
 
 from sim_helpers import seed_for
-from test_engine_topologies import CFG      # the torus tests' engine: one engine build serves both files
+from test_engine_system import CFG as RING_CFG     # their builds serve this file too: the ring's and
+from test_engine_topologies import CFG      # the torus's engines
 
 
 def job(collective, topology, count, dtype, null_ranks, seed, root=0, **kw):
@@ -53,5 +54,6 @@ def check(result, jobs):
 def test_random_ranks_contribute_null(topology):
     seed = seed_for(20261127)
     jobs = random_null_jobs(topology, random.Random(seed), seed)
-    res = run_system(CFG, topology, jobs, sim="verilator", latency=5, seed=seed, pause=0.1, post_skew=100)
+    cfg = CFG if topology.startswith("torus") else RING_CFG
+    res = run_system(cfg, topology, jobs, sim="verilator", latency=5, seed=seed, pause=0.1, post_skew=100)
     check(res, jobs)

@@ -39,10 +39,10 @@ class CommandProcessor(wiring.Component):
 
     Per descriptor, ``cmd`` FSM: FETCH (the reader's DMA read command and descriptor beats) -> LOOKUP (two
     cycles per program table entry scanned) -> GEOM -> GEOM_WAIT (``CommandGeometry.CYCLES``) -> VALIDATE
-    (the validator starts in the geometry's done cycle and answers ``DescriptorValidator.LATENCY`` = 3 cycles
-    later) -> ISSUE. Validation takes 3 cycles between the geometry's done and ISSUE where the single-cycle
-    check it replaced took 1: two cycles more per command, accepted or rejected (the ``cycles`` of every
-    completion grow by 2)."""
+    (the validator starts in the geometry's done cycle and answers ``DescriptorValidator.LATENCY`` = 4 cycles
+    later) -> ISSUE. Validation takes 4 cycles between the geometry's done and ISSUE where a single-cycle
+    check would take 1: three cycles more per command, accepted or rejected, for logic short enough for a
+    1 GHz clock."""
 
     def __init__(self, cfg):
         self.cfg = cfg

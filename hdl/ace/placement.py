@@ -1,10 +1,13 @@
 """Buffer placement checks of the descriptor validator: in place, and each buffer inside one memory window.
 
-Two of :class:`~.validate.DescriptorValidator`'s pipeline stages for the checks that need a product:
+Three of :class:`~.validate.DescriptorValidator`'s pipeline stages for the checks that need a product:
 
-1. the ``start`` cycle: the buffer lengths (``nbytes * size`` for a segmented buffer, else ``nbytes``), the
-   in-place offset ``nbytes * rank``, ``hi - lo`` of the two addresses, each window's end ``base + size`` and
-   whether each buffer starts inside it -> registers;
+0. the ``start`` cycle: the operands of the products (``nbytes``, ``rank``, ``size``), the addresses, each
+   window's end ``base + size`` and whether each buffer starts inside it -> registers (the communicator lookup
+   and the count's scaling that feed ``nbytes`` and ``rank`` leave no room for a multiply in the same cycle at
+   1 GHz);
+1. the buffer lengths (``nbytes * size`` for a segmented buffer, else ``nbytes``), the in-place offset
+   ``nbytes * rank`` and ``hi - lo`` of the two addresses -> registers;
 2. each buffer's end against each window's end (one add, one compare), the in-place offset against
    ``hi - lo`` (one compare) -> registers.
 
@@ -44,9 +47,12 @@ class PlacementCheck(wiring.Component):
     win_base, win_size : In
         The memory windows (size 0 = disabled).
     in_place, src_window, dst_window : Out(1)
-        Failed checks, from the second cycle after ``start`` until the cycle after the next ``start``: IN_PLACE
+        Failed checks, from the :attr:`LATENCY`-th cycle after ``start`` until the cycle after the next ``start``: IN_PLACE
         flagged but the output does not overwrite the input; a used buffer not inside one enabled window.
     """
+
+    #: Cycles from a ``start`` cycle to the first cycle its results are valid.
+    LATENCY = 3
 
     def __init__(self, cfg, comm_layout):
         self.cfg = cfg
@@ -66,39 +72,45 @@ class PlacementCheck(wiring.Component):
         NW = self.cfg.n_windows
         md, src, dst, nbytes = self.mode, self.src, self.dst, self.nbytes
 
-        # ---- stage 1 (the start cycle) -------------------------------------------------------------------
-        s1_valid = Signal()
-        s1_ip_other = Signal()              # IN_PLACE on another collective: src != dst
-        s1_ip_seg = Signal()                # IN_PLACE on a reduce-scatter / all-gather: stage 2 decides
-        s1_ip_diff = Signal(65)             # hi - lo, bit 64 = borrow
-        s1_rank_off = Signal(len(nbytes) + len(self.rank))
-        s1_in_len = Signal(52)
-        s1_out_len = Signal(52)
-        s1_src = Signal(64)
-        s1_dst = Signal(64)
-        s1_uses_src = Signal()
-        s1_uses_dst = Signal()
-        s1_src_lo = Signal(NW)              # per window: enabled and the buffer starts inside it
-        s1_dst_lo = Signal(NW)
-        s1_win_end = [Signal(65, name=f"s1_win{i}_end") for i in range(NW)]
-        lo_sel = Mux(md.rs, src, dst)
-        hi_sel = Mux(md.rs, dst, src)
-        m.d.sync += s1_valid.eq(self.start)
+        # ---- stage 0 (the start cycle): operands, address difference, window ends ----------------------------
+        s0_valid = Signal()
+        s0_nbytes = Signal.like(nbytes)
+        s0_rank = Signal.like(self.rank)
+        s0_size = Signal.like(self.size)
+        s0_mode = Signal.like(md)
+        s0_ip_other = Signal()              # IN_PLACE on another collective: src != dst
+        s0_src = Signal(64)
+        s0_dst = Signal(64)
+        s0_src_lo = Signal(NW)              # per window: enabled and the buffer starts inside it
+        s0_dst_lo = Signal(NW)
+        s0_win_end = [Signal(65, name=f"s0_win{i}_end") for i in range(NW)]
+        m.d.sync += s0_valid.eq(self.start)
         with m.If(self.start):
             m.d.sync += [
-                s1_ip_seg.eq(md.in_place & (md.rs | md.ag)),
-                s1_ip_other.eq(md.in_place & ~md.rs & ~md.ag & md.uses_src & md.uses_dst & (dst != src)),
-                s1_ip_diff.eq(hi_sel - lo_sel),
-                s1_rank_off.eq(nbytes * self.rank),
-                s1_in_len.eq(Mux(md.in_seg, nbytes * self.size, nbytes)),
-                s1_out_len.eq(Mux(md.out_seg, nbytes * self.size, nbytes)),
-                s1_src.eq(src), s1_dst.eq(dst),
-                s1_uses_src.eq(md.uses_src), s1_uses_dst.eq(md.uses_dst),
+                s0_nbytes.eq(nbytes), s0_rank.eq(self.rank), s0_size.eq(self.size), s0_mode.eq(md),
+                s0_ip_other.eq(md.in_place & ~md.rs & ~md.ag & md.uses_src & md.uses_dst & (dst != src)),
+                s0_src.eq(src), s0_dst.eq(dst),
             ]
             for i in range(NW):
                 b, s = self.win_base[i], self.win_size[i]
-                m.d.sync += [s1_win_end[i].eq(b + s),
-                             s1_src_lo[i].eq((s != 0) & (src >= b)), s1_dst_lo[i].eq((s != 0) & (dst >= b))]
+                m.d.sync += [s0_win_end[i].eq(b + s),
+                             s0_src_lo[i].eq((s != 0) & (src >= b)), s0_dst_lo[i].eq((s != 0) & (dst >= b))]
+
+        # ---- stage 1: the products ---------------------------------------------------------------------------
+        s1_valid = Signal()
+        s1_rank_off = Signal(len(nbytes) + len(self.rank))
+        s1_in_len = Signal(52)
+        s1_out_len = Signal(52)
+        s1_ip_diff = Signal(65)             # hi - lo, bit 64 = borrow
+        m.d.sync += s1_valid.eq(s0_valid & ~self.start)
+        with m.If(s0_valid):
+            sm = s0_mode
+            m.d.sync += [
+                s1_ip_diff.eq(Mux(sm.rs, s0_dst, s0_src) - Mux(sm.rs, s0_src, s0_dst)),
+                s1_rank_off.eq(s0_nbytes * s0_rank),
+                s1_in_len.eq(Mux(sm.in_seg, s0_nbytes * s0_size, s0_nbytes)),
+                s1_out_len.eq(Mux(sm.out_seg, s0_nbytes * s0_size, s0_nbytes)),
+            ]
 
         # ---- stage 2: the compares that need a product -----------------------------------------------------
         s2_src_in = Signal(NW)              # per window: the whole buffer is inside it
@@ -106,16 +118,16 @@ class PlacementCheck(wiring.Component):
         s2_ip_bad = Signal()
         src_end = Signal(65)
         dst_end = Signal(65)
-        m.d.comb += [src_end.eq(s1_src + s1_in_len), dst_end.eq(s1_dst + s1_out_len)]
+        m.d.comb += [src_end.eq(s0_src + s1_in_len), dst_end.eq(s0_dst + s1_out_len)]
         with m.If(s1_valid):
             m.d.sync += [
-                s2_src_in.eq(Cat(*[s1_src_lo[i] & (src_end <= s1_win_end[i]) for i in range(NW)])),
-                s2_dst_in.eq(Cat(*[s1_dst_lo[i] & (dst_end <= s1_win_end[i]) for i in range(NW)])),
-                s2_ip_bad.eq(s1_ip_seg & (s1_ip_diff != s1_rank_off)),
+                s2_src_in.eq(Cat(*[s0_src_lo[i] & (src_end <= s0_win_end[i]) for i in range(NW)])),
+                s2_dst_in.eq(Cat(*[s0_dst_lo[i] & (dst_end <= s0_win_end[i]) for i in range(NW)])),
+                s2_ip_bad.eq(s0_mode.in_place & (s0_mode.rs | s0_mode.ag) & (s1_ip_diff != s1_rank_off)),
             ]
         m.d.comb += [
-            self.in_place.eq(s1_ip_other | s2_ip_bad),
-            self.src_window.eq(s1_uses_src & ~s2_src_in.any()),
-            self.dst_window.eq(s1_uses_dst & ~s2_dst_in.any()),
+            self.in_place.eq(s0_ip_other | s2_ip_bad),
+            self.src_window.eq(s0_mode.uses_src & ~s2_src_in.any()),
+            self.dst_window.eq(s0_mode.uses_dst & ~s2_dst_in.any()),
         ]
         return m

@@ -3,7 +3,7 @@ beside the command path.
 
 :class:`DescriptorValidator` takes the fetched descriptor, the program table entry found for it, the chunk
 geometry from :class:`~.geometry.CommandGeometry` and the engine settings it depends on, and answers
-:attr:`DescriptorValidator.LATENCY` = 3 cycles later with the completion status (``code``), its ``det`` (detail)
+:attr:`DescriptorValidator.LATENCY` = 4 cycles later with the completion status (``code``), its ``det`` (detail)
 and the command table entry (:func:`~.cmdtable.cmd_entry_layout`) of an accepted command.
 
 The checks, first failing one wins (:data:`CHECKS`; docs/engine.md; the host's expected rejections in
@@ -43,13 +43,16 @@ Pipeline (one descriptor at a time; commands are rare, the stages are there to k
 for a 1 GHz / 45 nm target, not to overlap descriptors):
 
 1. the ``start`` cycle: communicator lookup (COMM_CFG fields by the register map), element size, the products
-   (``slot_beats * n_slots``, arrivals; the buffer lengths and the in-place offset in
-   :class:`~.placement.PlacementCheck`), window ends ``base + size``, ``dst - src``, and every check that needs
-   no product -> registers; the entry is registered here too.
-2. the checks that need a product: each buffer against each window (one add, one compare), the
-   reduce-scatter / all-gather in-place offset (one compare) (both :class:`~.placement.PlacementCheck`), the
-   chunk buffer size -> registers.
-3. :class:`~.firstfail.FirstFailing`: a one-hot priority select of the first failing check gives ``code`` and
+   of registered inputs (``slot_beats * n_slots``, arrivals), window ends ``base + size``, ``dst - src``, the
+   operands of the placement products, and every check that needs no product -> registers; the entry is
+   registered here too.
+2. the placement products: the buffer lengths and the in-place offset (:class:`~.placement.PlacementCheck`;
+   their operands come out of the lookup, too late in the start cycle for a multiply) -> registers; the chunk
+   buffer size -> register.
+3. the checks that need a product: each buffer against each window (one add, one compare), the
+   reduce-scatter / all-gather in-place offset (one compare) (both :class:`~.placement.PlacementCheck`)
+   -> registers.
+4. :class:`~.firstfail.FirstFailing`: a one-hot priority select of the first failing check gives ``code`` and
    ``det`` (AND-OR, no Elif chain) -> registers, ``done``.
 """
 
@@ -158,7 +161,7 @@ class DescriptorValidator(wiring.Component):
     """
 
     #: Cycles from a ``start`` cycle to its ``done`` cycle.
-    LATENCY = 3
+    LATENCY = PlacementCheck.LATENCY + 1
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -272,7 +275,7 @@ class DescriptorValidator(wiring.Component):
                 e.arrivals.eq(p.arrivals * g.n_chunks),
             ]
 
-        # ---- stages 1 and 2 of the checks that need a product: in place, windows, the chunk buffer size -----
+        # ---- stages 1 to 3 of the checks that need a product: in place, windows, the chunk buffer size -----
         m.submodules.placement = place = PlacementCheck(cfg, comm_cfg_layout(cfg))
         m.d.comb += [
             place.start.eq(start), place.src.eq(d.src), place.dst.eq(d.dst), place.nbytes.eq(nbytes),
@@ -284,17 +287,19 @@ class DescriptorValidator(wiring.Component):
         ]
         s1_valid = Signal()
         s2_valid = Signal()
+        s3_valid = Signal()
         s2_buffer = Signal()
         with m.If(s1_valid):
             m.d.sync += s2_buffer.eq(s1_slot_total > cfg.buffer_beats)
 
-        # ---- stage 3: the first failing check -> code, det -------------------------------------------------
+        # ---- stage 4: the first failing check -> code, det -------------------------------------------------
         m.submodules.first = first = FirstFailing(CHECKS, detail_layout())
         late = {"in_place": place.in_place, "src_window": place.src_window, "dst_window": place.dst_window,
                 "buffer": s2_buffer}
         for name, _, _ in CHECKS:
             m.d.comb += getattr(first.failed, name).eq(late[name] if name in late else s1[name])
-        m.d.comb += [first.details.eq(s1_det), first.capture.eq(s2_valid),
+        m.d.comb += [first.details.eq(s1_det), first.capture.eq(s3_valid),
                      self.code.eq(first.code), self.det.eq(first.det), self.checks.eq(first.checks)]
-        m.d.sync += [s1_valid.eq(start), s2_valid.eq(s1_valid & ~start), self.done.eq(s2_valid & ~start)]
+        m.d.sync += [s1_valid.eq(start), s2_valid.eq(s1_valid & ~start), s3_valid.eq(s2_valid & ~start),
+                     self.done.eq(s3_valid & ~start)]
         return m

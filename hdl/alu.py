@@ -5,12 +5,13 @@ beat carries the reduced vector. Element type and operator may change on every b
 :func:`syncfabric.sim.golden.arith.reduce_elements` (IEEE round-to-nearest-even with subnormals, canonical NaN,
 wrapping int32, signed compares).
 
-Pipeline (latency 4, one beat per cycle)::
+Pipeline (latency 5, one beat per cycle)::
 
     S1  register 1   float adders: unpack/swap/exponent difference      max/min/int32 results computed here
     S2  register 2   float adders: align + add/subtract                 ... and delayed
     S3  register 3   float adders: normalise                            ... and delayed
-    S4  register 4   float adders: round/pack; dtype/op select -> output register (o.payload comes from flops)
+    S4  register 4   float adders: round                                ... and delayed
+    S5  register 5   float adders: overflow/pack; dtype/op select -> output register (o.payload comes from flops)
 
 Flow control: one pipeline enable ``en = ~o.valid | o.ready`` advances every stage at once and is also
 ``i.ready``. Each stage carries a valid bit, so bubbles flow through, and a stalled output holds every stage
@@ -99,7 +100,7 @@ class ReductionAlu(wiring.Component):
         a, b = self.i.payload.a, self.i.payload.b
         in_dtype, in_op = self.i.payload.dtype, self.i.payload.op
         is_max = in_op == ReduceOp.MAX
-        float_sum = op == ReduceOp.SUM          # op as it reaches S4
+        float_sum = op == ReduceOp.SUM          # op as it reaches S5
         result = Signal(32 * self.lanes)
         lane_results = []
         for lane in range(self.lanes):
@@ -146,7 +147,7 @@ class ReductionAlu(wiring.Component):
             lane_results.append(lane_result)
         m.d.comb += result.eq(Cat(*lane_results))
 
-        # ---- output register (the end of S4) ----------------------------------------------------------------
+        # ---- output register (the end of S5) ----------------------------------------------------------------
         data = delay(result, 1, "data")
         m.d.comb += [
             self.o.valid.eq(valid),

@@ -61,15 +61,20 @@ class CompletionWriter(wiring.Component):
         seq = Signal(32)
         cq_mask = Signal(32)
         m.d.comb += cq_mask.eq(self.cq_size - 1)
+        # registered (one cycle behind the registers): the ring is enabled, and it has room. A completion written
+        # moves CQ_TAIL on leaving WAIT, so SETTLE spends the cycle these need to see the new tail; a CQ_HEAD the
+        # host just moved is seen a cycle late, which only delays a write.
+        cq_on = Signal()
         cq_full = Signal()
-        m.d.comb += cq_full.eq(((self.cq_tail + 1) & cq_mask) == (self.cq_head & cq_mask))
+        m.d.sync += [cq_on.eq(self.cq_size != 0),
+                     cq_full.eq(((self.cq_tail + 1) & cq_mask) == (self.cq_head & cq_mask))]
         cur = Signal(cpl_l)
         cpl_beats = max(1, COMPLETION_BYTES // W)
         wbeat = Signal(range(cpl_beats + 1))
         cur_bits = Signal(8 * max(COMPLETION_BYTES, W))
         with m.FSM(name="cpl"):
             with m.State("IDLE"):
-                with m.If(cplq.r_rdy & (self.cq_size != 0)):
+                with m.If(cplq.r_rdy & cq_on):
                     with m.If(cq_full):
                         m.d.sync += self.cpl_stall.eq(self.cpl_stall + 1)
                     with m.Else():
@@ -108,5 +113,7 @@ class CompletionWriter(wiring.Component):
                         self.cpl_bytes.eq(self.cpl_bytes + COMPLETION_BYTES),
                     ]
                     m.d.comb += [self.irq_cpl.eq(1), self.irq_err.eq(cur.status != Status.OK)]
-                    m.next = "IDLE"
+                    m.next = "SETTLE"
+            with m.State("SETTLE"):
+                m.next = "IDLE"
         return m

@@ -13,11 +13,12 @@ Responses other than OKAY are reported per command (``err``).
 Timing (checked in tests/hdl/test_dma.py): both engines move one beat per cycle in steady state and take a new
 command every cycle; the reader loses one cycle per command whose ``addr`` is not beat-aligned (it must hold the
 first AXI beat before it can emit a stream beat), the writer one per command that touches one more AXI beat than
-it has stream beats. Commands enter through a register slice (``SkidBuffer``, hdl/common/skid.py: no path from a
-command's producer reaches the burst splitter in one cycle). Latencies in cycles between handshakes, with an
-always-ready slave and consumer: command -> AR/AW 3; reader R -> ``data`` 3 (4 for an unaligned command's first
-beat), so command -> first beat 7; writer command -> first ``data`` beat taken 3, ``data`` -> W 1, last ``data``
-beat -> ``done`` 3 + the slave's B latency.
+it has stream beats. Commands, the bursts cut from them and the writer's data go through register slices
+(``SkidBuffer``, hdl/common/skid.py: no path from a producer reaches the burst splitter or the W realigner, and
+the burst length's clamps stay out of the address channel's admission check); the reader's beats leave through
+one as well. Latencies in cycles between handshakes, with an always-ready slave and consumer: command -> AR/AW 4;
+reader R -> ``data`` 4 (5 for an unaligned command's first beat), so command -> first beat 9; the writer takes
+two ``data`` beats ahead of its command, and its last ``data`` beat -> ``done`` is 4 + the slave's B latency.
 
 ``length`` = 0 is not a valid command (the engines would stream garbage).
 """
@@ -77,8 +78,9 @@ def _beats_bits(cfg):
 
 class _BurstSplitter(wiring.Component):
     """Cuts a run of ``beats`` beat-aligned AXI beats from ``addr`` into bursts of at most ``dma_max_burst``
-    beats that do not cross a 4 KiB page. ``burst`` is combinational from the splitter's state (the owner
-    registers the address channel); a new run is taken in the cycle the previous run's last burst goes."""
+    beats that do not cross a 4 KiB page. ``burst`` leaves through a register slice: the burst length's
+    page and size clamps and the owner's admission check (buffer space, queues) would otherwise be one cycle;
+    a new run is taken in the cycle the previous run's last burst enters the slice."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -105,14 +107,17 @@ class _BurstSplitter(wiring.Component):
         n = Signal(range(max(cfg.dma_max_burst, 1) + 1))
         m.d.comb += n.eq(Mux(left < limit, left, limit))
 
+        m.submodules.out = out = SkidBuffer(self.burst.payload.shape())
+        wiring.connect(m, out.o, wiring.flipped(self.burst))
+        burst = out.i
         m.d.comb += [
-            self.burst.valid.eq(left != 0),
-            self.burst.payload.addr.eq(addr),
-            self.burst.payload.len.eq(n - 1),
-            self.burst.payload.last.eq(n == left),
-            self.run.ready.eq((left == 0) | (self.burst.ready & self.burst.payload.last)),
+            burst.valid.eq(left != 0),
+            burst.payload.addr.eq(addr),
+            burst.payload.len.eq(n - 1),
+            burst.payload.last.eq(n == left),
+            self.run.ready.eq((left == 0) | (burst.ready & burst.payload.last)),
         ]
-        with m.If(self.burst.valid & self.burst.ready):
+        with m.If(burst.valid & burst.ready):
             m.d.sync += [
                 addr.eq(addr + (n << lw)),
                 left.eq(left - n),
@@ -184,7 +189,8 @@ class DmaReader(wiring.Component):
     data : Out(stream.Signature(dma_read_data_layout(cfg)))
         ``ceil(length / W)`` beats per command, in command order; byte 0 of the first beat is the byte at
         ``addr``, bytes beyond ``length`` in the last beat are zero; ``last`` marks the last beat of a command,
-        ``err`` (on that beat only) says some RRESP of the command was not OKAY. Registered.
+        ``err`` (on that beat only) says some RRESP of the command was not OKAY. Registered (the realigner's output
+        register, then a register slice).
     axi : Out(AXI4ReadSignature(cfg.addr_width, 8 * W))
         AR/R master. ARID 0, INCR, ARSIZE log2(W), ARLEN < dma_max_burst, no 4 KiB crossing. An AR is issued only
         once buffer space for its whole burst is reserved (``dma_outstanding * dma_max_burst`` beats), so
@@ -275,7 +281,12 @@ class DmaReader(wiring.Component):
         err_acc = Signal()
         out_bytes = Signal(range(w + 1))   # payload bytes of the beat on `data` (for the byte counter)
 
-        adv = ~self.data.valid | self.data.ready
+        # the realigned beats leave through a register slice: the consumer's ready (which may depend on where
+        # the beat goes, e.g. an SRAM bank's arbitration) does not reach the realigner and the meta queue
+        m.submodules.data_slice = data_slice = SkidBuffer(dma_read_data_layout(cfg))
+        wiring.connect(m, data_slice.o, wiring.flipped(self.data))
+        dout = data_slice.i
+        adv = ~dout.valid | dout.ready
         is_last = left == 1
         # The last stream beat needs an AXI beat of its own only if the range spills into one more AXI beat.
         need = (off == 0) | ~is_last | extra
@@ -297,12 +308,12 @@ class DmaReader(wiring.Component):
         mask = _byte_mask(w, lambda j: Mux(is_last, j <= tail, 1))
         err = err_acc | (need & head_err)
         with m.If(adv):
-            m.d.sync += self.data.valid.eq(emit)
+            m.d.sync += dout.valid.eq(emit)
         with m.If(emit):
             m.d.sync += [
-                self.data.payload.data.eq(word & mask),
-                self.data.payload.last.eq(is_last),
-                self.data.payload.err.eq(is_last & err),
+                dout.payload.data.eq(word & mask),
+                dout.payload.last.eq(is_last),
+                dout.payload.err.eq(is_last & err),
                 out_bytes.eq(Mux(is_last, tail + 1, w)),
                 prev.eq(cur),
                 err_acc.eq(err),
@@ -325,8 +336,8 @@ class DmaReader(wiring.Component):
 
         # -- Statistics.
         busy = (cmd_slice.o.valid | split.burst.valid | axi.arvalid | (in_flight != 0) | (meta_fifo.level != 0) | act
-                | self.data.valid)
-        with m.If(self.data.valid & self.data.ready):
+                | dout.valid | self.data.valid)
+        with m.If(dout.valid & dout.ready):
             m.d.sync += [self.beats.eq(self.beats + 1), self.bytes.eq(self.bytes + out_bytes)]
         with m.If(axi.arvalid & axi.arready):
             m.d.sync += self.bursts.eq(self.bursts + 1)
@@ -384,6 +395,11 @@ class DmaWriter(wiring.Component):
         m.submodules.wlen = wlen = SyncFIFO(width=8, depth=n_out)
         m.submodules.bq = bq = SyncFIFO(width=1, depth=n_out)
         cmd_slice = _split_command(m, cfg, self.cmd, split, meta_fifo)
+        # the data stream enters through a register slice too: its valid decides the W beat, the command's end
+        # and the next command's meta read in one cycle
+        m.submodules.data_slice = data_slice = SkidBuffer(dma_write_data_layout(cfg))
+        wiring.connect(m, wiring.flipped(self.data), data_slice.i)
+        din = data_slice.o
 
         # -- AW: a burst goes as soon as the AW register is free and both queues have room; W need not wait.
         aw_free = ~axi.awvalid | axi.awready
@@ -429,18 +445,18 @@ class DmaWriter(wiring.Component):
         burst_ok = (burst_left != 0) | wlen.r_rdy
         last_axi = (left == 0) | ((left == 1) & ~extra)
         go = act & adv & burst_ok
-        emit = go & (~need | self.data.valid)
+        emit = go & (~need | din.valid)
         finish = emit & last_axi
         take_meta = (~act | finish) & meta_fifo.r_rdy
         blen = Mux(burst_left != 0, burst_left, wlen.r_data + 1)
         m.d.comb += [
             # ready does not depend on valid: a stream beat is taken whenever the next AXI beat needs one.
-            self.data.ready.eq(go & need),
+            din.ready.eq(go & need),
             wlen.r_en.eq(emit & (burst_left == 0)),
             meta_fifo.r_en.eq(take_meta),
         ]
 
-        cur = Mux(need, self.data.payload.data, 0)
+        cur = Mux(need, din.payload.data, 0)
         shift = Signal(lw + 1)
         m.d.comb += shift.eq(w - off)
         word = Cat(prev, cur).bit_select(Cat(Const(0, 3), shift), dw)
@@ -487,7 +503,7 @@ class DmaWriter(wiring.Component):
                 m.d.sync += [self.done.valid.eq(1), self.done.payload.err.eq(err), b_err.eq(0)]
 
         # -- Statistics.
-        took = self.data.valid & self.data.ready
+        took = din.valid & din.ready
         busy = (cmd_slice.o.valid | split.burst.valid | axi.awvalid | (meta_fifo.level != 0) | act | axi.wvalid
                 | (bq.level != 0) | self.done.valid)
         with m.If(took):

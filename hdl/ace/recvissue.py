@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..alu import ReductionAlu
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE
+from ..common.skid import SkidBuffer
 from .sram import BankStreamer, sram_read_layout
 
 __all__ = ["RecvIssue", "operand_layout", "issue_mode_layout"]
@@ -38,8 +39,10 @@ class RecvIssue(wiring.Component):
         Landing beats. Reduced: taken together with an operand beat when the ALU takes them; passed
         through: taken when the bypass queue has room; drained: taken while ``run``.
     reduced, copied : Out(stream.Signature(unsigned(8 * beat_bytes)))
-        The ALU's results, in order (``ReductionAlu.latency`` cycles behind), and the passed-through beats
-        (a 4-beat queue, one cycle behind).
+        The ALU's results, in order (``ReductionAlu.latency`` + 1 cycles behind: a register slice between
+        the ALU and ``reduced`` keeps ``reduced.ready``, which depends on where the beats go, off the ALU's
+        pipeline enable, a net that reaches every ALU flip-flop), and the passed-through beats (a 4-beat
+        queue, one cycle behind).
     alu_beats : Out(64)
         Beats the ALU has taken.
     """
@@ -64,6 +67,7 @@ class RecvIssue(wiring.Component):
         m.submodules.alu = alu = ReductionAlu(cfg.lanes, dtypes=cfg.dtypes)
         m.submodules.streamer = st = BankStreamer(cfg)
         m.submodules.bypass = bypass = fifo.SyncFIFOBuffered(width=8 * cfg.beat_bytes, depth=4)
+        m.submodules.alu_out = alu_out = SkidBuffer(unsigned(8 * cfg.beat_bytes))
         op, mode, land = self.operand, self.mode, self.land
         m.d.comb += [
             st.start.eq(op.valid & st.ready),
@@ -71,16 +75,20 @@ class RecvIssue(wiring.Component):
             st.buf.eq(op.payload.buf), st.addr.eq(op.payload.addr), st.beats.eq(op.payload.beats),
             self.rd.eq(st.rd), st.rdata.eq(self.rdata),
         ]
-        # landing beats -> the ALU (with the operand) or the bypass queue; drained beats are dropped
+        # landing beats -> the ALU (with the operand) or the bypass queue; drained beats are dropped. The ALU's
+        # operands are wired straight (only its valid depends on the mode): no mode mux in front of its first
+        # stage's exponent compare.
+        m.d.comb += [
+            alu.i.payload.a.eq(land.payload),
+            alu.i.payload.b.eq(st.o.payload.data),
+            alu.i.payload.dtype.eq(mode.dtype),
+            alu.i.payload.op.eq(mode.op),
+        ]
         with m.If(mode.drain):
             m.d.comb += land.ready.eq(mode.run)
         with m.Elif(mode.reduce):
             m.d.comb += [
                 alu.i.valid.eq(mode.run & land.valid & st.o.valid),
-                alu.i.payload.a.eq(land.payload),
-                alu.i.payload.b.eq(st.o.payload.data),
-                alu.i.payload.dtype.eq(mode.dtype),
-                alu.i.payload.op.eq(mode.op),
                 land.ready.eq(mode.run & st.o.valid & alu.i.ready),
                 st.o.ready.eq(mode.run & land.valid & alu.i.ready),
             ]
@@ -93,9 +101,10 @@ class RecvIssue(wiring.Component):
         with m.If(alu.i.valid & alu.i.ready):
             m.d.sync += self.alu_beats.eq(self.alu_beats + 1)
         m.d.comb += [
-            self.reduced.valid.eq(alu.o.valid), self.reduced.payload.eq(alu.o.payload.data),
-            alu.o.ready.eq(self.reduced.ready),
+            alu_out.i.valid.eq(alu.o.valid), alu_out.i.payload.eq(alu.o.payload.data),
+            alu.o.ready.eq(alu_out.i.ready),
             self.copied.valid.eq(bypass.r_rdy), self.copied.payload.eq(bypass.r_data),
             bypass.r_en.eq(self.copied.ready),
         ]
+        wiring.connect(m, alu_out.o, wiring.flipped(self.reduced))
         return m

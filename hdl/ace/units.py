@@ -71,7 +71,7 @@ class LoadUnit(wiring.Component):
     """TX DMA: LOAD jobs -> DMA read commands; read beats -> the job's slot. Jobs queue up (``job``) so
     an FSM can post its LOADs back to back and the DMA keeps several reads in flight. ``room2``: the queue has
     room for two jobs (an FSM's LOAD granted now goes out next cycle, after a load sequencer's LOAD may have
-    taken one place)."""
+    taken one place). ``done`` pulses the cycle after a job's last beat is written."""
 
     QUEUE = 4
 
@@ -123,12 +123,15 @@ class LoadUnit(wiring.Component):
             self.wr.addr.eq(cur.sram_addr + count),
             self.wr.data.eq(Mux(cur.zero, 0, self.rd_data.payload.data)),
         ]
+        # done: registered, the cycle after the last beat's write (the write decides on the bank's arbitration
+        # in its own cycle, too late to reach the command table and FSMs through a report in the same one)
+        m.d.sync += self.done.valid.eq(0)
         with m.If(beat):
             m.d.sync += count.eq(count + 1)
             with m.If(last):
                 m.d.sync += [count.eq(0), self.bytes.eq(self.bytes + Mux(cur.zero, 0, cur.nbytes))]
-                m.d.comb += [
-                    inflight.r_en.eq(1),
+                m.d.comb += inflight.r_en.eq(1)
+                m.d.sync += [
                     self.done.valid.eq(1),
                     self.done.fsm.eq(cur.fsm),
                     self.done.cmd.eq(cur.cmd),
@@ -281,10 +284,10 @@ class RecvUnit(wiring.Component):
         fe = Signal(jl)
         fe_v = Signal()
         drain = Signal()                 # the header did not match: discard the message
-        rcount = Signal(16)              # landing beats taken
-        in_beats = Signal(16)            # beats to take (the step's, or the arriving message's when draining)
+        # landing beats still to take (the step's, or the arriving message's when draining): a down-counter, so
+        # that the job's end is a compare of a register, not of a difference
+        left = Signal(16)
         fe_status = Signal(STATUS_SHAPE)
-        left = in_beats - rcount
         land_take = self.land.valid & self.land.ready
         fe_end = Signal()                # the front end finishes its job this cycle
         m.d.comb += [
@@ -326,8 +329,8 @@ class RecvUnit(wiring.Component):
             m.d.sync += nxt_started.eq(1)
         with m.If(load):
             m.d.sync += [
-                fe.eq(nxt), fe_v.eq(1), nxt_v.eq(job_take), rcount.eq(0), drain.eq(mismatch),
-                in_beats.eq(Mux(mismatch, (head.length + cfg.beat_bytes - 1) >> beat_shift, nxt.beats)),
+                fe.eq(nxt), fe_v.eq(1), nxt_v.eq(job_take), drain.eq(mismatch),
+                left.eq(Mux(mismatch, (head.length + cfg.beat_bytes - 1) >> beat_shift, nxt.beats)),
                 fe_status.eq(Mux(mismatch | head.poison, Status.PROTOCOL, 0)),
             ]
         with m.Elif(fe_end):
@@ -342,7 +345,7 @@ class RecvUnit(wiring.Component):
             iss.mode.dtype.eq(fe.dtype), iss.mode.op.eq(fe.op),
         ]
         with m.If(land_take & ~load):     # a load in the job's last-beat cycle restarts the count
-            m.d.sync += rcount.eq(rcount + 1)
+            m.d.sync += left.eq(left - 1)
         # end of the front end's job: pop its header, report errors of its channel
         m.d.comb += [
             self.hdr_pop.eq(fe_end),

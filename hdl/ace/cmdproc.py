@@ -15,6 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Status
+from ..common.skid import SkidBuffer
 from .cmdrecords import CommandRecords
 from .cmdtable import cmd_done_layout, cmd_entry_layout
 from .cplwriter import CompletionWriter
@@ -121,7 +122,11 @@ class CommandProcessor(wiring.Component):
         m.d.comb += [rec.now.eq(self.cycles[:32]), rec.cur.cookie.eq(desc.cookie), rec.cur.tag.eq(desc.tag),
                      rec.cur.collective.eq(desc.collective), rec.cur.sq_index.eq(fetch.sq_index),
                      rec.cur.start.eq(start_cycle), rec.save_slot.eq(slot)]
-        wiring.connect(m, wiring.flipped(self.cmd_done), rec.i_done)
+        # finished commands reach the records through a register slice: the report is picked out of the
+        # command table in the control unit's cycle, too late to be written into the completion queue in it
+        m.submodules.done_slice = done_slice = SkidBuffer(cmd_done_layout(cfg))
+        wiring.connect(m, wiring.flipped(self.cmd_done), done_slice.i)
+        wiring.connect(m, done_slice.o, rec.i_done)
         wiring.connect(m, rec.o_cpl, cplw.i_cpl)
 
         # ---- fetch, look up, validate ---------------------------------------------------------------------

@@ -216,7 +216,11 @@ class Datapath(wiring.Component):
         wiring.connect(m, dep.wr_cmd, dwm.a_cmd)
         wiring.connect(m, dep.wr_data, dwm.a_data)
         wiring.connect(m, dwm.a_done, dep.wr_done)
-        wiring.connect(m, store.wr_cmd, dwm.b_cmd)
+        # the store unit's write commands through a register slice: its command handshake and the mux's
+        # arbitration (the deposit unit has priority) would otherwise be one cycle with the store's issue
+        m.submodules.store_cmd = store_cmd = SkidBuffer(dma_cmd_layout(cfg))
+        wiring.connect(m, store.wr_cmd, store_cmd.i)
+        wiring.connect(m, store_cmd.o, dwm.b_cmd)
         wiring.connect(m, store.wr_data, dwm.b_data)
         wiring.connect(m, dwm.b_done, store.wr_done)
         wiring.connect(m, dwm.cmd, wiring.flipped(self.wr_cmd))

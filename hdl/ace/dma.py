@@ -15,10 +15,11 @@ command every cycle; the reader loses one cycle per command whose ``addr`` is no
 first AXI beat before it can emit a stream beat), the writer one per command that touches one more AXI beat than
 it has stream beats. Commands, the bursts cut from them and the writer's data go through register slices
 (``SkidBuffer``, hdl/common/skid.py: no path from a producer reaches the burst splitter or the W realigner, and
-the burst length's clamps stay out of the address channel's admission check); the reader's beats leave through
-one as well. Latencies in cycles between handshakes, with an always-ready slave and consumer: command -> AR/AW 4;
-reader R -> ``data`` 4 (5 for an unaligned command's first beat), so command -> first beat 9; the writer takes
-two ``data`` beats ahead of its command, and its last ``data`` beat -> ``done`` is 4 + the slave's B latency.
+the burst length's clamps stay out of the address channel's admission check); the reader's beats leave through a
+ready-only one (the consumer's ready stops there, no cycle added). Latencies in cycles between handshakes, with
+an always-ready slave and consumer: command -> AR/AW 4; reader R -> ``data`` 3 (4 for an unaligned command's
+first beat), so command -> first beat 8; the writer takes two ``data`` beats ahead of its command, and its last
+``data`` beat -> ``done`` is 4 + the slave's B latency.
 
 ``length`` = 0 is not a valid command (the engines would stream garbage).
 """
@@ -190,7 +191,7 @@ class DmaReader(wiring.Component):
         ``ceil(length / W)`` beats per command, in command order; byte 0 of the first beat is the byte at
         ``addr``, bytes beyond ``length`` in the last beat are zero; ``last`` marks the last beat of a command,
         ``err`` (on that beat only) says some RRESP of the command was not OKAY. Registered (the realigner's output
-        register, then a register slice).
+        register; ``ready`` goes into a ready-only register slice).
     axi : Out(AXI4ReadSignature(cfg.addr_width, 8 * W))
         AR/R master. ARID 0, INCR, ARSIZE log2(W), ARLEN < dma_max_burst, no 4 KiB crossing. An AR is issued only
         once buffer space for its whole burst is reserved (``dma_outstanding * dma_max_burst`` beats), so
@@ -281,9 +282,10 @@ class DmaReader(wiring.Component):
         err_acc = Signal()
         out_bytes = Signal(range(w + 1))   # payload bytes of the beat on `data` (for the byte counter)
 
-        # the realigned beats leave through a register slice: the consumer's ready (which may depend on where
-        # the beat goes, e.g. an SRAM bank's arbitration) does not reach the realigner and the meta queue
-        m.submodules.data_slice = data_slice = SkidBuffer(dma_read_data_layout(cfg))
+        # the realigned beats (already from the output register) leave through a ready-only slice: the
+        # consumer's ready (which may depend on where the beat goes, e.g. an SRAM bank's arbitration) does not
+        # reach the realigner and the meta queue, and no cycle is added
+        m.submodules.data_slice = data_slice = SkidBuffer(dma_read_data_layout(cfg), forward=False)
         wiring.connect(m, data_slice.o, wiring.flipped(self.data))
         dout = data_slice.i
         adv = ~dout.valid | dout.ready

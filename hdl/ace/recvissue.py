@@ -39,9 +39,9 @@ class RecvIssue(wiring.Component):
         Landing beats. Reduced: taken together with an operand beat when the ALU takes them; passed
         through: taken when the bypass queue has room; drained: taken while ``run``.
     reduced, copied : Out(stream.Signature(unsigned(8 * beat_bytes)))
-        The ALU's results, in order (``ReductionAlu.latency`` + 1 cycles behind: a register slice between
-        the ALU and ``reduced`` keeps ``reduced.ready``, which depends on where the beats go, off the ALU's
-        pipeline enable, a net that reaches every ALU flip-flop), and the passed-through beats (a 4-beat
+        The ALU's results, in order (``ReductionAlu.latency`` cycles behind; a ready-only register slice
+        between the ALU and ``reduced`` keeps ``reduced.ready``, which depends on where the beats go, off the
+        ALU's pipeline enable, a net that reaches every ALU flip-flop), and the passed-through beats (a 4-beat
         queue, one cycle behind).
     alu_beats : Out(64)
         Beats the ALU has taken.
@@ -67,7 +67,7 @@ class RecvIssue(wiring.Component):
         m.submodules.alu = alu = ReductionAlu(cfg.lanes, dtypes=cfg.dtypes)
         m.submodules.streamer = st = BankStreamer(cfg)
         m.submodules.bypass = bypass = fifo.SyncFIFOBuffered(width=8 * cfg.beat_bytes, depth=4)
-        m.submodules.alu_out = alu_out = SkidBuffer(unsigned(8 * cfg.beat_bytes))
+        m.submodules.alu_out = alu_out = SkidBuffer(unsigned(8 * cfg.beat_bytes), forward=False)
         op, mode, land = self.operand, self.mode, self.land
         m.d.comb += [
             st.start.eq(op.valid & st.ready),

@@ -1,17 +1,21 @@
 """The stream register slice (hdl/common/skid.py): nothing lost, duplicated or reordered under random
 producer and consumer stalls, one beat per cycle when neither stalls, and no combinational path through it
-(``i.ready`` does not follow ``o.ready``, ``o.valid``/``o.payload`` do not follow ``i`` within a cycle)."""
+(``i.ready`` does not follow ``o.ready``, ``o.valid``/``o.payload`` do not follow ``i`` within a cycle); with
+``forward=False`` no latency and only the ``ready`` path cut."""
 
 import random
+
+import pytest
 
 from sim_helpers import run_sim as _run, seed_for
 
 from syncfabric.hdl.common.skid import SkidBuffer
 
 
-def test_random_stalls_keep_every_beat_in_order():
+@pytest.mark.parametrize("forward", [True, False])
+def test_random_stalls_keep_every_beat_in_order(forward):
     rng = random.Random(seed_for(11))
-    dut = SkidBuffer(16)
+    dut = SkidBuffer(16, forward=forward)
     beats = [rng.randrange(1 << 16) for _ in range(400)]
     got = []
 
@@ -67,3 +71,32 @@ def test_no_combinational_path_through_the_slice():
         assert (ctx.get(dut.i.ready), ctx.get(dut.o.valid), ctx.get(dut.o.payload)) == before == (0, 1, 5)
 
     _run(dut, bench)
+
+
+def test_a_ready_only_slice_passes_beats_at_once_and_cuts_only_ready():
+    dut = SkidBuffer(8, forward=False)
+    out = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        for n in range(12):
+            ctx.set(dut.i.valid, n < 10)
+            ctx.set(dut.i.payload, n)
+            assert ctx.get(dut.i.ready)
+            out.append(ctx.get(dut.o.payload) if ctx.get(dut.o.valid) else None)
+            await ctx.tick()
+        # a stall: the beat offered in the cycle o.ready falls is caught; i.ready falls a cycle later
+        ctx.set(dut.o.ready, 0)
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, 42)
+        assert ctx.get(dut.i.ready)                 # o.ready low in this cycle does not reach i.ready
+        await ctx.tick()
+        ctx.set(dut.i.payload, 43)
+        assert not ctx.get(dut.i.ready) and ctx.get(dut.o.valid) and ctx.get(dut.o.payload) == 42
+        ctx.set(dut.o.ready, 1)
+        assert not ctx.get(dut.i.ready)             # nor does o.ready high
+        await ctx.tick()
+        assert ctx.get(dut.i.ready) and ctx.get(dut.o.payload) == 43
+
+    _run(dut, bench)
+    assert out[:11] == list(range(10)) + [None]

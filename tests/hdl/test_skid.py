@@ -38,8 +38,9 @@ def test_random_stalls_keep_every_beat_in_order(forward):
     assert got == beats
 
 
-def test_full_throughput_and_one_cycle_latency():
-    dut = SkidBuffer(8)
+@pytest.mark.parametrize("forward,latency", [(True, 1), (False, 0)])
+def test_full_throughput_and_latency(forward, latency):
+    dut = SkidBuffer(8, forward=forward)
     out = []
 
     async def bench(ctx):
@@ -52,7 +53,7 @@ def test_full_throughput_and_one_cycle_latency():
             await ctx.tick()
 
     _run(dut, bench)
-    assert out[:12] == [None] + list(range(10)) + [None]
+    assert out[:12] == ([None] * latency + list(range(10)) + [None] * 2)[:12]
 
 
 def test_no_combinational_path_through_the_slice():
@@ -73,18 +74,10 @@ def test_no_combinational_path_through_the_slice():
     _run(dut, bench)
 
 
-def test_a_ready_only_slice_passes_beats_at_once_and_cuts_only_ready():
+def test_a_ready_only_slice_cuts_only_ready():
     dut = SkidBuffer(8, forward=False)
-    out = []
 
     async def bench(ctx):
-        ctx.set(dut.o.ready, 1)
-        for n in range(12):
-            ctx.set(dut.i.valid, n < 10)
-            ctx.set(dut.i.payload, n)
-            assert ctx.get(dut.i.ready)
-            out.append(ctx.get(dut.o.payload) if ctx.get(dut.o.valid) else None)
-            await ctx.tick()
         # a stall: the beat offered in the cycle o.ready falls is caught; i.ready falls a cycle later
         ctx.set(dut.o.ready, 0)
         ctx.set(dut.i.valid, 1)
@@ -99,4 +92,3 @@ def test_a_ready_only_slice_passes_beats_at_once_and_cuts_only_ready():
         assert ctx.get(dut.i.ready) and ctx.get(dut.o.payload) == 43
 
     _run(dut, bench)
-    assert out[:11] == list(range(10)) + [None]

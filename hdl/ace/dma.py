@@ -338,7 +338,7 @@ class DmaReader(wiring.Component):
 
         # -- Statistics.
         busy = (cmd_slice.o.valid | split.burst.valid | axi.arvalid | (in_flight != 0) | (meta_fifo.level != 0) | act
-                | dout.valid | self.data.valid)
+                | self.data.valid)
         with m.If(dout.valid & dout.ready):
             m.d.sync += [self.beats.eq(self.beats + 1), self.bytes.eq(self.bytes + out_bytes)]
         with m.If(axi.arvalid & axi.arready):

@@ -43,12 +43,12 @@ Pipeline (one descriptor at a time; commands are rare, the stages are there to k
 for a 1 GHz / 45 nm target, not to overlap descriptors):
 
 1. the ``start`` cycle: communicator lookup (COMM_CFG fields by the register map), element size, the products
-   of registered inputs (``slot_beats * n_slots``, arrivals), window ends ``base + size``, ``dst - src``, the
-   operands of the placement products, and every check that needs no product -> registers; the entry is
-   registered here too.
-2. the placement products: the buffer lengths and the in-place offset (:class:`~.placement.PlacementCheck`;
-   their operands come out of the lookup, too late in the start cycle for a multiply) -> registers; the chunk
-   buffer size -> register.
+   of registered inputs (``slot_beats * n_slots``, arrivals), window ends ``base + size``, the operands of
+   the placement products, and every check that needs no product -> registers; the entry is registered here
+   too.
+2. the placement products: the buffer lengths, the in-place offset and ``hi - lo`` of the two addresses
+   (:class:`~.placement.PlacementCheck`; their operands come out of the lookup, too late in the start cycle
+   for a multiply) -> registers; the chunk buffer size -> register.
 3. the checks that need a product: each buffer against each window (one add, one compare), the
    reduce-scatter / all-gather in-place offset (one compare) (both :class:`~.placement.PlacementCheck`)
    -> registers.

@@ -41,7 +41,7 @@ def _row(r):
         "busbw_bytes_per_cycle": round(busbw(r), 3),
         "mem_read_bytes": sorted(set(r["mem_read_bytes"])), "mem_write_bytes": sorted(set(r["mem_write_bytes"])),
         "sim_cycles_per_s": r["sim_cycles_per_s"], "build_s": r.get("build_s"), "wall_s": r["wall_s"],
-        "passed": passed(r),
+        "threads": r.get("threads", 1), "passed": passed(r),
     }
 
 
@@ -67,38 +67,45 @@ def _run(progress, **kw):
 
 
 def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bidir-ring:8"), latency=10,
-                     backend="verilator", progress=True, rate=None, chunk_bytes=None):
+                     backend="verilator", progress=True, rate=None, chunk_bytes=None, threads="auto"):
     """All-reduce of each size on each topology (``config``: a profile name or an AceConfig; ``rate``: every
-    link's flits per cycle, default the topology's; ``chunk_bytes``: default the largest); returns the rows."""
+    link's flits per cycle, default the topology's; ``chunk_bytes``: default the largest; ``threads``:
+    Verilator threads); returns the rows."""
     rows = []
     for topo in topologies:
         for size in sizes:
             rows.append(_row(_run(progress, collective="allreduce", topology=topo, nbytes=size, dtype="fp32",
                                   op="sum", config=config, latency=latency, backend=backend, rate=rate,
-                                  chunk_bytes=chunk_bytes)))
+                                  chunk_bytes=chunk_bytes, threads=threads)))
     return rows
 
 
 def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=10,
-                   backends=("verilator", "icarus"), npu_mems=("hdl", "cocotb"), progress=True, partitions=()):
+                   backends=("verilator", "icarus"), npu_mems=("hdl", "cocotb"), progress=True, partitions=(),
+                   threads=("auto",)):
     """The same all-reduce on each backend with each kind of NPU memory (the HDL RAMs inside the design, the
     cocotbext-axi models), then with the HDL RAMs as each number of ``partitions`` (simulator processes,
-    :mod:`syncfabric.tb.ace.partition`); returns the rows (``sim_cycles_per_s``, cycles over wall time from
+    :mod:`syncfabric.tb.ace.partition`); on Verilator with the first of ``threads`` (simulation threads per
+    process), and with the HDL RAMs in one process with each of the others; returns the rows (``sim_cycles_per_s``, cycles over wall time from
     the first doorbell to the last completion, is the figure; ``wall_s`` the whole run)."""
     rows = []
     for b in backends:
         verilog = b in ("verilator", "icarus")      # Amaranth's simulator has its own Python memory model
-        runs = [(mem, None) for mem in (npu_mems if verilog else ("cocotb",))]
-        runs += [("hdl", p) for p in partitions if verilog]
-        for mem, parts in runs:
+        first = threads[0] if b == "verilator" else 1
+        runs = [(mem, None, first) for mem in (npu_mems if verilog else ("cocotb",))]
+        runs += [("hdl", None, t) for t in threads[1:] if b == "verilator"]
+        runs += [("hdl", p, first) for p in partitions if verilog]
+        for mem, parts, t in runs:
             row = _row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes, dtype="fp32",
-                            op="sum", config=config, latency=latency, backend=b, npu_mem=mem, partitions=parts))
+                            op="sum", config=config, latency=latency, backend=b, npu_mem=mem, partitions=parts,
+                            threads=t))
             rows.append({**row, "npu_mem": mem if verilog else "Python model", "partitions": parts or 1})
     return rows
 
 
 def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=10, buffers=(4, 8, 16, 32),
-                fsms=(1, 2, 4, 8, 16), backend="verilator", progress=True, rate=None, chunk_bytes=None):
+                fsms=(1, 2, 4, 8, 16), backend="verilator", progress=True, rate=None, chunk_bytes=None,
+                threads="auto"):
     """All-reduce with each (buffers, FSMs) pair the configuration has (``rate``, ``chunk_bytes`` as
     :func:`bench_efficiency`); returns the rows."""
     from ..hdl.ace.config import AceConfig
@@ -111,7 +118,7 @@ def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=10, b
                 continue
             rows.append(_row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes,
                                   dtype="fp32", op="sum", config=config, latency=latency, backend=backend,
-                                  buffers=b, fsms=f, rate=rate, chunk_bytes=chunk_bytes)))
+                                  buffers=b, fsms=f, rate=rate, chunk_bytes=chunk_bytes, threads=threads)))
     return rows
 
 
@@ -139,6 +146,7 @@ SIMSPEED_COLUMNS = [
     ("backend", lambda r: r["backend"]),
     ("NPU memory", lambda r: r["npu_mem"]),
     ("processes", lambda r: str(r.get("partitions", 1))),
+    ("threads per process", lambda r: str(r.get("threads", 1))),
     ("cycles", lambda r: str(r["cycles"])),
     ("sim cycles/s (doorbell to completion)", lambda r: f"{r['sim_cycles_per_s']:.0f}"),
     ("build s", lambda r: f"{r['build_s']:.0f}" if r.get("build_s") is not None else "-"),
@@ -196,6 +204,13 @@ TRANSPORT_COLUMNS = [
 ]
 
 
+def _one_threads(args):
+    threads = args.threads or ["auto"]
+    if len(threads) > 1:
+        raise ValueError(f"bench {args.bench} takes one --threads (simspeed takes several)")
+    return threads[0]
+
+
 def main(args):
     """Run the benchmark ``args.bench`` with the parsed command line options; print a table."""
     sizes = args.bytes or [1 << 20]
@@ -203,7 +218,8 @@ def main(args):
           f"cycles", flush=True)
     if args.bench == "efficiency":
         rows = bench_efficiency(args.config, sizes, args.topology or ["ring:8", "bidir-ring:8"], args.latency,
-                                args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes)
+                                args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes,
+                                threads=_one_threads(args))
     elif args.bench == "transports":
         rows = bench_transports([args.backend] if args.backend else ["amaranth", "verilator", "icarus"],
                                 (args.topology or ["ring:2"])[0], sizes[0] if args.bytes else 4096,
@@ -216,7 +232,7 @@ def main(args):
     elif args.bench == "simspeed":
         rows = bench_simspeed(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                               [args.backend] if args.backend else ["verilator", "icarus"],
-                              partitions=args.partitions or ())
+                              partitions=args.partitions or (), threads=args.threads or ["auto"])
         print(_table(rows, SIMSPEED_COLUMNS))
         if args.json:
             with open(args.json, "w") as f:
@@ -225,7 +241,8 @@ def main(args):
     else:
         rows = bench_sweep(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                            args.buffers or [4, 8, 16, 32], args.fsms or [1, 2, 4, 8, 16],
-                           args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes)
+                           args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes,
+                           threads=_one_threads(args))
     print(_table(rows, COLUMNS))
     if args.json:
         with open(args.json, "w") as f:

@@ -112,6 +112,24 @@ def _add_run_args(p, defaults):
                    help="run the partitions on this Dask scheduler (tcp://host:8786; its workers need "
                         "syncfabric and the simulator) instead of a LocalCluster on this machine; implies "
                         "--partitions 2 unless given")
+    _add_threads_arg(p)
+
+
+def _threads(text):
+    from ..tb.harness import verilator_threads
+
+    try:
+        return text if text == "auto" else verilator_threads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_threads_arg(p, extra="", repeat=False):
+    p.add_argument("--threads", type=_threads, default=None if repeat else "auto", metavar="N",
+                   action="append" if repeat else "store",
+                   help="Verilator simulation threads per simulator process (a model with more than one is a "
+                        "build of its own; auto: the cores this process may use, shared among partitions, at "
+                        "most 4, or $SYNCFABRIC_VERILATOR_THREADS; default auto)" + extra)
 
 
 def _cmd_run(args):
@@ -132,7 +150,7 @@ def _cmd_run(args):
                                 npu_mem=args.npu_mem or ("hdl" if args.backend in ("verilator", "icarus")
                                                          else "cocotb"),
                                 partitions=args.partitions, scheduler=args.scheduler,
-                                progress=not args.quiet)
+                                threads=args.threads, progress=not args.quiet)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -231,6 +249,7 @@ def main(argv=None):
                          help="simspeed: also run the system as this many simulator processes (repeatable; "
                               "the topology's links need latency >= 2)")
     p_bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    _add_threads_arg(p_bench, "; engine benchmarks only, and simspeed takes several: a row each", repeat=True)
     p_bench.set_defaults(func=_cmd_bench)
     for name in EXTRA_COMMANDS:
         importlib.import_module(name).register(sub)

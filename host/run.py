@@ -354,7 +354,7 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
 
 
 def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
-                npu_mem="cocotb", partitions=None, scheduler=None):
+                npu_mem="cocotb", partitions=None, scheduler=None, threads="auto"):
     from ..hdl.system.top import system_links
     from .job import CollectiveJob
 
@@ -398,7 +398,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     timeout = max(10**6, int(20 * bound))
     options = dict(sim=backend, latency=latency, rate=rate, seed=seed, pause=pause, check=False,
                    timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log,
-                   npu_mem=True if npu_mem == "hdl" else None)
+                   npu_mem=True if npu_mem == "hdl" else None, threads=threads)
     if partitions:
         from ..tb.ace.partition import run_partitioned
 
@@ -439,7 +439,8 @@ def cfg_digest(cfg):
 def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtype="fp32", op="sum", *,
                    algorithm=None, root=0, chunk_bytes=None, backend="verilator", config="medium",
                    latency=None, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
-                   buffers=None, fsms=None, null_ranks=(), npu_mem="cocotb", partitions=None, scheduler=None):
+                   buffers=None, fsms=None, null_ranks=(), npu_mem="cocotb", partitions=None, scheduler=None,
+                   threads="auto"):
     """Run one collective end to end and return a result dict (see the module docstring for the backends).
 
     ``config``: an engine configuration name (:meth:`AceConfig.profile`) or an :class:`AceConfig` (given as
@@ -452,7 +453,9 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     served by Python every cycle) or ``"hdl"`` (an HDL RAM per endpoint inside the simulated system, loaded
     and read through a back door; Verilator and Icarus only); ``partitions``: simulate the system as that
     many simulator processes cut at its links (:mod:`syncfabric.tb.ace.partition`; point-to-point topologies,
-    Verilator and Icarus) on ``scheduler`` (None: a Dask ``LocalCluster``, or a Dask scheduler address)."""
+    Verilator and Icarus) on ``scheduler`` (None: a Dask ``LocalCluster``, or a Dask scheduler address);
+    ``threads``: Verilator simulation threads per simulator process (``"auto"``: the free cores, shared among
+    the partitions, at most 4; :func:`syncfabric.tb.harness.verilator_threads`)."""
     from ..hdl.ace.config import AceConfig
 
     if backend not in BACKENDS:
@@ -467,6 +470,10 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         raise ValueError(f"--partitions/--scheduler need a Verilog simulator backend, not {backend}")
     if scheduler is not None and partitions is None:
         partitions = 2
+    if backend == "verilator":
+        from ..tb.harness import verilator_threads
+
+        verilator_threads(threads)          # a bad value fails here, before any build
     spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root, null_ranks=null_ranks,
                     chunk_bytes=chunk_bytes, seed=seed)
     t0 = time.monotonic()
@@ -495,9 +502,10 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         result["buffers"] = cfg.n_buffers if buffers is None else buffers
         result["fsms"] = cfg.n_fsms if fsms is None else fsms
         res, run = _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
-                               npu_mem, partitions, scheduler)
+                               npu_mem, partitions, scheduler, threads)
         result.update(res)
         result["build_s"] = round(run.get("build_s", 0.0), 1)
+        result["threads"] = run.get("threads", 1)
         result["checked_against"] = "golden executor, byte for byte"
     result["wall_s"] = round(time.monotonic() - t0, 3)
     return result
@@ -541,7 +549,9 @@ def format_summary(r):
             lines.append(f"  the NPU memory port bounds this run: {r['memory_cycles']} cycles to read or write "
                          f"{max(r['mem_read_bytes'] + r['mem_write_bytes'])} B at one beat per cycle")
         lines.append(f"  simulation: {r['sim_cycles']} cycles at {r['sim_cycles_per_s']:.0f} cycles/s from the first "
-                     f"doorbell to the last completion (build {r['build_s']:.0f} s)")
+                     f"doorbell to the last completion (build {r['build_s']:.0f} s"
+                     + (f", {r['threads']} Verilator threads" + (" per process" if r.get("partitions") else "")
+                        if r.get("threads", 1) > 1 else "") + ")")
         if r.get("partitions"):
             parts = r["partitions"]
             lines.append(f"  partitioned: {len(parts)} simulator processes on a {r['partition_backend']}, "

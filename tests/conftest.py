@@ -6,7 +6,14 @@ external simulator or the FPGA tools (markers ``cocotb`` and ``fpga``, seconds t
 collected first and the unit tests (milliseconds to seconds) fill in behind them; the order within each group
 is kept. ``make test`` pairs this with ``--dist worksteal`` so that an idle worker takes queued tests from a
 busy one.
+
+Simulation threads: the suite runs a simulator per worker, so a Verilator run that asks for ``"auto"`` threads
+(``syncfabric run``/``bench`` through ``main``) gets one here: more threads than free cores spin, and each thread
+count would be a Verilator build of its own. A test that wants threads passes them explicitly.
 """
+import os
+
+os.environ.setdefault("SYNCFABRIC_VERILATOR_THREADS", "1")
 
 
 def _weight(item):

@@ -65,7 +65,7 @@ def npu_mem_for(cfg, topology, jobs, **options):
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
                pause=0.0, link_stall=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
                check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=True,
-               partition=None):
+               partition=None, threads=1):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
     configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
@@ -81,7 +81,7 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
     with their protocol checks, paused per channel by Python on every edge) or a dict of ``AxiRam`` arguments
     with ``size_bytes``. ``partition``: this run is one partition of a partitioned simulation (a dict of
     ``index``, ``ranks``, ``hub``, ``authkey``, ``window``; :func:`syncfabric.tb.ace.partition.run_partitioned`
-    sets it)."""
+    sets it). ``threads``: Verilator simulation threads (:func:`syncfabric.tb.harness.verilator_threads`)."""
     import dataclasses
     import json
     import os
@@ -121,7 +121,7 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
                                         "buffers": buffers, "fsms": fsms, "late": late,
                                         "spill_entries": spill_entries, "partition": partition},
                              build_tag=build_tag, hier_blocks=(ENGINE_MODULE,), log_file=log_file,
-                             public=public)
+                             public=public, threads=threads)
         except AssertionError as exc:
             if check:
                 raise

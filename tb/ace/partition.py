@@ -338,13 +338,15 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
     ``"local"`` (a Dask ``LocalCluster`` of one worker per partition; a local process pool when Dask is not
     installed), ``"processes"`` (the process pool), or a Dask scheduler address (``tcp://host:8786``: its
     workers need this package and a simulator; ``hub_host`` is the address they reach this machine by, default
-    its host name). ``progress(cycle, wall_s)`` is called every 64 windows. Returns the merged result (with
+    its host name). ``threads`` (among the ``options``): each partition's Verilator threads; ``"auto"`` shares
+    this machine's cores among the partitions on a local cluster and is 1 on a remote one. ``progress(cycle, wall_s)`` is called every 64 windows. Returns the merged result (with
     ``partitions``: ranks, windows, rows crossed and exchange time of each, and ``backend``); raises
     AssertionError when a partition fails (``check=False``: the result with ``error``). A ``log_file``
     becomes one per partition (``<name>-p<k>.log``)."""
     import dataclasses
 
     from ...sim.perf.sweep import dask_available
+    from ..harness import verilator_threads
 
     parts = [list(p) for p in (parts or split_ranks(topology, partitions))]
     window = plan(topology, parts, latency, rate, window)
@@ -352,6 +354,9 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
         raise ValueError("a partitioned run has no late posting or random link stalls (they need every rank's "
                          "state, or a random draw per link, in one process)")
     remote = scheduler not in (None, "local", "processes")
+    threads = options.get("threads", 1)
+    options["threads"] = (1 if remote and threads in (None, "auto")
+                          else verilator_threads(threads, share=len(parts)))
     host = hub_host or (socket.gethostname() if remote else "127.0.0.1")
     hub = Hub(topology, parts, host=host, progress=progress, window=window)
     tag = build_tag or os.environ.get("PYTEST_CURRENT_TEST", "partitioned").split(" ")[0]

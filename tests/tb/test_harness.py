@@ -110,3 +110,38 @@ def test_an_interrupted_verilator_build_leaves_nothing_behind(tmp_path, monkeypa
     monkeypatch.setattr(harness.subprocess, "run", real_run)
     assert run_cocotb(Counter, {"width": 5}, **kw)["tests"] == 1
     assert (build_dir / "built").exists() and not (build_dir / "building").exists()
+
+
+def test_verilator_threads_resolve_from_the_argument_the_environment_and_the_cores(monkeypatch):
+    """An explicit count is taken as given; "auto" is $SYNCFABRIC_VERILATOR_THREADS when set, else the
+    process's cores divided among the processes sharing them, at least 1 and at most AUTO_THREADS_MAX;
+    anything else is refused with the value in the message."""
+    from syncfabric.tb import harness
+
+    monkeypatch.delenv(harness.THREADS_ENV, raising=False)
+    monkeypatch.setattr(harness.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert harness.verilator_threads(3) == 3 and harness.verilator_threads("2") == 2
+    assert harness.verilator_threads("auto") == harness.AUTO_THREADS_MAX == 4
+    assert harness.verilator_threads(None, share=2) == 3 and harness.verilator_threads("auto", share=8) == 1
+    monkeypatch.setenv(harness.THREADS_ENV, "1")
+    assert harness.verilator_threads("auto", share=1) == 1 and harness.verilator_threads(2) == 2
+    for bad in (0, -1, 1.5, True, "x", "2.0", ""):
+        with pytest.raises(ValueError, match="whole number"):
+            harness.verilator_threads(bad)
+    monkeypatch.setenv(harness.THREADS_ENV, "many")
+    with pytest.raises(ValueError, match="SYNCFABRIC_VERILATOR_THREADS='many'"):
+        harness.verilator_threads("auto")
+
+
+@pytest.mark.cocotb
+def test_a_multithreaded_verilator_model_is_a_build_of_its_own():
+    """threads=2 builds the design with ``--threads 2`` in a directory of its own (the single-threaded build
+    stays as it is) and runs the same test to the same result; Icarus ignores the count."""
+    kw = dict(toplevel="counter", test_module="syncfabric.tb.smoke", tb_params={"cycles": 13},
+              testcase="counts_enabled_cycles")
+    one = run_cocotb(Counter, {"width": 7}, sim="verilator", build_tag="harness-threads-1", **kw)
+    two = run_cocotb(Counter, {"width": 7}, sim="verilator", build_tag="harness-threads-2", threads=2, **kw)
+    assert (one["threads"], two["threads"]) == (1, 2) and one["build_dir"] != two["build_dir"]
+    assert "--threads 2" in (Path(two["build_dir"]) / "built").read_text()
+    assert "--threads" not in (Path(one["build_dir"]) / "built").read_text()
+    assert run_cocotb(Counter, {"width": 7}, sim="icarus", threads=2, **kw)["threads"] == 1

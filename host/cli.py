@@ -128,8 +128,9 @@ def _add_threads_arg(p, extra="", repeat=False):
     p.add_argument("--threads", type=_threads, default=None if repeat else "auto", metavar="N",
                    action="append" if repeat else "store",
                    help="Verilator simulation threads per simulator process (a model with more than one is a "
-                        "build of its own; auto: the cores this process may use, shared among partitions, at "
-                        "most 4, or $SYNCFABRIC_VERILATOR_THREADS; default auto)" + extra)
+                        "build of its own; auto: the idle cores (cores less the load average) shared among "
+                        "partitions, 1 to 4, or $SYNCFABRIC_VERILATOR_THREADS; more threads than idle cores "
+                        "is many times slower than one; default auto)" + extra)
 
 
 def _cmd_run(args):

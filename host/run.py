@@ -454,8 +454,8 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     and read through a back door; Verilator and Icarus only); ``partitions``: simulate the system as that
     many simulator processes cut at its links (:mod:`syncfabric.tb.ace.partition`; point-to-point topologies,
     Verilator and Icarus) on ``scheduler`` (None: a Dask ``LocalCluster``, or a Dask scheduler address);
-    ``threads``: Verilator simulation threads per simulator process (``"auto"``: the free cores, shared among
-    the partitions, at most 4; :func:`syncfabric.tb.harness.verilator_threads`)."""
+    ``threads``: Verilator simulation threads per simulator process (``"auto"``: the idle cores, shared among
+    the partitions, 1 to 4; :func:`syncfabric.tb.harness.verilator_threads`)."""
     from ..hdl.ace.config import AceConfig
 
     if backend not in BACKENDS:

@@ -71,9 +71,11 @@ def simulators():
 
 def verilator_threads(threads="auto", share=1):
     """The threads a Verilator model simulates with: ``threads`` itself when it is a whole number >= 1;
-    ``"auto"`` or None: ``$SYNCFABRIC_VERILATOR_THREADS`` if set, else the cores this process may run on divided
-    by ``share`` (simulator processes running at once, e.g. the partitions of a run), at most
-    ``AUTO_THREADS_MAX``. Raises ValueError for anything else."""
+    ``"auto"`` or None: ``$SYNCFABRIC_VERILATOR_THREADS`` if set, else the cores this process may run on that
+    other work does not hold (less the one-minute load average, rounded), divided by ``share`` (simulator
+    processes running at once, e.g. the partitions of a run), at least 1 and at most ``AUTO_THREADS_MAX``.
+    Verilator's threads spin while they wait for each other, so a model with more threads than free cores is
+    many times slower than one thread (docs/results.md). Raises ValueError for anything else."""
     if threads in (None, "auto"):
         env = os.environ.get(THREADS_ENV)
         if env:
@@ -82,7 +84,8 @@ def verilator_threads(threads="auto", share=1):
             except ValueError:
                 raise ValueError(f"${THREADS_ENV}={env!r}: expected a whole number >= 1") from None
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, min(AUTO_THREADS_MAX, cores // max(1, share)))
+        busy = int(os.getloadavg()[0] + 0.5) if hasattr(os, "getloadavg") else 0
+        return max(1, min(AUTO_THREADS_MAX, (cores - busy) // max(1, share)))
     if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1:
         return threads
     if isinstance(threads, str) and threads.isdigit() and int(threads) >= 1:

@@ -114,15 +114,22 @@ def test_an_interrupted_verilator_build_leaves_nothing_behind(tmp_path, monkeypa
 
 def test_verilator_threads_resolve_from_the_argument_the_environment_and_the_cores(monkeypatch):
     """An explicit count is taken as given; "auto" is $SYNCFABRIC_VERILATOR_THREADS when set, else the
-    process's cores divided among the processes sharing them, at least 1 and at most AUTO_THREADS_MAX;
+    process's cores less the load average, divided among the processes sharing them, at least 1 and at most
+    AUTO_THREADS_MAX;
     anything else is refused with the value in the message."""
     from syncfabric.tb import harness
 
     monkeypatch.delenv(harness.THREADS_ENV, raising=False)
     monkeypatch.setattr(harness.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    monkeypatch.setattr(harness.os, "getloadavg", lambda: (0.3, 0.2, 0.1), raising=False)
     assert harness.verilator_threads(3) == 3 and harness.verilator_threads("2") == 2
     assert harness.verilator_threads("auto") == harness.AUTO_THREADS_MAX == 4
     assert harness.verilator_threads(None, share=2) == 3 and harness.verilator_threads("auto", share=8) == 1
+    # other work on 3.6 of the 6 cores leaves 2; more load than cores leaves 1
+    monkeypatch.setattr(harness.os, "getloadavg", lambda: (3.6, 2.0, 1.0), raising=False)
+    assert harness.verilator_threads("auto") == 2 and harness.verilator_threads("auto", share=2) == 1
+    monkeypatch.setattr(harness.os, "getloadavg", lambda: (9.0, 9.0, 9.0), raising=False)
+    assert harness.verilator_threads("auto") == 1
     monkeypatch.setenv(harness.THREADS_ENV, "1")
     assert harness.verilator_threads("auto", share=1) == 1 and harness.verilator_threads(2) == 2
     for bad in (0, -1, 1.5, True, "x", "2.0", ""):

@@ -8,9 +8,12 @@ posted is acknowledged (the lowest buffer first when several are). One move per 
 A move needs room in the target partition (fewer chunks than its PART register) - except for the oldest chunk
 held by any FSM, which always moves: every rank holds the same oldest chunk (same dispatch order), so it can never
 wait on younger chunks filling a partition on another rank, whatever the PART sizes (docs/engine.md section 3).
+The oldest chunk is found from registers: the oldest of the cycle before, while its FSM still holds that chunk
+(same dispatch number; chunks dispatched since are younger, so it is still the oldest). Its privilege starts the
+cycle after it became the oldest, which keeps the oldest-first search out of the move grant's path.
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Array, Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -84,11 +87,14 @@ class PartitionManager(wiring.Component):
         seqs = [c.seq for c in self.ctx]
         m.d.comb += [oldest.req.eq(self.active)]
         m.d.comb += [a.seq[f].eq(s) for a in (oldest, moves) for f, s in enumerate(seqs)]
+        # the oldest chunk of the cycle before: its FSM and dispatch number
+        old_valid, old_sel, old_seq = Signal(), Signal.like(oldest.sel), Signal.like(seqs[0])
+        m.d.sync += [old_valid.eq(oldest.valid), old_sel.eq(oldest.sel), old_seq.eq(Array(seqs)[oldest.sel])]
         term_free = self.used_term < self.part[TERMINAL]
         next_free = Cat(*[self.used[p] < self.part[p] for p in range(MAX_PHASES)])  # room in p (from p-1)
         move_req = Signal(F)
         for f in range(F):
-            is_oldest = oldest.valid & (oldest.sel == f)
+            is_oldest = old_valid & (old_sel == f) & (seqs[f] == old_seq)
             room = next_free.bit_select((self.ctx[f].phase + 1)[:3], 1)
             at_end, ho = self.at_end[f], self.handoff[f]
             m.d.comb += [

@@ -1,6 +1,7 @@
 """PartitionManager in Amaranth's simulator against a cycle model of its rules: random requests, partition sizes
 (zero included), dispatch sequence numbers and STORE acknowledgements; plus the rule that matters for deadlock
-freedom, checked directly: the oldest chunk moves even into a full partition.
+freedom, checked directly: the oldest chunk moves even into a full partition (from the cycle after it became
+the oldest, the manager finding it from registers).
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -23,15 +24,16 @@ class Model:
         self.used = [0] * MAX_PHASES
         self.used_term = 0
         self.term = {}          # buffer -> (cmd, status)
+        self.oldest = None      # (FSM, dispatch number) of the oldest chunk the cycle before
 
     def step(self, x):
         """Outputs for inputs ``x`` this cycle, then the state update (as the RTL's clock edge)."""
         part = x["part"]
-        oldest = oldest_first_model(x["active"], x["seq"])
         term_free = self.used_term < part[TERMINAL]
         req, pwait, hwait = [], [], []
         for f in range(F):
-            is_oldest = oldest == f
+            # privileged: the chunk that was the oldest the cycle before, still held by its FSM
+            is_oldest = self.oldest == (f, x["seq"][f])
             nxt = x["phase"][f] + 1
             room = nxt < MAX_PHASES and self.used[nxt] < part[nxt]
             at_end, ho = x["at_end"][f], x["handoff"][f]
@@ -44,6 +46,8 @@ class Model:
         out = {"move": move, "phase_wait": pwait, "handoff_wait": hwait, "room0": self.used[0] < part[0],
                "done": done, "used": list(self.used), "used_term": self.used_term}
         # update
+        oldest = oldest_first_model(x["active"], x["seq"])
+        self.oldest = None if oldest is None else (oldest, x["seq"][oldest])
         if done:
             del self.term[done[0]]
             self.used_term -= 1
@@ -128,9 +132,15 @@ def test_the_oldest_chunk_moves_into_a_full_partition_and_a_younger_one_waits():
         ctx.set(dut.ctx[0].seq, 7)
         ctx.set(dut.ctx[1].seq, 5)                      # FSM 1 holds the oldest chunk
         ctx.set(dut.at_end, 0b11)
+        # the oldest chunk is known from a register: no move in the cycle it appears
+        assert not ctx.get(dut.move_valid) and ctx.get(dut.phase_wait) == 0b11
+        await ctx.tick()
         assert ctx.get(dut.move_valid) and ctx.get(dut.move_fsm) == 1
         assert ctx.get(dut.phase_wait) == 0b01      # FSM 0 waits for room
-        ctx.set(dut.active, 0b01)                   # with FSM 1 gone, FSM 0 is the oldest: it moves too
+        ctx.set(dut.ctx[1].seq, 9)                  # FSM 1 takes a new, younger chunk: no privilege for it
+        ctx.set(dut.at_end, 0b10)
+        assert not ctx.get(dut.move_valid) and ctx.get(dut.phase_wait) == 0b10
+        await ctx.tick()                            # FSM 0 is now the oldest: it moves
         ctx.set(dut.at_end, 0b01)
         assert ctx.get(dut.move_valid) and ctx.get(dut.move_fsm) == 0 and ctx.get(dut.phase_wait) == 0
 

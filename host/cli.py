@@ -62,12 +62,17 @@ def _add_run_args(p, defaults):
                             "barrier"],
                    help="collective to run (default %(default)s)")
     p.add_argument("--topology", default=defaults["topology"],
-                   help="ring:N, bidir-ring:N, torus:LxVxH or switch:N (default %(default)s)")
+                   help="ring:N, bidir-ring:N, torus:LxVxH or switch:N, at most 512 endpoints (default "
+                        "%(default)s)")
     p.add_argument("--algorithm", default=None, help="algorithm (default: the topology's default)")
     p.add_argument("--bytes", type=parse_size, default=defaults["bytes"],
-                   help="bytes per endpoint buffer, nccl-tests convention; ignored by barrier (default %(default)s)")
+                   help="bytes per endpoint buffer, nccl-tests convention; ignored by barrier; at most 256MiB "
+                        "over all endpoints together (the golden model checks every run in host memory) "
+                        "(default %(default)s)")
     p.add_argument("--dtype", default="fp32", type=str.lower, choices=[d.name.lower() for d in DType])
-    p.add_argument("--op", default="sum", type=str.lower, choices=[o.name.lower() for o in ReduceOp])
+    p.add_argument("--op", default="sum", type=str.lower, choices=[o.name.lower() for o in ReduceOp],
+                   help="reduction of allreduce, reduce_scatter and reduce (the other collectives refuse any "
+                        "but the default, %(default)s)")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce")
     p.add_argument("--null-ranks", type=_rank_list, default=(),
                    help="comma-separated ranks that make a null contribution (partial all-reduce, RNA): they "

@@ -53,6 +53,42 @@ def test_engine_backends_refuse_what_the_engine_does_not_run(capsys):
     assert main(["run", "--pause", "1.5", "--backend", "icarus"]) == 2
 
 
+def test_run_refuses_sizes_and_systems_the_golden_check_cannot_hold(capsys):
+    """`--bytes` beyond 256 MiB over all endpoints (16G was a MemoryError traceback) and topologies beyond the
+    512 ranks programs address (ring:99999 ran unbounded) end in one error line naming the value and the
+    limit, on the command line and in the Python API; the limits themselves are accepted."""
+    from syncfabric.host.run import MAX_NPUS, MAX_TOTAL_BYTES
+
+    assert main(["run", "--backend", "golden", "--bytes", "16G", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--bytes 17179869184" in err and "256 MiB" in err
+    assert main(["run", "--backend", "golden", "--topology", "ring:99999", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ring:99999 has 99999 endpoints" in err and "at most 512" in err
+    with pytest.raises(ValueError, match="at most 512 ranks"):
+        run_collective("allreduce", "torus:16x8x8", 4096, backend="golden")
+    with pytest.raises(ValueError, match="256 MiB"):
+        job_spec("allgather", "ring:2", MAX_TOTAL_BYTES // 2 + 64, "fp32", "sum")
+    assert job_spec("allgather", "ring:2", MAX_TOTAL_BYTES // 2, "fp32", "sum")["count"] == MAX_TOTAL_BYTES // 16
+    assert job_spec("allreduce", f"switch:{MAX_NPUS}", 4096, "fp32", "sum")["npus"] == MAX_NPUS
+    assert main(["run", "--backend", "golden", "--collective", "barrier", "--bytes", "16G", "--quiet"]) == 0
+
+
+def test_op_is_refused_on_collectives_that_do_not_reduce(capsys):
+    """A non-default `--op` on all-gather, all-to-all, broadcast or barrier (silently ignored before) is an
+    error naming the op and the collectives that reduce; the reducing ones take it."""
+    for coll in ("allgather", "alltoall", "broadcast", "barrier"):
+        assert main(["run", "--backend", "golden", "--collective", coll, "--op", "max", "--bytes", "4K",
+                     "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"syncfabric run: error: --op max: {coll} does not reduce; --op applies to allreduce, " \
+                      f"reduce_scatter, reduce\n"
+    with pytest.raises(ValueError, match="does not reduce"):
+        run_collective("broadcast", "ring:2", 4096, "fp32", "min", backend="golden")
+    assert main(["run", "--backend", "golden", "--collective", "reduce", "--op", "max", "--bytes", "4K",
+                 "--quiet"]) == 0
+
+
 def test_bound_is_the_busiest_link_at_its_rate():
     from syncfabric.hdl.system.top import link_params
     from syncfabric.host.run import bandwidth_cycles, bound_cycles, run_golden

@@ -89,6 +89,23 @@ def test_op_is_refused_on_collectives_that_do_not_reduce(capsys):
                  "--quiet"]) == 0
 
 
+def test_root_outside_the_topology_is_refused_before_an_engine_backend_builds(capsys, monkeypatch):
+    """`--root 9` on ring:4 used to reach the RTL (2048 mismatches): every backend now refuses it while
+    checking the job, before anything is built or simulated (the engine runner here fails the test if
+    called)."""
+    import syncfabric.host.run as run_mod
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("an engine simulation was started")
+
+    monkeypatch.setattr(run_mod, "_run_engine", no_engine)
+    for backend in ("verilator", "icarus", "amaranth", "golden"):
+        for coll in ("broadcast", "reduce"):
+            assert main(["run", "--backend", backend, "--topology", "ring:4", "--collective", coll, "--root", "9",
+                         "--threads", "1", "--quiet"]) == 2
+            assert capsys.readouterr().err == "syncfabric run: error: --root 9 is not a rank of ring:4 (0..3)\n"
+
+
 def test_bound_is_the_busiest_link_at_its_rate():
     from syncfabric.hdl.system.top import link_params
     from syncfabric.host.run import bandwidth_cycles, bound_cycles, run_golden

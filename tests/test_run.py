@@ -106,6 +106,26 @@ def test_root_outside_the_topology_is_refused_before_an_engine_backend_builds(ca
             assert capsys.readouterr().err == "syncfabric run: error: --root 9 is not a rank of ring:4 (0..3)\n"
 
 
+def test_json_output_in_a_missing_directory_is_refused_before_the_run(capsys, tmp_path):
+    """`--json missing_dir/out.json` crashed after the run (FileNotFoundError); it is now refused first, as is
+    a directory given as the file, and a writable path still gets the result. `bench` and `perf iteration`
+    check their --json the same way before they start anything."""
+    missing = tmp_path / "missing_dir" / "out.json"
+    assert main(["run", "--backend", "golden", "--bytes", "4K", "--quiet", "--json", str(missing)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and f"the directory {missing.parent} does not exist" in err
+    assert main(["run", "--backend", "golden", "--bytes", "4K", "--quiet", "--json", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main(["run", "--backend", "golden", "--bytes", "4K", "--quiet", "--json", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["mismatches"] == 0
+    capsys.readouterr()
+    for cmd in (["bench", "allreduce", "--quiet"], ["perf", "iteration", "--npus", "16"]):
+        assert main([*cmd, "--json", str(missing)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith(f"syncfabric {cmd[0]}")
+        assert f"--json {missing}: the directory {missing.parent} does not exist" in err
+
+
 def test_bound_is_the_busiest_link_at_its_rate():
     from syncfabric.hdl.system.top import link_params
     from syncfabric.host.run import bandwidth_cycles, bound_cycles, run_golden

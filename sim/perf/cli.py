@@ -109,6 +109,9 @@ def _dispatch(args):
     c = args.perf_command
     progress = not getattr(args, "quiet", False)
     if c == "iteration":
+        from ...host.cli import check_output_path
+
+        check_output_path(args.json)        # before the simulation, not after it
         wl = load_workload(args.workload, batch=args.batch)
         topo = args.topology or torus_for(args.npus)
         rows = []

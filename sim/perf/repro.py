@@ -243,6 +243,8 @@ def byteps(out_dir, n=32, ks=range(0, 41, 2), M=1 << 30, B=100e9 / 8):
     formula (Eq. 6) and from the summation-service traffic; and the intra-machine PCIe strategies."""
     if not len(ks):
         raise ValueError("BytePS: no CPU machine count k to sweep (the largest k must be at least 0)")
+    if n < 2:       # one machine communicates nothing: every speedup would be 0/0
+        raise ValueError(f"BytePS: n={n} GPU machines; the figures need at least 2")
     rows = []
     for k in ks:
         model = bp.byteps_time(n, k, M, B)

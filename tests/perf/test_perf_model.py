@@ -215,6 +215,7 @@ def test_perf_reports_a_bad_workload_as_an_error(capsys):
     (["iteration", "--npus", "16", "--compute-efficiency", "1.5"], "compute efficiency 1.5: expected a fraction"),
     (["fig10", "--npus", "16", "--compute-efficiency", "-1"], "compute efficiency -1.0: expected a fraction"),
     (["byteps", "--kmax", "-1"], "--kmax -1: the largest CPU machine count k must be at least 0"),
+    (["byteps", "--n", "1"], "BytePS: n=1 GPU machines; the figures need at least 2"),
 ])
 def test_perf_refuses_parameters_the_model_cannot_run(args, message, tmp_path, capsys):
     """`perf rna --ranks 0` and `--compute-efficiency 0` (ZeroDivisionError tracebacks before), and `byteps

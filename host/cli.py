@@ -18,7 +18,7 @@ from .config import SIZE_UNITS as _UNITS
 from .nccl_bench import BENCH_COLLECTIVES
 from .run import BACKENDS, DEFAULT_LATENCY
 
-__all__ = ["main", "parse_size"]
+__all__ = ["main", "parse_size", "check_output_path"]
 
 
 def parse_size(text):
@@ -29,6 +29,22 @@ def parse_size(text):
     if not num.isdigit() or unit not in _UNITS:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 4096, 64K, 1MiB)")
     return int(num) * _UNITS[unit]
+
+
+def check_output_path(path, option="--json"):
+    """Raise ValueError unless ``path`` (an output file; None or ``-``: none or stdout) can be created: its
+    directory exists and is writable, and it is not a directory. Checked before a run, not after it."""
+    import os
+
+    if not path or path == "-":
+        return
+    where = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path}: is a directory, not a file")
+    if not os.path.isdir(where):
+        raise ValueError(f"{option} {path}: the directory {where} does not exist")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: the directory {where} is not writable")
 
 
 def _rank_list(text):
@@ -62,12 +78,17 @@ def _add_run_args(p, defaults):
                             "barrier"],
                    help="collective to run (default %(default)s)")
     p.add_argument("--topology", default=defaults["topology"],
-                   help="ring:N, bidir-ring:N, torus:LxVxH or switch:N (default %(default)s)")
+                   help="ring:N, bidir-ring:N, torus:LxVxH or switch:N, at most 512 endpoints (default "
+                        "%(default)s)")
     p.add_argument("--algorithm", default=None, help="algorithm (default: the topology's default)")
     p.add_argument("--bytes", type=parse_size, default=defaults["bytes"],
-                   help="bytes per endpoint buffer, nccl-tests convention; ignored by barrier (default %(default)s)")
+                   help="bytes per endpoint buffer, nccl-tests convention; ignored by barrier; at most 256MiB "
+                        "over all endpoints together (the golden model checks every run in host memory) "
+                        "(default %(default)s)")
     p.add_argument("--dtype", default="fp32", type=str.lower, choices=[d.name.lower() for d in DType])
-    p.add_argument("--op", default="sum", type=str.lower, choices=[o.name.lower() for o in ReduceOp])
+    p.add_argument("--op", default="sum", type=str.lower, choices=[o.name.lower() for o in ReduceOp],
+                   help="reduction of allreduce, reduce_scatter and reduce (the other collectives refuse any "
+                        "but the default, %(default)s)")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce")
     p.add_argument("--null-ranks", type=_rank_list, default=(),
                    help="comma-separated ranks that make a null contribution (partial all-reduce, RNA): they "
@@ -137,6 +158,7 @@ def _cmd_run(args):
     from .run import run_collective, format_summary, passed
 
     try:
+        check_output_path(args.json)
         config = args.config
         if args.engine:
             from ..hdl.ace.config import AceConfig
@@ -160,8 +182,12 @@ def _cmd_run(args):
         json.dump(result, sys.stdout, indent=2)
         print()
     elif args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        try:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2)
+        except OSError as exc:
+            print(f"syncfabric {args.command}: error: --json {args.json}: {exc.strerror}", file=sys.stderr)
+            return 2
     return 0 if passed(result) else 1
 
 
@@ -170,6 +196,7 @@ def _cmd_bench(args):
     from .nccl_bench import main as nccl_main
 
     try:
+        check_output_path(args.json)
         if args.bench in BENCH_COLLECTIVES:
             return nccl_main(args)
         args.config = args.config or ("small" if args.bench == "transports" else "paper")

@@ -164,6 +164,9 @@ def load_config(source=None, **overrides):
                 text = f.read()
         except OSError as e:
             raise ConfigError(f"cannot read the configuration {source!r}: {e.strerror}") from None
+        except UnicodeDecodeError as e:       # a binary file: the codec's message names neither file nor fix
+            raise ConfigError(f"cannot read the configuration {source!r}: not a UTF-8 text (YAML) file, byte "
+                              f"{e.start} is {e.object[e.start:e.start + 1]!r}") from None
         raw = _yaml(text, source)
     elif isinstance(source, str):
         raw = _yaml(source, "<string>")
@@ -263,4 +266,4 @@ def _yaml(text, where):
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{where}: not valid YAML: {e}") from None
+        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None   # one line

@@ -50,6 +50,13 @@ def _sizes(min_bytes, max_bytes, factor):
     return out
 
 
+def _check_runs(iters, warmup):
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters (-n) {iters!r}: need at least 1 timed run per size")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup (-w) {warmup!r}: need 0 or more untimed runs")
+
+
 def _one(system, comm, coll, count, dtype, op, root, in_place, send, recv, inputs, eb):
     """Run one collective; returns (cycles, wrong elements)."""
     for cr, sr in enumerate(comm.ranks):
@@ -86,6 +93,7 @@ def bench(system, collective, min_bytes=8, max_bytes=1 << 16, factor=2, *, dtype
     ``progress(done, total)`` is called after each run."""
     if collective not in BENCH_COLLECTIVES:
         raise ValueError(f"bench: unknown collective {collective!r}; expected one of {', '.join(BENCH_COLLECTIVES)}")
+    _check_runs(iters, warmup)
     comm = comm or system.world
     n = comm.size
     dt, rop = DType.parse(dtype), ReduceOp.parse(op)
@@ -197,6 +205,7 @@ def main(args):
     from .system import System
 
     _sizes(args.minbytes, args.maxbytes, args.stepfactor)        # bad sizes fail before a simulator starts
+    _check_runs(args.iters, args.warmup_iters)
     if args.bench not in BENCH_COLLECTIVES:
         raise ValueError(f"unknown collective {args.bench!r}")
     if args.system:
@@ -212,10 +221,13 @@ def main(args):
     overrides = {}
     if args.backend:
         overrides["backend"] = args.backend
-    if args.clock_mhz:
+    if args.clock_mhz is not None:
         overrides["clock_mhz"] = args.clock_mhz
+    config = load_config(source, **overrides)                   # and a bad system or root too
+    if args.bench in _ROOTED and not 0 <= args.root < config.n_endpoints:
+        raise ValueError(f"-r {args.root} is not a rank of {config.topology} (0..{config.n_endpoints - 1})")
     t0 = time.monotonic()
-    with System(source, progress=not args.quiet, **overrides) as system:
+    with System(config, progress=not args.quiet) as system:
         line = ProgressLine(enabled=not args.quiet)
         rows = bench(system, args.bench, args.minbytes, args.maxbytes, args.stepfactor, dtype=args.datatype,
                      op=args.op, root=args.root, iters=args.iters, warmup=args.warmup_iters,

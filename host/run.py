@@ -35,6 +35,15 @@ ENGINE_TOPOLOGIES = ("ring", "bidir-ring", "torus", "switch")
 #: Link latency (cycles) of ring links (ACE Table V's intra-package links); a torus's links default to its
 #: per-dimension attributes (local 90 cycles at full rate, vertical/horizontal 500 cycles at 1/8 rate).
 DEFAULT_LATENCY = 90
+#: Most endpoints a job may have: programs name ranks in 9-bit step fields (docs/perf.md), so no collective
+#: program exists for more (the performance model composes larger tori itself, without job_spec).
+MAX_NPUS = 512
+#: Most bytes in all endpoints' buffers together (--bytes x NPUs): every run draws its inputs and checks its
+#: outputs in host memory with the golden model (executor buffers, a float64 reference), which peaks near 25
+#: times this (6 GiB for fp16 sums).
+MAX_TOTAL_BYTES = 256 << 20
+#: Collectives that reduce, and so use ``op`` (the others move data only).
+REDUCING_COLLECTIVES = ("allreduce", "reduce_scatter", "reduce")
 
 
 def count_for_bytes(collective, nbytes, nranks, dtype):
@@ -61,6 +70,8 @@ def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0,
     topo = topo_mod.parse(topology)
     dtype, op = DType.parse(dtype), ReduceOp.parse(op)
     p = topo.n_endpoints
+    if p > MAX_NPUS:
+        raise ValueError(f"{topo.spec} has {p} endpoints; programs address at most {MAX_NPUS} ranks")
     if coll in ("broadcast", "reduce") and not 0 <= root < p:
         raise ValueError(f"--root {root} is not a rank of {topo.spec} (0..{p - 1})")
     null = sorted(set(int(r) for r in null_ranks))
@@ -74,6 +85,10 @@ def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0,
     if chunk_bytes is not None and (chunk_bytes <= 0 or chunk_bytes % 64):
         raise ValueError(f"--chunk-bytes {chunk_bytes} must be a positive multiple of 64")
     count = count_for_bytes(coll, nbytes, p, dtype)
+    if coll != "barrier" and nbytes * p > MAX_TOTAL_BYTES:      # a barrier ignores --bytes
+        raise ValueError(f"--bytes {nbytes} on {p} endpoints is {nbytes * p} bytes in all; at most "
+                         f"{MAX_TOTAL_BYTES >> 20} MiB over all endpoints ({MAX_TOTAL_BYTES // p} bytes each on "
+                         f"{topo.spec}): the golden model that checks the run holds them in host memory")
     algo = algorithm or default_algorithm(coll, topo)
     return {"collective": coll, "topology": topo.spec, "algorithm": algo, "npus": p, "bytes": nbytes,
             "count": count, "dtype": dtype.name.lower(), "op": op.name.lower(), "root": root,
@@ -476,6 +491,10 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         verilator_threads(threads)          # a bad value fails here, before any build
     spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root, null_ranks=null_ranks,
                     chunk_bytes=chunk_bytes, seed=seed)
+    if spec["collective"] not in REDUCING_COLLECTIVES and spec["op"] != "sum":
+        # job_spec itself stays lenient: the engine testbenches post such jobs to check the engine ignores op
+        raise ValueError(f"--op {spec['op']}: {spec['collective']} does not reduce; --op applies to "
+                         f"{', '.join(REDUCING_COLLECTIVES)}")
     t0 = time.monotonic()
     result = {**spec, "backend": backend}
     if backend == "golden":

@@ -53,6 +53,79 @@ def test_engine_backends_refuse_what_the_engine_does_not_run(capsys):
     assert main(["run", "--pause", "1.5", "--backend", "icarus"]) == 2
 
 
+def test_run_refuses_sizes_and_systems_the_golden_check_cannot_hold(capsys):
+    """`--bytes` beyond 256 MiB over all endpoints (16G was a MemoryError traceback) and topologies beyond the
+    512 ranks programs address (ring:99999 ran unbounded) end in one error line naming the value and the
+    limit, on the command line and in the Python API; the limits themselves are accepted."""
+    from syncfabric.host.run import MAX_NPUS, MAX_TOTAL_BYTES
+
+    assert main(["run", "--backend", "golden", "--bytes", "16G", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--bytes 17179869184" in err and "256 MiB" in err
+    assert main(["run", "--backend", "golden", "--topology", "ring:99999", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ring:99999 has 99999 endpoints" in err and "at most 512" in err
+    with pytest.raises(ValueError, match="at most 512 ranks"):
+        run_collective("allreduce", "torus:16x8x8", 4096, backend="golden")
+    with pytest.raises(ValueError, match="256 MiB"):
+        job_spec("allgather", "ring:2", MAX_TOTAL_BYTES // 2 + 64, "fp32", "sum")
+    assert job_spec("allgather", "ring:2", MAX_TOTAL_BYTES // 2, "fp32", "sum")["count"] == MAX_TOTAL_BYTES // 16
+    assert job_spec("allreduce", f"switch:{MAX_NPUS}", 4096, "fp32", "sum")["npus"] == MAX_NPUS
+    assert main(["run", "--backend", "golden", "--collective", "barrier", "--bytes", "16G", "--quiet"]) == 0
+
+
+def test_op_is_refused_on_collectives_that_do_not_reduce(capsys):
+    """A non-default `--op` on all-gather, all-to-all, broadcast or barrier (silently ignored before) is an
+    error naming the op and the collectives that reduce; the reducing ones take it."""
+    for coll in ("allgather", "alltoall", "broadcast", "barrier"):
+        assert main(["run", "--backend", "golden", "--collective", coll, "--op", "max", "--bytes", "4K",
+                     "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"syncfabric run: error: --op max: {coll} does not reduce; --op applies to allreduce, " \
+                      f"reduce_scatter, reduce\n"
+    with pytest.raises(ValueError, match="does not reduce"):
+        run_collective("broadcast", "ring:2", 4096, "fp32", "min", backend="golden")
+    assert main(["run", "--backend", "golden", "--collective", "reduce", "--op", "max", "--bytes", "4K",
+                 "--quiet"]) == 0
+
+
+def test_root_outside_the_topology_is_refused_before_an_engine_backend_builds(capsys, monkeypatch):
+    """`--root 9` on ring:4 used to reach the RTL (2048 mismatches): every backend now refuses it while
+    checking the job, before anything is built or simulated (the engine runner here fails the test if
+    called)."""
+    import syncfabric.host.run as run_mod
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("an engine simulation was started")
+
+    monkeypatch.setattr(run_mod, "_run_engine", no_engine)
+    for backend in ("verilator", "icarus", "amaranth", "golden"):
+        for coll in ("broadcast", "reduce"):
+            assert main(["run", "--backend", backend, "--topology", "ring:4", "--collective", coll, "--root", "9",
+                         "--threads", "1", "--quiet"]) == 2
+            assert capsys.readouterr().err == "syncfabric run: error: --root 9 is not a rank of ring:4 (0..3)\n"
+
+
+def test_json_output_in_a_missing_directory_is_refused_before_the_run(capsys, tmp_path):
+    """`--json missing_dir/out.json` crashed after the run (FileNotFoundError); it is now refused first, as is
+    a directory given as the file, and a writable path still gets the result. `bench` and `perf iteration`
+    check their --json the same way before they start anything."""
+    missing = tmp_path / "missing_dir" / "out.json"
+    assert main(["run", "--backend", "golden", "--bytes", "4K", "--quiet", "--json", str(missing)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and f"the directory {missing.parent} does not exist" in err
+    assert main(["run", "--backend", "golden", "--bytes", "4K", "--quiet", "--json", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main(["run", "--backend", "golden", "--bytes", "4K", "--quiet", "--json", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["mismatches"] == 0
+    capsys.readouterr()
+    for cmd in (["bench", "allreduce", "--quiet"], ["perf", "iteration", "--npus", "16"]):
+        assert main([*cmd, "--json", str(missing)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith(f"syncfabric {cmd[0]}")
+        assert f"--json {missing}: the directory {missing.parent} does not exist" in err
+
+
 def test_bound_is_the_busiest_link_at_its_rate():
     from syncfabric.hdl.system.top import link_params
     from syncfabric.host.run import bandwidth_cycles, bound_cycles, run_golden

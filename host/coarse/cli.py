@@ -113,6 +113,10 @@ def _compare(args):
 
 def _profile(args):
     names = list(PROFILES) if args.profile == "all" else [args.profile]
+    if args.devices < 1:
+        raise ValueError(f"--devices {args.devices}: need at least 1 client/device pair")
+    if not 0 <= args.client < args.devices:
+        raise ValueError(f"--client {args.client} is not one of the {args.devices} clients (0..{args.devices - 1})")
     for name in names:
         prof = Profiler(model_measure(profile_paths(name, args.devices)), args.devices)
         t = prof.table(args.client)
@@ -125,9 +129,10 @@ def _profile(args):
 
 def _byteps(args):
     n, k, M, B = args.n, args.k, args.model_bytes, args.bandwidth
+    t_byteps = byteps.byteps_time(n, k, M, B)           # bad values fail here, before anything is printed
     print(f"n={n} GPU machines, k={k} CPU machines, M={M} B, B={B:g} B/s: D={byteps.bucket_count(n, k)}")
     print(f"  M_cpu {byteps.cpu_share(n, k, M):.0f} B  M_gpu {byteps.gpu_share(n, k, M):.0f} B per service")
-    print(f"  BytePS {byteps.byteps_time(n, k, M, B) * 1e3:.3f} ms, all-reduce "
+    print(f"  BytePS {t_byteps * 1e3:.3f} ms, all-reduce "
           f"{byteps.allreduce_time(n, M, B) * 1e3:.3f} ms, speedup {byteps.speedup_over_allreduce(n, k):.3f}x")
     if k:
         print(f"  non-colocated PS {byteps.ps_time(n, k, M, B) * 1e3:.3f} ms")

@@ -47,6 +47,9 @@ def profile_paths(name, n):
 def model_measure(paths):
     """A ``measure`` function timing transfers on a path-model matrix."""
     def measure(client, proxy, nbytes):
+        if not (0 <= client < len(paths) and 0 <= proxy < len(paths[client])):
+            raise ValueError(f"no path from client {client} to proxy {proxy} ({len(paths)} clients, "
+                             f"{len(paths[0]) if paths else 0} proxies)")
         return paths[client][proxy].time(nbytes)
     return measure
 

@@ -11,6 +11,8 @@ the other ``n(n-k')`` to the GPU services (``n-k'`` each), so a service's share 
 bytes (``M_cpu`` or ``M_gpu``) and the same part from every worker meets at one service.
 """
 
+import math
+
 import numpy as np
 
 from .arith import reduce_bytes
@@ -24,6 +26,21 @@ __all__ = ["effective_cpu", "bucket_count", "cpu_share", "gpu_share", "byteps_ti
 def _check(n, k):
     if n < 1 or k < 0:
         raise ValueError(f"need n >= 1 GPU machines and k >= 0 CPU machines, not n={n}, k={k}")
+    if n == 1 and k > 0:        # D = n^2 + k'n - 2k' = 0 buckets: the shares divided by zero
+        raise ValueError(f"n=1 GPU machine has nothing to synchronize through k={k} CPU machines; need n >= 2 "
+                         f"or k = 0")
+
+
+def _check_model(M, B):
+    # 0 or a negative bandwidth divided by zero or gave negative times; a negative model size negative bytes
+    for value, what in ((M, "model size {!r}: expected a positive number of bytes"),
+                        (B, "bandwidth {!r}: expected a positive number of bytes per second")):
+        try:
+            ok = math.isfinite(float(value)) and float(value) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(what.format(value))
 
 
 def effective_cpu(n, k):
@@ -50,6 +67,7 @@ def gpu_share(n, k, M):
 
 def byteps_time(n, k, M, B):
     """Iteration communication time max(t_g, t_c) = 2n(n-1)M/(DB) (Eq. 6)."""
+    _check_model(M, B)
     t_g = (M + (n - 2) * gpu_share(n, k, M)) / B
     t_c = n * cpu_share(n, k, M) / B if effective_cpu(n, k) else 0.0
     return max(t_g, t_c)
@@ -57,11 +75,14 @@ def byteps_time(n, k, M, B):
 
 def allreduce_time(n, M, B):
     """Ring all-reduce: 2(n-1)M/(nB)."""
+    _check(n, 0)
+    _check_model(M, B)
     return 2 * (n - 1) * M / (n * B)
 
 
 def ps_time(n, k, M, B):
     """Non-colocated parameter server with k CPU servers: max(M/B, nM/(kB))."""
+    _check_model(M, B)
     if k < 1:
         raise ValueError("a non-colocated PS needs k >= 1 servers")
     return max(M / B, n * M / (k * B))

@@ -109,6 +109,9 @@ def _dispatch(args):
     c = args.perf_command
     progress = not getattr(args, "quiet", False)
     if c == "iteration":
+        from ...host.cli import check_output_path
+
+        check_output_path(args.json)        # before the simulation, not after it
         wl = load_workload(args.workload, batch=args.batch)
         topo = args.topology or torus_for(args.npus)
         rows = []
@@ -151,6 +154,8 @@ def _dispatch(args):
         _table(rows, ["workload", "npus", "config", "iteration_ms", "compute_ms", "exposed_ms", "of_ideal"])
         print(json.dumps(summary, indent=1))
     elif c == "byteps":
+        if args.kmax < 0:
+            raise ValueError(f"--kmax {args.kmax}: the largest CPU machine count k must be at least 0")
         rows, pcie = repro.byteps(args.out, n=args.n, ks=range(0, args.kmax + 1, 2))
         _table(rows, ["n", "k", "model_s", "traffic_s", "allreduce_s", "speedup_over_allreduce"])
         _table(pcie, ["m", "rho", "x_opt", "x_brute", "J_ca_s", "J_opt_s", "J_allreduce_s"])

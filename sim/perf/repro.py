@@ -241,6 +241,10 @@ def byteps_traffic_time(n, k, M, B, part_bytes=4 * MB):
 def byteps(out_dir, n=32, ks=range(0, 41, 2), M=1 << 30, B=100e9 / 8):
     """BytePS Fig. 12's shape: communication time against CPU machines ``k`` for ``n`` GPU machines, from the
     formula (Eq. 6) and from the summation-service traffic; and the intra-machine PCIe strategies."""
+    if not len(ks):
+        raise ValueError("BytePS: no CPU machine count k to sweep (the largest k must be at least 0)")
+    if n < 2:       # one machine communicates nothing: every speedup would be 0/0
+        raise ValueError(f"BytePS: n={n} GPU machines; the figures need at least 2")
     rows = []
     for k in ks:
         model = bp.byteps_time(n, k, M, B)
@@ -316,6 +320,8 @@ def rna(out_dir, ranks=16, delays_ms=(0, 10, 20, 30, 40, 50), iters=200, compute
     all-reduce behind a readiness barrier vs RNA with 1 and 2 probes (the initiator is the first probed rank
     to be ready; late ranks contribute null tensors), and the median response time of the dissertation's
     microbenchmark (``nodes`` ranks, tasks of ``skew`` ms, the round ends when the first probed rank is done)."""
+    if ranks < 2:
+        raise ValueError(f"RNA ranks {ranks}: need at least 2 (it probes 2 of them)")
     rng = np.random.default_rng(seed)
     t_ar = 2 * (ranks - 1) / ranks * grad_bytes / (link_GBps * GB) * 1e3
     rows = []

@@ -37,6 +37,11 @@ class SystemParams:
     compute_efficiency: float = 1.0
     dtype_bytes: int = 2             # FP16 training
 
+    def __post_init__(self):
+        if not 0 < self.compute_efficiency <= 1:        # 0 divided the roofline's FLOPs by zero
+            raise ValueError(f"compute efficiency {self.compute_efficiency}: expected a fraction of the peak "
+                             f"in (0, 1]")
+
     def replace(self, **kw):
         return replace(self, **kw)
 

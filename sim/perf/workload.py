@@ -204,8 +204,13 @@ def load_workload(source, batch=None):
         where = str(path)
         try:
             data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise WorkloadError(f"{where}: not valid YAML: {exc}") from None
+        except yaml.YAMLError as exc:       # PyYAML's messages span lines: one line for the command line
+            raise WorkloadError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
+        except UnicodeDecodeError as exc:
+            raise WorkloadError(f"{where}: not a UTF-8 text (YAML) file, byte {exc.start} is "
+                                f"{exc.object[exc.start:exc.start + 1]!r}") from None
+        except OSError as exc:
+            raise WorkloadError(f"{where}: cannot read it: {exc.strerror}") from None
     if not isinstance(data, dict):
         raise WorkloadError(f"{where}: expected a mapping with name, batch and layers")
     extra = sorted(set(data) - {"name", "batch", "dtype_bytes", "seq", "layers"})

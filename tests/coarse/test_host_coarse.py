@@ -197,3 +197,30 @@ def test_coarse_command_refuses_bad_rates_and_ring_sizes_with_a_message(capsys):
     assert "a link rate is in (0, 1]" in capsys.readouterr().err
     assert main(["coarse", "sync", "--devices", "1"]) == 2
     assert "--devices >= 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["profile", "--client", "9"], "--client 9 is not one of the 4 clients (0..3)"),
+    (["profile", "--devices", "2", "--client", "-1"], "--client -1 is not one of the 2 clients (0..1)"),
+    (["profile", "--devices", "0"], "--devices 0: need at least 1 client/device pair"),
+    (["byteps", "--bandwidth", "0"], "bandwidth 0.0: expected a positive number of bytes per second"),
+    (["byteps", "--model-bytes", "-1"], "model size -1.0: expected a positive number of bytes"),
+    (["byteps", "--n", "1"], "n=1 GPU machine has nothing to synchronize through k=16 CPU machines"),
+])
+def test_coarse_profile_and_byteps_refuse_values_outside_the_model(args, message, capsys):
+    """`coarse profile --client 9` (an IndexError before), `coarse byteps --bandwidth 0` (ZeroDivisionError),
+    `--model-bytes -1` (negative times printed) and one GPU machine with CPU machines (zero buckets) end in one
+    error line naming the value; the library functions refuse the same values."""
+    from syncfabric.host.cli import main
+    from syncfabric.sim.golden import byteps
+
+    assert main(["coarse", *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"syncfabric coarse: error: {err.split(': error: ', 1)[1]}"
+    assert err.count("\n") == 1 and message in err
+    with pytest.raises(ValueError, match="bandwidth"):
+        byteps.byteps_time(32, 16, 1e6, 0)
+    with pytest.raises(ValueError, match="model size"):
+        byteps.allreduce_time(32, -1, 1e9)
+    with pytest.raises(ValueError, match="no path from client 9"):
+        Profiler(model_measure(profile_paths("v100", 4)), 4).table(9)

@@ -65,6 +65,28 @@ def test_unreadable_and_malformed_files(tmp_path):
         load_config("- a\n- b\n")
 
 
+def test_binary_and_control_character_files_are_one_line_errors(tmp_path, capsys):
+    """A binary file given as the system YAML (a raw 'utf-8 codec' message before) and one with control
+    characters (PyYAML's multi-line message) are ConfigErrors naming the file; `bench --system` and `perf
+    iteration --workload` print them as one error line, before any simulator starts."""
+    from syncfabric.host.cli import main
+
+    binary, control = tmp_path / "bin.yaml", tmp_path / "ctl.yaml"
+    binary.write_bytes(b"\xff\xfe\x00\x01binary")
+    control.write_bytes(b"topology: ring:2\n\x00\x01\x02")
+    with pytest.raises(ConfigError, match=r"bin.yaml': not a UTF-8 text \(YAML\) file, byte 0 is b'\\xff'"):
+        load_config(str(binary))
+    with pytest.raises(ConfigError, match="ctl.yaml: not valid YAML: unacceptable character") as exc:
+        load_config(str(control))
+    assert "\n" not in str(exc.value)
+    for argv in (["bench", "allreduce", "--system"], ["perf", "iteration", "--workload"]):
+        for path, msg in ((binary, "not a UTF-8 text (YAML) file"), (control, "not valid YAML")):
+            assert main([*argv, str(path)]) == 2
+            out, err = capsys.readouterr()
+            assert out == "" and err.count("\n") == 1 and str(path) in err and msg in err
+            assert err.startswith(f"syncfabric {argv[0]}")
+
+
 def test_sizes():
     assert parse_bytes("64K") == 65536 and parse_bytes("1MiB") == 1 << 20 and parse_bytes(4096) == 4096
     for bad in ("-1", "1 parsec", True, 0, 1.5):

@@ -65,6 +65,30 @@ def test_sweeps_on_verilator(capsys, tmp_path, collective, extra):
         assert rows[0]["root"] == 1 and rows[0]["redop"] == "max"
 
 
+def test_bad_run_counts_and_roots_are_refused_before_a_simulator_starts(capsys, monkeypatch):
+    """`-n -1`, `-n 0` and `-w -3` (a ZeroDivisionError after the whole sweep before) and a root outside the
+    topology end in one error line naming the option and what it needs, before any system is built (the
+    System here fails the test if opened); the library's bench() refuses the same counts."""
+    import syncfabric.host.system as system_mod
+    from syncfabric.host.nccl_bench import bench
+
+    def no_system(*args, **kwargs):
+        raise AssertionError("a system was started")
+
+    monkeypatch.setattr(system_mod, "System", no_system)
+    for args, msg in ((["-n", "-1"], "iters (-n) -1: need at least 1 timed run per size"),
+                      (["-w", "-3", "-n", "0"], "iters (-n) 0: need at least 1"),
+                      (["-w", "-3"], "warmup (-w) -3: need 0 or more untimed runs"),
+                      (["--topology", "ring:4", "-r", "9"], "-r 9 is not a rank of ring:4 (0..3)")):
+        assert main(["bench", "broadcast", *args, "--quiet"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith("syncfabric bench: error: ") and msg in err
+    with pytest.raises(ValueError, match="iters"):
+        bench(None, "allreduce", iters=0)
+    with pytest.raises(ValueError, match="warmup"):
+        bench(None, "allreduce", warmup=-1)
+
+
 def test_bad_sweeps_are_refused(capsys):
     assert main(["bench", "allreduce", "-b", "64", "-e", "32", "--topology", "ring:2", "--quiet"]) == 2
     assert "-b (64) <= -e (32)" in capsys.readouterr().err

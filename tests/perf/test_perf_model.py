@@ -208,6 +208,30 @@ def test_perf_reports_a_bad_workload_as_an_error(capsys):
     assert "no workload file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, message", [
+    (["rna", "--ranks", "0"], "RNA ranks 0: need at least 2"),
+    (["rna", "--ranks", "1"], "RNA ranks 1: need at least 2"),
+    (["iteration", "--npus", "16", "--compute-efficiency", "0"], "compute efficiency 0.0: expected a fraction"),
+    (["iteration", "--npus", "16", "--compute-efficiency", "1.5"], "compute efficiency 1.5: expected a fraction"),
+    (["fig10", "--npus", "16", "--compute-efficiency", "-1"], "compute efficiency -1.0: expected a fraction"),
+    (["byteps", "--kmax", "-1"], "--kmax -1: the largest CPU machine count k must be at least 0"),
+    (["byteps", "--n", "1"], "BytePS: n=1 GPU machines; the figures need at least 2"),
+])
+def test_perf_refuses_parameters_the_model_cannot_run(args, message, tmp_path, capsys):
+    """`perf rna --ranks 0` and `--compute-efficiency 0` (ZeroDivisionError tracebacks before), and `byteps
+    --kmax -1` (an empty min()) end in one error line naming the value and what the model needs; the library
+    refuses them too (SystemParams, repro.rna)."""
+    out = ["--out", str(tmp_path), "--quiet"] if args[0] != "iteration" else []
+    assert main(["perf", *args, *out]) == 2
+    std = capsys.readouterr()
+    assert std.out == "" and std.err.startswith(f"syncfabric perf {args[0]}: error: ")
+    assert std.err.count("\n") == 1 and message in std.err
+    with pytest.raises(ValueError, match="compute efficiency"):
+        SystemParams(compute_efficiency=0.0)
+    with pytest.raises(ValueError, match="need at least 2"):
+        repro.rna(str(tmp_path), ranks=1)
+
+
 def test_paper_compute_reproduces_the_ratios_section_vi_b_states_for_resnet50():
     pc = PAPER_COMPUTE_S["resnet50"]
     assert pc["BaselineCommOpt"] / pc["BaselineCompOpt"] == pytest.approx(1.75)

@@ -308,8 +308,8 @@ def _verilator_build(verilog, toplevel, waves, hier_blocks, public=(), threads=1
     Verilator is called directly with ``--build`` (the command line of cocotb's runner plus ``--hierarchical``
     when there are ``hier_blocks``: modules compiled once as libraries of their own, however often they are
     instantiated; the runner's plain ``make -f Vtop.mk`` cannot build those). ``threads`` > 1 builds a
-    multithreaded model (``--threads``; 8 ``medium`` engines simulate about 1.5 times as fast with 2 threads
-    on 2 free cores, docs/results.md)."""
+    multithreaded model (``--threads``; 8 ``medium`` engines simulate 1.4-1.5 times as fast with 2 threads
+    on 2 idle cores, docs/results.md)."""
     import cocotb_tools.config as cc
 
     build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL",

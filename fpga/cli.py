@@ -27,6 +27,7 @@ def _engine_config(text):
 def _cmd_build(args):
     from .boards import BOARDS
     from .build import BuildError, build_board, format_build
+    from ..host.cli import check_output_path
     from .tools import ToolError
 
     if args.list:
@@ -38,6 +39,7 @@ def _cmd_build(args):
         print("syncfabric build: error: --board is required (--list shows the boards)", file=sys.stderr)
         return 2
     try:
+        check_output_path(args.json)        # before the build, not after it
         cfg, topo = _engine_config(args.config)
         res = build_board(args.board, cfg, topology=args.topology or topo, mem_bytes=args.mem_bytes,
                           clk_hz=args.clock_mhz * 1e6 if args.clock_mhz else None, build_dir=args.build_dir,

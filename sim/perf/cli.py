@@ -38,7 +38,7 @@ def register(subparsers):
     p.add_argument("--topology", default=None, help="topology spec (default: the torus of --npus)")
     p.add_argument("--config", action="append", help="Table VI configuration (repeatable; default all)")
     p.add_argument("--batch", type=int, default=None, help="batch per NPU (default: the workload's)")
-    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON ('-' for stdout)")
     _eff(p)
     p = sub.add_parser("fig5", help="network BW driven vs memory BW (ACE Fig. 5)")
     p.add_argument("--npus", type=int, action="append", help="system sizes (default 16 and 64)")
@@ -122,7 +122,9 @@ def _dispatch(args):
             rows.append({**r.as_dict(), "time_ms": r.time * 1e3, "compute_ms": r.compute * 1e3,
                          "exposed_ms": r.exposed * 1e3})
         _table(rows, ["config", "time_ms", "compute_ms", "exposed_ms", "collectives"])
-        if args.json:
+        if args.json == "-":
+            print(json.dumps(rows, indent=1))
+        elif args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
         return 0

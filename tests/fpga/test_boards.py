@@ -110,6 +110,17 @@ def test_build_command_lists_the_boards():
         assert name in out.stdout
 
 
+def test_build_refuses_a_json_path_in_a_missing_directory_before_building(tmp_path, capsys, monkeypatch):
+    """`build --json missing/x.json` is one error line before anything is built (it failed after the build)."""
+    from syncfabric.fpga import build
+    from syncfabric.host.cli import main
+
+    monkeypatch.setattr(build, "build_board", lambda *a, **k: pytest.fail("built despite the bad --json"))
+    assert main(["build", "--board", "ulx3s-85f-linktest", "--json", str(tmp_path / "missing" / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("syncfabric build: error: --json") and "does not exist" in err
+
+
 @pytest.mark.slow
 @pytest.mark.fpga
 def test_two_engine_board_bitstream_fits_the_85f_and_meets_timing(tmp_path):

@@ -203,6 +203,19 @@ def test_perf_subcommand_runs_at_a_small_size_and_writes_its_outputs(args, tmp_p
     assert capsys.readouterr().out.strip()
 
 
+def test_perf_iteration_writes_json_to_stdout_for_a_dash(tmp_path, capsys, monkeypatch):
+    """`perf iteration --json -` prints the rows as JSON after the table (as `run --json -`), and writes no
+    file named '-'."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["perf", "iteration", "--npus", "16", "--workload", "resnet50", "--config", "ACE",
+                 "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out[out.index("\n[") + 1:])
+    assert [r["config"] for r in rows] == ["ACE"] and not (tmp_path / "-").exists()
+
+
 def test_perf_reports_a_bad_workload_as_an_error(capsys):
     assert main(["perf", "iteration", "--workload", "nonexistent"]) == 2
     assert "no workload file" in capsys.readouterr().err

@@ -485,10 +485,9 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         raise ValueError(f"--partitions/--scheduler need a Verilog simulator backend, not {backend}")
     if scheduler is not None and partitions is None:
         partitions = 2
-    if backend == "verilator":
-        from ..tb.harness import verilator_threads
+    from ..tb.harness import verilator_threads
 
-        verilator_threads(threads)          # a bad value fails here, before any build
+    verilator_threads(threads)              # a bad value fails here, before any build (whatever the backend)
     spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root, null_ranks=null_ranks,
                     chunk_bytes=chunk_bytes, seed=seed)
     if spec["collective"] not in REDUCING_COLLECTIVES and spec["op"] != "sum":

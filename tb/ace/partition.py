@@ -339,7 +339,8 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
     installed), ``"processes"`` (the process pool), or a Dask scheduler address (``tcp://host:8786``: its
     workers need this package and a simulator; ``hub_host`` is the address they reach this machine by, default
     its host name). ``threads`` (among the ``options``): each partition's Verilator threads; ``"auto"`` shares
-    this machine's idle cores among the partitions on a local cluster and is 1 on a remote one. ``progress(cycle, wall_s)`` is called every 64 windows. Returns the merged result (with
+    this machine's idle cores among the partitions on a local cluster and is 1 on a remote one.
+    ``progress(cycle, wall_s)`` is called every 64 windows. Returns the merged result (with
     ``partitions``: ranks, windows, rows crossed and exchange time of each, and ``backend``); raises
     AssertionError when a partition fails (``check=False``: the result with ``error``). A ``log_file``
     becomes one per partition (``<name>-p<k>.log``)."""

@@ -1,81 +1,133 @@
-"""Oldest-first selection among requesters that each carry a wrapping sequence number.
+"""Oldest-first selection among the FSMs, by an age matrix.
 
-The control unit grants FSMs in the order their chunks were dispatched (the chunk's sequence number), so the
-oldest chunk in flight always makes progress: the decoder picks, the issue arbiter grants and the partition
-manager moves the oldest requester first.
+The control unit serves FSMs in the order their chunks were dispatched (the chunk's wrapping sequence number),
+so the oldest chunk in flight always makes progress: the decoder picks, the issue arbiter grants and the
+partition manager moves the oldest requester first.
+
+Comparing sequence numbers where a pick is made would put a tree of subtractions in front of every grant. The
+order changes only when an FSM takes a chunk, so it is kept instead as an **age matrix** (:class:`AgeMatrix`):
+a bit per pair of FSMs, ``older[f]`` bit ``g`` set when FSM ``f``'s chunk was dispatched before FSM ``g``'s,
+registered from the sequence numbers the FSMs will hold in the next cycle (so it is exact in every cycle). A
+pick (:class:`OldestPick`) is then one AND-OR per requester: ``f`` wins when it requests and every other
+requester is younger.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["OldestFirst", "SEQ_BITS", "oldest_first_model"]
+__all__ = ["AgeMatrix", "OldestPick", "SEQ_BITS", "age_layout", "age_matrix_model", "oldest_first_model",
+           "oldest_pick_model"]
 
-#: Width of the chunk dispatch sequence number the arbiters compare.
+#: Width of the chunk dispatch sequence number.
 SEQ_BITS = 10
 
 
-class OldestFirst(wiring.Component):
-    """``sel`` = the requester (``req`` bit) whose ``seq`` is oldest in wrapping order, ``valid`` if any.
+def age_layout(n):
+    """The age matrix of ``n`` FSMs: ``older[f]`` bit ``g`` = FSM ``f``'s chunk is older than FSM ``g``'s."""
+    return data.ArrayLayout(unsigned(n), n)
 
-    Purely combinational: a balanced tree of pairwise comparisons, ``ceil(log2(n))`` levels of one
-    ``SEQ_BITS``-wide subtraction and a mux each. Sequence numbers are compared as ``(b - a)`` modulo
-    ``2**SEQ_BITS`` (its top bit set: ``b`` is older), which is exact while the requesters' numbers lie within
-    half the sequence space of each other (at most a few dozen chunks are in flight). Ties go to the lower
-    index.
+
+def _older(a, b):
+    """Sequence number ``a`` (of the lower-indexed FSM) is older than or as old as ``b``: ``(a - b)`` modulo
+    ``2**SEQ_BITS`` is zero or has its top bit set. Exact while the two lie within half the sequence space of
+    each other (at most a few dozen chunks are in flight); a tie goes to the lower index."""
+    d = (a - b)[:SEQ_BITS]
+    return (d == 0) | d[SEQ_BITS - 1]
+
+
+def _refuse_empty(block, n):
+    if n < 1:
+        block._MustUse__silence = True          # a refused block is not an unused design: no warning for it
+        raise ValueError(f"{type(block).__name__} needs at least one FSM, not {n}")
+
+
+class AgeMatrix(wiring.Component):
+    """The registered age matrix of ``n`` FSMs.
 
     Ports
     -----
-    req : In(n)
-    seq : In(ArrayLayout(unsigned(SEQ_BITS), n))
-    sel : Out(range(n)), valid : Out(1)
+    seq_next : In(ArrayLayout(unsigned(SEQ_BITS), n))
+        Each FSM's chunk sequence number in the next cycle (the one it takes this cycle, else the one it holds).
+    older : Out(age_layout(n))
+        The matrix of this cycle's sequence numbers: ``n (n - 1) / 2`` flip-flops (the upper triangle), each
+        fed by one ``SEQ_BITS``-wide compare; the lower triangle is their complement, the diagonal zero.
     """
 
     def __init__(self, n):
-        if n < 1:
-            self._MustUse__silence = True       # a refused block is not an unused design: no warning for it
-            raise ValueError(f"OldestFirst needs at least one requester, not {n}")
+        _refuse_empty(self, n)
+        self.n = n
+        super().__init__({"seq_next": In(data.ArrayLayout(unsigned(SEQ_BITS), n)), "older": Out(age_layout(n))})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.n
+        for f in range(n):
+            for g in range(f + 1, n):
+                bit = Signal(name=f"older_{f}_{g}", init=1)     # sequence numbers reset to 0: a tie
+                m.d.sync += bit.eq(_older(self.seq_next[f], self.seq_next[g]))
+                m.d.comb += [self.older[f][g].eq(bit), self.older[g][f].eq(~bit)]
+        return m
+
+
+class OldestPick(wiring.Component):
+    """``onehot`` / ``sel`` = the requester whose chunk is oldest by the age matrix, ``valid`` if any.
+
+    Purely combinational and flat: requester ``f`` wins when no other requester is older (an AND over the
+    other ``n - 1`` requesters of ``~req[g] | older[f][g]``); ``sel`` encodes the winner (an OR tree). The
+    matrix is a strict order among requesters (their chunks lie close together), so exactly one wins.
+
+    Ports
+    -----
+    req : In(n), older : In(age_layout(n))
+    onehot : Out(n), sel : Out(range(n)), valid : Out(1)
+    """
+
+    def __init__(self, n):
+        _refuse_empty(self, n)
         self.n = n
         super().__init__({
-            "req": In(n),
-            "seq": In(data.ArrayLayout(unsigned(SEQ_BITS), n)),
-            "sel": Out(unsigned(max(1, (n - 1).bit_length()))),
-            "valid": Out(1),
+            "req": In(n), "older": In(age_layout(n)),
+            "onehot": Out(n), "sel": Out(unsigned(max(1, (n - 1).bit_length()))), "valid": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        w = len(self.sel)
-        level = [(self.req[i], Const(i, w), self.seq[i]) for i in range(self.n)]
-        while len(level) > 1:
-            nxt = []
-            for k in range(0, len(level) - 1, 2):
-                (va, ia, sa), (vb, ib, sb) = level[k], level[k + 1]
-                older_b = Signal()
-                m.d.comb += older_b.eq(vb & (~va | (sb - sa)[SEQ_BITS - 1]))
-                v, i, q = Signal(), Signal(w), Signal(SEQ_BITS)
-                m.d.comb += [v.eq(va | vb), i.eq(Mux(older_b, ib, ia)), q.eq(Mux(older_b, sb, sa))]
-                nxt.append((v, i, q))
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level = nxt
-        v, i, _ = level[0]
-        m.d.comb += [self.sel.eq(i), self.valid.eq(v)]
+        n, req = self.n, self.req
+        for f in range(n):
+            beaten = Cat(*[req[g] & ~self.older[f][g] for g in range(n) if g != f])
+            m.d.comb += self.onehot[f].eq(req[f] & ~beaten.any() if n > 1 else req[f])
+        for b in range(len(self.sel)):
+            m.d.comb += self.sel[b].eq(Cat(*[self.onehot[f] for f in range(n) if f >> b & 1]).any())
+        m.d.comb += self.valid.eq(req.any())
         return m
 
 
+def age_matrix_model(seq):
+    """Reference: the age matrix :class:`AgeMatrix` registers for sequence numbers ``seq`` (rows of bools)."""
+    n, mod = len(seq), 1 << SEQ_BITS
+    older = [[False] * n for _ in range(n)]
+    for f in range(n):
+        for g in range(f + 1, n):
+            d = (seq[f] - seq[g]) % mod
+            older[f][g] = d == 0 or d >= mod // 2
+            older[g][f] = not older[f][g]
+    return older
+
+
+def oldest_pick_model(req, older):
+    """Reference: the index :class:`OldestPick` selects (None if no request)."""
+    win = [f for f, r in enumerate(req) if r and all(not q or older[f][g] for g, q in enumerate(req) if g != f)]
+    assert len(win) <= 1, f"the age matrix is not an order among the requesters {req}"
+    return win[0] if win else None
+
+
 def oldest_first_model(req, seq):
-    """Reference: the index :class:`OldestFirst` selects (None if no request), by the same tree."""
-    level = [(bool(r), i, s) for i, (r, s) in enumerate(zip(req, seq))]
+    """The specification: the requester whose sequence number is oldest in wrapping order (the requesters'
+    numbers lying within half the sequence space of each other), ties to the lowest index; None if none."""
     mod = 1 << SEQ_BITS
-    while len(level) > 1:
-        nxt = []
-        for k in range(0, len(level) - 1, 2):
-            (va, ia, sa), (vb, ib, sb) = level[k], level[k + 1]
-            older_b = vb and (not va or ((sb - sa) % mod) >> (SEQ_BITS - 1))
-            nxt.append((va or vb, ib if older_b else ia, sb if older_b else sa))
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    v, i, _ = level[0]
-    return i if v else None
+    best = None
+    for i, (r, s) in enumerate(zip(req, seq)):
+        if r and (best is None or (s - seq[best]) % mod >= mod // 2):
+            best = i
+    return best

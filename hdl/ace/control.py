@@ -194,7 +194,8 @@ class ControlUnit(wiring.Component):
         m.submodules.istage = ist = IssueStage(cfg)
         m.d.comb += [iss.load_ready.eq(dp.load_room2 & ~ist.hold_load),
                      iss.store_ready.eq(dp.store_job.ready & ~ist.hold_store), iss.hold.eq(ist.hold_fsm),
-                     iss.fsm.eq(bank.offers), bank.grant.valid.eq(iss.grant.valid), bank.grant.fsm.eq(iss.grant.fsm),
+                     iss.fsm.eq(bank.offers), iss.age.eq(bank.age),
+                     bank.grant.valid.eq(iss.grant.valid), bank.grant.fsm.eq(iss.grant.fsm),
                      ist.grant.valid.eq(iss.grant.valid), ist.grant.fsm.eq(iss.grant.fsm),
                      ist.grant.ch.eq(iss.grant.ch), ist.grant.count.eq(iss.grant.count),
                      ist.step.eq(bank.g_step), ist.ctx.eq(bank.g_ctx), ist.view.eq(bank.g_view)]
@@ -230,7 +231,7 @@ class ControlUnit(wiring.Component):
                      pm.stores_pending.eq(bufs.stores_pending), pm.at_end.eq(bank.at_end),
                      pm.handoff.eq(bank.handoff), bank.buf_loading.eq(bufs.buf_loading),
                      bank.move.valid.eq(pm.move_valid), bank.move.fsm.eq(pm.move_fsm),
-                     bank.phase_wait.eq(pm.phase_wait), pm.ctx.eq(bank.ctx)]
+                     bank.phase_wait.eq(pm.phase_wait), pm.ctx.eq(bank.ctx), pm.age.eq(bank.age)]
 
         # ---- deposit unit (PUT messages of the asynchronous all-to-all, in the datapath) ---------------------
         # it looks a deposit's (chunk, block) up in a geometry unit of its own and counts each deposit written

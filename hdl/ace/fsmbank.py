@@ -3,8 +3,10 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
 
 - Chunks from the dispatcher enter FSM ``enq.fsm``'s queue (two entries; ``q_ready`` says which have room).
 - Each FSM reads its command's row of the view memory through its own port (``view_addr``/``views``).
+- Age: the FSMs' chunks in dispatch order, as an age matrix (:class:`~.arbiter.AgeMatrix`, ``age``) that the
+  decode pick, the issue arbiter and the partition manager use to favour the oldest chunk.
 - Decode: of the FSMs asking for a step (``fetch``), the one holding the oldest chunk is picked
-  (:class:`~.arbiter.OldestFirst`) and handed to the decoder (``dec_req``); the decoded step comes back
+  (:class:`~.arbiter.OldestPick`) and handed to the decoder (``dec_req``); the decoded step comes back
   ``StepDecoder.LATENCY`` cycles later (``dec_wb``) to the FSM it names.
 - Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``); the
   granted FSM's step, context and view are selected for the issue stage register (``g_step``, ``g_ctx``,
@@ -13,11 +15,11 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
   manager's moves reach the FSMs; the FSMs' phase ends, handoffs and contexts go to the partition manager.
 """
 
-from amaranth.hdl import Cat, Module, unsigned
+from amaranth.hdl import Cat, Module, Mux, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .arbiter import OldestFirst
+from .arbiter import AgeMatrix, OldestPick, age_layout
 from .cmdtable import fsm_view_layout
 from .decoder import decode_request_layout, decoded_layout, step_layout
 from .fsm import ChunkFsm, FsmState, chunk_layout, fsm_context_layout
@@ -61,6 +63,8 @@ class FsmBank(wiring.Component):
         A phase that is not the last is done / the last step retired and no LOAD into the buffer is outstanding.
     ctx : Out(fsm_context_layout per FSM), active : Out(n_fsms), gap : Out
         Each FSM's chunk context; which FSMs hold a chunk; how many had nothing to offer this cycle (STEP_GAP).
+    age : Out(age_layout(n_fsms))
+        The age matrix of the FSMs' chunks (registered, exact in every cycle).
     """
 
     def __init__(self, cfg):
@@ -89,6 +93,7 @@ class FsmBank(wiring.Component):
             "ctx": Out(data.ArrayLayout(fsm_context_layout(cfg), F)),
             "active": Out(F),
             "gap": Out(range(F + 1)),
+            "age": Out(age_layout(F)),
         })
 
     def elaborate(self, platform):
@@ -109,10 +114,15 @@ class FsmBank(wiring.Component):
                 self.ctx[f].eq(fsm.ctx),
             ]
 
+        # the age matrix, from the sequence number each FSM holds next cycle (a chunk it takes now, else its own)
+        m.submodules.age = age = AgeMatrix(F)
+        m.d.comb += [age.seq_next[f].eq(Mux(fsm.chunk.valid & fsm.chunk.ready, fsm.chunk.payload.seq, fsm.ctx.seq))
+                     for f, fsm in enumerate(fsms)]
+        m.d.comb += self.age.eq(age.older)
+
         # decode: the oldest chunk's FSM among those fetching
-        m.submodules.dec_pick = pick = OldestFirst(F)
-        m.d.comb += [pick.req.eq(Cat(*[fsm.fetch for fsm in fsms]))]
-        m.d.comb += [pick.seq[f].eq(fsm.ctx.seq) for f, fsm in enumerate(fsms)]
+        m.submodules.dec_pick = pick = OldestPick(F)
+        m.d.comb += [pick.req.eq(Cat(*[fsm.fetch for fsm in fsms])), pick.older.eq(age.older)]
         req, wb = self.dec_req.payload, self.dec_wb
         m.d.comb += [self.dec_req.valid.eq(pick.valid), req.fsm.eq(pick.sel)]
         with m.Switch(pick.sel):
@@ -133,7 +143,7 @@ class FsmBank(wiring.Component):
             c, r = fsm.ctx, self.offers[f]
             m.d.comb += [
                 r.ready.eq(fsm.offer.ready), r.behind.eq(fsm.offer.behind), r.step.eq(fsm.offer.step),
-                r.seq.eq(c.seq), r.tag.eq(self.views[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase),
+                r.tag.eq(self.views[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase),
                 # the FSM's events: the decoder picked it / wrote its step back; its grant; its own LOAD
                 # going out now; LOADs that ended; a unit's completion; its chunk moved on
                 fsm.picked.eq(pick.valid & (pick.sel == f)),

@@ -18,7 +18,8 @@ A step is granted when every resource it needs is free (docs/engine.md section 4
   forward also needs its output port as a SEND does;
 - a no-op step (illegal, or an empty LOAD/STORE): nothing.
 
-Of the FSMs whose step can go, the one whose chunk was dispatched first wins (:class:`~.arbiter.OldestFirst`).
+Of the FSMs whose step can go, the one whose chunk was dispatched first wins (:class:`~.arbiter.OldestPick` on the
+FSM bank's age matrix).
 The per-FSM wait causes feed the STALL counters. An FSM in ``hold`` is not granted (the issue stage is sending
 its previous step's job: :mod:`.issuestage`); its wait is not counted as a stall.
 """
@@ -30,7 +31,8 @@ from amaranth.utils import exact_log2
 
 from ...sim.golden.program import StepOp
 from ..common.layouts import CHANNEL_BITS, COUNT_BITS, packet_header_layout
-from .arbiter import SEQ_BITS, OldestFirst
+from ..common.logic import one_hot_mux
+from .arbiter import OldestPick, age_layout
 from .decoder import step_layout
 from .units import _w
 
@@ -48,8 +50,8 @@ def channel_of(cfg, f, peer):
 def fsm_request_layout(cfg):
     """What the arbiter sees of one FSM: its current step and whether the FSM would issue it (``ready``: the
     step is decoded, its slot loaded, and no hazard with the steps it has in flight), whether it has a step in
-    flight (``behind``), its chunk's dispatch order (``seq``) and the chunk's identity for header matching."""
-    return data.StructLayout({"ready": 1, "behind": 1, "seq": unsigned(SEQ_BITS), "step": step_layout(cfg),
+    flight (``behind``) and the chunk's identity for header matching."""
+    return data.StructLayout({"ready": 1, "behind": 1, "step": step_layout(cfg),
                               "tag": unsigned(16), "chunk": unsigned(16), "phase": unsigned(3)})
 
 
@@ -75,7 +77,7 @@ class IssueArbiter(wiring.Component):
         super().__init__({
             "fsm": In(data.ArrayLayout(fsm_request_layout(cfg), F)),
             "port": In(data.ArrayLayout(port_status_layout(cfg), cfg.n_ports)),
-            "load_ready": In(1), "store_ready": In(1), "hold": In(F),
+            "load_ready": In(1), "store_ready": In(1), "hold": In(F), "age": In(age_layout(F)),
             "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS),
                                             "second": 1, "count": unsigned(COUNT_BITS)})),
             "cause_port": Out(F), "cause_cred": Out(F), "cause_land": Out(F), "cause_dma": Out(F),
@@ -144,15 +146,13 @@ class IssueArbiter(wiring.Component):
                 self.cause_dma[f].eq(real & ~land_ok & ((s.op == StepOp.LOAD) | (s.op == StepOp.STORE))),
             ]
 
-        m.submodules.oldest = arb = OldestFirst(F)
-        m.d.comb += [arb.req.eq(can), self.grant.valid.eq(arb.valid), self.grant.fsm.eq(arb.sel)]
-        m.d.comb += [arb.seq[f].eq(r.seq) for f, r in enumerate(self.fsm)]
-        # the landing channel of the granted step and the count lane of the header it takes (for a RECV)
-        with m.Switch(arb.sel):
-            for f, r in enumerate(self.fsm):
-                with m.Case(f):
-                    for k in range(K):
-                        with m.If(r.step.port == k):
-                            m.d.comb += [self.grant.ch.eq(hit_ch[k][f]), self.grant.second.eq(second[k][f]),
-                                         self.grant.count.eq(hit_count[k][f])]
+        m.submodules.oldest = arb = OldestPick(F)
+        m.d.comb += [arb.req.eq(can), arb.older.eq(self.age),
+                     self.grant.valid.eq(arb.valid), self.grant.fsm.eq(arb.sel)]
+        # the landing channel of the granted step and the count lane of the header it takes (for a RECV): an
+        # AND-OR over the one-hot winner
+        took = [(f, k, arb.onehot[f] & (r.step.port == k)) for f, r in enumerate(self.fsm) for k in range(K)]
+        m.d.comb += [self.grant.ch.eq(one_hot_mux([(t, hit_ch[k][f]) for f, k, t in took])),
+                     self.grant.second.eq(one_hot_mux([(t, second[k][f]) for f, k, t in took])),
+                     self.grant.count.eq(one_hot_mux([(t, hit_count[k][f]) for f, k, t in took]))]
         return m

@@ -8,17 +8,17 @@ posted is acknowledged (the lowest buffer first when several are). One move per 
 A move needs room in the target partition (fewer chunks than its PART register) - except for the oldest chunk
 held by any FSM, which always moves: every rank holds the same oldest chunk (same dispatch order), so it can never
 wait on younger chunks filling a partition on another rank, whatever the PART sizes (docs/engine.md section 3).
-The oldest chunk is found from registers: the oldest of the cycle before, while its FSM still holds that chunk
-(same dispatch number; chunks dispatched since are younger, so it is still the oldest). Its privilege starts the
-cycle after it became the oldest, which keeps the oldest-first search out of the move grant's path.
+Both the oldest chunk and the move's pick come from the FSM bank's age matrix (:class:`~.arbiter.AgeMatrix`):
+each is one AND-OR per FSM, and the moving chunk's context is selected by the one-hot pick.
 """
 
-from amaranth.hdl import Array, Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES
-from .arbiter import OldestFirst
+from ..common.logic import one_hot_mux
+from .arbiter import OldestPick, age_layout
 from .fsm import fsm_context_layout
 from .regs import N_PARTITIONS, TERMINAL_PARTITION as TERMINAL
 from .sram import sram_read_layout
@@ -43,7 +43,9 @@ class PartitionManager(wiring.Component):
     dispatch : In(1)
         A chunk enters phase 0 this cycle.
     active : In(n_fsms), ctx : In(ArrayLayout(fsm_context_layout, n_fsms))
-        The FSM holds a chunk; the chunk's context (dispatch number, phase, buffer, command, status).
+        The FSM holds a chunk; the chunk's context (phase, buffer, command, status).
+    age : In(age_layout(n_fsms))
+        The FSM bank's age matrix (which FSM's chunk was dispatched first).
     at_end : In(n_fsms)
         The FSM's chunk finished a phase that is not its last (it asks to move on).
     handoff : In(n_fsms)
@@ -69,6 +71,7 @@ class PartitionManager(wiring.Component):
             "dispatch": In(1),
             "active": In(F), "at_end": In(F), "handoff": In(F),
             "ctx": In(data.ArrayLayout(fsm_context_layout(cfg), F)),
+            "age": In(age_layout(F)),
             "stores_pending": In(cfg.n_buffers),
             "move_valid": Out(1), "move_fsm": Out(_w(F)),
             "phase_wait": Out(F), "handoff_wait": Out(F),
@@ -82,19 +85,14 @@ class PartitionManager(wiring.Component):
         m = Module()
         cfg = self.cfg
         F, NB = cfg.n_fsms, cfg.n_buffers
-        m.submodules.oldest = oldest = OldestFirst(F)
-        m.submodules.moves = moves = OldestFirst(F)
-        seqs = [c.seq for c in self.ctx]
-        m.d.comb += [oldest.req.eq(self.active)]
-        m.d.comb += [a.seq[f].eq(s) for a in (oldest, moves) for f, s in enumerate(seqs)]
-        # the oldest chunk of the cycle before: its FSM and dispatch number
-        old_valid, old_sel, old_seq = Signal(), Signal.like(oldest.sel), Signal.like(seqs[0])
-        m.d.sync += [old_valid.eq(oldest.valid), old_sel.eq(oldest.sel), old_seq.eq(Array(seqs)[oldest.sel])]
+        m.submodules.oldest = oldest = OldestPick(F)
+        m.submodules.moves = moves = OldestPick(F)
+        m.d.comb += [oldest.req.eq(self.active), oldest.older.eq(self.age), moves.older.eq(self.age)]
         term_free = self.used_term < self.part[TERMINAL]
         next_free = Cat(*[self.used[p] < self.part[p] for p in range(MAX_PHASES)])  # room in p (from p-1)
         move_req = Signal(F)
         for f in range(F):
-            is_oldest = old_valid & (old_sel == f) & (seqs[f] == old_seq)
+            is_oldest = oldest.onehot[f]
             room = next_free.bit_select((self.ctx[f].phase + 1)[:3], 1)
             at_end, ho = self.at_end[f], self.handoff[f]
             m.d.comb += [
@@ -104,9 +102,12 @@ class PartitionManager(wiring.Component):
             ]
         m.d.comb += [moves.req.eq(move_req), self.move_valid.eq(moves.valid), self.move_fsm.eq(moves.sel),
                      self.room0.eq(self.used[0] < self.part[0])]
-        f = moves.sel
-        h_handoff = self.handoff.bit_select(f, 1)     # the move is a hand-off (else a phase change)
-        h_phase = self.ctx[f].phase
+        # the moving chunk: a hand-off (else a phase change), its phase, buffer, command and status
+        def moving(value):
+            return one_hot_mux([(moves.onehot[f], value(f)) for f in range(F)])
+        h_handoff = moving(lambda f: self.handoff[f])
+        h_phase, h_buf, h_cmd, h_status = (moving(lambda f, k=k: self.ctx[f][k])
+                                           for k in ("phase", "buf", "cmd", "status"))
 
         # the terminal partition: a chunk is done when every STORE it posted is acknowledged
         term = Signal(NB)
@@ -119,8 +120,8 @@ class PartitionManager(wiring.Component):
                              done.status.eq(t_status[b])]
         to_term = moves.valid & h_handoff
         for b in range(NB):
-            with m.If(to_term & (self.ctx[f].buf == b)):
-                m.d.sync += [term[b].eq(1), t_cmd[b].eq(self.ctx[f].cmd), t_status[b].eq(self.ctx[f].status)]
+            with m.If(to_term & (h_buf == b)):
+                m.d.sync += [term[b].eq(1), t_cmd[b].eq(h_cmd), t_status[b].eq(h_status)]
             with m.Elif(self.done.valid & (done.buf == b)):
                 m.d.sync += term[b].eq(0)
         for p in range(MAX_PHASES):

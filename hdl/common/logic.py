@@ -1,11 +1,21 @@
 """Small combinational building blocks shared by the RTL."""
 
-from amaranth.hdl import Cat
+import functools
+import operator
 
-__all__ = ["one_hot"]
+from amaranth.hdl import Cat, Mux
+
+__all__ = ["one_hot", "one_hot_mux"]
 
 
 def one_hot(index, n):
     """The ``n``-bit one-hot decode of ``index`` (all zero when ``index >= n``): ``n`` comparators, where
     ``1 << index`` would build a ``2**len(index)``-bit shifter and truncate it."""
     return Cat(*(index == i for i in range(n)))
+
+
+def one_hot_mux(choices):
+    """The value of the one ``(select, value)`` pair of ``choices`` whose select is set (zero if none): an AND
+    per value and an OR tree, where a chain of ``If`` s would build a priority mux as deep as the choices are
+    many. At most one select may be set."""
+    return functools.reduce(operator.or_, [Mux(sel, value, 0) for sel, value in choices])

@@ -3,8 +3,8 @@ picked request comes back three cycles later), the issue arbiter (grants a rando
 (retires SENDs by FSM after random delays) and the partition manager (moves chunks on at random).
 
 Checked: every request the decoder gets carries the picked FSM's own chunk and pc (which of the FSMs asking for a
-step is picked is OldestFirst's, tested in test_arbiter.py); a decoded step reaches the FSM it names; the granted FSM's step,
-context and view are the ones selected; each FSM runs its chunks in the order they were enqueued and each chunk's
+step is picked is OldestPick's, tested in test_arbiter.py); the age matrix is the one of the FSMs' chunks in every
+cycle; a decoded step reaches the FSM it names; the granted FSM's step, context and view are the ones selected; each FSM runs its chunks in the order they were enqueued and each chunk's
 steps in program order; unit completions reach the FSM they name (an FSM with a SEND in flight holds its
 chunk); the bank ends with no FSM active.
 
@@ -13,6 +13,7 @@ chunk); the bank ends with no FSM active.
 
 import random
 
+from syncfabric.hdl.ace.arbiter import age_matrix_model
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.fsmbank import FsmBank
 from syncfabric.sim.golden.program import StepOp
@@ -50,6 +51,8 @@ def test_the_bank_routes_every_fsm_event_to_its_fsm():
                               "chunk": {k: v for k, v in enq[0].items() if k != "fsm"} if enq else {}})
             # decoder
             ctxs = [ctx.get(dut.ctx[f]) for f in range(F)]
+            age = [[bool(ctx.get(dut.age[f]) >> g & 1) for g in range(F)] for f in range(F)]
+            assert age == age_matrix_model([c.seq for c in ctxs]), (cycle, [c.seq for c in ctxs])
             if ctx.get(dut.dec_req.valid):
                 req = ctx.get(dut.dec_req.payload)
                 c = ctxs[req.fsm]

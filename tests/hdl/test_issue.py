@@ -11,7 +11,7 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from syncfabric.hdl.ace.arbiter import SEQ_BITS, oldest_first_model
+from syncfabric.hdl.ace.arbiter import SEQ_BITS, age_matrix_model, oldest_first_model
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.issue import IssueArbiter
 from syncfabric.sim.golden.program import StepOp
@@ -123,7 +123,10 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
             load_ready, store_ready = rng.random() < 0.7, rng.random() < 0.7
             hold = sum(int(rng.random() < 0.2) << f for f in range(F))      # the issue stage's FSM
             ctx.set(dut.hold, hold)
-            ctx.set(dut.fsm, fsms)
+            # the FSMs' chunk order reaches the arbiter as the FSM bank's age matrix
+            ctx.set(dut.fsm, [{k: v for k, v in r.items() if k != "seq"} for r in fsms])
+            ctx.set(dut.age, [sum(b << g for g, b in enumerate(row))
+                              for row in age_matrix_model([r["seq"] for r in fsms])])
             ctx.set(dut.port, ports)
             ctx.set(dut.load_ready, load_ready)
             ctx.set(dut.store_ready, store_ready)

@@ -1,14 +1,14 @@
 """PartitionManager in Amaranth's simulator against a cycle model of its rules: random requests, partition sizes
 (zero included), dispatch sequence numbers and STORE acknowledgements; plus the rule that matters for deadlock
-freedom, checked directly: the oldest chunk moves even into a full partition (from the cycle after it became
-the oldest, the manager finding it from registers).
+freedom, checked directly: the oldest chunk moves even into a full partition (the manager finding it, and the
+move, on the FSM bank's age matrix).
 
 ``SEED=<n>`` replaces the random seed.
 """
 
 import random
 
-from syncfabric.hdl.ace.arbiter import SEQ_BITS, oldest_first_model
+from syncfabric.hdl.ace.arbiter import SEQ_BITS, age_matrix_model, oldest_first_model
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.partition import N_PARTITIONS, TERMINAL, PartitionManager
 from syncfabric.hdl.common.layouts import MAX_PHASES
@@ -24,16 +24,15 @@ class Model:
         self.used = [0] * MAX_PHASES
         self.used_term = 0
         self.term = {}          # buffer -> (cmd, status)
-        self.oldest = None      # (FSM, dispatch number) of the oldest chunk the cycle before
 
     def step(self, x):
         """Outputs for inputs ``x`` this cycle, then the state update (as the RTL's clock edge)."""
         part = x["part"]
         term_free = self.used_term < part[TERMINAL]
         req, pwait, hwait = [], [], []
+        oldest = oldest_first_model(x["active"], x["seq"])
         for f in range(F):
-            # privileged: the chunk that was the oldest the cycle before, still held by its FSM
-            is_oldest = self.oldest == (f, x["seq"][f])
+            is_oldest = f == oldest         # privileged: the oldest chunk any FSM holds
             nxt = x["phase"][f] + 1
             room = nxt < MAX_PHASES and self.used[nxt] < part[nxt]
             at_end, ho = x["at_end"][f], x["handoff"][f]
@@ -46,8 +45,6 @@ class Model:
         out = {"move": move, "phase_wait": pwait, "handoff_wait": hwait, "room0": self.used[0] < part[0],
                "done": done, "used": list(self.used), "used_term": self.used_term}
         # update
-        oldest = oldest_first_model(x["active"], x["seq"])
-        self.oldest = None if oldest is None else (oldest, x["seq"][oldest])
         if done:
             del self.term[done[0]]
             self.used_term -= 1
@@ -97,8 +94,9 @@ def test_partition_moves_match_the_model_under_random_requests():
             ctx.set(dut.stores_pending, sum(1 << b for b in range(NB) if x["pending"][b]))
             for name in ("active", "at_end", "handoff"):
                 ctx.set(getattr(dut, name), sum(1 << f for f in range(F) if x[name][f]))
-            ctx.set(dut.ctx, [{name: x[name][f] for name in ("seq", "phase", "buf", "cmd", "status")}
+            ctx.set(dut.ctx, [{name: x[name][f] for name in ("phase", "buf", "cmd", "status")}
                               for f in range(F)])
+            ctx.set(dut.age, _age(x["seq"]))
             exp = model.step(x)
             got = {
                 "move": ctx.get(dut.move_fsm) if ctx.get(dut.move_valid) else None,
@@ -122,6 +120,11 @@ def test_partition_moves_match_the_model_under_random_requests():
     assert all(checked.values()), checked
 
 
+def _age(seq):
+    """The age matrix (FSM bank) of chunks with dispatch numbers ``seq``, as the port takes it."""
+    return [sum(b << g for g, b in enumerate(row)) for row in age_matrix_model(seq)]
+
+
 def test_the_oldest_chunk_moves_into_a_full_partition_and_a_younger_one_waits():
     dut = PartitionManager(CFG)
 
@@ -129,19 +132,16 @@ def test_the_oldest_chunk_moves_into_a_full_partition_and_a_younger_one_waits():
         for p in range(N_PARTITIONS):
             ctx.set(dut.part[p], 0)                 # every partition full
         ctx.set(dut.active, 0b11)
-        ctx.set(dut.ctx[0].seq, 7)
-        ctx.set(dut.ctx[1].seq, 5)                      # FSM 1 holds the oldest chunk
+        ctx.set(dut.age, _age([7, 5] + [0] * (F - 2)))  # FSM 1 holds the oldest chunk
         ctx.set(dut.at_end, 0b11)
-        # the oldest chunk is known from a register: no move in the cycle it appears
-        assert not ctx.get(dut.move_valid) and ctx.get(dut.phase_wait) == 0b11
-        await ctx.tick()
         assert ctx.get(dut.move_valid) and ctx.get(dut.move_fsm) == 1
         assert ctx.get(dut.phase_wait) == 0b01      # FSM 0 waits for room
-        ctx.set(dut.ctx[1].seq, 9)                  # FSM 1 takes a new, younger chunk: no privilege for it
+        await ctx.tick()
+        ctx.set(dut.age, _age([7, 9] + [0] * (F - 2)))  # FSM 1 took a new, younger chunk: FSM 0 is the oldest
+        ctx.set(dut.at_end, 0b11)
+        assert ctx.get(dut.move_valid) and ctx.get(dut.move_fsm) == 0 and ctx.get(dut.phase_wait) == 0b10
+        ctx.set(dut.active, 0b10)                   # FSM 0 idle: FSM 1 is the oldest chunk held
         ctx.set(dut.at_end, 0b10)
-        assert not ctx.get(dut.move_valid) and ctx.get(dut.phase_wait) == 0b10
-        await ctx.tick()                            # FSM 0 is now the oldest: it moves
-        ctx.set(dut.at_end, 0b01)
-        assert ctx.get(dut.move_valid) and ctx.get(dut.move_fsm) == 0 and ctx.get(dut.phase_wait) == 0
+        assert ctx.get(dut.move_valid) and ctx.get(dut.move_fsm) == 1 and ctx.get(dut.phase_wait) == 0
 
     run_sim(dut, bench)

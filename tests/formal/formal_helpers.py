@@ -134,11 +134,19 @@ def prove(harness, name, *, engine="pdr", depth=20, timeout=300):
     log = proc.stdout + proc.stderr
     m = re.search(r"DONE \((\w+), rc=\d+\)", log)
     status = m.group(1) if m else "ERROR"
-    trace = None
-    m = re.search(r"counterexample trace: (\S+)", log)
-    if m:
-        trace = work / m.group(1)
-    failed = [_with_source(f) for f in re.findall(r"failed assertion (.+)", log)]
+    # the summary: each counterexample trace, then the assertions it fails; a k-induction step's trace starts
+    # from an unreachable state and is not a counterexample (a FAIL always comes with a base case trace)
+    trace, failed, kind = None, [], None
+    for line in log.splitlines():
+        m = re.search(r"summary: counterexample trace(?: \[(\w+)\])?: (\S+)", line)
+        if m:
+            kind = m.group(1)
+            if kind != "induction" and trace is None:
+                trace = work / m.group(2)
+            continue
+        m = re.search(r"summary:\s+failed assertion (.+)", line)
+        if m and kind != "induction":
+            failed.append(_with_source(m.group(1)))
     return FormalResult(name, status, seconds, work, trace, failed, log)
 
 

@@ -14,6 +14,8 @@ from amaranth.hdl import Assert, Module, Mux, Signal, unsigned
 from formal_helpers import Harness, assert_fails, assert_proves, past
 from syncfabric.hdl.common.skid import SkidBuffer
 
+pytestmark = pytest.mark.formal
+
 WIDTH = 8       # wide enough for distinct beats; the logic is the same for any width
 
 

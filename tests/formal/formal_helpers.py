@@ -15,11 +15,13 @@ Yices also replays an ABC counterexample into the VCD trace. YoWASP tools cannot
 (their runtime mounts its own), so the work directory is under the repository's git-ignored ``build/``.
 """
 
+import inspect
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,8 @@ import pytest
 from amaranth.back import rtlil
 from amaranth.hdl import Assume, Elaboratable, Fragment, Signal, Value
 
-__all__ = ["FormalResult", "prove", "assert_proves", "assert_fails", "require_tools", "Harness", "past"]
+__all__ = ["FormalResult", "prove", "assert_proves", "assert_fails", "require_tools", "Harness", "past",
+           "mutant"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "formal"
@@ -208,3 +211,18 @@ def past(m, value, name):
     reg = Signal(value.shape(), name=name)
     m.d.sync += reg.eq(value)
     return reg
+
+
+def mutant(cls, old, new):
+    """A subclass of component ``cls`` whose ``elaborate`` is the real one's source with the snippet ``old``
+    replaced by ``new``: a deliberately broken block for a proof to catch, with the bug inside the block (where a
+    subclass that overrides ports cannot reach). Raises if ``old`` is not in the source exactly once, so that a
+    mutant cannot silently turn into the real block when the source changes."""
+    src = textwrap.dedent(inspect.getsource(cls.elaborate))
+    if src.count(old) != 1:
+        raise ValueError(f"{old!r} occurs {src.count(old)} times in {cls.__qualname__}.elaborate, not once")
+    namespace = dict(vars(sys.modules[cls.__module__]))
+    first = inspect.getsourcelines(cls.elaborate)[1]
+    exec(compile("\n" * (first - 1) + src.replace(old, new), inspect.getsourcefile(cls), "exec"), namespace)
+    return type(f"{cls.__name__}Mutant", (cls,), {"elaborate": namespace["elaborate"],
+                                                   "__doc__": f"{cls.__name__} with {old!r} -> {new!r}"})

@@ -14,9 +14,8 @@ paper engine has 52 buffers):
 
 import pytest
 from amaranth.hdl import Array, Assert, Assume, Cat, Module, Mux, Signal
-from amaranth.lib import fifo
 
-from formal_helpers import Harness, assert_fails, assert_proves
+from formal_helpers import Harness, assert_fails, assert_proves, mutant
 from syncfabric.hdl.ace.bufstate import BufferPool
 from syncfabric.hdl.ace.config import AceConfig
 
@@ -75,51 +74,21 @@ def test_buffer_pool_never_loses_or_duplicates_a_buffer(n_buffers):
     assert_proves(PoolHarness(n_buffers), f"bufpool_{n_buffers}")
 
 
-# -- broken variants: each must fail the same proof -------------------------------------------------------------
+# -- broken variants: source mutants of the real pool, each must fail the same proof ------------------------------
 
-class PoolMutant(BufferPool):
-    """:class:`BufferPool` rebuilt with one bug: ``short`` makes its FIFO one entry short of ``n_buffers`` (the
-    last buffer of the initial fill is refused); ``blind_pop`` pops the FIFO on ``take.ready`` alone (a buffer
-    is popped while the fill hides it); ``no_pop`` never pops it (the buffer taken is offered again)."""
-    short = blind_pop = no_pop = False
-
-    def elaborate(self, platform):
-        m = Module()
-        nb = self.cfg.n_buffers
-        m.submodules.fifo = q = fifo.SyncFIFOBuffered(width=len(self.take.payload), depth=nb - self.short)
-        init = Signal(range(nb + 1))
-        with m.If(init < nb):
-            m.d.comb += [q.w_en.eq(1), q.w_data.eq(init)]
-            m.d.sync += init.eq(init + 1)
-        with m.Elif(self.free.valid):
-            m.d.comb += [q.w_en.eq(1), q.w_data.eq(self.free.buf)]
-        m.d.comb += [self.take.valid.eq(q.r_rdy & (init == nb)), self.take.payload.eq(q.r_data),
-                     q.r_en.eq(self.take.ready if self.blind_pop else self.take.ready & self.take.valid)]
-        if self.no_pop:
-            m.d.comb += q.r_en.eq(0)
-        return m
+MUTANTS = {
+    # the FIFO one entry short of n_buffers: the last buffer of the initial fill is refused
+    "fifo_one_short": ("depth=NB)", "depth=NB - 1)"),
+    # the FIFO popped on take.ready alone: a buffer popped while the initial fill hides it is lost
+    "pop_without_valid": ("q.r_en.eq(self.take.ready & self.take.valid)", "q.r_en.eq(self.take.ready)"),
+    # never popped: the buffer taken is offered again
+    "no_pop": ("q.r_en.eq(self.take.ready & self.take.valid)", "q.r_en.eq(0)"),
+}
 
 
-class PoolFifoShort(PoolMutant):
-    short = True
-
-
-class PoolBlindPop(PoolMutant):
-    blind_pop = True
-
-
-class PoolNoPop(PoolMutant):
-    no_pop = True
-
-
-def test_buffer_pool_mutant_scaffold_is_the_real_pool():
-    # the mutants' copy of the pool, with no bug switched on, passes the proof (so the bugs are what fails)
-    assert_proves(PoolHarness(3, pool_cls=PoolMutant), "bufpool_mutant_scaffold")
-
-
-@pytest.mark.parametrize("mutant", [PoolFifoShort, PoolBlindPop, PoolNoPop], ids=lambda c: c.__name__)
-def test_buffer_pool_proof_fails_on_a_broken_pool(mutant):
-    assert_fails(PoolHarness(3, pool_cls=mutant), f"bufpool_mutant_{mutant.__name__}")
+@pytest.mark.parametrize("bug", MUTANTS)
+def test_buffer_pool_proof_fails_on_a_broken_pool(bug):
+    assert_fails(PoolHarness(3, pool_cls=mutant(BufferPool, *MUTANTS[bug])), f"bufpool_mutant_{bug}")
 
 
 def test_buffer_pool_proof_fails_on_a_too_tight_latency():

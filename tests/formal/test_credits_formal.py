@@ -52,7 +52,7 @@ class CreditLoopHarness(Harness):
         vbits = (n - 1).bit_length()
         m.submodules.tx = tx = self.tx_cls(cfg)
         m.submodules.buf = buf = self.buf_cls(cfg)
-        m.d.comb += tx.credit.eq(buf.credit)        # the credit return path (its link latency does not matter here)
+        m.d.comb += tx.credit.eq(buf.credit)        # the credit return (its link latency does not matter here)
 
         # -- the control unit: a grant in any cycle, for any channel and size, if the credits are there
         want, vc = self.free(1, "grant_want"), self.free(vbits, "grant_vc")
@@ -147,8 +147,8 @@ class TxCreditsHarness(Harness):
                 out_h[v].eq(out_h[v] + res - (cr.hdr & (cr.hdr_vc == v))),
             ]
             m.d.comb += [
-                Assert(tx.beat_credits[v] + out_b[v] == lb, "beat credits + reserved, not returned = landing_beats"),
-                Assert(tx.hdr_credits[v] + out_h[v] == nh, "header credits + reserved, not returned = landing_headers"),
+                Assert(tx.beat_credits[v] + out_b[v] == lb, "beat credits + reserved, unreturned = size"),
+                Assert(tx.hdr_credits[v] + out_h[v] == nh, "header credits + reserved, unreturned = size"),
             ]
         return m
 

@@ -62,7 +62,7 @@ class FormalResult:
     seconds: float
     workdir: Path
     trace: Path | None      # the counterexample VCD of a FAIL
-    failed: list            # "<message or source line> step <n>" of each failed assertion
+    failed: list            # "<file>:<line> at step <n>: <source line>" of each failed assertion
     log: str
 
     def describe(self):
@@ -78,10 +78,8 @@ def _sby_text(engine, depth, timeout):
         options, engines = "mode prove", "abc pdr"
     elif engine == "kind":
         options, engines = f"mode prove\ndepth {depth}", "smtbmc yices"
-    elif engine == "bmc":
-        options, engines = f"mode bmc\ndepth {depth}", "smtbmc yices"
     else:
-        raise ValueError(f"unknown engine {engine!r} (pdr, kind or bmc)")
+        raise ValueError(f"unknown engine {engine!r} (pdr or kind)")
     return "\n".join([
         "[options]", options, f"timeout {timeout}", "",
         "[engines]", engines, "",
@@ -110,8 +108,8 @@ def prove(harness, name, *, engine="pdr", depth=20, timeout=300):
     reset at any cycle (the harness's shadow state resets with the block), and every register starts at its
     ``init``.
 
-    ``engine``: ``"pdr"`` (unbounded, ABC), ``"kind"`` (k-induction to ``depth`` steps, Yices) or ``"bmc"``
-    (bounded to ``depth`` steps only: not a proof). Returns a :class:`FormalResult`.
+    ``engine``: ``"pdr"`` (ABC) or ``"kind"`` (k-induction over ``depth`` steps, Yices); both prove for every
+    trace length or fail. Returns a :class:`FormalResult`.
     """
     require_tools(engine)
     work = BUILD / name

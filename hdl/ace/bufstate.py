@@ -1,14 +1,10 @@
-"""Per chunk buffer: which slots still wait for their LOAD, each slot's count lane, and the STOREs not yet
-acknowledged.
+"""Per chunk buffer: which slots still wait for their LOAD, and the STOREs not yet acknowledged. (The slots'
+count lanes live with the FSM holding the chunk: :mod:`.slotcount`.)
 
 - **Loading.** When a chunk is dispatched into a buffer, the slots of its program's load mask are pending (the
   load sequencer loads them later); a LOAD an FSM issues sets its slot; the load unit finishing it (or the
   sequencer skipping an empty block) clears it. A step waits only for its own slot, so a chunk starts sending
   as soon as its first block is in.
-- **Count lane** (docs/programs.md). How many ranks' non-null contributions a slot's datum holds. A new chunk
-  starts every slot at 1 (0 for a null contribution): golden programs LOAD a slot before anything else writes
-  it, so this is the LOAD's count. A granted RECV sets its slot to the count it computed (the message's, plus
-  the slot's when reducing). SENDs, forwards and STOREs read it (``cnt_buf``/``cnt_slot`` -> ``cnt``).
 - **Stores pending.** STOREs posted into the buffer and not yet acknowledged: a chunk is done, and its buffer
   free again, only when none is left.
 """
@@ -17,7 +13,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..common.layouts import COUNT_BITS, LOAD_MASK_BITS
+from ..common.layouts import LOAD_MASK_BITS
 from .sram import sram_read_layout
 from .units import StoreUnit
 
@@ -30,7 +26,7 @@ def n_mask_slots(cfg):
 
 
 class BufferState(wiring.Component):
-    """Loading masks, count lanes and pending STOREs of every chunk buffer (see the module docstring).
+    """Loading masks and pending STOREs of every chunk buffer (see the module docstring).
 
     Event inputs are one-cycle ``valid`` pulses; several may come in one cycle. ``new`` (a chunk dispatched into
     ``buf``) wins over every other event on that buffer in its cycle.
@@ -43,12 +39,10 @@ class BufferState(wiring.Component):
         slot = unsigned(10)
         ev = data.StructLayout({"valid": 1, "buf": buf, "slot": slot})
         super().__init__({
-            "new": In(data.StructLayout({"valid": 1, "buf": buf, "load_mask": unsigned(NM), "null": 1})),
+            "new": In(data.StructLayout({"valid": 1, "buf": buf, "load_mask": unsigned(NM)})),
             "load_issue": In(ev), "load_done": In(ev), "skip": In(ev),
-            "recv": In(data.StructLayout({"valid": 1, "buf": buf, "slot": slot, "count": unsigned(COUNT_BITS)})),
             "store_issue": In(data.StructLayout({"valid": 1, "buf": buf})),
             "store_done": In(data.StructLayout({"valid": 1, "buf": buf})),
-            "cnt_buf": In(buf), "cnt_slot": In(slot), "cnt": Out(COUNT_BITS),
             "loading": Out(data.ArrayLayout(unsigned(NM), NB)),
             "buf_loading": Out(NB),
             "stores_pending": Out(NB),
@@ -58,7 +52,6 @@ class BufferState(wiring.Component):
         m = Module()
         NB, NM = self.cfg.n_buffers, n_mask_slots(self.cfg)
         SBITS = max(1, (NM - 1).bit_length())
-        cnt = [[Signal(COUNT_BITS, name=f"buf{b}_cnt{k}") for k in range(NM)] for b in range(NB)]
         spend = [Signal(range(StoreUnit.QUEUE + StoreUnit.IN_FLIGHT + 2), name=f"buf{b}_stores")
                  for b in range(NB)]
 
@@ -66,19 +59,14 @@ class BufferState(wiring.Component):
             """The one-hot slot bit of event ``ev`` if it concerns buffer ``b``."""
             return Mux(ev.valid & (ev.buf == b), 1 << ev.slot[:SBITS], 0)
 
-        new, rv = self.new, self.recv
+        new = self.new
         for b in range(NB):
             is_new = new.valid & (new.buf == b)
             kept = self.loading[b] & ~bit(self.load_done, b) & ~bit(self.skip, b)
             with m.If(is_new):
-                m.d.sync += [self.loading[b].eq(new.load_mask)] + [c.eq(~new.null) for c in cnt[b]]
+                m.d.sync += self.loading[b].eq(new.load_mask)
             with m.Else():
                 m.d.sync += self.loading[b].eq(kept | bit(self.load_issue, b))
-                with m.If(rv.valid & (rv.buf == b)):
-                    with m.Switch(rv.slot):
-                        for k in range(NM):
-                            with m.Case(k):
-                                m.d.sync += cnt[b][k].eq(rv.count)
             inc = self.store_issue.valid & (self.store_issue.buf == b)
             dec = self.store_done.valid & (self.store_done.buf == b)
             m.d.sync += spend[b].eq(spend[b] + inc - dec)
@@ -86,13 +74,6 @@ class BufferState(wiring.Component):
             self.buf_loading.eq(Cat(*[self.loading[b].any() for b in range(NB)])),
             self.stores_pending.eq(Cat(*[s != 0 for s in spend])),
         ]
-        with m.Switch(self.cnt_buf):
-            for b in range(NB):
-                with m.Case(b):
-                    with m.Switch(self.cnt_slot):
-                        for k in range(NM):
-                            with m.Case(k):
-                                m.d.comb += self.cnt.eq(cnt[b][k])
         return m
 
 

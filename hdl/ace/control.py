@@ -198,7 +198,8 @@ class ControlUnit(wiring.Component):
                      bank.grant.valid.eq(iss.grant.valid), bank.grant.fsm.eq(iss.grant.fsm),
                      ist.grant.valid.eq(iss.grant.valid), ist.grant.fsm.eq(iss.grant.fsm),
                      ist.grant.ch.eq(iss.grant.ch), ist.grant.count.eq(iss.grant.count),
-                     ist.step.eq(bank.g_step), ist.ctx.eq(bank.g_ctx), ist.view.eq(bank.g_view)]
+                     ist.step.eq(bank.g_step), ist.ctx.eq(bank.g_ctx), ist.view.eq(bank.g_view),
+                     ist.count.eq(bank.g_count)]
         # the registered grant becomes a unit job (jobs.py)
         m.submodules.jobs = jb = JobBuilder(cfg)
         js, g, gv = ist.o, ist.o.step, ist.o.view
@@ -207,8 +208,8 @@ class ControlUnit(wiring.Component):
         m.d.comb += [
             jb.grant.valid.eq(js.grant.valid), jb.grant.fsm.eq(js.grant.fsm), jb.grant.ch.eq(js.grant.ch),
             jb.msg_count.eq(js.grant.count), jb.step.eq(g), jb.ctx.eq(js.ctx), jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
-            jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(bufs.cnt),
-            bufs.cnt_buf.eq(jb.ctx.buf), bufs.cnt_slot.eq(g.slot),
+            jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(js.slot_count),
+            bank.recv_count.eq(jb.recv),
             jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq").null),
             table.fold.eq(jb.fold), bank.own_load.valid.eq(jb.fsm_load), bank.own_load.fsm.eq(js.grant.fsm),
             bank.own_load.slot.eq(g.slot),
@@ -284,16 +285,15 @@ def _count(cnt, bank, iss, ist, disp, pm):
 
 def _track_buffers(bufs, bank, jb, dp, seqr, chunk, e):
     """What :class:`~.bufstate.BufferState` ``bufs`` tracks per chunk buffer: a dispatched ``chunk`` (command
-    entry ``e``: its LOAD mask, NULL), the LOADs job builder ``jb`` issues and the datapath ``dp`` finishes or
-    the load sequencer ``seqr`` skips, RECVs (count lane) and STOREs; and the LOADs that ended this cycle,
+    entry ``e``: its LOAD mask), the LOADs job builder ``jb`` issues and the datapath ``dp`` finishes or
+    the load sequencer ``seqr`` skips, and STOREs; and the LOADs that ended this cycle,
     which reach FSM bank ``bank``."""
     g, dc = jb.step, chunk.payload
     return [
         bufs.new.valid.eq(chunk.valid), bufs.new.buf.eq(dc.buf), bufs.new.load_mask.eq(e.load_mask),
-        bufs.new.null.eq(e.null),
         bufs.load_issue.valid.eq(jb.fsm_load), bufs.load_issue.buf.eq(jb.ctx.buf), bufs.load_issue.slot.eq(g.slot),
         bufs.load_done.valid.eq(dp.load_done.valid), bufs.load_done.buf.eq(dp.load_done.buf),
-        bufs.load_done.slot.eq(dp.load_done.slot), bufs.skip.eq(seqr.skip), bufs.recv.eq(jb.recv),
+        bufs.load_done.slot.eq(dp.load_done.slot), bufs.skip.eq(seqr.skip),
         bufs.store_issue.valid.eq(jb.store_job.valid), bufs.store_issue.buf.eq(jb.ctx.buf),
         bufs.store_done.valid.eq(dp.store_done.valid), bufs.store_done.buf.eq(dp.store_done.buf),
         bank.filled[0].valid.eq(dp.load_done.valid), bank.filled[0].buf.eq(dp.load_done.buf),

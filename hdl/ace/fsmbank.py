@@ -9,8 +9,11 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
   (:class:`~.arbiter.OldestPick`) and handed to the decoder (``dec_req``); the decoded step comes back
   ``StepDecoder.LATENCY`` cycles later (``dec_wb``) to the FSM it names.
 - Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``); the
-  granted FSM's step, context and view are selected for the issue stage register (``g_step``, ``g_ctx``,
-  ``g_view``), whose job goes out a cycle later; an FSM's own LOAD reaches it then (``own_load``).
+  granted FSM's step, context, view and its step's slot count are selected for the issue stage register
+  (``g_step``, ``g_ctx``, ``g_view``, ``g_count``), whose job goes out a cycle later; an FSM's own LOAD reaches
+  it then (``own_load``).
+- Count lanes: each FSM's chunk's slot counts (:class:`~.slotcount.SlotCounts`), cleared when it takes a chunk
+  and set by its granted RECVs (``recv_count``, from the job builder).
 - The units' completions (``unit_done``, by FSM), the LOADs that ended (``filled``) and the partition
   manager's moves reach the FSMs; the FSMs' phase ends, handoffs and contexts go to the partition manager.
 """
@@ -19,11 +22,13 @@ from amaranth.hdl import Cat, Module, Mux, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.layouts import COUNT_BITS
 from .arbiter import AgeMatrix, OldestPick, age_layout
 from .cmdtable import fsm_view_layout
 from .decoder import decode_request_layout, decoded_layout, step_layout
 from .fsm import ChunkFsm, FsmState, chunk_layout, fsm_context_layout
 from .issue import fsm_request_layout
+from .slotcount import SlotCounts
 from .sram import sram_read_layout
 from .units import STATUS_SHAPE, _w
 
@@ -50,8 +55,11 @@ class FsmBank(wiring.Component):
         The arbiter's grant this cycle.
     own_load : In(valid, fsm, slot)
         FSM ``fsm``'s LOAD of ``slot`` goes to the load unit now (the issue stage's job, granted the cycle before).
-    g_step, g_ctx, g_view : Out
-        The granted FSM's step, chunk context and command view (combinational on ``grant.fsm``).
+    g_step, g_ctx, g_view, g_count : Out
+        The granted FSM's step, chunk context, command view and its step's slot count (combinational on
+        ``grant.fsm``).
+    recv_count : In(valid, fsm, slot, count)
+        A granted RECV sets its FSM's slot count (the job builder, a cycle after the grant).
     filled : In(2 x (valid, buf, slot))
         LOADs that ended this cycle (load unit, sequencer skipping an empty block), any buffer.
     unit_done : In(unit_done_layout per SEND/RECV unit)
@@ -84,7 +92,9 @@ class FsmBank(wiring.Component):
             "offers": Out(data.ArrayLayout(fsm_request_layout(cfg), F)),
             "grant": In(sel), "own_load": In(own),
             "g_step": Out(step_layout(cfg)), "g_ctx": Out(fsm_context_layout(cfg)),
-            "g_view": Out(fsm_view_layout(cfg)),
+            "g_view": Out(fsm_view_layout(cfg)), "g_count": Out(COUNT_BITS),
+            "recv_count": In(data.StructLayout({"valid": 1, "fsm": _w(F), "slot": unsigned(10),
+                                                "count": unsigned(COUNT_BITS)})),
             "filled": In(data.ArrayLayout(ev, 2)),
             "unit_done": In(data.ArrayLayout(unit_done_layout(cfg), 2 * cfg.n_ports)),
             "buf_loading": In(cfg.n_buffers),
@@ -101,11 +111,19 @@ class FsmBank(wiring.Component):
         cfg = self.cfg
         F = cfg.n_fsms
         q_layout = chunk_layout(cfg)
-        fsms = []
+        fsms, counts = [], []
         for f in range(F):
             fsm, q = ChunkFsm(cfg), fifo.SyncFIFOBuffered(width=q_layout.size, depth=2)
             m.submodules[f"fsm{f}"], m.submodules[f"fsmq{f}"] = fsm, q
+            m.submodules[f"counts{f}"] = cnt = SlotCounts(cfg)
             fsms.append(fsm)
+            counts.append(cnt)
+            rc = self.recv_count
+            m.d.comb += [
+                cnt.take.eq(fsm.chunk.valid & fsm.chunk.ready), cnt.null.eq(self.views[f].null),
+                cnt.rd_slot.eq(fsm.offer.step.slot),
+                cnt.wr.valid.eq(rc.valid & (rc.fsm == f)), cnt.wr.slot.eq(rc.slot), cnt.wr.count.eq(rc.count),
+            ]
             m.d.comb += [
                 q.w_en.eq(self.enq.valid & (self.enq.fsm == f)), q.w_data.eq(self.enq.chunk),
                 self.q_ready[f].eq(q.w_rdy),
@@ -137,7 +155,7 @@ class FsmBank(wiring.Component):
             for f, fsm in enumerate(fsms):
                 with m.Case(f):
                     m.d.comb += [self.g_step.eq(fsm.offer.step), self.g_ctx.eq(fsm.ctx),
-                                 self.g_view.eq(self.views[f])]
+                                 self.g_view.eq(self.views[f]), self.g_count.eq(counts[f].rd)]
 
         for f, fsm in enumerate(fsms):
             c, r = fsm.ctx, self.offers[f]

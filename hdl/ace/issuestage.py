@@ -33,8 +33,8 @@ __all__ = ["IssueStage"]
 
 
 class IssueStage(wiring.Component):
-    """Registers a grant (``grant``) with the granted FSM's ``step``, ``ctx`` and the fields of its command
-    ``view`` a job takes (``o``), and says what the arbiter must not grant while the registered job goes out
+    """Registers a grant (``grant``) with the granted FSM's ``step``, ``ctx``, the fields of its command
+    ``view`` a job takes and its step's slot count (``count``) (``o``), and says what the arbiter must not grant while the registered job goes out
     (``hold_*``, from flip-flops)."""
 
     def __init__(self, cfg):
@@ -45,10 +45,11 @@ class IssueStage(wiring.Component):
         view = fsm_view_layout(cfg).members
         self.view_fields = ("tag", "rank", "dtype", "op", "null")       # what a unit job takes of the view
         job = data.StructLayout({"grant": grant, "step": step_layout(cfg), "ctx": fsm_context_layout(cfg),
-                                 "view": data.StructLayout({n: view[n] for n in self.view_fields})})
+                                 "view": data.StructLayout({n: view[n] for n in self.view_fields}),
+                                 "slot_count": unsigned(COUNT_BITS)})
         super().__init__({
             "grant": In(grant), "step": In(step_layout(cfg)), "ctx": In(fsm_context_layout(cfg)),
-            "view": In(fsm_view_layout(cfg)),
+            "view": In(fsm_view_layout(cfg)), "count": In(COUNT_BITS),
             "o": Out(job),
             "hold_fsm": Out(F), "hold_send": Out(K), "hold_recv": Out(K), "hold_order": Out(K),
             "hold_load": Out(1), "hold_store": Out(1),
@@ -58,7 +59,7 @@ class IssueStage(wiring.Component):
         m = Module()
         F, K = self.cfg.n_fsms, self.cfg.n_ports
         o = self.o
-        m.d.sync += [o.grant.eq(self.grant), o.step.eq(self.step), o.ctx.eq(self.ctx)]
+        m.d.sync += [o.grant.eq(self.grant), o.step.eq(self.step), o.ctx.eq(self.ctx), o.slot_count.eq(self.count)]
         m.d.sync += [getattr(o.view, n).eq(getattr(self.view, n)) for n in self.view_fields]
         s = o.step
         real = Signal()

@@ -58,7 +58,7 @@ class JobBuilder(wiring.Component):
             "reserve": Out(data.ArrayLayout(reserve_layout(cfg), K)), "order": Out(data.ArrayLayout(order, K)),
             "load_job": Out(stream.Signature(jl["load"])), "store_job": Out(stream.Signature(jl["store"])),
             "fsm_load": Out(1),
-            "recv": Out(data.StructLayout({"valid": 1, "buf": buf, "slot": unsigned(10),
+            "recv": Out(data.StructLayout({"valid": 1, "fsm": _w(cfg.n_fsms), "slot": unsigned(10),
                                            "count": unsigned(COUNT_BITS)})),
             "fold": Out(data.StructLayout({"valid": 1, "cmd": _w(cfg.n_cmds), "count": unsigned(COUNT_BITS)})),
         })
@@ -112,7 +112,7 @@ class JobBuilder(wiring.Component):
             m.d.comb += [self.load_job.valid.eq(self.seq_load.valid), self.load_job.payload.eq(self.seq_load.payload),
                          self.load_job.payload.zero.eq(self.seq_zero)]
         m.d.comb += [
-            self.recv.valid.eq(recv), self.recv.buf.eq(c.buf), self.recv.slot.eq(g.slot),
+            self.recv.valid.eq(recv), self.recv.fsm.eq(gr.fsm), self.recv.slot.eq(g.slot),
             self.recv.count.eq(new_count),
             # every STORE folds its slot's count, an empty one (a no-op) too
             self.fold.valid.eq(gr.valid & ~g.illegal & (g.op == StepOp.STORE)), self.fold.cmd.eq(c.cmd),

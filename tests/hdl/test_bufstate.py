@@ -1,5 +1,5 @@
 """BufferState in Amaranth's simulator against a model: random dispatches, LOADs issued, finished and skipped,
-RECVs setting counts and STOREs posted and acknowledged, several events per cycle.
+and STOREs posted and acknowledged, several events per cycle; the buffer pool's order.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -9,7 +9,6 @@ import random
 from syncfabric.hdl.ace.bufstate import BufferPool, BufferState, n_mask_slots
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.units import StoreUnit
-from syncfabric.hdl.common.layouts import COUNT_BITS
 
 from sim_helpers import run_sim, seed_for
 
@@ -18,11 +17,10 @@ NB, NM = CFG.n_buffers, n_mask_slots(CFG)
 CAP = StoreUnit.QUEUE + StoreUnit.IN_FLIGHT
 
 
-def test_loading_masks_count_lanes_and_pending_stores_follow_their_events():
+def test_loading_masks_and_pending_stores_follow_their_events():
     rng = random.Random(seed_for(83))
     dut = BufferState(CFG)
     loading = [0] * NB
-    counts = [[0] * NM for _ in range(NB)]
     stores = [0] * NB
 
     def event(p=0.3):
@@ -37,22 +35,16 @@ def test_loading_masks_count_lanes_and_pending_stores_follow_their_events():
                 assert ctx.get(dut.loading[b]) == loading[b], (cycle, b)
             assert ctx.get(dut.buf_loading) == sum(1 << b for b in range(NB) if loading[b])
             assert ctx.get(dut.stores_pending) == sum(1 << b for b in range(NB) if stores[b])
-            b, k = rng.randrange(NB), rng.randrange(NM)
-            ctx.set(dut.cnt_buf, b)
-            ctx.set(dut.cnt_slot, k)
-            assert ctx.get(dut.cnt) == counts[b][k], (cycle, b, k)
 
             # this cycle's events (a STORE is acknowledged only if one is pending)
-            new = {"valid": int(rng.random() < 0.05), "buf": rng.randrange(NB), "load_mask": rng.randrange(1 << NM),
-                   "null": int(rng.random() < 0.3)}
+            new = {"valid": int(rng.random() < 0.05), "buf": rng.randrange(NB), "load_mask": rng.randrange(1 << NM)}
             issue, done, skip = event(), event(), event(0.15)
-            recv = {**event(), "count": rng.randrange(1 << COUNT_BITS)}
             sb = rng.randrange(NB)      # at most as many STOREs pending as the store unit can hold
             st_in = {"valid": int(rng.random() < 0.3 and stores[sb] < CAP), "buf": sb}
             pend = [x for x in range(NB) if stores[x]]
             st_out = {"valid": int(bool(pend) and rng.random() < 0.3), "buf": rng.choice(pend) if pend else 0}
             for port, value in ((dut.new, new), (dut.load_issue, issue), (dut.load_done, done), (dut.skip, skip),
-                                (dut.recv, recv), (dut.store_issue, st_in), (dut.store_done, st_out)):
+                                (dut.store_issue, st_in), (dut.store_done, st_out)):
                 ctx.set(port, value)
             await ctx.tick()
 
@@ -60,15 +52,12 @@ def test_loading_masks_count_lanes_and_pending_stores_follow_their_events():
             for x in range(NB):
                 if new["valid"] and new["buf"] == x:
                     loading[x] = new["load_mask"]
-                    counts[x] = [0 if new["null"] else 1] * NM
                     continue
                 for ev in (done, skip):
                     if ev["valid"] and ev["buf"] == x:
                         loading[x] &= ~(1 << ev["slot"])
                 if issue["valid"] and issue["buf"] == x:
                     loading[x] |= 1 << issue["slot"]
-                if recv["valid"] and recv["buf"] == x:
-                    counts[x][recv["slot"]] = recv["count"]
             for x in range(NB):
                 stores[x] += (st_in["valid"] and st_in["buf"] == x) - (st_out["valid"] and st_out["buf"] == x)
 

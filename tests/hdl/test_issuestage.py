@@ -12,6 +12,7 @@ from sim_helpers import run_sim, seed_for
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.issuestage import IssueStage
+from syncfabric.hdl.common.layouts import COUNT_BITS
 from syncfabric.sim.golden.program import StepOp
 
 OPS = (StepOp.LOAD, StepOp.STORE, StepOp.SEND, StepOp.RECV)
@@ -50,11 +51,13 @@ def test_grants_come_out_a_cycle_later_with_their_holds():
                 g = {"fsm": rng.randrange(F), "ch": rng.randrange(F), "count": rng.randrange(8), "step": step,
                      "ctx": {"cmd": rng.randrange(cfg.n_cmds), "chunk": rng.randrange(1 << 16),
                              "buf": rng.randrange(cfg.n_buffers)},
-                     "view": {"tag": rng.randrange(1 << 16), "rank": rng.randrange(8), "null": rng.randrange(2)}}
+                     "view": {"tag": rng.randrange(1 << 16), "rank": rng.randrange(8), "null": rng.randrange(2)},
+                     "slot_count": rng.randrange(1 << COUNT_BITS)}
                 ctx.set(dut.grant, {"valid": 1, "fsm": g["fsm"], "ch": g["ch"], "count": g["count"]})
                 ctx.set(dut.step, step)
                 ctx.set(dut.ctx, g["ctx"])
                 ctx.set(dut.view, g["view"])
+                ctx.set(dut.count, g["slot_count"])
             else:
                 ctx.set(dut.grant.valid, 0)
             # this cycle's outputs are last cycle's grant, whatever is offered now
@@ -69,6 +72,7 @@ def test_grants_come_out_a_cycle_later_with_their_holds():
                     assert getattr(o.ctx, name) == v, (cycle, name)
                 for name, v in prev["view"].items():
                     assert getattr(o.view, name) == v, (cycle, name)
+                assert o.slot_count == prev["slot_count"], cycle
             got = tuple(ctx.get(x) for x in (dut.hold_fsm, dut.hold_send, dut.hold_recv, dut.hold_order,
                                              dut.hold_load, dut.hold_store))
             assert got == expected_holds(prev), (cycle, prev)

@@ -95,7 +95,7 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
             else:
                 assert (lv, lj.cmd, lj.addr, lj.zero) == (seq_valid, 2, 6, seq_zero)
             rv, fold = ctx.get(dut.recv), ctx.get(dut.fold)
-            assert (rv.valid, rv.buf, rv.slot) == (recv, c["buf"], step["slot"])
+            assert (rv.valid, rv.fsm, rv.slot) == (recv, grant["fsm"], step["slot"])
             if recv:
                 assert rv.count == new_count
             assert fold.valid == (grant["valid"] and not step["illegal"] and op == StepOp.STORE)

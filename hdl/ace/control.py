@@ -217,7 +217,7 @@ class ControlUnit(wiring.Component):
         wiring.connect(m, seqr.issue, jb.seq_load)
         wiring.connect(m, jb.load_job, wiring.flipped(dp.load_job))
         wiring.connect(m, jb.store_job, wiring.flipped(dp.store_job))
-        m.d.comb += _track_buffers(bufs, bank, jb, dp, seqr, disp.chunk, d_entry)
+        m.d.comb += _track_buffers(bufs, bank, jb, dp, seqr, disp.chunk)
         report(dp.store_done.valid & (dp.store_done.status != 0), dp.store_done.cmd, dp.store_done.status)
         report(dp.load_done.valid & (dp.load_done.status != 0), dp.load_done.cmd, dp.load_done.status)
         for i, u in enumerate([p.send_done for p in ports] + [p.recv_done for p in ports]):
@@ -283,14 +283,14 @@ def _count(cnt, bank, iss, ist, disp, pm):
     ]
 
 
-def _track_buffers(bufs, bank, jb, dp, seqr, chunk, e):
-    """What :class:`~.bufstate.BufferState` ``bufs`` tracks per chunk buffer: a dispatched ``chunk`` (command
-    entry ``e``: its LOAD mask), the LOADs job builder ``jb`` issues and the datapath ``dp`` finishes or
+def _track_buffers(bufs, bank, jb, dp, seqr, chunk):
+    """What :class:`~.bufstate.BufferState` ``bufs`` tracks per chunk buffer: a dispatched ``chunk`` (its
+    command's LOAD mask), the LOADs job builder ``jb`` issues and the datapath ``dp`` finishes or
     the load sequencer ``seqr`` skips, and STOREs; and the LOADs that ended this cycle,
     which reach FSM bank ``bank``."""
     g, dc = jb.step, chunk.payload
     return [
-        bufs.new.valid.eq(chunk.valid), bufs.new.buf.eq(dc.buf), bufs.new.load_mask.eq(e.load_mask),
+        bufs.new.valid.eq(chunk.valid), bufs.new.buf.eq(dc.buf), bufs.new.load_mask.eq(dc.load_mask),
         bufs.load_issue.valid.eq(jb.fsm_load), bufs.load_issue.buf.eq(jb.ctx.buf), bufs.load_issue.slot.eq(g.slot),
         bufs.load_done.valid.eq(dp.load_done.valid), bufs.load_done.buf.eq(dp.load_done.buf),
         bufs.load_done.slot.eq(dp.load_done.slot), bufs.skip.eq(seqr.skip),

@@ -6,12 +6,20 @@ communicators, with other members - it ran before. A chunk also takes the next n
 sequence (the arbiters favour the oldest chunk) and the next free chunk buffer. The dispatcher never skips to
 another FSM or command: when the head chunk cannot go, nothing goes (every rank dispatches in the same order,
 which keeps ranks from deadlocking on each other's buffers).
+
+The head command's fields the dispatch needs (its chunk 0's FSM, chunk count, prefetch range, LOAD mask) are
+registered when the command reaches the head (``FSM_LIMIT`` is sampled then), so a dispatch decision starts
+from flip-flops, not from a command-table lookup and the tag's reduction modulo ``FSM_LIMIT``; the next
+command is taken in the cycle its predecessor's last chunk goes, so back-to-back commands dispatch without a
+gap.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.layouts import LOAD_MASK_BITS
+from ..common.logic import one_hot
 from .arbiter import SEQ_BITS
 from .cmdtable import cmd_entry_layout
 from .sram import sram_read_layout
@@ -21,11 +29,11 @@ __all__ = ["ChunkDispatcher", "dispatch_layout", "prefetch_layout"]
 
 
 def dispatch_layout(cfg):
-    """A dispatched chunk: its FSM, command slot, chunk number, buffer, sequence number, and the range of
-    instructions the load sequencer prefetches (phase 0's head LOADs)."""
+    """A dispatched chunk: its FSM, command slot, chunk number, buffer, sequence number, the range of
+    instructions the load sequencer prefetches (phase 0's head LOADs) and the slots they fill (``load_mask``)."""
     return data.StructLayout({"fsm": _w(cfg.n_fsms), "cmd": _w(cfg.n_cmds), "chunk": unsigned(16),
                               "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS),
-                              "first": unsigned(11), "end": unsigned(11)})
+                              "first": unsigned(11), "end": unsigned(11), "load_mask": unsigned(LOAD_MASK_BITS)})
 
 
 def prefetch_layout(cfg):
@@ -44,7 +52,7 @@ class ChunkDispatcher(wiring.Component):
     cmd : In(stream(cmd slot))
         Accepted commands in order (a queue of ``n_cmds`` inside).
     e_cmd : Out(cmd), e : In(cmd_entry_layout)
-        Combinational command-table lookup of the head command.
+        Combinational command-table lookup of the command entering the head register.
     enable : In(1), fsm_limit : In(6)
     buf : In(stream(buf))
         The free-buffer list; a buffer is taken (``ready``) with each chunk.
@@ -92,7 +100,7 @@ class ChunkDispatcher(wiring.Component):
         seq = Signal(SEQ_BITS)
         e = self.e
         m.d.comb += self.e_cmd.eq(order.r_data)
-        # the tag's low bits reduced modulo FSM_LIMIT by conditional subtraction
+        # the tag's low bits reduced modulo FSM_LIMIT by conditional subtraction (as the command enters the head)
         tbits = max(1, (F - 1).bit_length())
         t_mod = e.tag[:tbits]
         for k in reversed(range(tbits)):
@@ -100,13 +108,28 @@ class ChunkDispatcher(wiring.Component):
             lim = self.fsm_limit << k
             m.d.comb += step.eq(Mux(t_mod >= lim, t_mod - lim, t_mod))
             t_mod = step
-        m.d.comb += fsm.eq(Mux(chunk == 0, t_mod, nxt_fsm) if F > 1 else 0)
+        # the head command, registered
+        h_valid, h_cmd, h_fsm0 = Signal(), Signal(_w(NC)), Signal(_w(F))
+        h_chunks, h_first, h_end = Signal.like(e.geom.n_chunks), Signal(11), Signal(11)
+        h_mask = Signal(LOAD_MASK_BITS)
+        last = Signal()
+        take = order.r_rdy & (~h_valid | last)
+        m.d.comb += order.r_en.eq(take)
+        with m.If(take):
+            m.d.sync += [h_valid.eq(1), h_cmd.eq(order.r_data), h_fsm0.eq(t_mod), h_chunks.eq(e.geom.n_chunks),
+                         h_first.eq(e.phase_start[0]), h_end.eq(e.phase_start[0] + e.load_end),
+                         h_mask.eq(e.load_mask)]
+        with m.Elif(last):
+            m.d.sync += h_valid.eq(0)
+
+        m.d.comb += fsm.eq(Mux(chunk == 0, h_fsm0, nxt_fsm) if F > 1 else 0)
         q_ready = Signal()
         m.d.comb += q_ready.eq(self.q_ready.bit_select(fsm, 1))
-        head = self.enable & order.r_rdy
+        head = self.enable & h_valid
         go = Signal()
         m.d.comb += [
             go.eq(head & self.buf.valid & self.room & q_ready),
+            last.eq(go & (chunk + 1 == h_chunks)),
             self.stall_part.eq(head & ~(self.room & self.buf.valid)),
             self.stall_queue.eq(head & self.room & self.buf.valid & ~q_ready),
             self.buf.ready.eq(go),
@@ -114,8 +137,8 @@ class ChunkDispatcher(wiring.Component):
         out = self.chunk.payload
         m.d.comb += [
             self.chunk.valid.eq(go),
-            out.fsm.eq(fsm), out.cmd.eq(order.r_data), out.chunk.eq(chunk), out.buf.eq(self.buf.payload),
-            out.seq.eq(seq), out.first.eq(e.phase_start[0]), out.end.eq(e.phase_start[0] + e.load_end),
+            out.fsm.eq(fsm), out.cmd.eq(h_cmd), out.chunk.eq(chunk), out.buf.eq(self.buf.payload),
+            out.seq.eq(seq), out.first.eq(h_first), out.end.eq(h_end), out.load_mask.eq(h_mask),
         ]
         # the load sequencer's queue
         m.submodules.prefetch = pf = fifo.SyncFIFOBuffered(width=prefetch_layout(cfg).size, depth=cfg.n_buffers)
@@ -126,10 +149,7 @@ class ChunkDispatcher(wiring.Component):
             self.load.valid.eq(pf.r_rdy), self.load.payload.eq(pf.r_data), pf.r_en.eq(self.load.ready),
         ]
         with m.If(go):
-            m.d.sync += [nxt_fsm.eq(Mux(fsm + 1 >= self.fsm_limit, 0, fsm + 1)), seq.eq(seq + 1)]
-            with m.If(chunk + 1 == e.geom.n_chunks):
-                m.d.sync += chunk.eq(0)
-                m.d.comb += [order.r_en.eq(1), self.dispatched.eq(1 << order.r_data)]
-            with m.Else():
-                m.d.sync += chunk.eq(chunk + 1)
+            m.d.sync += [nxt_fsm.eq(Mux(fsm + 1 >= self.fsm_limit, 0, fsm + 1)), seq.eq(seq + 1),
+                         chunk.eq(Mux(last, 0, chunk + 1))]
+        m.d.comb += self.dispatched.eq(Mux(last, one_hot(h_cmd, NC), 0))
         return m

@@ -13,6 +13,7 @@ from syncfabric.hdl.ace.arbiter import SEQ_BITS
 from syncfabric.hdl.ace.cmdtable import cmd_entry_layout
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.dispatcher import ChunkDispatcher
+from syncfabric.hdl.common.layouts import LOAD_MASK_BITS
 
 from sim_helpers import run_sim, seed_for
 
@@ -37,13 +38,14 @@ class DispatchBench(Elaboratable):
 
 
 def expected_order(commands, limit):
-    """(fsm, cmd slot, chunk, seq, first, end) of every chunk, in dispatch order. The first chunk's FSM is the
+    """(fsm, cmd slot, chunk, seq, first, end, load_mask) of every chunk, in dispatch order. The first chunk's FSM is the
     tag's low ``log2(n_fsms)`` bits modulo FSM_LIMIT (the same on every rank, which is all that matters)."""
     out, seq = [], 0
     low = (1 << max(1, (CFG.n_fsms - 1).bit_length())) - 1
-    for slot, tag, n_chunks, start, load_end in commands:
+    for slot, tag, n_chunks, start, load_end, mask in commands:
         for c in range(n_chunks):
-            out.append((((tag & low) % limit + c) % limit, slot, c, seq % (1 << SEQ_BITS), start, start + load_end))
+            out.append((((tag & low) % limit + c) % limit, slot, c, seq % (1 << SEQ_BITS), start, start + load_end,
+                        mask))
             seq += 1
     return out
 
@@ -55,8 +57,8 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
     dut = bench.dut
     F = CFG.n_fsms
     # commands reuse table slots once their last chunk is dispatched (at most n_cmds queued)
-    commands = [(i % CFG.n_cmds, rng.randrange(1 << 16), rng.randint(1, 5), rng.randrange(64), rng.randrange(8))
-                for i in range(24)]
+    commands = [(i % CFG.n_cmds, rng.randrange(1 << 16), rng.randint(1, 5), rng.randrange(64), rng.randrange(8),
+                 rng.getrandbits(LOAD_MASK_BITS)) for i in range(24)]
     got, bufs_given, dispatched, loads = [], [], [], []
 
     async def bench_fn(ctx):
@@ -68,12 +70,13 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
         for _ in range(2000):
             # post the next command when its table slot is free (not queued)
             if pending and pending[0][0] not in queued and len(queued) < CFG.n_cmds:
-                slot, tag, n_chunks, start, load_end = pending[0]
+                slot, tag, n_chunks, start, load_end, mask = pending[0]
                 e = bench.entries[slot]
                 ctx.set(e.tag, tag)
                 ctx.set(e.geom.n_chunks, n_chunks)
                 ctx.set(e.phase_start[0], start)
                 ctx.set(e.load_end, load_end)
+                ctx.set(e.load_mask, mask)
                 ctx.set(dut.cmd.valid, 1)
                 ctx.set(dut.cmd.payload, slot)
             else:
@@ -89,7 +92,7 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
             q_ready = ctx.get(dut.q_ready)
             if ctx.get(dut.chunk.valid):
                 p = dut.chunk.payload
-                row = tuple(ctx.get(p[k]) for k in ("fsm", "cmd", "chunk", "seq", "first", "end"))
+                row = tuple(ctx.get(p[k]) for k in ("fsm", "cmd", "chunk", "seq", "first", "end", "load_mask"))
                 got.append(row)
                 bufs_given.append(ctx.get(p.buf))
                 assert ctx.get(dut.buf.ready) and ctx.get(dut.room) and q_ready >> row[0] & 1
@@ -115,7 +118,7 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
     assert len(bufs_given) == sum(c[2] for c in commands)
     # the load sequencer's queue: every dispatched chunk, in dispatch order
     assert loads == [(cmd, chunk, buf, first, end)
-                     for (_, cmd, chunk, _, first, end), buf in zip(got, bufs_given)][:len(loads)]
+                     for (_, cmd, chunk, _, first, end, _), buf in zip(got, bufs_given)][:len(loads)]
     assert len(loads) > len(got) - CFG.n_buffers - 1
 
 

@@ -224,9 +224,10 @@ class RecvUnit(wiring.Component):
 
     The job's header must match the step (tag, chunk, phase, key, length); if it does
     not, the message is drained, the forward (already owed to the next rank, whose credits are reserved)
-    carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL. A message whose
-    ``dtype`` differs from the command's (or, on a step that reduces, whose ``op`` does) comes from a rank whose
-    command disagrees: it is processed normally but forwarded poisoned, and the step ends with MISMATCH. A
+    carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL. A non-empty
+    message whose ``dtype`` differs from the command's (or, on a step that reduces, whose ``op`` does) comes from
+    a rank whose command disagrees: it is processed normally but forwarded poisoned, and the step ends with
+    MISMATCH. A
     poisoned input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC error on the
     channel is reported as LINK_CRC. The header is popped (its credit returned) when the message's last beat
     is taken.
@@ -315,11 +316,12 @@ class RecvUnit(wiring.Component):
         m.d.comb += mismatch.eq((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk)
                                 | (head.phase != nxt.exp.phase) | (head.key != nxt.exp.key)
                                 | (head.length != nxt.exp.length))
-        # the sender's command disagrees with this one (element type; operator where the step reduces): the
-        # message is processed, but the step ends with MISMATCH and its forward is poisoned. Beside the header
-        # compare above, it feeds only registers (fe_status, the forward queue), not the job's hand-over.
+        # the sender's command disagrees with this one (element type; operator where the step reduces) on a
+        # message with elements (an empty one, e.g. a barrier's, has none to disagree on): the message is
+        # processed, but the step ends with MISMATCH and its forward is poisoned. Beside the header compare
+        # above, it feeds only registers (fe_status, the forward queue), not the job's hand-over.
         disagree = Signal()
-        m.d.comb += disagree.eq((head.dtype != nxt.dtype) | (nxt.reduce & (head.op != nxt.op)))
+        m.d.comb += disagree.eq((nxt.beats != 0) & ((head.dtype != nxt.dtype) | (nxt.reduce & (head.op != nxt.op))))
         load = Signal()
         needs_operand = ~mismatch & nxt.reduce & (nxt.beats != 0)
         prestart = Signal()

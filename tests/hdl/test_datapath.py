@@ -9,8 +9,8 @@ channel and three RECVs are issued at once: the second is taken while the first 
 head header (its header check reads the header behind the head) and streams right behind it; the third
 expects another key and ends with PROTOCOL. Last, messages whose header says another command (another dtype;
 another op): MISMATCH on a RECV (a forward of such a message is poisoned, and its receiver reports PROTOCOL),
-except for another op on a RECV that does not reduce. Memory, counters and completions are checked against
-what those steps mean.
+except for another op on a RECV that does not reduce and for an empty message. Memory, counters and
+completions are checked against what those steps mean.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -109,8 +109,8 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
                 if v.valid:
                     dones[name].append((v.fsm, v.status, cycle))
 
-    def header(key, count=1, dtype=DType.INT32, op=ReduceOp.SUM):
-        return {"dst": 0, "src": 0, "vc": 1, "tag": 0x5A, "chunk": 2, "phase": 0, "key": key, "length": NBYTES,
+    def header(key, count=1, dtype=DType.INT32, op=ReduceOp.SUM, length=NBYTES):
+        return {"dst": 0, "src": 0, "vc": 1, "tag": 0x5A, "chunk": 2, "phase": 0, "key": key, "length": length,
                 "count": count, "dtype": dtype, "op": op}
 
     async def issue(ctx, job, payload, pulses=()):
@@ -214,6 +214,18 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
         await recv(ctx, 0, SLOT_B, key=13, n_done=8, reduce=True)        # MISMATCH: it reduces with SUM
         await send(ctx, 0, SLOT_A, key=14, n_sent=9, op=ReduceOp.MAX)
         await recv(ctx, 0, SLOT_B, key=14, n_done=9)                     # OK: a copy has no op
+        # an empty message (a barrier's) has no elements to disagree on: OK
+        await issue(ctx, port[0].send_job, {**common, "beats": 0, "sram_addr": SLOT_A,
+                                            "hdr": header(15, dtype=DType.FP32, length=0)}, [
+            (port[0].reserve, {"valid": 1, "vc": 1, "beats": 0}),
+            (port[0].order.payload, {"src": 0, "empty": 1}), (port[0].order.valid, 1)])
+        await wait_for(ctx, "send0", 10)
+        while not (ctx.get(port[0].hdr_valid) >> 1) & 1:
+            await ctx.tick()
+        await issue(ctx, port[0].recv_job, {**common, "beats": 0, "sram_addr": SLOT_B, "reduce": 1,
+                                            "dtype": DType.INT32, "op": ReduceOp.SUM, "ch": 1,
+                                            "exp": header(15, length=0)})
+        await wait_for(ctx, "recv0", 10)
         for _ in range(20):
             await ctx.tick()
         for k in range(2):
@@ -234,7 +246,7 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     assert bytes(mem[DST_C + NBYTES:DST_C + NBYTES + 16]) == bytes(16)     # nothing past the block
     assert bytes(mem[DST_D:DST_D + NBYTES]) == doubled.tobytes()
     back_to_back = dones["recv0"][3:6]
-    want = {"recv0": [Status.OK] * 5 + [Status.PROTOCOL, Status.MISMATCH, Status.MISMATCH, Status.OK],
+    want = {"recv0": [Status.OK] * 5 + [Status.PROTOCOL, Status.MISMATCH, Status.MISMATCH, Status.OK, Status.OK],
             "recv1": [Status.OK, Status.PROTOCOL]}
     for name, got in dones.items():
         assert all(fsm == 1 for fsm, _, _ in got), (name, got)
@@ -242,4 +254,4 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     # back_to_back[2] is PROTOCOL: the third expected key 10, the header says 9
     # the second message streamed right behind the first: its job waited in the unit, operand-free
     assert back_to_back[1][2] - back_to_back[0][2] <= BEATS + 1, back_to_back
-    assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 4, 9, 9, 2]
+    assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 4, 10, 10, 2]

@@ -224,9 +224,13 @@ class RecvUnit(wiring.Component):
 
     The job's header must match the step (tag, chunk, phase, key, length); if it does
     not, the message is drained, the forward (already owed to the next rank, whose credits are reserved)
-    carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL. A poisoned
-    input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC error on the channel is
-    reported as LINK_CRC. The header is popped (its credit returned) when the message's last beat is taken.
+    carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL. A non-empty
+    message whose ``dtype`` differs from the command's (or, on a step that reduces, whose ``op`` does) comes from
+    a rank whose command disagrees: it is processed normally but forwarded poisoned, and the step ends with
+    MISMATCH. A
+    poisoned input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC error on the
+    channel is reported as LINK_CRC. The header is popped (its credit returned) when the message's last beat
+    is taken.
     """
 
     def __init__(self, cfg):
@@ -312,6 +316,12 @@ class RecvUnit(wiring.Component):
         m.d.comb += mismatch.eq((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk)
                                 | (head.phase != nxt.exp.phase) | (head.key != nxt.exp.key)
                                 | (head.length != nxt.exp.length))
+        # the sender's command disagrees with this one (element type; operator where the step reduces) on a
+        # message with elements (an empty one, e.g. a barrier's, has none to disagree on): the message is
+        # processed, but the step ends with MISMATCH and its forward is poisoned. Beside the header compare
+        # above, it feeds only registers (fe_status, the forward queue), not the job's hand-over.
+        disagree = Signal()
+        m.d.comb += disagree.eq((nxt.beats != 0) & ((head.dtype != nxt.dtype) | (nxt.reduce & (head.op != nxt.op))))
         load = Signal()
         needs_operand = ~mismatch & nxt.reduce & (nxt.beats != 0)
         prestart = Signal()
@@ -331,7 +341,8 @@ class RecvUnit(wiring.Component):
             m.d.sync += [
                 fe.eq(nxt), fe_v.eq(1), nxt_v.eq(job_take), drain.eq(mismatch),
                 left.eq(Mux(mismatch, (head.length + cfg.beat_bytes - 1) >> beat_shift, nxt.beats)),
-                fe_status.eq(Mux(mismatch | head.poison, Status.PROTOCOL, 0)),
+                fe_status.eq(Mux(mismatch, Status.PROTOCOL,
+                                 Mux(disagree, Status.MISMATCH, Mux(head.poison, Status.PROTOCOL, 0)))),
             ]
         with m.Elif(fe_end):
             m.d.sync += fe_v.eq(0)
@@ -339,7 +350,7 @@ class RecvUnit(wiring.Component):
         m.d.comb += [
             *[wj[k].eq(nxt[k]) for k in ("fsm", "cmd", "buf", "sram_addr", "beats", "reduce", "fwd", "fwd_port")],
             wj.fill.eq(mismatch),
-            wj.fwd_hdr.eq(nxt.fwd_hdr), wj.fwd_hdr.poison.eq(mismatch | head.poison),
+            wj.fwd_hdr.eq(nxt.fwd_hdr), wj.fwd_hdr.poison.eq(mismatch | disagree | head.poison),
             # landing beats: dropped when draining, else reduced with the operand or passed through
             iss.mode.run.eq(fe_v & (left != 0)), iss.mode.drain.eq(drain), iss.mode.reduce.eq(fe.reduce),
             iss.mode.dtype.eq(fe.dtype), iss.mode.op.eq(fe.op),

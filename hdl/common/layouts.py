@@ -161,7 +161,9 @@ def packet_header_layout():
     ``poison`` says the payload derives from data that failed a check upstream (CRC, header mismatch), so every
     rank the error reaches reports it instead of completing with wrong data; ``count`` is the message's count
     lane: how many ranks' non-null contributions the payload holds (docs/programs.md); ``put`` marks a deposit
-    (a PUT step's message, taken by the receiver's deposit unit instead of a RECV)."""
+    (a PUT step's message, taken by the receiver's deposit unit instead of a RECV); ``op`` and ``dtype`` are
+    the sending rank's command's reduction operator and element type, which the receiving RECV checks against
+    its own command (``Status.MISMATCH``). The header fits the ``HEADER_CRC_BYTES`` its CRC covers."""
     return data.StructLayout({
         "dst": unsigned(9),
         "src": unsigned(9),
@@ -176,6 +178,8 @@ def packet_header_layout():
         "poison": unsigned(1),
         "count": unsigned(COUNT_BITS),
         "put": unsigned(1),
+        "op": OP_SHAPE,
+        "dtype": DTYPE_SHAPE,
     })
 
 

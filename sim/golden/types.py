@@ -147,6 +147,9 @@ class Status(enum.IntEnum):
     LINK_CRC = 17           #: a packet of this collective failed its CRC check
     PROTOCOL = 18           #: a message did not match the step waiting for it (header mismatch)
     ILLEGAL_INSTRUCTION = 19  #: the program holds a word that is not a valid step
+    #: a message came from a rank whose command disagrees with this one: another element type, or (on a step
+    #: that reduces) another reduction operator (packet header ``dtype``/``op``)
+    MISMATCH = 20
 
 
 Collective._what = "collective"

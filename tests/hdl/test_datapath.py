@@ -7,8 +7,10 @@ reduced into slot A (int32 sum: A + A), SEND and RECV on port 0 forwarded to por
 and RECV on port 1 into slot C, then three STOREs back to memory. Then three messages land back to back in one
 channel and three RECVs are issued at once: the second is taken while the first still holds the channel's
 head header (its header check reads the header behind the head) and streams right behind it; the third
-expects another key and ends with PROTOCOL. Memory, counters and completions are checked against what those
-steps mean.
+expects another key and ends with PROTOCOL. Last, messages whose header says another command (another dtype;
+another op): MISMATCH on a RECV (a forward of such a message is poisoned, and its receiver reports PROTOCOL),
+except for another op on a RECV that does not reduce and for an empty message. Memory, counters and
+completions are checked against what those steps mean.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -107,9 +109,9 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
                 if v.valid:
                     dones[name].append((v.fsm, v.status, cycle))
 
-    def header(key, count=1):
-        return {"dst": 0, "src": 0, "vc": 1, "tag": 0x5A, "chunk": 2, "phase": 0, "key": key, "length": NBYTES,
-                "count": count}
+    def header(key, count=1, dtype=DType.INT32, op=ReduceOp.SUM, length=NBYTES):
+        return {"dst": 0, "src": 0, "vc": 1, "tag": 0x5A, "chunk": 2, "phase": 0, "key": key, "length": length,
+                "count": count, "dtype": dtype, "op": op}
 
     async def issue(ctx, job, payload, pulses=()):
         """Offer ``payload`` on the job stream ``job`` when its unit is ready, with every (signal, value) of
@@ -134,8 +136,8 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
 
     common = {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS}
 
-    async def send(ctx, p, slot, key, n_sent):
-        await issue(ctx, port[p].send_job, {**common, "sram_addr": slot, "hdr": header(key)}, [
+    async def send(ctx, p, slot, key, n_sent, **sender):
+        await issue(ctx, port[p].send_job, {**common, "sram_addr": slot, "hdr": header(key, **sender)}, [
             (port[p].reserve, {"valid": 1, "vc": 1, "beats": BEATS}),
             (port[p].order.payload, {"src": 0, "empty": 0}), (port[p].order.valid, 1)])
         await wait_for(ctx, f"send{p}", n_sent)
@@ -204,6 +206,32 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
         assert not ctx.get(port[0].hdr_valid)
         await store(ctx, SLOT_C, DST_D, 4)                               # C = A, by the second of the three
 
+        # messages from a rank whose command says another dtype or op
+        await send(ctx, 0, SLOT_A, key=11, n_sent=7, dtype=DType.FP32)
+        await recv(ctx, 0, SLOT_B, key=11, n_done=7, fwd_port=1)         # MISMATCH, forwarded poisoned
+        await recv(ctx, 1, SLOT_C, key=12, n_done=2)                     # PROTOCOL: a poisoned input
+        await send(ctx, 0, SLOT_A, key=13, n_sent=8, op=ReduceOp.MAX)
+        await recv(ctx, 0, SLOT_B, key=13, n_done=8, reduce=True)        # MISMATCH: it reduces with SUM
+        await send(ctx, 0, SLOT_A, key=14, n_sent=9, op=ReduceOp.MAX)
+        await recv(ctx, 0, SLOT_B, key=14, n_done=9)                     # OK: a copy has no op
+        # an empty message (a barrier's) has no elements to disagree on: OK
+        await issue(ctx, port[0].send_job, {**common, "beats": 0, "sram_addr": SLOT_A,
+                                            "hdr": header(15, dtype=DType.FP32, length=0)}, [
+            (port[0].reserve, {"valid": 1, "vc": 1, "beats": 0}),
+            (port[0].order.payload, {"src": 0, "empty": 1}), (port[0].order.valid, 1)])
+        await wait_for(ctx, "send0", 10)
+        while not (ctx.get(port[0].hdr_valid) >> 1) & 1:
+            await ctx.tick()
+        await issue(ctx, port[0].recv_job, {**common, "beats": 0, "sram_addr": SLOT_B, "reduce": 1,
+                                            "dtype": DType.INT32, "op": ReduceOp.SUM, "ch": 1,
+                                            "exp": header(15, length=0)})
+        await wait_for(ctx, "recv0", 10)
+        for _ in range(20):
+            await ctx.tick()
+        for k in range(2):
+            assert ctx.get(port[k].beat_credits[1]) == CFG.landing_beats
+            assert ctx.get(port[k].hdr_credits[1]) == CFG.landing_headers
+
     sim = Simulator(top)
     sim.add_clock(1e-6)
     for proc in (memory_reads, memory_writes, completions):
@@ -217,11 +245,13 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     assert bytes(mem[DST_C:DST_C + NBYTES]) == src.tobytes()
     assert bytes(mem[DST_C + NBYTES:DST_C + NBYTES + 16]) == bytes(16)     # nothing past the block
     assert bytes(mem[DST_D:DST_D + NBYTES]) == doubled.tobytes()
-    back_to_back = dones["recv0"][3:]
+    back_to_back = dones["recv0"][3:6]
+    want = {"recv0": [Status.OK] * 5 + [Status.PROTOCOL, Status.MISMATCH, Status.MISMATCH, Status.OK, Status.OK],
+            "recv1": [Status.OK, Status.PROTOCOL]}
     for name, got in dones.items():
-        ok = got[:-1] if name == "recv0" else got
-        assert all(status == Status.OK and fsm == 1 for fsm, status, _ in ok), (name, got)
-    assert back_to_back[2][1] == Status.PROTOCOL            # the third expected key 10, the header says 9
+        assert all(fsm == 1 for fsm, _, _ in got), (name, got)
+        assert [status for _, status, _ in got] == want.get(name, [Status.OK] * len(got)), (name, got)
+    # back_to_back[2] is PROTOCOL: the third expected key 10, the header says 9
     # the second message streamed right behind the first: its job waited in the unit, operand-free
     assert back_to_back[1][2] - back_to_back[0][2] <= BEATS + 1, back_to_back
-    assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 4, 6, 6, 1]
+    assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 4, 10, 10, 2]

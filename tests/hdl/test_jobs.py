@@ -59,7 +59,7 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
                        "chunk": c["chunk"], "phase": c["phase"], "length": step["nbytes"],
                        "key": step["key"] if op == StepOp.SEND else step["fwd_key"],
                        "put": int(op == StepOp.SEND and step["put"]),
-                       "count": slot_count if op == StepOp.SEND else new_count}
+                       "count": slot_count if op == StepOp.SEND else new_count, "op": e["op"], "dtype": e["dtype"]}
             for k in range(K):
                 sj, rj = ctx.get(dut.send_job[k].payload), ctx.get(dut.recv_job[k].payload)
                 here = step["port"] == k

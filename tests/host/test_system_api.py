@@ -171,6 +171,27 @@ def test_timeouts_fire_and_engine_errors_are_typed(ring2):
     run_and_check(s, w, "reduce_scatter", 32, "fp32", seed=12)
 
 
+@pytest.mark.parametrize("field, value", [("op", ReduceOp.MAX), ("dtype", DType.INT32)])
+def test_ranks_posting_another_op_or_dtype_complete_with_mismatch_not_ok(ring2, field, value, monkeypatch):
+    """Rank 1 posts the all-reduce with op max (or dtype int32) where rank 0 posts sum fp32: each rank's RECVs
+    see the other's op and dtype in the headers, so both complete MISMATCH instead of OK with wrong data (on
+    ring:2 each rank receives from the disagreeing one and detects it itself); the engines stay usable."""
+    s, w = ring2, ring2.world
+    a, b = s.register(4096), s.register(4096)
+    post, posted = s.drivers[1].post, []
+    monkeypatch.setattr(s.drivers[1], "post", lambda desc: post(posted.append({**desc, field: value}) or posted[-1]))
+    req = w.allreduce(a, b, 64, "fp32", "sum")
+    monkeypatch.undo()
+    assert [d[field] for d in posted] == [value] and req.descriptors[0][field] != value
+    with pytest.raises(CollectiveError) as err:
+        req.wait(timeout_cycles=100_000)
+    assert err.value.failures.keys() == {0, 1}
+    assert {st for st, _ in err.value.failures.values()} == {"MISMATCH"}, err.value.failures
+    s.deregister(a)
+    s.deregister(b)
+    run_and_check(s, w, "allreduce", 64, "fp32", seed=13)
+
+
 def test_sub_topologies():
     assert sub_topology("torus:4x2x2", range(16)) == "torus:4x2x2"
     assert sub_topology("torus:4x2x2", [0, 1, 2, 3]) == "torus:4x1x1"

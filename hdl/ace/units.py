@@ -280,9 +280,13 @@ class RecvUnit(wiring.Component):
         nxt_v = Signal()
         nxt_started = Signal()           # the queued job's operand read has already been started
         job_take = self.job.valid & self.job.ready
+        # the landing channel of the queued job and of the front end's, one-hot in flip-flops (``unpopped``
+        # goes to the issue arbiter's header match, where a decode of the 14-bit channel would sit in front)
+        nxt_oh, fe_oh = Signal(cfg.n_channels), Signal(cfg.n_channels)
         m.d.comb += self.job.ready.eq(~nxt_v)
         with m.If(job_take):
-            m.d.sync += [nxt.eq(self.job.payload), nxt_v.eq(1), nxt_started.eq(0)]
+            m.d.sync += [nxt.eq(self.job.payload), nxt_v.eq(1), nxt_started.eq(0),
+                         nxt_oh.eq(one_hot(self.job.payload.ch, cfg.n_channels))]
 
         # ---- front end ----------------------------------------------------------------------------------
         fe = Signal(jl)
@@ -301,8 +305,7 @@ class RecvUnit(wiring.Component):
         ]
         vc_err = Signal()
         m.d.comb += vc_err.eq(self.vc_err.bit_select(fe.ch, 1))
-        m.d.comb += self.unpopped.eq(Mux(nxt_v, one_hot(nxt.ch, cfg.n_channels), 0)
-                                     | Mux(fe_v, one_hot(fe.ch, cfg.n_channels), 0))
+        m.d.comb += self.unpopped.eq(Mux(nxt_v, nxt_oh, 0) | Mux(fe_v, fe_oh, 0))
 
         # the next job's header check: against the head of its channel, or the header behind it while the
         # front end's job on the same channel still holds the head (granted only when its header is there)
@@ -339,7 +342,7 @@ class RecvUnit(wiring.Component):
             m.d.sync += nxt_started.eq(1)
         with m.If(load):
             m.d.sync += [
-                fe.eq(nxt), fe_v.eq(1), nxt_v.eq(job_take), drain.eq(mismatch),
+                fe.eq(nxt), fe_oh.eq(nxt_oh), fe_v.eq(1), nxt_v.eq(job_take), drain.eq(mismatch),
                 left.eq(Mux(mismatch, (head.length + cfg.beat_bytes - 1) >> beat_shift, nxt.beats)),
                 fe_status.eq(Mux(mismatch, Status.PROTOCOL,
                                  Mux(disagree, Status.MISMATCH, Mux(head.poison, Status.PROTOCOL, 0)))),

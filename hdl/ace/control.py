@@ -195,7 +195,7 @@ class ControlUnit(wiring.Component):
         m.d.comb += [iss.load_ready.eq(dp.load_room2 & ~ist.hold_load),
                      iss.store_ready.eq(dp.store_job.ready & ~ist.hold_store), iss.hold.eq(ist.hold_fsm),
                      iss.fsm.eq(bank.offers), iss.age.eq(bank.age),
-                     bank.grant.valid.eq(iss.grant.valid), bank.grant.fsm.eq(iss.grant.fsm),
+                     bank.grant.eq(iss.grant_oh),
                      ist.grant.valid.eq(iss.grant.valid), ist.grant.fsm.eq(iss.grant.fsm),
                      ist.grant.ch.eq(iss.grant.ch), ist.grant.count.eq(iss.grant.count),
                      ist.step.eq(bank.g_step), ist.ctx.eq(bank.g_ctx), ist.view.eq(bank.g_view),

@@ -18,11 +18,12 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
   manager's moves reach the FSMs; the FSMs' phase ends, handoffs and contexts go to the partition manager.
 """
 
-from amaranth.hdl import Cat, Module, Mux, unsigned
+from amaranth.hdl import Cat, Module, Mux, Value, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import COUNT_BITS
+from ..common.logic import one_hot_mux
 from .arbiter import AgeMatrix, OldestPick, age_layout
 from .cmdtable import fsm_view_layout
 from .decoder import decode_request_layout, decoded_layout, step_layout
@@ -51,13 +52,13 @@ class FsmBank(wiring.Component):
     dec_req, dec_wb : the decode request of the picked FSM, and decoded steps coming back.
     offers : Out(fsm_request_layout per FSM)
         What the issue arbiter sees of each FSM.
-    grant : In(valid, fsm)
-        The arbiter's grant this cycle.
+    grant : In(n_fsms)
+        The arbiter's grant this cycle, one-hot (no bit set: no grant).
     own_load : In(valid, fsm, slot)
         FSM ``fsm``'s LOAD of ``slot`` goes to the load unit now (the issue stage's job, granted the cycle before).
     g_step, g_ctx, g_view, g_count : Out
-        The granted FSM's step, chunk context, command view and its step's slot count (combinational on
-        ``grant.fsm``).
+        The granted FSM's step, chunk context, command view and its step's slot count (an AND-OR on
+        ``grant``).
     recv_count : In(valid, fsm, slot, count)
         A granted RECV sets its FSM's slot count (the job builder, a cycle after the grant).
     filled : In(2 x (valid, buf, slot))
@@ -90,7 +91,7 @@ class FsmBank(wiring.Component):
             "dec_req": Out(stream.Signature(decode_request_layout(cfg), always_ready=True)),
             "dec_wb": In(stream.Signature(decoded_layout(cfg), always_ready=True)),
             "offers": Out(data.ArrayLayout(fsm_request_layout(cfg), F)),
-            "grant": In(sel), "own_load": In(own),
+            "grant": In(F), "own_load": In(own),
             "g_step": Out(step_layout(cfg)), "g_ctx": Out(fsm_context_layout(cfg)),
             "g_view": Out(fsm_view_layout(cfg)), "g_count": Out(COUNT_BITS),
             "recv_count": In(data.StructLayout({"valid": 1, "fsm": _w(F), "slot": unsigned(10),
@@ -151,11 +152,13 @@ class FsmBank(wiring.Component):
 
         # issue: offers, and the granted FSM's step, context and view
         g = self.grant
-        with m.Switch(g.fsm):
-            for f, fsm in enumerate(fsms):
-                with m.Case(f):
-                    m.d.comb += [self.g_step.eq(fsm.offer.step), self.g_ctx.eq(fsm.ctx),
-                                 self.g_view.eq(self.views[f]), self.g_count.eq(counts[f].rd)]
+
+        def granted(value):
+            return one_hot_mux([(g[f], Value.cast(value(f))) for f in range(F)])
+        m.d.comb += [self.g_step.eq(granted(lambda f: fsms[f].offer.step)),
+                     self.g_ctx.eq(granted(lambda f: fsms[f].ctx)),
+                     self.g_view.eq(granted(lambda f: self.views[f])),
+                     self.g_count.eq(granted(lambda f: counts[f].rd))]
 
         for f, fsm in enumerate(fsms):
             c, r = fsm.ctx, self.offers[f]
@@ -166,7 +169,7 @@ class FsmBank(wiring.Component):
                 # going out now; LOADs that ended; a unit's completion; its chunk moved on
                 fsm.picked.eq(pick.valid & (pick.sel == f)),
                 fsm.wb.valid.eq(wb.valid & (wb.payload.fsm == f)), fsm.wb.step.eq(wb.payload.step),
-                fsm.granted.eq(g.valid & (g.fsm == f)),
+                fsm.granted.eq(g[f]),
                 fsm.own_load.valid.eq(self.own_load.valid & (self.own_load.fsm == f)),
                 fsm.own_load.slot.eq(self.own_load.slot),
                 fsm.filled.eq(self.filled),

@@ -68,8 +68,9 @@ def port_status_layout(cfg):
 
 
 class IssueArbiter(wiring.Component):
-    """Grants one step per cycle (``grant``: the FSM and, for a RECV, the landing channel it takes) and reports
-    per FSM why a ready step waits (``cause_port``/``cause_cred``/``cause_land``/``cause_dma``)."""
+    """Grants one step per cycle (``grant``: the FSM and, for a RECV, the landing channel it takes; the FSM
+    one-hot too, ``grant_oh``) and reports per FSM why a ready step waits (``cause_port``/``cause_cred``/
+    ``cause_land``/``cause_dma``)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -80,6 +81,7 @@ class IssueArbiter(wiring.Component):
             "load_ready": In(1), "store_ready": In(1), "hold": In(F), "age": In(age_layout(F)),
             "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS),
                                             "second": 1, "count": unsigned(COUNT_BITS)})),
+            "grant_oh": Out(F),
             "cause_port": Out(F), "cause_cred": Out(F), "cause_land": Out(F), "cause_dma": Out(F),
         })
 
@@ -148,7 +150,7 @@ class IssueArbiter(wiring.Component):
 
         m.submodules.oldest = arb = OldestPick(F)
         m.d.comb += [arb.req.eq(can), arb.older.eq(self.age),
-                     self.grant.valid.eq(arb.valid), self.grant.fsm.eq(arb.sel)]
+                     self.grant.valid.eq(arb.valid), self.grant.fsm.eq(arb.sel), self.grant_oh.eq(arb.onehot)]
         # the landing channel of the granted step and the count lane of the header it takes (for a RECV): an
         # AND-OR over the one-hot winner
         took = [(f, k, arb.onehot[f] & (r.step.port == k)) for f, r in enumerate(self.fsm) for k in range(K)]

@@ -136,6 +136,7 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
             g, ch, sec, count, causes = expected(cfg, unheld, ports, load_ready, store_ready)
             got = ctx.get(dut.grant)
             assert bool(got.valid) == (g is not None), (cycle, fsms, ports)
+            assert ctx.get(dut.grant_oh) == (0 if g is None else 1 << g), cycle
             if g is not None:
                 grants += 1
                 assert got.fsm == g, cycle

@@ -92,10 +92,13 @@ class TxPort(wiring.Component):
         w, pb, pbeats = cfg.beat_bytes, cfg.packet_bytes, cfg.packet_beats
         flit = self.flit.payload
 
-        # -- message state: latched header, beats still to send, beat in packet, packet offset, running CRC
+        # -- message state: latched header, beats still to send (and whether that is one / more than one, in
+        # flip-flops, so that the message's end is known without comparing the count), beat in packet, packet
+        # offset, running CRC
         active = Signal()
         cur = Signal(packet_header_layout())
         rem = Signal(LENGTH_BITS + 1)
+        rem_one, rem_many = Signal(), Signal()
         pkt_beat = Signal(range(pbeats))
         offset = Signal(LENGTH_BITS)
         crc = Signal(32)
@@ -113,13 +116,18 @@ class TxPort(wiring.Component):
             off_c.eq(Mux(active, offset, 0)),
         ]
 
+        # beats left: one, or more than one (none: an empty message), from the flags or the new header's length
+        length = self.msg.payload.length
+        one_c, many_c = Signal(), Signal()
+        m.d.comb += [one_c.eq(Mux(active, rem_one, (length != 0) & (length <= w))),
+                     many_c.eq(Mux(active, rem_many, length > w))]
         have = active | self.msg.valid
-        need_data = rem_c != 0                      # an empty message's only flit carries no beat
+        need_data = one_c | many_c                  # an empty message's only flit carries no beat
         can_load = ~self.flit.valid | self.flit.ready
         go = Signal()                               # a flit is loaded into the output register
         first = pkt_c == 0
-        last_flit = (pkt_c == pbeats - 1) | (rem_c <= 1)
-        finishing = go & (rem_c <= 1)               # the message's last flit
+        last_flit = (pkt_c == pbeats - 1) | ~many_c
+        finishing = go & ~many_c                    # the message's last flit
         m.d.comb += [
             go.eq(can_load & have & (~need_data | self.data.valid)),
             self.data.ready.eq(can_load & have & need_data),
@@ -136,7 +144,7 @@ class TxPort(wiring.Component):
 
         # Zero the bytes of the message's last beat beyond its length.
         tail = h.length[:exact_log2(w)]
-        last_beat = rem_c == 1
+        last_beat = one_c
         keep = [~last_beat | (tail == 0) | (tail > k) for k in range(w)]
         beat = Signal(8 * w)
         m.d.comb += beat.eq(Cat(*[self.data.payload.word_select(k, 8) & keep[k].replicate(8) for k in range(w)]))
@@ -164,12 +172,12 @@ class TxPort(wiring.Component):
 
         def start(hdr):
             return [cur.eq(hdr), active.eq(1), rem.eq(ceil_beats(hdr.length, w)), pkt_beat.eq(0),
-                    offset.eq(0)]
+                    offset.eq(0), rem_one.eq((hdr.length != 0) & (hdr.length <= w)), rem_many.eq(hdr.length > w)]
 
         load = self.msg.valid & self.msg.ready
-        with m.If(go & ~finishing):
+        with m.If(go & ~finishing):                 # more than one beat was left
             m.d.sync += [
-                rem.eq(rem_c - 1),
+                rem.eq(rem_c - 1), rem_one.eq(rem_c == 2), rem_many.eq(rem_c > 2),
                 pkt_beat.eq(Mux(last_flit, 0, pkt_c + 1)),
                 offset.eq(Mux(last_flit, off_c + pb, off_c)),
                 crc.eq(crc_after),

@@ -194,8 +194,9 @@ def ace_regmap(cfg=None):
                      "to it: messages are scheduled just in time, so the oldest chunk's forward is chosen over a "
                      "younger chunk's start. Large values queue messages early (the order of grants)."),
         Register("FSM_LIMIT", 0x078, "rw", init=cfg.n_fsms,
-                 doc=f"FSMs the dispatcher hands chunks to (1..{cfg.n_fsms}; 0 counts as 1). Every rank of a "
-                     f"communicator must use the same value (a chunk's FSM is its virtual channel)."),
+                 doc=f"FSMs the dispatcher hands chunks to (1..{cfg.n_fsms}; 0 counts as 1), sampled for a "
+                     f"command's first chunk when the command reaches the head of the dispatch queue. Every rank "
+                     f"of a communicator must use the same value (a chunk's FSM is its virtual channel)."),
         RegisterArray("PART", 0x080, N_PARTITIONS, 4, (Register(
             "PART", 0, "rw", doc="Chunk buffers of SRAM partition i: 0-3 the program phases, 4 the terminal "
                                   "partition. Reset: the split for one-phase programs (half each for "

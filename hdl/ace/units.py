@@ -227,10 +227,9 @@ class RecvUnit(wiring.Component):
     carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL. A non-empty
     message whose ``dtype`` differs from the command's (or, on a step that reduces, whose ``op`` does) comes from
     a rank whose command disagrees: it is processed normally but forwarded poisoned, and the step ends with
-    MISMATCH. A
-    poisoned input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC error on the
-    channel is reported as LINK_CRC. The header is popped (its credit returned) when the message's last beat
-    is taken.
+    MISMATCH. A poisoned input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC
+    error on the channel is reported as LINK_CRC. The header is popped (its credit returned) when the
+    message's last beat is taken.
     """
 
     def __init__(self, cfg):

@@ -262,12 +262,15 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
     waves = os.environ.get("WAVES", "0") not in ("", "0")
     runner = _runner(sim)
     t0 = time.monotonic()
+    build_lock = None
     if sim == "verilator":
-        build_dir = _verilator_build(verilog, toplevel, waves, tuple(hier_blocks), tuple(public), threads)
+        # returns holding a shared lock on the build, so no other process prunes it while it runs
+        build_dir, build_lock = _verilator_build(verilog, toplevel, waves, tuple(hier_blocks), tuple(public),
+                                                 threads)
     else:
         build_dir = run_dir
     # one run directory, one user at a time (parallel pytest workers or commands may share a tag)
-    with _locked(run_dir):
+    with build_lock or _Lock(None), _locked(run_dir):
         if sim == "icarus":
             source = _sync_text(run_dir / f"{toplevel}.v", icarus_fixup(Path(verilog).read_text()))
             # Icarus builds in milliseconds; a stale build could lack the dump module
@@ -284,26 +287,50 @@ def _runner(sim):
     return get_runner(sim)
 
 
-class _locked:
-    """An exclusive ``flock`` on ``directory/.lock`` (created with the directory) for a ``with`` block."""
+class _Lock:
+    """An ``flock`` on the file ``path`` (None: no lock), taken by :meth:`take`, released on ``with`` exit.
 
-    def __init__(self, directory):
-        self.directory = Path(directory)
+    Lock files live beside the directory they guard, never inside it: a directory that is removed and made
+    again (a pruned build) keeps one lock file, so two processes can never hold "exclusive" locks on two
+    different inodes of one build directory."""
+
+    def __init__(self, path):
+        self.file = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(path, "a")
+
+    def take(self, exclusive=True):
+        """Wait for the lock (exclusive, or shared with other readers); taking it again converts it."""
+        if self.file is not None:
+            fcntl.flock(self.file, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        return self
 
     def __enter__(self):
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.directory / ".lock", "w")
-        fcntl.flock(self.file, fcntl.LOCK_EX)
         return self
 
     def __exit__(self, *exc):
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
+
+
+def _lock_file(directory):
+    directory = Path(directory)
+    return directory.parent / f"{directory.name}.lock"
+
+
+def _locked(directory):
+    """An exclusive lock on ``directory`` (which is created) for a ``with`` block."""
+    lock = _Lock(_lock_file(directory)).take()
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return lock
 
 
 def _verilator_build(verilog, toplevel, waves, hier_blocks, public=(), threads=1):
     """Build ``verilog`` with Verilator in the directory of its content and flags (built once, shared by
     every run of the design); returns the directory, which holds the executable ``toplevel`` that cocotb's
-    runner starts.
+    runner starts, and a :class:`_Lock` held shared on it (the caller releases it once its run is over) so
+    that no other process prunes the build while it runs.
 
     Verilator is called directly with ``--build`` (the command line of cocotb's runner plus ``--hierarchical``
     when there are ``hier_blocks``: modules compiled once as libraries of their own, however often they are
@@ -331,50 +358,71 @@ def _verilator_build(verilog, toplevel, waves, hier_blocks, public=(), threads=1
     key = hashlib.sha256(text + vlt.encode() + flags.encode()).hexdigest()[:16]
     root = build_root() / "verilator"
     build_dir = root / f"{toplevel}-{key}"
-    with _locked(build_dir):
-        source = _sync_file(verilog, build_dir / f"{toplevel}.v")
-        vlt_file = _sync_text(build_dir / "config.vlt", vlt)
-        done = build_dir / "built"
-        if not done.exists():
-            # build in a scratch directory and move the result into place only when it succeeded: a build
-            # that is killed (or fails) leaves no half-made objects for the next build to trip over
-            scratch = build_dir / "building"
-            shutil.rmtree(scratch, ignore_errors=True)
-            scratch.mkdir()
-            cmd = [shutil.which("verilator"), "-cc", "--exe", "-Mdir", str(scratch / "obj"),
-                   "--top-module", toplevel, "--vpi", "--prefix", "Vtop", "-o", str(scratch / toplevel),
-                   "-LDFLAGS", f"-Wl,-rpath,{cc.libs_dir} -L{cc.libs_dir} -lcocotbvpi_verilator",
-                   *build_args, "--no-public-flat-rw", str(vlt_file), "--timescale", "1ns/1ps",
-                   str(cc.share_dir / "lib" / "verilator" / "verilator.cpp"), str(source),
-                   "--build", "-j", str(os.cpu_count() or 1)]
-            with open(build_dir / "build.log", "w") as log:
-                proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=build_dir)
-            if proc.returncode or not (scratch / toplevel).exists():
-                raise AssertionError(f"Verilator failed to build {toplevel} (exit {proc.returncode}); see "
-                                     f"{build_dir / 'build.log'}")
-            shutil.rmtree(build_dir / "obj", ignore_errors=True)
-            os.replace(scratch / "obj", build_dir / "obj")
-            os.replace(scratch / toplevel, build_dir / toplevel)
-            scratch.rmdir()
-            done.write_text(flags)
-        os.utime(done)
-    _prune_verilator_builds(root)
-    return build_dir
+    lock = _Lock(_lock_file(build_dir))
+    try:
+        # runs share the build (shared lock); building and pruning need it alone (exclusive). Converting a
+        # flock is not atomic, so the build is checked again each time the shared lock is taken.
+        while True:
+            lock.take(exclusive=False)
+            if (build_dir / "built").exists():
+                break
+            lock.take(exclusive=True)
+            _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc)
+        os.utime(build_dir / "built")
+        _prune_verilator_builds(root)
+    except BaseException:
+        lock.__exit__()
+        raise
+    return build_dir, lock
+
+
+def _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc):
+    """Build in ``build_dir`` unless it is built (the caller holds its exclusive lock)."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    source = _sync_file(verilog, build_dir / f"{toplevel}.v")
+    vlt_file = _sync_text(build_dir / "config.vlt", vlt)
+    done = build_dir / "built"
+    if done.exists():
+        return
+    # build in a scratch directory and move the result into place only when it succeeded: a build that is
+    # killed (or fails) leaves no half-made objects for the next build to trip over
+    scratch = build_dir / "building"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    cmd = [shutil.which("verilator"), "-cc", "--exe", "-Mdir", str(scratch / "obj"),
+           "--top-module", toplevel, "--vpi", "--prefix", "Vtop", "-o", str(scratch / toplevel),
+           "-LDFLAGS", f"-Wl,-rpath,{cc.libs_dir} -L{cc.libs_dir} -lcocotbvpi_verilator",
+           *build_args, "--no-public-flat-rw", str(vlt_file), "--timescale", "1ns/1ps",
+           str(cc.share_dir / "lib" / "verilator" / "verilator.cpp"), str(source),
+           "--build", "-j", str(os.cpu_count() or 1)]
+    log_path = build_dir / "build.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=build_dir)
+    if proc.returncode or not (scratch / toplevel).exists():
+        # the log's end in the message: CI keeps the test output, not the build directory
+        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-25:])
+        raise AssertionError(f"Verilator failed to build {toplevel} (exit {proc.returncode}); "
+                             f"{log_path} ends:\n{tail}")
+    shutil.rmtree(build_dir / "obj", ignore_errors=True)
+    os.replace(scratch / "obj", build_dir / "obj")
+    os.replace(scratch / toplevel, build_dir / toplevel)
+    scratch.rmdir()
+    done.write_text(flags)
 
 
 def _prune_verilator_builds(root):
     """Remove the least recently used Verilator builds beyond ``SYNCFABRIC_VERILATOR_KEEP`` (default 24),
-    skipping any that another process holds."""
+    skipping any that another process builds or runs (holds its lock)."""
     keep = int(os.environ.get("SYNCFABRIC_VERILATOR_KEEP", "24"))
     builds = sorted((d for d in root.iterdir() if (d / "built").exists()),
                     key=lambda d: (d / "built").stat().st_mtime, reverse=True)
     for d in builds[keep:]:
-        try:
-            with open(d / ".lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                shutil.rmtree(d)
-        except OSError:
-            continue
+        with _Lock(_lock_file(d)) as lock:
+            try:
+                fcntl.flock(lock.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue
+            shutil.rmtree(d)
 
 
 def _run(runner, params, toplevel, test_module, sim, tb_params, testcase, seed, build_dir, run_dir, waves,

@@ -105,11 +105,35 @@ def test_an_interrupted_verilator_build_leaves_nothing_behind(tmp_path, monkeypa
     monkeypatch.setattr(harness.subprocess, "run", killed)
     with pytest.raises(KeyboardInterrupt):
         run_cocotb(Counter, {"width": 5}, **kw)
-    [build_dir] = (tmp_path / "verilator").iterdir()
+    [build_dir] = [d for d in (tmp_path / "verilator").iterdir() if d.is_dir()]
     assert not any((build_dir / name).exists() for name in ("built", "obj", "counter"))
     monkeypatch.setattr(harness.subprocess, "run", real_run)
     assert run_cocotb(Counter, {"width": 5}, **kw)["tests"] == 1
     assert (build_dir / "built").exists() and not (build_dir / "building").exists()
+
+
+@pytest.mark.cocotb
+def test_a_build_in_use_is_not_pruned_and_a_pruned_build_is_made_again(tmp_path, monkeypatch):
+    """With room for no builds, pruning still leaves a build alone while a run holds it (its shared lock, kept
+    in a file beside the build directory), removes it once released, and the next run builds it afresh. The
+    lock file outlives the directory: the removed-and-remade directory keeps one lock, so two processes cannot
+    both think they hold it alone (a race that let one pytest worker delete another's build in progress)."""
+    from syncfabric.tb import harness
+
+    monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path))
+    monkeypatch.setenv("SYNCFABRIC_VERILATOR_KEEP", "0")
+    verilog = verilog_for(Counter, {"width": 7}, "counter")
+    build_dir, lock = harness._verilator_build(verilog, "counter", False, ())
+    root = build_dir.parent
+    with lock:
+        harness._prune_verilator_builds(root)
+        assert (build_dir / "built").exists() and (build_dir / "counter").exists()
+    harness._prune_verilator_builds(root)
+    assert not build_dir.exists() and harness._lock_file(build_dir).exists()
+    summary = run_cocotb(Counter, {"width": 7}, toplevel="counter", test_module="syncfabric.tb.smoke",
+                         sim="verilator", tb_params={"cycles": 5}, testcase="counts_enabled_cycles",
+                         build_tag="harness-pruned")
+    assert summary["build_dir"] == str(build_dir) and summary["tests"] == 1
 
 
 def test_verilator_threads_resolve_from_the_argument_the_environment_and_the_cores(monkeypatch):

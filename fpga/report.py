@@ -44,7 +44,7 @@ RULES = (
     ("sram", r"datapath\.sram(\..*)?"),
     ("alu", r"datapath\.recv\d+\.issue\.alu(\..*)?"),
     ("link", r"datapath\.(txport|rxport|txmux)\d+(\..*)?"),
-    ("dma", r"(dma_rd|dma_wr|rd_mux|wr_mux|datapath\.dep_rd_mux|datapath\.dep_wr_mux)(\..*)?"),
+    ("dma", r"(dma_rd|dma_wr|rd_mux|wr_mux|fence|datapath\.dep_rd_mux|datapath\.dep_wr_mux)(\..*)?"),
     ("control", r".*"),
 )
 

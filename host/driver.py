@@ -22,7 +22,8 @@ import inspect
 from collections import deque
 
 from ..hdl.ace.config import AceConfig
-from ..hdl.ace.regs import (ACE_ID, ACE_VERSION, COUNTERS, IRQ_CPL, IRQ_ERROR, N_PARTITIONS, PHASE_COUNTERS,
+from ..hdl.ace.regs import (ACE_ID, ACE_VERSION, COUNTERS, IRQ_CPL, IRQ_ERROR, IRQ_TIMEOUT, N_PARTITIONS,
+                            PHASE_COUNTERS,
                             PORT_COUNTERS, PTAB_ENTRY_WORDS, STALL_CAUSES, ace_regmap)
 from ..hdl.common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, completion_layout, descriptor_layout,
                                   pack_bytes, unpack_bytes)
@@ -182,6 +183,61 @@ class AceDriver:
     async def disable(self):
         """Stop fetching descriptors (CTRL.enable = 0); commands in flight finish."""
         await self.write("CTRL", 0)
+
+    # -- watchdog and abort ---------------------------------------------------------------------------------
+    async def set_watchdog(self, cycles):
+        """Cycles the engine may hold work without a transfer on any port before it sets STATUS.hung and
+        raises IRQ.timeout (0 = off)."""
+        if isinstance(cycles, bool) or not isinstance(cycles, int) or not 0 <= cycles < 1 << 32:
+            raise ValueError(f"watchdog cycles {cycles!r}: expected a whole number 0..{(1 << 32) - 1} (0 = off)")
+        await self.write("WATCHDOG", cycles)
+
+    async def hung(self):
+        """True when the engine's watchdog has fired (STATUS.hung) and no abort has cleared it since."""
+        return bool((await self.read_fields("STATUS"))["hung"])
+
+    async def abort_hold(self):
+        """First step of an abort: set CTRL.abort (fetching off, interrupt off). The engine closes its AXI port,
+        then holds everything but its registers in reset; see :meth:`abort`."""
+        await self.write_fields("CTRL", enable=0, irq_enable=0, abort=1)
+
+    async def wait_quiet(self, timeout_cycles=100_000):
+        """Wait until the aborted engine is held with nothing owed on its AXI port (STATUS.quiet)."""
+        start = await self.transport.cycles()
+        while not (await self.read_fields("STATUS"))["quiet"]:
+            if await self.transport.cycles() - start > timeout_cycles:
+                raise AceError(f"the engine did not become quiet within {timeout_cycles} cycles of the abort "
+                               f"(its memory does not answer)")
+
+    async def abort_release(self, *, irq=True):
+        """Last step of an abort: restart both rings at slot 0 (the engine's SQ_HEAD and CQ_TAIL restarted at
+        0), clear the interrupt causes and let the engine out of reset, enabled. Loaded programs, windows and
+        communicators stay as they were; the driver forgets the completions it had not handed out."""
+        if not (await self.read_fields("STATUS"))["quiet"]:
+            raise AceError("abort_release before the engine is quiet (call abort_hold, then wait_quiet)")
+        self._require_rings()
+        await self.write("SQ_TAIL", 0)
+        await self.write("CQ_HEAD", 0)
+        await self.write("IRQ", IRQ_CPL | IRQ_ERROR | IRQ_TIMEOUT)
+        self.sq.update(tail=0, head=0)
+        self.cq.update(head=0, seq=None)
+        self._pending.clear()
+        await self.write_fields("CTRL", enable=1, irq_enable=int(bool(irq)), abort=0)
+        if (await self.read_fields("STATUS"))["aborting"]:
+            raise AceError("the engine did not leave the abort after CTRL.abort was cleared")
+
+    async def abort(self, drain_cycles=64, timeout_cycles=100_000):
+        """Abort this engine alone: every command in flight is dropped (no completion is written for it) and
+        the engine is left empty and enabled. ``drain_cycles``: how long to keep it held after it is quiet,
+        so that flits and credits already on its links arrive and are dropped (at least the links' latency).
+        An engine joined to others by links is aborted together with them (``System.reset``): a peer that
+        keeps running would send into the emptied landing buffers with stale credits."""
+        await self.abort_hold()
+        await self.wait_quiet(timeout_cycles)
+        start = await self.transport.cycles()
+        while await self.transport.cycles() - start < drain_cycles:
+            await self.read("STATUS")
+        await self.abort_release()
 
     async def add_window(self, index, base, size):
         """Register memory window ``index``: descriptors may only name buffers inside a window (``size`` 0

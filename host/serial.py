@@ -242,6 +242,10 @@ class SerialBoard:
         """Not available: the board has no NPU traffic generator on its memory port."""
         raise SerialError("a board has no NPU compute emulation (set_npu_share/compute need a simulator backend)")
 
+    def set_link_stall(self, link, stalled):
+        """Not available: a board's links are wires (stall_link needs a simulator backend)."""
+        raise SerialError("a board's links cannot be stalled from the host (stall_link needs a simulator backend)")
+
     def close(self):
         """Close the serial port (idempotent)."""
         if self.port is not None:
@@ -285,6 +289,10 @@ class SerialBoards:
     def set_npu_share(self, rank, share):
         """Not available (see :meth:`SerialBoard.set_npu_share`)."""
         self.boards[0].set_npu_share(rank, share)
+
+    def set_link_stall(self, link, stalled):
+        """Not available (see :meth:`SerialBoard.set_link_stall`)."""
+        self.boards[0].set_link_stall(link, stalled)
 
     def link_counters(self):
         """Per board ``{"flits_out", "flits_in", "dropped"}`` of its link port (``dropped``: words received

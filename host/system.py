@@ -37,7 +37,8 @@ import itertools
 import numpy as np
 
 from ..hdl.ace.regs import IRQ_CPL, IRQ_ERROR
-from ..hdl.common.layouts import DescFlags
+from ..hdl.common.layouts import DescFlags, completion_layout
+from ..hdl.system.top import system_links
 from ..sim.golden.algorithms import default_algorithm, generate
 from ..sim.golden.chunking import buffer_counts, decomposition_for
 from ..sim.golden.executor import NULL_COLLECTIVES, landing_deadlock
@@ -261,6 +262,12 @@ class Request:
             if self._result():
                 return self
             waiting = sorted(set(self.descriptors) - set(self.completions))
+            hung = system._hung(waiting)
+            if hung:
+                raise RequestTimeout(f"{self.collective} on {self.comm!r}: the watchdog of rank(s) {hung} saw no "
+                                     f"transfer for {system.watchdog_cycles} cycles with the collective in flight "
+                                     f"(a dead link, or a rank that did not post): it cannot finish; "
+                                     f"System.reset() or Communicator.abort() aborts it")
             left = None
             if timeout_cycles is not None:
                 left = timeout_cycles - (system.now - start)
@@ -341,6 +348,18 @@ class Communicator:
     def free(self):
         """Release the engine communicator id (waits for the communicator's outstanding requests)."""
         self.system._free_comm(self)
+
+    def abort(self):
+        """Abort this communicator, as ``ncclCommAbort`` does: its requests in flight fail (status ``ABORTED``,
+        or ``TIMEOUT`` on a rank whose watchdog fired) and the communicator is freed (the world communicator
+        stays: it cannot be freed). The engines' abort is engine-wide, so this is :meth:`System.reset`: the
+        requests of every other communicator in flight fail too, and their communicators stay usable."""
+        system = self.system
+        if self.freed:
+            raise CommunicatorError(f"{self!r} has been freed")
+        system.reset()
+        if self is not system.world:
+            system._release_comm(self)
 
     # -- posting ---------------------------------------------------------------------------------------------
     def _post(self, coll, send, recv, count, dtype, op, *, root=0, null_ranks=()):
@@ -490,6 +509,8 @@ class System:
         self._uses = itertools.count(1)
         #: Cycles to wait for outstanding requests before loading programs or freeing a communicator.
         self.drain_timeout_cycles = 2_000_000
+        #: The engines' progress watchdog (:meth:`set_watchdog`; 0: off).
+        self.watchdog_cycles = 0
         self.world = self._new_comm(list(range(self.size)), self.config.topology)
 
     def _adopt_board(self):
@@ -551,6 +572,64 @@ class System:
             self.advance(cycles)
         finally:
             self.set_npu_share(0.0, ranks)
+
+    # -- faults: the watchdog, dead links, abort -----------------------------------------------------------
+    def set_watchdog(self, cycles):
+        """Arm every engine's progress watchdog: an engine holding a collective that moves nothing on any port
+        for ``cycles`` cycles raises its interrupt, and :meth:`Request.wait` then raises
+        :class:`RequestTimeout` naming the rank instead of waiting out its own timeout (0: off, the default).
+        A rank that posts much later than its peers leaves them waiting without transfers too: set it above
+        the longest such wait."""
+        if isinstance(cycles, bool) or not isinstance(cycles, (int, np.integer)) or not 0 <= cycles < 1 << 32:
+            raise UsageError(f"watchdog cycles {cycles!r}: expected a whole number 0..{(1 << 32) - 1} (0 = off)")
+        for drv in self.drivers:
+            drv.set_watchdog(int(cycles))
+        self.watchdog_cycles = int(cycles)
+
+    def stall_link(self, rank, port, stalled=True):
+        """Hold the link leaving ``rank``'s link port ``port`` stalled (a dead link: nothing moves on it), or
+        release it with ``stalled=False``. Simulator backends only."""
+        self._check_rank(rank)
+        for li, row in enumerate(system_links(self.config.topology, self.config.latency, self.config.rate)):
+            if row[:2] == (rank, port):
+                try:
+                    self.backend.set_link_stall(li, stalled)
+                except Exception as e:
+                    raise UsageError(str(e)) from None
+                return
+        raise UsageError(f"rank {rank} has no link on port {port} in {self.config.topology}")
+
+    def reset(self, timeout_cycles=100_000):
+        """Abort every engine and leave the system empty and usable: every request in flight fails (status
+        ``ABORTED``, or ``TIMEOUT`` on a rank whose watchdog fired; completions already written are kept),
+        while registrations, communicators and loaded programs stay. The engines are held in reset together
+        (each first closes its memory port, ``CTRL.abort``) for twice the longest link latency, so that
+        nothing still on a link reaches an engine that has left reset."""
+        self.progress()
+        hung = set(self._hung(range(self.size)))
+        for drv in self.drivers:
+            drv.abort_hold()
+        for drv in self.drivers:
+            drv.wait_quiet(timeout_cycles)
+        rows = system_links(self.config.topology, self.config.latency, self.config.rate)
+        self.advance(2 * max(row[4] for row in rows) + 16)
+        for drv in self.drivers:
+            drv.abort_release()
+        blank = {name: 0 for name in completion_layout().members}
+        for req in list(self._requests.values()):
+            for r in req.descriptors:
+                if r not in req.completions:
+                    status = Status.TIMEOUT if r in hung else Status.ABORTED
+                    req.completions[r] = {**blank, "cookie": req.cookie, "status": int(status),
+                                          "status_name": status.name}
+            req.done_cycle = self.now
+            del self._requests[req.cookie]
+
+    def _hung(self, ranks):
+        """The ranks of ``ranks`` whose watchdog has fired (none while it is off)."""
+        if not self.watchdog_cycles:
+            return []
+        return [r for r in ranks if self.drivers[r].hung()]
 
     def _check_rank(self, rank):
         if not (isinstance(rank, (int, np.integer)) and 0 <= rank < self.size):
@@ -629,6 +708,9 @@ class System:
         if comm is self.world:
             raise CommunicatorError("the world communicator cannot be freed")
         self._drain(f"freeing {comm!r}", comm)
+        self._release_comm(comm)
+
+    def _release_comm(self, comm):
         for sr in comm.ranks:
             self.drivers[sr].write_fields("COMM_CFG", comm.id, enable=0)
         for key in [k for k in self._programs if k[0] == comm.id]:

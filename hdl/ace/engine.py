@@ -8,13 +8,22 @@ Ports (Verilog names in brackets):
 ``axi``   AXI4 master to the NPU's memory (``axi__*``): descriptors, completions, payload.
 ``tx<k>`` / ``tx<k>_credit``, ``rx<k>`` / ``rx<k>_credit``   link port ``k``: flits out and credits back,
           flits in and credits out (to a :class:`~syncfabric.hdl.system.link.Link`).
+``aborting``   high while the engine is held in reset by an abort (CTRL.abort): a system holds the switch
+          between its engines in reset with it.
+
+Abort (docs/engine.md "Abort and the watchdog"): CTRL.abort makes the :class:`~syncfabric.hdl.common.axifence.
+AxiFence` close the AXI port and then hold every unit but the register bank in reset (windows, programs,
+routes, rings and communicators stay configured; commands, chunks, buffers, credits and counters are
+cleared); the link ports drop what arrives and send nothing meanwhile. The watchdog (WATCHDOG) flags an
+engine with work that has moved nothing for that many cycles.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.axi import AXI4Signature, connect_axi
+from ..common.axifence import AxiFence
 from ..common.csr import CsrBank, CsrSignature
 from ..common.layouts import MAX_PHASES, credit_layout, flit_layout
 from .cmdproc import PTAB_WORDS, CommandProcessor
@@ -23,6 +32,7 @@ from .datapath import Datapath
 from .dma import DmaReader, DmaWriter
 from .dmamux import ReadMux, WriteMux
 from .regs import ace_regmap
+from .watchdog import Watchdog
 
 __all__ = ["AceEngine"]
 
@@ -50,6 +60,7 @@ class AceEngine(wiring.Component):
             "irq": Out(1),
             "axi": Out(cls.axi_signature(cfg)),
             **ports,
+            "aborting": Out(1),
         })
 
     @staticmethod
@@ -68,14 +79,27 @@ class AceEngine(wiring.Component):
         K = cfg.n_ports
         m.submodules.regs = bank = CsrBank(self.regmap, addr_width=self.csr.addr.shape().width)
         wiring.connect(m, wiring.flipped(self.csr), bank.bus)
-        m.submodules.cmdproc = cp = CommandProcessor(cfg)
-        m.submodules.control = cu = ControlUnit(cfg)
-        m.submodules.datapath = dp = Datapath(cfg)
-        m.submodules.dma_rd = rd = DmaReader(cfg)
-        m.submodules.dma_wr = wr = DmaWriter(cfg)
-        m.submodules.rd_mux = rmux = ReadMux(cfg)
-        m.submodules.wr_mux = wmux = WriteMux(cfg)
-        connect_axi(m, self.axi, read=rd.axi, write=wr.axi)
+        # abort: the fence closes the AXI port, then holds every unit below in reset (a flip-flop)
+        m.submodules.fence = fence = AxiFence(self.axi_signature(cfg), bursts=cfg.dma_outstanding + 2)
+        wiring.connect(m, fence.axi, wiring.flipped(self.axi))
+        held = fence.core_rst
+        m.d.comb += [fence.abort.eq(bank.field("CTRL", "abort")), self.aborting.eq(held)]
+
+        def unit(name, block):
+            m.submodules[name] = ResetInserter({"sync": held})(block)
+            return block
+
+        cp = unit("cmdproc", CommandProcessor(cfg))
+        cu = unit("control", ControlUnit(cfg))
+        dp = unit("datapath", Datapath(cfg))
+        rd = unit("dma_rd", DmaReader(cfg))
+        wr = unit("dma_wr", DmaWriter(cfg))
+        rmux = unit("rd_mux", ReadMux(cfg))
+        wmux = unit("wr_mux", WriteMux(cfg))
+        dog = unit("watchdog", Watchdog())
+        core_axi = self.axi_signature(cfg).create(path=("core_axi",))
+        connect_axi(m, core_axi, read=rd.axi, write=wr.axi)
+        wiring.connect(m, core_axi, fence.core)
 
         # DMA sharing: the command processor has priority on both engines
         wiring.connect(m, cp.rd_cmd, rmux.a_cmd)
@@ -102,12 +126,18 @@ class AceEngine(wiring.Component):
         for k in range(K):
             wiring.connect(m, cu.port[k], dp.port[k])
 
-        # links (the engine's ports keep their tx<k>/rx<k> names: system tops and testbenches use them)
+        # links (the engine's ports keep their tx<k>/rx<k> names: system tops and testbenches use them); while
+        # held, a port sends nothing and drops what arrives, flits and credits alike
         for k in range(K):
-            wiring.connect(m, dp.tx[k], wiring.flipped(getattr(self, f"tx{k}")))
-            wiring.connect(m, wiring.flipped(getattr(self, f"rx{k}")), dp.rx[k])
-            m.d.comb += [dp.tx_credit[k].eq(getattr(self, f"tx{k}_credit")),
-                         getattr(self, f"rx{k}_credit").eq(dp.rx_credit[k])]
+            tx, rx = getattr(self, f"tx{k}"), getattr(self, f"rx{k}")
+            m.d.comb += [
+                tx.payload.eq(dp.tx[k].payload), tx.valid.eq(dp.tx[k].valid & ~held),
+                dp.tx[k].ready.eq(tx.ready & ~held),
+                dp.rx[k].payload.eq(rx.payload), dp.rx[k].valid.eq(rx.valid & ~held),
+                rx.ready.eq(dp.rx[k].ready | held),
+                dp.tx_credit[k].eq(Mux(held, 0, getattr(self, f"tx{k}_credit"))),
+                getattr(self, f"rx{k}_credit").eq(Mux(held, 0, dp.rx_credit[k])),
+            ]
 
         # ---- registers -> blocks ---------------------------------------------------------------------------
         enable = bank.field("CTRL", "enable")
@@ -130,9 +160,16 @@ class AceEngine(wiring.Component):
             m.d.comb += [cp.win_base[i].eq(bank.reg("WIN_BASE", i)), cp.win_size[i].eq(bank.reg("WIN_SIZE", i))]
         for c in range(cfg.n_comms):
             m.d.comb += cp.comm_cfg[c].eq(bank.reg("COMM_CFG", c))
-        irq_bits = Signal(2)
+        # the watchdog: cycles with work in the engine and no transfer on any of its ports
+        moved = ((fence.axi.rvalid & fence.axi.rready) | (fence.axi.wvalid & fence.axi.wready)
+                 | (fence.axi.arvalid & fence.axi.arready) | (fence.axi.awvalid & fence.axi.awready))
+        for k in range(K):
+            tx, rx = getattr(self, f"tx{k}"), getattr(self, f"rx{k}")
+            moved = moved | (tx.valid & tx.ready) | (rx.valid & rx.ready)
+        m.d.comb += [dog.busy.eq(~cu.idle), dog.moved.eq(moved), dog.limit.eq(bank.reg("WATCHDOG"))]
+        irq_bits = Signal(3)
         m.d.comb += [
-            irq_bits.eq(Cat(cp.irq_cpl, cp.irq_err)),
+            irq_bits.eq(Cat(cp.irq_cpl, cp.irq_err, dog.fire)),
             bank.set("IRQ").eq(irq_bits),
             self.irq.eq(bank.field("CTRL", "irq_enable") & (bank.reg("IRQ") != 0)),
         ]
@@ -142,6 +179,9 @@ class AceEngine(wiring.Component):
             bank.field("STATUS", "cmds_active").eq(n_busy),
             bank.field("STATUS", "chunks_active").eq(cu.chunks_active),
             bank.field("STATUS", "sram_conflict").eq(dp.sram_conflict),
+            bank.field("STATUS", "aborting").eq(fence.busy),
+            bank.field("STATUS", "quiet").eq(fence.quiet),
+            bank.field("STATUS", "hung").eq(dog.hung),
         ]
 
         # windows: the program table (8 words per entry), routing table (1 word per entry), IMEM (2 per word)
@@ -166,7 +206,11 @@ class AceEngine(wiring.Component):
             imem.rdata.eq(cu.imem_rdata.word_select(imem.addr[0], 32)),
         ]
 
-        # ---- counters -------------------------------------------------------------------------------------
+        self._counters(m, bank, cp, cu, dp)
+        return m
+
+    def _counters(self, m, bank, cp, cu, dp):
+        """The counter registers, read from the units that count."""
         m.d.comb += [
             bank.reg("CYCLES").eq(cp.cycles),
             bank.reg("PAYLOAD_RD_BYTES").eq(dp.payload_rd_bytes),
@@ -183,7 +227,7 @@ class AceEngine(wiring.Component):
             bank.reg("STEPS").eq(cu.steps),
             bank.reg("STEP_GAP").eq(cu.step_gap),
         ]
-        for k in range(K):
+        for k in range(self.cfg.n_ports):
             m.d.comb += [
                 bank.reg("TX_FLITS", k).eq(dp.tx_flits[k]),
                 bank.reg("TX_BUSY", k).eq(dp.tx_busy[k]),
@@ -199,4 +243,3 @@ class AceEngine(wiring.Component):
             if name == "cpl_ring_full":
                 value = cp.cpl_stall
             m.d.comb += bank.reg("STALL", i).eq(value)
-        return m

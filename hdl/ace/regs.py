@@ -20,7 +20,7 @@ from .config import AceConfig
 
 __all__ = ["ace_regmap", "ACE_ID", "ACE_VERSION", "MAP_SIZE", "STALL_CAUSES", "N_PARTITIONS", "TERMINAL_PARTITION",
            "PTAB_BASE", "PTAB_ENTRY_WORDS", "ROUTE_BASE", "ROUTE_VALID", "IMEM_BASE", "COUNTERS", "PORT_COUNTERS",
-           "PHASE_COUNTERS",            "N_DIMS", "IRQ_CPL", "IRQ_ERROR", "TX_LOOKAHEAD_DEFAULT", "route_index", "ptab_addr", "imem_addr", "registers_markdown"]
+           "PHASE_COUNTERS", "N_DIMS", "IRQ_CPL", "IRQ_ERROR", "IRQ_TIMEOUT", "TX_LOOKAHEAD_DEFAULT", "route_index", "ptab_addr", "imem_addr", "registers_markdown"]
 
 #: Value of the ID register: ``"ACE1"`` in ASCII.
 ACE_ID = 0x41434531
@@ -55,6 +55,7 @@ TX_LOOKAHEAD_DEFAULT = 16
 #: Bits of the IRQ register.
 IRQ_CPL = 1 << 0
 IRQ_ERROR = 1 << 1
+IRQ_TIMEOUT = 1 << 2
 
 #: Engine-wide counters (read-only, in address order) and the per-port counters (arrays indexed by port).
 COUNTERS = ("CYCLES", "PAYLOAD_RD_BYTES", "PAYLOAD_WR_BYTES", "DESC_RD_BYTES", "CPL_WR_BYTES", "CMDS_OK",
@@ -159,18 +160,32 @@ def ace_regmap(cfg=None):
 
         Register("CTRL", 0x020, "rw", fields=(
             _f("enable", 0, 0, "fetch and run descriptors"),
-            _f("irq_enable", 1, 1, "drive the interrupt line while an IRQ bit is set")),
+            _f("irq_enable", 1, 1, "drive the interrupt line while an IRQ bit is set"),
+            _f("abort", 2, 2, "abort: while set, the engine closes its AXI port (bursts under way are "
+                              "completed, write beats with no strobes) and then holds every unit but this "
+                              "register bank in reset: commands, chunks, buffers, credits and counters are "
+                              "cleared, the link ports send nothing and drop what arrives; windows, programs, "
+                              "routes, communicators and ring registers stay. Clear it once STATUS.quiet is set "
+                              "(the engine leaves reset when both hold); SQ_HEAD and CQ_TAIL restart at 0, so set "
+                              "SQ_TAIL and CQ_HEAD to 0 before clearing it")),
             doc="Engine control."),
         Register("STATUS", 0x024, "ro", fields=(
             _f("idle", 0, 0, "no command in flight and the submission ring is empty"),
             _f("cmds_active", 7, 4, "commands in flight"),
             _f("chunks_active", 15, 8, "chunks in flight"),
             _f("sram_conflict", 16, 16, "sticky: two units addressed one SRAM bank in the same cycle (never set "
-                                        "in a correct engine; testbenches check it)")),
+                                        "in a correct engine; testbenches check it)"),
+            _f("aborting", 17, 17, "an abort is under way (CTRL.abort was set and the engine has not left "
+                                   "reset yet)"),
+            _f("quiet", 18, 18, "the aborted engine is held in reset and its AXI port owes and is owed "
+                                "nothing"),
+            _f("hung", 19, 19, "sticky until an abort: the watchdog saw WATCHDOG cycles with work in the "
+                               "engine and no transfer on any of its ports")),
             doc="Engine status."),
         Register("IRQ", 0x028, "w1c", fields=(
             _f("cpl", 0, 0, "a completion was written"),
-            _f("error", 1, 1, "a completion with an error status was written")),
+            _f("error", 1, 1, "a completion with an error status was written"),
+            _f("timeout", 2, 2, "the watchdog fired (STATUS.hung)")),
             doc="Interrupt causes; write 1 to clear."),
 
         Register("SQ_BASE", 0x030, "rw", 64, doc="Byte address of the submission ring in NPU memory."),
@@ -210,6 +225,11 @@ def ace_regmap(cfg=None):
             _f("entries", 7, 0, f"records of the spill window in use (at most {cfg.spill_entries}; 0 = early "
                                 f"deposits wait in the landing buffers only)"),),
                  doc="Size of the spill window in records."),
+        Register("WATCHDOG", 0x0A4, "rw",
+                 doc="Progress watchdog: cycles an engine with work may go without a transfer on any port "
+                     "(AXI address or data, link flit) before it sets STATUS.hung and IRQ.timeout (0 = off). "
+                     "A rank waiting for a peer that posts late waits without transfers too: set it above the "
+                     "longest such wait."),
         RegisterArray("WIN", 0x100, cfg.n_windows, 0x10, (
             Register("BASE", 0x0, "rw", 64, doc="Byte address of memory window i."),
             Register("SIZE", 0x8, "rw", 64, doc="Bytes of memory window i (0 = disabled)."))),

@@ -35,7 +35,8 @@ engine port it leaves or enters (:attr:`AceSystem.external`): ``ep<r>_tx<p>`` (t
 import re
 from fractions import Fraction
 
-from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
+from amaranth.hdl import (Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetInserter, ResetSignal,
+                          Signal, Value)
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -289,8 +290,11 @@ class AceSystem(wiring.Component):
                 m.d.comb += getattr(self, f"{x.name}_credit").eq(getattr(eng, f"rx{x.port}_credit"))
         switch = None
         if self.topology.routed:
-            m.submodules.switch = switch = Switch(cfg.beat_bytes, n, cfg.n_fsms, cfg.landing_beats,
-                                                  cfg.landing_headers)
+            switch = Switch(cfg.beat_bytes, n, cfg.n_fsms, cfg.landing_beats, cfg.landing_headers)
+            # an abort holds the engines in reset; the switch between them drops what it holds with them
+            aborting = Signal()
+            m.d.sync += aborting.eq(Cat(engines[i].aborting for i in self.ranks).any())
+            m.submodules.switch = ResetInserter({"sync": aborting})(switch)
             m.d.comb += self.switch_overflow.eq(switch.overflow)
         for li, (s, sp, d, dp, lat, rate) in enumerate(self.links):
             if self.inline:

@@ -117,6 +117,10 @@ class RemoteSystem:
         """The share of endpoint ``rank``'s memory port its NPU's compute takes from now on (0..1)."""
         self.call("npu_share", rank, float(share))
 
+    def set_link_stall(self, link, stalled):
+        """Hold on-chip link ``link`` (its ``link<l>`` pins) stalled (no flit moves on it), or release it."""
+        self.call("link_stall", int(link), bool(stalled))
+
     @property
     def now(self):
         """Clock cycles simulated so far."""

@@ -67,6 +67,9 @@ class SteppedSystem:
                 if op == "idle":
                     await ctx.tick().repeat(args[0])
                     value = None
+                elif op == "link_stall":
+                    ctx.set(getattr(dut, f"link{args[0]}_stall"), int(bool(args[1])))
+                    value = None
                 else:
                     value = await getattr(ports[rank], op)(*args)
                 self._answer = (True, value)
@@ -99,6 +102,10 @@ class SteppedSystem:
     def set_npu_share(self, rank, share):
         """The share of endpoint ``rank``'s memory port its NPU's compute takes from now on (0..1)."""
         self.rams[rank].npu_share = float(share)
+
+    def set_link_stall(self, link, stalled):
+        """Hold on-chip link ``link`` (its ``link<l>`` pins) stalled (no flit moves on it), or release it."""
+        self.call(0, "link_stall", int(link), bool(stalled))
 
     @property
     def now(self):

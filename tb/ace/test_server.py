@@ -72,6 +72,10 @@ async def serve(dut):
                 elif op == "npu_share":
                     await _set_npu_share(tb, req[1], req[2])
                     value = None
+                elif op == "link_stall":         # hold (or release) the stall pin of on-chip link req[1]
+                    await NextTimeStep()        # out of the read-only phase a request may arrive in
+                    getattr(dut, f"link{int(req[1])}_stall").value = int(bool(req[2]))
+                    value = None
                 elif op == "cycles":
                     value = await ports[0].cycles() - t0
                 elif op in TRANSPORT_OPS:

@@ -19,6 +19,7 @@ def test_engine_modules_are_attributed_to_the_components_of_table_iv():
     assert component_of("datapath.recv1.streamer") == "control"
     assert component_of("datapath.rxport0") == "link" and component_of("datapath.txmux1.horder") == "link"
     assert component_of("dma_rd.split") == "dma" and component_of("datapath.dep_wr_mux") == "dma"
+    assert component_of("fence.lens") == "dma" and component_of("watchdog") == "control"
     assert component_of("") == "control" and component_of("cmdproc.geo.div") == "control"
     assert component_of("control.decoder") == "control" and component_of("control.sram") == "control"
 

@@ -192,6 +192,70 @@ def test_ranks_posting_another_op_or_dtype_complete_with_mismatch_not_ok(ring2, 
     run_and_check(s, w, "allreduce", 64, "fp32", seed=13)
 
 
+def test_a_dead_link_times_out_and_an_abort_leaves_the_engines_usable(ring2):
+    """A dead link (the link out of rank 0 held stalled): the watchdog fires, ``wait`` raises naming it, and
+    ``System.reset`` aborts the engines (rank 0's AXI bursts under way completed by the fence, links drained)
+    with the request failing TIMEOUT. With the link back, the next collectives are bit-exact, also on a fresh
+    communicator. Then an abort in the middle of a large all-reduce that is moving (DMA bursts and link
+    messages in flight on both ranks): the request fails ABORTED and the engines run bit-exact afterwards."""
+    s, w = ring2, ring2.world
+    a, b = s.register(16384), s.register(16384)
+    try:
+        s.set_watchdog(3_000)
+        s.stall_link(0, 0)
+        req = w.allreduce(a, b, 4096)
+        with pytest.raises(RequestTimeout, match=r"watchdog of rank\(s\) \[0, 1\]"):
+            req.wait(timeout_cycles=500_000)
+        assert all(drv.status()["hung"] for drv in s.drivers)
+        s.reset()
+        s.stall_link(0, 0, stalled=False)
+        assert req.done and {c["status_name"] for c in req.completions.values()} == {"TIMEOUT"}
+        with pytest.raises(CollectiveError, match="TIMEOUT"):
+            req.test()
+        assert not any(drv.status()["hung"] or drv.status()["aborting"] for drv in s.drivers)
+        run_and_check(s, w, "allreduce", 1000, "fp32", seed=21)
+        sub = s.split([0, 1])
+        run_and_check(s, sub, "reduce_scatter", 96, "int32", "min", seed=22)
+        # abort while the collective moves: both ranks have bursts and messages in flight
+        req = w.allreduce(a, b, 4096)
+        s.advance(400)
+        assert not req.test() and s.drivers[0].status()["chunks_active"] > 0
+        sub.abort()
+        assert {c["status_name"] for c in req.completions.values()} == {"ABORTED"}
+        with pytest.raises(CommunicatorError, match="freed"):
+            sub.barrier()
+        run_and_check(s, w, "allreduce", 4096, "fp32", seed=23)
+        fresh = s.split([0, 1])
+        run_and_check(s, fresh, "allgather", 300, "fp16", seed=24)
+        fresh.free()
+    finally:
+        s.stall_link(0, 0, stalled=False)
+        s.set_watchdog(0)
+        s.deregister(a)
+        s.deregister(b)
+
+
+def test_an_abort_on_a_switch_resets_the_switch_with_the_engines():
+    """switch:4 (Amaranth's simulator): an abort while an all-to-all and an all-reduce move through the switch
+    (end-to-end credits per source and landing channel, the switch's queues). Every rank not done fails
+    ABORTED, and the collectives after the abort run bit-exact. (The switch is held in reset with the engines;
+    on this run its queues would also have drained into the held engines within the abort's hold.)"""
+    with System({"topology": "switch:4", "links": {"latency": 4}, "seed": seed_for(31)}, backend="amaranth") as s:
+        a, b = s.register(8192), s.register(8192)
+        s.world.prepare("alltoall", "allreduce")     # loading a program would wait for the requests
+        reqs = [s.world.alltoall(a, b, 256, "int32"), s.world.allreduce(a, b, 1024)]
+        s.advance(200)
+        assert not any(r.test() for r in reqs)
+        s.reset()
+        for r in reqs:
+            assert {c["status_name"] for c in r.completions.values()} <= {"OK", "ABORTED"}
+            assert "ABORTED" in {c["status_name"] for c in r.completions.values()}
+        s.deregister(a)
+        s.deregister(b)
+        run_and_check(s, s.world, "alltoall", 100, "int32", seed=32)
+        run_and_check(s, s.world, "allreduce", 600, "fp32", seed=33)
+
+
 def test_sub_topologies():
     assert sub_topology("torus:4x2x2", range(16)) == "torus:4x2x2"
     assert sub_topology("torus:4x2x2", [0, 1, 2, 3]) == "torus:4x1x1"

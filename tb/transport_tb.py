@@ -99,7 +99,7 @@ async def driver_over_cocotb_transport(dut):
     assert await transport.read_reg(rm.addr("SQ_BASE") + 4) == 0x1234_5678
 
     await drv.configure(0x1000, 8, 0x2000, 8)
-    assert await drv.read_fields("CTRL") == {"enable": 1, "irq_enable": 1}
+    assert await drv.read_fields("CTRL") == {"enable": 1, "irq_enable": 1, "abort": 0}
     await drv.add_window(1, 0x8000, 0x4000)
     assert (await drv.read("WIN_BASE", 1), await drv.read("WIN_SIZE", 1)) == (0x8000, 0x4000)
 

@@ -159,7 +159,7 @@ def test_configure_sets_rings_zeroes_them_and_enables_the_engine_last():
     assert t.read_mem(SQ_BASE, 4 * DESCRIPTOR_BYTES) == bytes(4 * DESCRIPTOR_BYTES)
     assert (t.reg("SQ_BASE"), t.reg("SQ_SIZE"), t.reg("CQ_BASE"), t.reg("CQ_SIZE")) == (SQ_BASE, 4, CQ_BASE, 16)
     assert t.reg("SQ_TAIL") == 2, "the driver continues at the engine's head (6 mod 4)"
-    assert RM.decode("CTRL", t.reg("CTRL")) == {"enable": 1, "irq_enable": 0}
+    assert RM.decode("CTRL", t.reg("CTRL")) == {"enable": 1, "irq_enable": 0, "abort": 0}
     ctrl = RM.addr("CTRL")
     writes = [e for e in t.log if e[0] == "w"]
     assert writes[0] == ("w", ctrl, 0) and writes[-1][1] == ctrl, "disabled first, enabled last"

@@ -8,13 +8,13 @@ Ports (Verilog names in brackets):
 ``axi``   AXI4 master to the NPU's memory (``axi__*``): descriptors, completions, payload.
 ``tx<k>`` / ``tx<k>_credit``, ``rx<k>`` / ``rx<k>_credit``   link port ``k``: flits out and credits back,
           flits in and credits out (to a :class:`~syncfabric.hdl.system.link.Link`).
-``aborting``   high while the engine is held in reset by an abort (CTRL.abort): a system holds the switch
-          between its engines in reset with it.
+``aborting``   high from the start of an abort (CTRL.abort) until the engine leaves reset: a system holds
+          the switch between its engines in reset with it.
 
 Abort (docs/engine.md "Abort and the watchdog"): CTRL.abort makes the :class:`~syncfabric.hdl.common.axifence.
 AxiFence` close the AXI port and then hold every unit but the register bank in reset (windows, programs,
 routes, rings and communicators stay configured; commands, chunks, buffers, credits and counters are
-cleared); the link ports drop what arrives and send nothing meanwhile. The watchdog (WATCHDOG) flags an
+cleared); the link ports drop what arrives and send nothing from the start of the abort. The watchdog (WATCHDOG) flags an
 engine with work that has moved nothing for that many cycles.
 """
 
@@ -82,11 +82,13 @@ class AceEngine(wiring.Component):
         # abort: the fence closes the AXI port, then holds every unit below in reset (a flip-flop)
         m.submodules.fence = fence = AxiFence(self.axi_signature(cfg), bursts=cfg.dma_outstanding + 2)
         wiring.connect(m, fence.axi, wiring.flipped(self.axi))
-        held = fence.core_rst
-        m.d.comb += [fence.abort.eq(bank.field("CTRL", "abort")), self.aborting.eq(held)]
+        # the reset flop drives every flip-flop of the units (a reset net: nothing else hangs on it); the link
+        # ports and the outputs follow the fence's state flop instead, from the start of the abort
+        gated = fence.busy
+        m.d.comb += [fence.abort.eq(bank.field("CTRL", "abort")), self.aborting.eq(gated)]
 
         def unit(name, block):
-            m.submodules[name] = ResetInserter({"sync": held})(block)
+            m.submodules[name] = ResetInserter({"sync": fence.core_rst})(block)
             return block
 
         cp = unit("cmdproc", CommandProcessor(cfg))
@@ -126,17 +128,17 @@ class AceEngine(wiring.Component):
         for k in range(K):
             wiring.connect(m, cu.port[k], dp.port[k])
 
-        # links (the engine's ports keep their tx<k>/rx<k> names: system tops and testbenches use them); while
-        # held, a port sends nothing and drops what arrives, flits and credits alike
+        # links (the engine's ports keep their tx<k>/rx<k> names: system tops and testbenches use them); during
+        # an abort a port sends nothing and drops what arrives, flits and credits alike
         for k in range(K):
             tx, rx = getattr(self, f"tx{k}"), getattr(self, f"rx{k}")
             m.d.comb += [
-                tx.payload.eq(dp.tx[k].payload), tx.valid.eq(dp.tx[k].valid & ~held),
-                dp.tx[k].ready.eq(tx.ready & ~held),
-                dp.rx[k].payload.eq(rx.payload), dp.rx[k].valid.eq(rx.valid & ~held),
-                rx.ready.eq(dp.rx[k].ready | held),
-                dp.tx_credit[k].eq(Mux(held, 0, getattr(self, f"tx{k}_credit"))),
-                getattr(self, f"rx{k}_credit").eq(Mux(held, 0, dp.rx_credit[k])),
+                tx.payload.eq(dp.tx[k].payload), tx.valid.eq(dp.tx[k].valid & ~gated),
+                dp.tx[k].ready.eq(tx.ready & ~gated),
+                dp.rx[k].payload.eq(rx.payload), dp.rx[k].valid.eq(rx.valid & ~gated),
+                rx.ready.eq(dp.rx[k].ready | gated),
+                dp.tx_credit[k].eq(Mux(gated, 0, getattr(self, f"tx{k}_credit"))),
+                getattr(self, f"rx{k}_credit").eq(Mux(gated, 0, dp.rx_credit[k])),
             ]
 
         # ---- registers -> blocks ---------------------------------------------------------------------------

@@ -414,15 +414,35 @@ def _prune_verilator_builds(root):
     """Remove the least recently used Verilator builds beyond ``SYNCFABRIC_VERILATOR_KEEP`` (default 24),
     skipping any that another process builds or runs (holds its lock)."""
     keep = int(os.environ.get("SYNCFABRIC_VERILATOR_KEEP", "24"))
-    builds = sorted((d for d in root.iterdir() if (d / "built").exists()),
-                    key=lambda d: (d / "built").stat().st_mtime, reverse=True)
-    for d in builds[keep:]:
-        with _Lock(_lock_file(d)) as lock:
-            try:
-                fcntl.flock(lock.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue
-            shutil.rmtree(d)
+    builds = []
+    for d in root.iterdir():
+        try:
+            builds.append((d, (d / "built").stat().st_mtime))
+        except (FileNotFoundError, NotADirectoryError):      # lock files, builds in progress or just pruned
+            continue
+    builds.sort(key=lambda b: b[1], reverse=True)
+    for d, listed in builds[keep:]:
+        _remove_build(d, listed)
+
+
+def _remove_build(build_dir, listed):
+    """Remove ``build_dir`` if no process holds its lock and it is still the build listed with ``built`` at
+    mtime ``listed``; returns whether it did. Two processes prune at once (every run prunes): by the time one
+    has the lock, the other may have removed the build, or a run may have made it again (fresh, not to be
+    pruned), so the listing is checked again under the lock."""
+    with _Lock(_lock_file(build_dir)) as lock:
+        try:
+            fcntl.flock(lock.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        try:
+            if (build_dir / "built").stat().st_mtime != listed:
+                return False
+        except FileNotFoundError:
+            return False
+        (build_dir / "built").unlink()      # first, so that a removal cut short leaves no build that looks whole
+        shutil.rmtree(build_dir, ignore_errors=True)
+        return True
 
 
 def _run(runner, params, toplevel, test_module, sim, tb_params, testcase, seed, build_dir, run_dir, waves,

@@ -136,6 +136,27 @@ def test_a_build_in_use_is_not_pruned_and_a_pruned_build_is_made_again(tmp_path,
     assert summary["build_dir"] == str(build_dir) and summary["tests"] == 1
 
 
+def test_a_build_removed_or_remade_since_the_listing_is_left_alone(tmp_path):
+    """Every run prunes, so two processes can list the same stale build: the one that gets its lock second
+    finds it gone (CI once failed on the FileNotFoundError) or made again by a run in between (fresh, kept).
+    Only a build still as listed is removed, its ``built`` marker first."""
+    from syncfabric.tb import harness
+
+    old, fresh = tmp_path / "top-old", tmp_path / "top-fresh"
+    for d in (old, fresh):
+        d.mkdir()
+        (d / "built").write_text("flags")
+        (d / "top").write_text("model")
+    listed_old = (old / "built").stat().st_mtime
+    listed_fresh = (fresh / "built").stat().st_mtime - 5      # remade since it was listed
+    assert not harness._remove_build(tmp_path / "top-gone", listed_old)
+    assert not harness._remove_build(fresh, listed_fresh) and (fresh / "top").exists()
+    with harness._locked(old):                 # in use
+        assert not harness._remove_build(old, listed_old) and (old / "built").exists()
+    assert harness._remove_build(old, listed_old) and not old.exists()
+    assert not harness._remove_build(old, listed_old)       # the second pruner
+
+
 def test_verilator_threads_resolve_from_the_argument_the_environment_and_the_cores(monkeypatch):
     """An explicit count is taken as given; "auto" is $SYNCFABRIC_VERILATOR_THREADS when set, else the
     process's cores less the load average, divided among the processes sharing them, at least 1 and at most

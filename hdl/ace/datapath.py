@@ -24,7 +24,7 @@ from ..common.layouts import MAX_PHASES, credit_layout, flit_layout, packet_head
 from ..common.skid import SkidBuffer
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
-from .link import RxPort, TxPort, reserve_layout
+from .link import RxPort, TxPort, reserve_layout, tx_beat_layout
 from .sram import ChunkSram
 from .units import (STATUS_SHAPE, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, _w, beat_stream,
                     dma_cmd_layout, done_layout, fwd_data_layout, fwd_msg_layout, job_layouts)
@@ -139,7 +139,7 @@ class Datapath(wiring.Component):
             # the TX mux's choice of source and the port's flit formation (header CRC, credits) are two
             # cycles: register slices between them
             m.submodules[f"txhdr{k}"] = th = SkidBuffer(packet_header_layout())
-            m.submodules[f"txbeat{k}"] = tb = SkidBuffer(8 * cfg.beat_bytes)
+            m.submodules[f"txbeat{k}"] = tb = SkidBuffer(tx_beat_layout(cfg.beat_bytes))
             wiring.connect(m, mx.msg, th.i)
             wiring.connect(m, th.o, tx.msg)
             wiring.connect(m, mx.data, tb.i)

@@ -81,6 +81,8 @@ class JobBuilder(wiring.Component):
             out.key.eq(Mux(g.op == StepOp.SEND, g.key, g.fwd_key)), out.put.eq((g.op == StepOp.SEND) & g.put),
             out.count.eq(Mux(g.op == StepOp.SEND, self.slot_count, new_count)),
             out.op.eq(self.op), out.dtype.eq(self.dtype),
+            # a chunk with a failed step sends and forwards poisoned: its data may derive from the bad input
+            out.poison.eq(c.status != 0),
             exp.tag.eq(self.tag), exp.chunk.eq(c.chunk), exp.phase.eq(c.phase), exp.key.eq(g.key),
             exp.length.eq(g.nbytes),
         ]

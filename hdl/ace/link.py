@@ -9,7 +9,9 @@ message) filled in; ``hdr`` is zero on the other flits. ``first``/``last`` mark 
 flit of a packet carries ``crc``: CRC-32 (the zlib value) over the header bits as ``HEADER_CRC_BYTES``
 little-endian bytes, then every payload flit in full; the bytes of a message's last beat beyond ``length`` are
 zero. An empty message is one flit with ``first = last = 1``, data 0, ``hdr.length = 0``, ``hdr.last = 1``,
-and its CRC covers the header only. ``crc`` is zero on the other flits.
+and its CRC covers the header only. ``crc`` is zero on the other flits. A packet whose payload the sender
+knows to derive from bad data is *stomped*: its CRC goes out inverted (``STOMP``), and the receiver treats it
+as a failed packet without counting a CRC error of its link (end-to-end poison, docs/engine.md section 13).
 (Golden model: :mod:`syncfabric.sim.golden.link`.)
 
 Flow control is by credits per landing channel: the receiver has a landing buffer of ``landing_beats``
@@ -28,12 +30,19 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.crc import CRC32_INIT, CRC32_XOROUT, crc32_next
+from ...sim.golden.link import STOMP
 from ..common.layouts import CHANNEL_BITS, credit_layout, flit_layout, packet_header_layout
 from .config import AceConfig
 from .landing import LandingBuffer, consumer_members
 from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, header_crc_bits
 
-__all__ = ["TxPort", "RxPort", "reserve_layout"]
+__all__ = ["TxPort", "RxPort", "reserve_layout", "tx_beat_layout"]
+
+
+def tx_beat_layout(beat_bytes):
+    """A payload beat handed to :class:`TxPort`: the data and ``poison`` (the beat derives from data that
+    failed a check: the packet it goes out in is stomped)."""
+    return data.StructLayout({"data": unsigned(8 * beat_bytes), "poison": 1})
 
 def reserve_layout(cfg: AceConfig):
     """One cycle of :attr:`TxPort.reserve`: debit ``beats`` beat credits and one header credit of channel
@@ -49,9 +58,10 @@ class TxPort(wiring.Component):
     msg : In(stream.Signature(packet_header_layout()))
         A message header (``offset``/``last`` ignored). Accepted when the port is idle or in the cycle it
         sends the last flit of the previous message.
-    data : In(stream.Signature(unsigned(8 * beat_bytes)))
+    data : In(stream.Signature(tx_beat_layout(beat_bytes)))
         The ``ceil(length / beat_bytes)`` payload beats of each message, in order; may have bubbles and may
-        be presented before the message's ``msg`` is accepted.
+        be presented before the message's ``msg`` is accepted. A beat with ``poison`` stomps its packet (the
+        packet's CRC goes out xor ``STOMP``).
     flit : Out(stream.Signature(flit_layout(beat_bytes)))
         To the link; registered. One flit per cycle in steady state; a message's first flit can be valid the
         cycle after its ``msg`` handshake (when its first beat is there in that cycle).
@@ -76,7 +86,7 @@ class TxPort(wiring.Component):
         beat_w, hdr_w = cfg.landing_beats.bit_length(), cfg.landing_headers.bit_length()
         super().__init__({
             "msg": In(stream.Signature(packet_header_layout())),
-            "data": In(stream.Signature(unsigned(8 * w))),
+            "data": In(stream.Signature(tx_beat_layout(w))),
             "flit": Out(stream.Signature(flit_layout(w))),
             "credit": In(credit_layout()),
             "reserve": In(reserve_layout(cfg)),
@@ -102,6 +112,7 @@ class TxPort(wiring.Component):
         pkt_beat = Signal(range(pbeats))
         offset = Signal(LENGTH_BITS)
         crc = Signal(32)
+        stomp = Signal()            # a beat of the packet so far was poisoned
 
         # The flit being formed: from the latched message, or straight from `msg` when idle so that the first
         # flit does not wait a cycle for the header to be latched.
@@ -147,7 +158,10 @@ class TxPort(wiring.Component):
         last_beat = one_c
         keep = [~last_beat | (tail == 0) | (tail > k) for k in range(w)]
         beat = Signal(8 * w)
-        m.d.comb += beat.eq(Cat(*[self.data.payload.word_select(k, 8) & keep[k].replicate(8) for k in range(w)]))
+        m.d.comb += beat.eq(Cat(*[self.data.payload.data.word_select(k, 8) & keep[k].replicate(8)
+                                  for k in range(w)]))
+        poisoned = Signal()         # this packet is stomped: an earlier beat or this one was poisoned
+        m.d.comb += poisoned.eq(Mux(first, 0, stomp) | (need_data & self.data.payload.poison))
 
         # Intermediate signals keep the XOR networks from being duplicated into every use.
         hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32)
@@ -164,8 +178,9 @@ class TxPort(wiring.Component):
                 flit.hdr.eq(Mux(first, hw.as_value(), 0)),
                 flit.first.eq(first),
                 flit.last.eq(last_flit),
-                flit.crc.eq(Mux(last_flit, crc_after ^ CRC32_XOROUT, 0)),
+                flit.crc.eq(Mux(last_flit, crc_after ^ CRC32_XOROUT ^ Mux(poisoned, STOMP, 0), 0)),
                 self.flit_phase.eq(h.phase),
+                stomp.eq(poisoned),
             ]
         with m.Elif(self.flit.ready):
             m.d.sync += self.flit.valid.eq(0)

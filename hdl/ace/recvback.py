@@ -37,7 +37,8 @@ class RecvWriteBack(wiring.Component):
     wr : Out(sram_write_layout(cfg))
         One result per cycle into the job's slot (not for ``fill``).
     fwd_msg : Out(stream.Signature(fwd_msg_layout())), fwd_data : Out(stream.Signature(fwd_data_layout(cfg)))
-        The forward; a result is taken only when the forward (if any) takes it.
+        The forward; a result is taken only when the forward (if any) takes it. The last forwarded beat
+        waits for the job's status and carries ``poison`` when it is not OK.
     done : Out(done_layout(cfg))
         Registered: the job whose results are all written and whose status is in.
     """
@@ -97,11 +98,19 @@ class RecvWriteBack(wiring.Component):
             m.d.comb += [res_valid.eq(self.copied.valid), res_data.eq(self.copied.payload),
                          self.copied.ready.eq(res_take)]
         pending = beq.r_rdy & (wcount != be.beats)
+        # a forward's last beat waits for the job's status (the front end reports it when it takes the last
+        # landing beat, so it is there by the time that beat's result is): a job whose input failed a check
+        # (a CRC error seen only at the end of a packet already forwarded cut-through) stomps the forward's
+        # last packet, so the error reaches every rank downstream instead of wrong data completing OK there
+        last = Signal()
+        held = Signal()
+        m.d.comb += [last.eq(wcount + 1 == be.beats), held.eq(be.fwd & last & ~statq.r_rdy)]
         m.d.comb += [
-            res_take.eq(pending & res_valid & (~be.fwd | self.fwd_data.ready)),
-            self.fwd_data.valid.eq(pending & res_valid & be.fwd),
+            res_take.eq(pending & res_valid & ~held & (~be.fwd | self.fwd_data.ready)),
+            self.fwd_data.valid.eq(pending & res_valid & be.fwd & ~held),
             self.fwd_data.payload.data.eq(Mux(be.fill, 0, res_data)),
-            self.fwd_data.payload.last.eq(wcount + 1 == be.beats),
+            self.fwd_data.payload.last.eq(last),
+            self.fwd_data.payload.poison.eq(last & (statq.r_data != 0)),
             self.fwd_data.payload.port.eq(be.fwd_port),
             self.wr.en.eq(res_take & ~be.fill),
             self.wr.buf.eq(be.buf),

@@ -11,6 +11,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from ...sim.golden.link import STOMP
 from ..common.crc import CRC32_INIT, CRC32_XOROUT, crc32_next
 from ..common.layouts import CHANNEL_BITS, HEADER_CRC_BYTES, flit_layout, packet_header_layout
 from .config import AceConfig
@@ -56,7 +57,8 @@ class RxDeframer(wiring.Component):
         Combinational: a flit of a packet for a VC >= n_fsms (or a source >= rx_sources); nothing of it is
         passed on.
     flits, packets, crc_errors : Out(32)
-        Flits and packets received, packets whose CRC did not match.
+        Flits and packets received, packets whose CRC did not match (a stomped packet, whose CRC is exactly
+        inverted, sets ``err`` but is not counted: its sender marked it bad).
     """
 
     def __init__(self, cfg: AceConfig):
@@ -165,10 +167,14 @@ class RxDeframer(wiring.Component):
             base.eq(Mux(f.first, hdr_crc, crc)),
             crc_after.eq(Mux(nonempty, crc32_next(base, f.data), base)),
         ]
-        crc_bad = fv & framed & f.last & ((crc_after ^ CRC32_XOROUT) != f.crc)
+        # a stomped packet (CRC inverted by its sender: the payload derives from bad data) fails like a
+        # corrupted one but is not a fault of this link, so it is not counted
+        good = crc_after ^ CRC32_XOROUT
+        crc_bad = fv & framed & f.last & (good != f.crc)
+        stomped = good == (f.crc ^ STOMP)
         with m.If(fv):
             m.d.sync += crc.eq(crc_after)
-        with m.If(crc_bad):
+        with m.If(crc_bad & ~stomped):
             m.d.sync += self.crc_errors.eq(self.crc_errors + 1)
         flags.append((vc, crc_bad & vc_ok))
 

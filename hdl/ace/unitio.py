@@ -28,5 +28,6 @@ def fwd_msg_layout():
 
 
 def fwd_data_layout(cfg):
-    """A forwarded beat: data, the message's last beat, and the output port."""
-    return data.StructLayout({"data": unsigned(8 * cfg.beat_bytes), "last": 1, "port": unsigned(3)})
+    """A forwarded beat: data, the message's last beat, the output port and ``poison`` (with ``last``: the
+    message's input failed a check, so its last packet is stomped)."""
+    return data.StructLayout({"data": unsigned(8 * cfg.beat_bytes), "last": 1, "port": unsigned(3), "poison": 1})

@@ -21,6 +21,7 @@ from ..common.layouts import CHANNEL_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_
 from ..common.logic import one_hot
 from .dma import dma_cmd_layout
 from .geometry import BlockGeometry
+from .link import tx_beat_layout
 from .recvback import RecvWriteBack
 from .recvissue import RecvIssue
 from .sram import BankStreamer, sram_read_layout, sram_write_layout
@@ -352,7 +353,7 @@ class RecvUnit(wiring.Component):
         m.d.comb += [
             *[wj[k].eq(nxt[k]) for k in ("fsm", "cmd", "buf", "sram_addr", "beats", "reduce", "fwd", "fwd_port")],
             wj.fill.eq(mismatch),
-            wj.fwd_hdr.eq(nxt.fwd_hdr), wj.fwd_hdr.poison.eq(mismatch | disagree | head.poison),
+            wj.fwd_hdr.eq(nxt.fwd_hdr), wj.fwd_hdr.poison.eq(nxt.fwd_hdr.poison | mismatch | disagree | head.poison),
             # landing beats: dropped when draining, else reduced with the operand or passed through
             iss.mode.run.eq(fe_v & (left != 0)), iss.mode.drain.eq(drain), iss.mode.reduce.eq(fe.reduce),
             iss.mode.dtype.eq(fe.dtype), iss.mode.op.eq(fe.op),
@@ -384,7 +385,6 @@ class TxMux(wiring.Component):
 
     def __init__(self, cfg, port, n_recv):
         self.cfg, self.port, self.n_recv = cfg, port, n_recv
-        W = 8 * cfg.beat_bytes
         n_src = 1 + n_recv
         super().__init__({
             "order": In(stream.Signature(data.StructLayout({"src": range(n_src), "empty": 1}))),
@@ -397,7 +397,7 @@ class TxMux(wiring.Component):
             "fwd_data_valid": In(n_recv),
             "fwd_data_ready": Out(n_recv),
             "msg": Out(stream.Signature(packet_header_layout())),
-            "data": Out(stream.Signature(unsigned(W))),
+            "data": Out(stream.Signature(tx_beat_layout(cfg.beat_bytes))),
         })
 
     def elaborate(self, platform):
@@ -427,12 +427,14 @@ class TxMux(wiring.Component):
         last = Signal()
         with m.If(dorder.r_rdy):
             with m.If(ds == 0):
-                m.d.comb += [self.data.valid.eq(self.send_data.valid), self.data.payload.eq(self.send_data.payload.data),
+                m.d.comb += [self.data.valid.eq(self.send_data.valid),
+                             self.data.payload.data.eq(self.send_data.payload.data),
                              last.eq(self.send_data.payload.last), self.send_data.ready.eq(self.data.ready)]
             for j in range(self.n_recv):
                 with m.Elif(ds == 1 + j):
                     mine = self.fwd_data_valid[j] & (self.fwd_data[j].port == self.port)
-                    m.d.comb += [self.data.valid.eq(mine), self.data.payload.eq(self.fwd_data[j].data),
+                    m.d.comb += [self.data.valid.eq(mine), self.data.payload.data.eq(self.fwd_data[j].data),
+                                 self.data.payload.poison.eq(self.fwd_data[j].poison),
                                  last.eq(self.fwd_data[j].last), self.fwd_data_ready[j].eq(mine & self.data.ready)]
         m.d.comb += dorder.r_en.eq(self.data.valid & self.data.ready & last)
         return m

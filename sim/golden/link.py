@@ -10,11 +10,18 @@ Pure Python: the header bit pattern comes from the caller (``hdl.common.layouts.
 
 import zlib
 
-__all__ = ["HEADER_CRC_BYTES", "crc32", "packet_crc", "packets", "payload_beats"]
+__all__ = ["HEADER_CRC_BYTES", "STOMP", "crc32", "packet_crc", "packets", "payload_beats"]
 
 #: Bytes of header covered by a packet's CRC; the same value as ``hdl.common.layouts.HEADER_CRC_BYTES``
 #: (duplicated so that the golden model does not import Amaranth; a test checks they agree).
 HEADER_CRC_BYTES = 16
+
+#: A sender that learns, while a message is already on the wire, that its payload derives from bad data (a
+#: forward whose input failed its CRC) stomps the packet: its CRC goes out xor ``STOMP`` (inverted), so the
+#: receiver rejects it like a corrupted packet and reports the error instead of using the data. The receiver
+#: tells a stomped packet (CRC exactly inverted, which a link fault produces with probability 2**-32) from a
+#: corrupted one, so that only the latter counts as a CRC error of its link.
+STOMP = 0xFFFFFFFF
 
 
 def crc32(data, crc=0):
@@ -29,12 +36,14 @@ def payload_beats(payload, beat_bytes):
     return [int.from_bytes(payload[i:i + beat_bytes], "little") for i in range(0, len(payload), beat_bytes)]
 
 
-def packet_crc(header_bits, payload, beat_bytes, header_bytes=HEADER_CRC_BYTES):
+def packet_crc(header_bits, payload, beat_bytes, header_bytes=HEADER_CRC_BYTES, stomped=False):
     """The CRC a packet carries on its last flit: CRC-32 of ``header_bits`` as ``header_bytes`` little-endian
-    bytes followed by ``payload`` (this packet's payload bytes) zero-padded to a multiple of ``beat_bytes``."""
+    bytes followed by ``payload`` (this packet's payload bytes) zero-padded to a multiple of ``beat_bytes``;
+    xor :data:`STOMP` when the sender ``stomped`` it."""
     payload = bytes(payload)
     padded = payload + bytes(-len(payload) % beat_bytes)
-    return crc32(int(header_bits).to_bytes(header_bytes, "little") + padded)
+    crc = crc32(int(header_bits).to_bytes(header_bytes, "little") + padded)
+    return crc ^ STOMP if stomped else crc
 
 
 def packets(length, packet_bytes):

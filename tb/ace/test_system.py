@@ -14,7 +14,9 @@ Parameters (:func:`syncfabric.tb.harness.tb_params`): ``params`` (the factory's:
 max_latency), ``latency``/``rate`` (every link's; default the topology's: driven on the system's link inputs
 before reset, so one build serves them all), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
 order on every rank), ``seed``, ``pause`` (probability that an AXI channel pauses in a cycle),
-``link_stall`` (probability that a link holds ready low in a cycle), ``post_skew`` (each rank posts a
+``link_stall`` (probability that a link holds ready low in a cycle), ``link_flip`` (probability that a link
+flips a data bit of the flit it carries in a cycle: the receiver's CRC must catch it; both may be lists, one
+probability per link in the system's link order), ``post_skew`` (each rank posts a
 random 0..post_skew cycles late), ``timeout_cycles``, ``out`` (write the
 result JSON there), ``progress`` (True: log the simulated cycle every few seconds; a path: keep the
 simulated cycle and rate in that JSON file, for a progress bar), ``buffers``/``fsms`` (use
@@ -188,9 +190,10 @@ class SystemTB:
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
-        stall = float(self.p.get("link_stall", 0.0))
-        if stall > 0:
-            cocotb.start_soon(self._stall_links(stall))
+        for pin, name, salt in (("stall", "link_stall", 3), ("inject", "link_flip", 5)):
+            prob = self.p.get(name) or 0.0
+            if any(prob) if isinstance(prob, list) else prob > 0:
+                cocotb.start_soon(self._drive_links(pin, prob, salt))
 
     async def coordinate(self):
         """The partition's side of the exchange (:mod:`syncfabric.tb.ace.partition`): every ``window`` cycles,
@@ -221,13 +224,16 @@ class SystemTB:
                 self.finished.set()
                 return
 
-    async def _stall_links(self, prob):
-        pins = [getattr(self.dut, f"link{li}_stall") for li in range(len(self.links))]
-        rng = random.Random(self.seed * 7 + 3)
+    async def _drive_links(self, pin, prob, salt):
+        """Drive every link's ``pin`` (``stall`` or ``inject``) high with probability ``prob`` per cycle (a
+        list: per link, in the system's link order)."""
+        probs = list(prob) if isinstance(prob, (list, tuple)) else [prob] * len(self.links)
+        pins = [(getattr(self.dut, f"link{li}_{pin}"), float(p)) for li, p in enumerate(probs) if p]
+        rng = random.Random(self.seed * 7 + salt)
         while True:
             await RisingEdge(self.dut.clk)
-            for pin in pins:
-                pin.value = int(rng.random() < prob)
+            for pin, p in pins:
+                pin.value = int(rng.random() < p)
 
     async def report_progress(self, path=None, every_s=5.0):
         """Every ``every_s`` seconds of wall time, log the simulated cycle and the simulation rate, or (with
@@ -389,8 +395,8 @@ async def collectives(dut):
     every byte against the golden model, every rejection with its status and detail and nothing written."""
     p = tb_params()
     tb = SystemTB(dut, p)
-    tb.log.info("seed %d: %d commands on %s, AXI pause %.2f, link stall %.2f", tb.seed, len(tb.jobs), tb.topology,
-                float(p.get("pause", 0)), float(p.get("link_stall", 0)))
+    tb.log.info("seed %d: %d commands on %s, AXI pause %.2f, link stall %s, bit flips %s", tb.seed, len(tb.jobs),
+                tb.topology, float(p.get("pause", 0)), p.get("link_stall", 0), p.get("link_flip", 0))
     await tb.start()
     if p.get("progress"):
         prog = p["progress"]

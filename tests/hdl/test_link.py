@@ -37,6 +37,7 @@ CREDIT = credit_layout()
 class Msg:
     fields: dict        # MSG_FIELDS
     payload: bytes
+    poison: int = None  # the index of a beat handed to the port poisoned (its packet is stomped)
 
     @property
     def vc(self):
@@ -80,7 +81,8 @@ def golden_flits(msg, cfg):
         hdr = pack(HDR, {**msg.fields, "offset": off, "last": int(off + nb == length)})
         body = msg.payload[off:off + nb]
         beats = payload_beats(body, w) or [0]
-        crc = packet_crc(hdr, body, w)
+        stomped = msg.poison is not None and off // w <= msg.poison < (off + nb + w - 1) // w
+        crc = packet_crc(hdr, body, w, stomped=stomped)
         for i, beat in enumerate(beats):
             first, last = i == 0, i == len(beats) - 1
             out.append(flit_bits(w, beat, hdr if first else 0, int(first), int(last), crc if last else 0))
@@ -268,7 +270,8 @@ def run_bench(cfg, msgs, *, seed, latency=3, rate=(1, 1), bubble=0.0, pause=0.0,
                     ctx.set(tx.data.valid, 0)
                     await ctx.tick()
                 ctx.set(tx.data.valid, 1)
-                ctx.set(tx.data.payload, int.from_bytes(raw[k * w:(k + 1) * w], "little"))
+                ctx.set(tx.data.payload.data, int.from_bytes(raw[k * w:(k + 1) * w], "little"))
+                ctx.set(tx.data.payload.poison, k == msg.poison)
                 await ctx.tick().until(tx.data.ready)
             ctx.set(tx.data.valid, 0)
 
@@ -448,7 +451,7 @@ def test_first_flit_latency_exact(latency):
         ctx.set(dut.tx.msg.payload.as_value(), pack(HDR, {"vc": 2, "length": 20}))
         ctx.set(dut.tx.msg.valid, 1)
         ctx.set(dut.tx.data.valid, 1)
-        ctx.set(dut.tx.data.payload, 0x1234)
+        ctx.set(dut.tx.data.payload.data, 0x1234)
         cycle = 0
         while "rx" not in events:
             _, _, msg_ok, flit_ok, rx_valid, data_ready = await ctx.tick().sample(
@@ -457,7 +460,7 @@ def test_first_flit_latency_exact(latency):
                 events["msg"] = cycle
                 ctx.set(dut.tx.msg.valid, 0)
             if data_ready:
-                ctx.set(dut.tx.data.payload, 0x5678)
+                ctx.set(dut.tx.data.payload.data, 0x5678)
             if flit_ok and "flit" not in events:
                 events["flit"] = cycle
             if rx_valid:
@@ -483,6 +486,26 @@ def test_corrupted_flit_flags_only_its_vc():
     assert out["rx_crc_errors"] == 1
     assert out["corrupted"] == [(1, 1 << (3 * cfg.beat_bytes * 8))]
     assert out["beat_credits"] == [cfg.landing_beats] * cfg.n_fsms
+
+
+def test_a_poisoned_beat_stomps_its_packet_and_flags_its_vc_without_a_crc_error():
+    """A beat handed over with ``poison`` (a forward whose input failed a check after its first packets
+    left) makes its packet's CRC go out inverted (the golden ``STOMP``); the receiver flags that VC like a
+    corrupted packet but counts no CRC error (the link is fine), the payload arrives as sent, and the other
+    packets and messages are untouched."""
+    seed = seed_for(23)
+    rng = random.Random(seed)
+    cfg = CFG
+    msgs = [random_msg(rng, cfg, vc=v, length=100) for v in range(cfg.n_fsms)]   # 7 beats, 2 packets each
+    msgs[2].poison = 6                   # the last beat: the second packet
+    msgs[3].poison = 0                   # the first beat: the first packet only
+    out = run_bench(cfg, msgs, seed=seed, latency=3, expect_err=0b1100, pause=0.2)
+    assert out["rx_crc_errors"] == 0 and out["corrupted"] == []
+    want = [bits for m in msgs for bits in golden_flits(m, cfg)]
+    assert [bits for _, bits in out["flits"]] == want
+    clean = [flit_fields(cfg.beat_bytes, b) for b in golden_flits(Msg(msgs[3].fields, msgs[3].payload), cfg)]
+    got = [flit_fields(cfg.beat_bytes, b) for b in golden_flits(msgs[3], cfg)]
+    assert got[3]["crc"] == clean[3]["crc"] ^ 0xFFFFFFFF and got[6] == clean[6]    # only its packet
 
 
 def test_crc_error_without_injection_is_not_reported_and_err_clear_works():

@@ -1,7 +1,8 @@
 """RecvWriteBack in Amaranth's simulator: random RECV jobs (reducing, passing through or filling, forwarded
 or not, empty ones too) taken under random valid, their statuses reported at random times after them, results
 offered with random bubbles and forwards taken with random stalls. Slot writes, forward headers and beats and
-the done reports must follow the jobs in order, and a forwarded result is written only as it is forwarded.
+the done reports must follow the jobs in order, and a forwarded result is written only as it is forwarded. A
+forward's last beat waits for its job's status and is poisoned when the status is not OK.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -43,7 +44,8 @@ def test_results_are_written_forwarded_and_reported_in_job_order():
             if not j["fill"]:
                 want_wr.append((j["buf"], j["sram_addr"] + i, value))
             if j["fwd"]:
-                want_fwd.append((value, int(i == j["beats"] - 1), j["fwd_port"]))
+                last = int(i == j["beats"] - 1)
+                want_fwd.append((value, last, j["fwd_port"], int(last and j["status"] != 0)))
         if j["fwd"]:
             want_msg.append((j["fwd_hdr"]["tag"], j["fwd_hdr"]["key"], j["fwd_hdr"]["poison"], j["fwd_port"]))
     want_done = [(j["fsm"], j["cmd"], j["status"]) for j in jobs]
@@ -75,7 +77,7 @@ def test_results_are_written_forwarded_and_reported_in_job_order():
             fwd_go = ctx.get(dut.fwd_data.valid) and ctx.get(dut.fwd_data.ready)
             if fwd_go:
                 fd = ctx.get(dut.fwd_data.payload)
-                got_fwd.append((fd.data, fd.last, fd.port))
+                got_fwd.append((fd.data, fd.last, fd.port, fd.poison))
             wr = ctx.get(dut.wr)
             if wr.en:
                 got_wr.append((wr.buf, wr.addr, wr.data))

@@ -298,6 +298,8 @@ def _track_buffers(bufs, bank, jb, dp, seqr, chunk):
         bufs.store_done.valid.eq(dp.store_done.valid), bufs.store_done.buf.eq(dp.store_done.buf),
         bank.filled[0].valid.eq(dp.load_done.valid), bank.filled[0].buf.eq(dp.load_done.buf),
         bank.filled[0].slot.eq(dp.load_done.slot), bank.filled[1].eq(seqr.skip),
+        bank.load_err.valid.eq(dp.load_done.valid & (dp.load_done.status != 0)),
+        bank.load_err.buf.eq(dp.load_done.buf), bank.load_err.status.eq(dp.load_done.status),
     ]
 
 

@@ -28,7 +28,7 @@ from .decoder import step_layout
 from .sram import sram_read_layout
 from .units import STATUS_SHAPE, _w
 
-__all__ = ["FsmState", "ChunkFsm", "chunk_layout", "fsm_context_layout"]
+__all__ = ["FsmState", "ChunkFsm", "chunk_layout", "fsm_context_layout", "load_err_layout"]
 
 
 class FsmState(enum.Enum, shape=2):
@@ -47,6 +47,11 @@ def chunk_layout(cfg):
                               "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS)})
 
 
+def load_err_layout(cfg):
+    """A LOAD that ended with an error status, and the chunk buffer it was filling."""
+    return data.StructLayout({"valid": 1, "buf": sram_read_layout(cfg).members["buf"], "status": STATUS_SHAPE})
+
+
 def fsm_context_layout(cfg):
     """What an FSM holds of its chunk: the chunk, the program phase it is in and its first error."""
     return data.StructLayout({**chunk_layout(cfg).members, "phase": unsigned(3), "status": STATUS_SHAPE})
@@ -61,7 +66,8 @@ class ChunkFsm(wiring.Component):
     ``fetch``/``picked``/``pc`` (a decode request and the decoder taking it), ``wb`` (a decoded step coming
     back), ``offer`` (the current step for the issue arbiter: ``ready`` if no hazard stops it, ``behind`` if a
     step is in flight), ``granted``, ``own_load`` (this FSM's LOAD of ``slot`` goes to the load unit now), ``filled``
-    (LOADs that ended this cycle, any buffer), ``unit_done`` (a unit retired one of this FSM's SEND/RECV),
+    (LOADs that ended this cycle, any buffer), ``load_err`` (a LOAD into ``buf`` ended with an error: its data,
+and every message the chunk sends from now on, is bad), ``unit_done`` (a unit retired one of this FSM's SEND/RECV),
     ``at_end``/``move`` (the phase is done and more follow / the chunk moved on), ``state``, ``ctx``, ``gap``
     (the FSM had nothing to offer: a cycle of the STEP_GAP counter).
     """
@@ -79,6 +85,7 @@ class ChunkFsm(wiring.Component):
             "granted": In(1),
             "own_load": In(data.StructLayout({"valid": 1, "slot": unsigned(10)})),
             "filled": In(data.ArrayLayout(ev, 2)),
+            "load_err": In(load_err_layout(cfg)),
             "unit_done": In(data.StructLayout({"valid": 1, "status": STATUS_SHAPE})),
             "at_end": Out(1), "move": In(1), "phase_wait": In(1),
             "state": Out(FsmState), "ctx": Out(fsm_context_layout(cfg)), "gap": Out(1),
@@ -154,6 +161,10 @@ class ChunkFsm(wiring.Component):
             m.d.sync += [nstep.eq(wb_s), nstep_v.eq(1)]
         with m.If(self.wb.valid & self.wb.step.illegal):
             m.d.sync += ctx.status.eq(Status.ILLEGAL_INSTRUCTION)
+        # a LOAD of this chunk's buffer failed (the sequencer's or the FSM's own): the chunk is poisoned, so its
+        # SENDs and forwards go out with ``poison`` and the ranks that receive them report the error
+        with m.If(self.load_err.valid & (self.load_err.buf == ctx.buf) & (st != IDLE)):
+            m.d.sync += ctx.status.eq(self.load_err.status)
 
         # phases: the view of the chunk's command (addressed in IDLE, read from ADVANCE on)
         m.d.comb += self.view_addr.eq(Mux(st == IDLE, self.chunk.payload.cmd, ctx.cmd))

@@ -27,7 +27,7 @@ from ..common.logic import one_hot_mux
 from .arbiter import AgeMatrix, OldestPick, age_layout
 from .cmdtable import fsm_view_layout
 from .decoder import decode_request_layout, decoded_layout, step_layout
-from .fsm import ChunkFsm, FsmState, chunk_layout, fsm_context_layout
+from .fsm import ChunkFsm, FsmState, chunk_layout, fsm_context_layout, load_err_layout
 from .issue import fsm_request_layout
 from .slotcount import SlotCounts
 from .sram import sram_read_layout
@@ -62,6 +62,8 @@ class FsmBank(wiring.Component):
     recv_count : In(valid, fsm, slot, count)
         A granted RECV sets its FSM's slot count (the job builder, a cycle after the grant).
     filled : In(2 x (valid, buf, slot))
+    load_err : In(load_err_layout)
+        A LOAD that failed: the FSM holding its buffer poisons its chunk.
         LOADs that ended this cycle (load unit, sequencer skipping an empty block), any buffer.
     unit_done : In(unit_done_layout per SEND/RECV unit)
     buf_loading : In(n_buffers)
@@ -97,6 +99,7 @@ class FsmBank(wiring.Component):
             "recv_count": In(data.StructLayout({"valid": 1, "fsm": _w(F), "slot": unsigned(10),
                                                 "count": unsigned(COUNT_BITS)})),
             "filled": In(data.ArrayLayout(ev, 2)),
+            "load_err": In(load_err_layout(cfg)),
             "unit_done": In(data.ArrayLayout(unit_done_layout(cfg), 2 * cfg.n_ports)),
             "buf_loading": In(cfg.n_buffers),
             "move": In(sel), "phase_wait": In(F),
@@ -172,7 +175,7 @@ class FsmBank(wiring.Component):
                 fsm.granted.eq(g[f]),
                 fsm.own_load.valid.eq(self.own_load.valid & (self.own_load.fsm == f)),
                 fsm.own_load.slot.eq(self.own_load.slot),
-                fsm.filled.eq(self.filled),
+                fsm.filled.eq(self.filled), fsm.load_err.eq(self.load_err),
                 fsm.move.eq(self.move.valid & (self.move.fsm == f)), fsm.phase_wait.eq(self.phase_wait[f]),
                 # to the partition manager
                 self.at_end[f].eq(fsm.at_end),

@@ -6,7 +6,8 @@ programs of LOAD/SEND/RECV/STORE steps over two phases, some waiting for their s
 Checked: every step is granted exactly once and in program order, phase by phase; at most two steps are in
 flight, and two only on one unit (same op, port, forward) with different slots for RECVs; a STORE never issues
 behind a RECV that writes its slot; a waiting step is offered only after its slot's LOAD ended; unit errors and
-illegal steps end up in the context's status; the FSM returns to IDLE and takes its next chunk.
+illegal steps end up in the context's status, and so does a failed LOAD of the chunk's buffer (not one of
+another buffer); the FSM returns to IDLE and takes its next chunk.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -51,7 +52,8 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
         if n % 3 == 2:                               # an illegal step retires as a no-op and is reported
             prog[-1].update(illegal=1, noop=1)
         chunks.append({"cmd": n % CFG.n_cmds, "chunk": 10 + n, "buf": n + 1, "seq": n, "lens": lens,
-                       "load_end": load_end, "prog": prog, "fail": n % 3 == 1})
+                       "load_end": load_end, "prog": prog, "fail": n % 3 == 1,
+                       "load_fail": n % 6 == 0, "load_fail_at": rng.randrange(4)})
 
     async def bench(ctx):
         for ck in chunks:
@@ -110,6 +112,11 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
                 done = inflight and rng.random() < 0.15
                 fail = done and ck["fail"] and inflight[0]["key"] == expected[0]
                 ctx.set(dut.unit_done, {"valid": bool(done), "status": Status.LINK_CRC if fail else 0})
+                # a LOAD of this chunk's buffer fails (load_fail), or one of another buffer's does
+                mine = ck["load_fail"] and cycle == ck["load_fail_at"]
+                other = not mine and rng.random() < 0.05
+                ctx.set(dut.load_err, {"valid": mine or other, "status": Status.AXI_ERROR,
+                                       "buf": (ck["buf"] + other) % CFG.n_buffers})
                 # arbiter: grant the offered step at random
                 offer = ctx.get(dut.offer)
                 grant = bool(offer.ready) and rng.random() < 0.7
@@ -151,6 +158,8 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
                 assert status == Status.ILLEGAL_INSTRUCTION
             elif ck["fail"] and any(prog[k]["op"] in (StepOp.SEND, StepOp.RECV) for k in expected[:1]):
                 assert status == Status.LINK_CRC
+            elif ck["load_fail"]:
+                assert status == Status.AXI_ERROR
             else:
                 assert status == Status.OK
             for _ in range(rng.randrange(3)):

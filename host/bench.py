@@ -6,6 +6,8 @@
                 simulated cycles per wall second.
 ``sweep``       chunk buffers x FSMs on one build (through the PART and FSM_LIMIT registers): where extra SRAM
                 and FSMs stop paying (the shape of ACE Fig. 9a).
+``faults``      a fault-injection campaign (:mod:`syncfabric.host.faults`): random collectives on links that
+                flip bits; completions exact, with an error, silent (must be 0) and hung (must be 0).
 ``transports``  the host API's backends on the same all-reduces: simulated cycles per wall second and the
                 host's own wall time per collective (driver, API and transport: everything outside the
                 simulator).
@@ -230,6 +232,17 @@ def main(args):
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=2)
         return 0 if all(r["passed"] for r in rows) else 1
+    elif args.bench == "faults":
+        from .faults import fault_campaign, parse_faults, report
+
+        summary = fault_campaign(args.collectives, (args.topology or ["ring:4"])[0], parse_faults(args.fault),
+                                 args.config, args.backend or "verilator", max_bytes=(args.bytes or [4096])[0],
+                                 seed=args.seed, latency=args.latency)
+        print(report(summary))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(summary, f, indent=2)
+        return 0 if summary["silent"] == 0 and summary["hung"] == 0 else 1
     elif args.bench == "simspeed":
         rows = bench_simspeed(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                               [args.backend] if args.backend else ["verilator", "icarus"],

@@ -199,7 +199,7 @@ def _cmd_bench(args):
         check_output_path(args.json)
         if args.bench in BENCH_COLLECTIVES:
             return nccl_main(args)
-        args.config = args.config or ("small" if args.bench == "transports" else "paper")
+        args.config = args.config or ("small" if args.bench in ("transports", "faults") else "paper")
         args.latency = 10 if args.latency is None else args.latency
         return bench_main(args)
     except (ValueError, RuntimeError) as exc:
@@ -237,14 +237,15 @@ def main(argv=None):
                     "through the host API (every result checked: #wrong); efficiency, simspeed and sweep are the "
                     "engine benchmarks of docs/results.md.")
     p_bench.add_argument("bench", choices=list(BENCH_COLLECTIVES) + ["efficiency", "simspeed", "sweep",
-                                                                     "transports"],
+                                                                     "transports", "faults"],
                          help="a collective (nccl-tests style sweep), or efficiency: all-reduce against the link "
                               "bound on uni- and bidirectional rings; simspeed: simulated cycles/s per simulator "
                               "and NPU memory; sweep: chunk buffers x FSMs; transports: the host API's backends "
-                              "(simulated cycles/s, host time per collective)")
+                              "(simulated cycles/s, host time per collective); faults: random collectives on "
+                              "links that flip bits, counting exact, error, silent and hung completions")
     p_bench.add_argument("--config", default=None, choices=list(PROFILES),
-                         help="engine configuration (default: small for collective sweeps and transports, paper "
-                              "otherwise)")
+                         help="engine configuration (default: small for collective sweeps, transports and faults, "
+                              "paper otherwise)")
     p_bench.add_argument("--system", metavar="FILE", help="collective sweeps: the system's YAML configuration "
                                                            "(docs/api.md); --topology/--backend override it")
     p_bench.add_argument("-b", "--minbytes", type=parse_size, default=8, help="smallest size (default 8)")
@@ -276,6 +277,12 @@ def main(argv=None):
     p_bench.add_argument("--partitions", type=int, action="append", default=None,
                          help="simspeed: also run the system as this many simulator processes (repeatable; "
                               "the topology's links need latency >= 2)")
+    p_bench.add_argument("--collectives", type=int, default=200,
+                         help="faults: collectives to run (default 200, in simulations of 50)")
+    p_bench.add_argument("--fault", default="flip=0.002",
+                         help="faults: KIND=P,... per link per cycle; KIND flip (a data bit of the flit flipped) or "
+                              "stall (ready held low); default flip=0.002")
+    p_bench.add_argument("--seed", type=int, default=1, help="faults: random seed (default 1)")
     p_bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     _add_threads_arg(p_bench, "; engine benchmarks only, and simspeed takes several: a row each", repeat=True)
     p_bench.set_defaults(func=_cmd_bench)

@@ -116,6 +116,10 @@ def _add_run_args(p, defaults):
                         "--engine n_fsms=16 --engine n_buffers=32; repeatable")
     p.add_argument("--pause", type=float, default=0.0,
                    help="probability that an NPU memory's AXI channel stalls in a cycle (default 0)")
+    p.add_argument("--fault", default=None, metavar="KIND=P,...",
+                   help="links that misbehave at random, per link per cycle: flip=P (a data bit of the flit "
+                        "flipped) and stall=P (ready held low); verilator and icarus, one process; the summary "
+                        "classes each NPU's completion exact, error or silent (OK with wrong bytes)")
     p.add_argument("--seed", type=int, default=1, help="seed of the random input data (default 1)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE ('-' for stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -173,7 +177,7 @@ def _cmd_run(args):
                                 npu_mem=args.npu_mem or ("hdl" if args.backend in ("verilator", "icarus")
                                                          else "cocotb"),
                                 partitions=args.partitions, scheduler=args.scheduler,
-                                threads=args.threads, progress=not args.quiet)
+                                threads=args.threads, progress=not args.quiet, fault=args.fault)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ or hung.
 import random
 import time
 
-__all__ = ["FAULT_KINDS", "fault_campaign", "parse_faults", "report"]
+__all__ = ["FAULT_KINDS", "classify", "fault_campaign", "parse_faults", "report"]
 
 #: The faults the link models inject, with the probability each applies per link per cycle.
 FAULT_KINDS = {"flip": "a data bit of the flit the link carries is flipped",
@@ -28,8 +28,9 @@ FAULT_KINDS = {"flip": "a data bit of the flit the link carries is flipped",
 _COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
 
 
-def parse_faults(text):
-    """``"flip=1e-3,stall=0.01"`` -> ``{"flip": 0.001, "stall": 0.01}``; a one-line ValueError otherwise."""
+def parse_faults(text, need_flip=True):
+    """``"flip=1e-3,stall=0.01"`` -> ``{"flip": 0.001, "stall": 0.01}``; a one-line ValueError otherwise (also
+    without a flip probability when ``need_flip``: a campaign is about corrupted packets)."""
     out = {}
     for item in filter(None, (s.strip() for s in (text or "").split(","))):
         name, sep, value = item.partition("=")
@@ -43,8 +44,10 @@ def parse_faults(text):
         if not 0 <= p < 1:
             raise ValueError(f"--fault {item!r}: the probability must be in [0, 1)")
         out[name] = p
-    if not out.get("flip"):
+    if need_flip and not out.get("flip"):
         raise ValueError("--fault needs flip=P with P > 0 (the campaign is about corrupted packets)")
+    if not any(out.values()):
+        raise ValueError("--fault: give at least one fault with a probability above 0")
     return out
 
 
@@ -104,7 +107,7 @@ def fault_campaign(collectives=200, topology="ring:4", faults=None, config="smal
         counts = {"exact": 0, "error": 0, "silent": 0, "hung": 0}
         for k, j in enumerate(res["jobs"]):
             for r, status in enumerate(j["status"]):
-                kind = _classify(status, j["mismatches"][r], j["guard_touched"][r])
+                kind = classify(status, j["mismatches"][r], j["guard_touched"][r])
                 counts[kind] += 1
                 if status is not None:
                     out["statuses"][status] = out["statuses"].get(status, 0) + 1
@@ -129,7 +132,8 @@ def _ranks(topology):
     return parse(topology).n_endpoints
 
 
-def _classify(status, mismatches, guard_touched):
+def classify(status, mismatches, guard_touched):
+    """A rank's completion: ``exact``, ``error``, ``silent`` or ``hung`` (the module docstring)."""
     if status is None or status == "TIMEOUT":
         return "hung"
     if status != "OK":

@@ -333,7 +333,9 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
         "chunk_bytes": job.chunk_bytes,
         "status": statuses,
         "mismatches": int(sum(mismatches)),
+        "mismatches_per_npu": [int(x) for x in mismatches],
         "guard_bytes_touched": int(sum(guards)),
+        "guard_bytes_per_npu": [int(x) for x in guards],
         "sram_conflicts": int(sum(bool(c) for c in conflicts)),
         "cycles": int(job_cycles),
         "bound_cycles": round(bound, 1),
@@ -348,6 +350,7 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
         "golden_mem_read_bytes": list(golden.mem_read_bytes),
         "golden_mem_write_bytes": list(golden.mem_write_bytes),
         "tx_flits": tx,
+        "rx_crc_errors": [list(c["RX_CRC_ERRS"]) for c in counters],
         "alu_beats": [c["ALU_BEATS"] for c in counters],
         "stalls": [c["STALL"] for c in counters],
         "steps": [c["STEPS"] for c in counters],
@@ -369,7 +372,7 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
 
 
 def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
-                npu_mem="cocotb", partitions=None, scheduler=None, threads="auto"):
+                npu_mem="cocotb", partitions=None, scheduler=None, threads="auto", faults=None):
     from ..hdl.system.top import system_links
     from .job import CollectiveJob
 
@@ -414,6 +417,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     options = dict(sim=backend, latency=latency, rate=rate, seed=seed, pause=pause, check=False,
                    timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log,
                    npu_mem=True if npu_mem == "hdl" else None, threads=threads)
+    if faults:
+        options.update(link_flip=faults.get("flip", 0.0), link_stall=faults.get("stall", 0.0))
     if partitions:
         from ..tb.ace.partition import run_partitioned
 
@@ -455,7 +460,7 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
                    algorithm=None, root=0, chunk_bytes=None, backend="verilator", config="medium",
                    latency=None, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
                    buffers=None, fsms=None, null_ranks=(), npu_mem="cocotb", partitions=None, scheduler=None,
-                   threads="auto"):
+                   threads="auto", fault=None):
     """Run one collective end to end and return a result dict (see the module docstring for the backends).
 
     ``config``: an engine configuration name (:meth:`AceConfig.profile`) or an :class:`AceConfig` (given as
@@ -470,7 +475,10 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     many simulator processes cut at its links (:mod:`syncfabric.tb.ace.partition`; point-to-point topologies,
     Verilator and Icarus) on ``scheduler`` (None: a Dask ``LocalCluster``, or a Dask scheduler address);
     ``threads``: Verilator simulation threads per simulator process (``"auto"``: the idle cores, shared among
-    the partitions, 1 to 4; :func:`syncfabric.tb.harness.verilator_threads`)."""
+    the partitions, 1 to 4; :func:`syncfabric.tb.harness.verilator_threads`); ``fault``: links that flip data
+    bits or stall at random (``"flip=1e-3,stall=0.01"``, per link per cycle; Verilator and Icarus, one process:
+    :func:`syncfabric.host.faults.parse_faults`), the result then classes each rank's completion
+    (``faults``)."""
     from ..hdl.ace.config import AceConfig
 
     if backend not in BACKENDS:
@@ -485,6 +493,13 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         raise ValueError(f"--partitions/--scheduler need a Verilog simulator backend, not {backend}")
     if scheduler is not None and partitions is None:
         partitions = 2
+    faults = None
+    if fault:
+        from .faults import parse_faults
+
+        faults = parse_faults(fault, need_flip=False)
+        if backend not in ("verilator", "icarus") or partitions:
+            raise ValueError("--fault needs a Verilog simulator backend (verilator or icarus) in one process")
     from ..tb.harness import verilator_threads
 
     verilator_threads(threads)              # a bad value fails here, before any build (whatever the backend)
@@ -520,8 +535,15 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         result["buffers"] = cfg.n_buffers if buffers is None else buffers
         result["fsms"] = cfg.n_fsms if fsms is None else fsms
         res, run = _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
-                               npu_mem, partitions, scheduler, threads)
+                               npu_mem, partitions, scheduler, threads, faults)
         result.update(res)
+        if faults:
+            from .faults import classify
+
+            kinds = [classify(s, m, g) for s, m, g in zip(res["status"], res["mismatches_per_npu"],
+                                                           res["guard_bytes_per_npu"])]
+            result["faults"] = {**faults, "completions": kinds,
+                                "corrupted_packets": sum(sum(c) for c in res["rx_crc_errors"])}
         result["build_s"] = round(run.get("build_s", 0.0), 1)
         result["threads"] = run.get("threads", 1)
         result["checked_against"] = "golden executor, byte for byte"
@@ -578,6 +600,13 @@ def format_summary(r):
                          f"{max(p['exchange_s'] for p in parts):.1f} s in exchanges (slowest partition)")
         if any(s != "OK" for s in r["status"]):
             lines.append(f"  completion status per NPU: {r['status']}")
+        if r.get("faults"):
+            f = r["faults"]
+            kinds = f["completions"]
+            lines.append(f"  faults ({', '.join(f'{k}={f[k]:g}' for k in ('flip', 'stall') if k in f)} per link "
+                         f"per cycle): {f['corrupted_packets']} corrupted packets; completions "
+                         + ", ".join(f"{k} {kinds.count(k)}" for k in ("exact", "error", "silent", "hung"))
+                         + " (silent: OK with wrong bytes, must be 0)")
     if r.get("null_ranks"):
         lines.append(f"  partial all-reduce: null ranks {r['null_ranks']}; contributors per NPU "
                      f"{r.get('contributors')}" + (f" (golden {r['expected_contributors']})"

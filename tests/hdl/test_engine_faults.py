@@ -81,3 +81,23 @@ def test_fault_specs_are_checked(capsys):
     assert cli_main(["bench", "faults", "--fault", "drop=1e-3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "drop" in err[0] and "flip" in err[0]
+
+
+@pytest.mark.cocotb
+def test_run_with_faults_classes_every_completion():
+    """``syncfabric run --fault``: the summary classes each NPU's completion; none is silent."""
+    from syncfabric.host.run import format_summary, run_collective
+
+    r = run_collective("allreduce", "ring:2", 8192, "fp32", "sum", backend="icarus", config="small",
+                       fault="flip=0.01", seed=3, progress=False)
+    f = r["faults"]
+    assert f["flip"] == 0.01 and f["corrupted_packets"] > 0
+    assert "silent" not in f["completions"] and "hung" not in f["completions"], f
+    assert "error" in f["completions"]
+    assert "silent 0" in format_summary(r)
+    for kw in ({"backend": "amaranth"}, {"backend": "verilator", "partitions": 2}):
+        with pytest.raises(ValueError, match="--fault"):
+            run_collective("allreduce", "ring:2", 4096, config="small", fault="flip=0.01", progress=False, **kw)
+    with pytest.raises(ValueError, match="at least one"):
+        run_collective("allreduce", "ring:2", 4096, config="small", fault="stall=0", backend="icarus",
+                       progress=False)

@@ -13,6 +13,8 @@ Example (every key but ``topology`` is optional; the values shown are the defaul
     links:
       latency: null           # cycles on every link; null: the topology's own (fast local, slow inter-package)
       rate: null              # flits per cycle on every link, e.g. 1, 0.5 or "1/8"; null: the topology's own
+      flip: 0                 # probability that a link flips a random data bit of a flit (fault injection)
+      stall: 0                # probability that a link holds its ready low in a cycle
     memory:
       bytes: 1MiB             # per endpoint (its emulated NPU memory)
 
@@ -131,6 +133,8 @@ class SystemConfig:
     seed: int = 1
     latency: int = None
     rate: Fraction = None
+    #: random link faults from the start (``System.set_link_faults``): ``{"flip": p, "stall": p}``
+    faults: dict = None
     memory_bytes: int = 1 << 20
     #: ``backend: serial``: ``{"port": path or [paths], "baud": int, "timeout_s": float, "quiet_s": float}``
     serial: dict = None
@@ -215,11 +219,21 @@ def load_config(source=None, **overrides):
     engine = engine_config_for(engine, topo.spec)       # ports and routing-table ranks for the topology
 
     links = _mapping(raw.get("links"), "links")
-    _unknown(links, ("latency", "rate"), "links.")
+    _unknown(links, ("latency", "rate", "flip", "stall"), "links.")
     latency = links.get("latency")
     if latency is not None:
         _int(latency, "links.latency", 1)
     rate = _rate(links.get("rate"), "links.rate")
+    faults = {}
+    for key in ("flip", "stall"):
+        v = links.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise ConfigError(f"links.{key}: expected a probability in [0, 1), got {v!r}")
+        if v:
+            faults[key] = float(v)
+    if faults and backend == "serial":
+        raise ConfigError("links.flip/links.stall: a board's links have no fault injection (simulator backends "
+                          "only)")
 
     serial = None
     if backend == "serial":
@@ -257,7 +271,8 @@ def load_config(source=None, **overrides):
         raise ConfigError(f"memory.bytes: {mem_bytes} bytes do not fit the engine's {engine.addr_width}-bit "
                           f"addresses")
     return SystemConfig(topology=topo.spec, engine=engine, backend=backend, clock_mhz=float(clock), seed=seed,
-                        latency=latency, rate=rate, memory_bytes=mem_bytes, serial=serial, source=raw)
+                        latency=latency, rate=rate, faults=faults or None, memory_bytes=mem_bytes, serial=serial,
+                        source=raw)
 
 
 def _yaml(text, where):

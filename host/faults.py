@@ -21,9 +21,9 @@ import time
 
 __all__ = ["FAULT_KINDS", "classify", "fault_campaign", "parse_faults", "report"]
 
-#: The faults the link models inject, with the probability each applies per link per cycle.
-FAULT_KINDS = {"flip": "a data bit of the flit the link carries is flipped",
-               "stall": "the link holds its ready low"}
+#: The faults the link models inject (drawn by LFSRs in the models, :class:`~syncfabric.hdl.system.link.Link`).
+FAULT_KINDS = {"flip": "a random data bit of a flit the link carries is flipped (probability per flit)",
+               "stall": "the link holds its ready low (probability per cycle)"}
 
 _COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
 
@@ -69,7 +69,7 @@ def _jobs(rng, topology, n, max_bytes):
 def fault_campaign(collectives=200, topology="ring:4", faults=None, config="small", backend="verilator",
                    batch=50, max_bytes=4096, seed=1, latency=None, progress=True):
     """Run ``collectives`` random collectives (up to ``max_bytes`` per rank) in batches of ``batch`` on
-    ``topology`` with ``faults`` (:func:`parse_faults`'s dict; default flips at 0.002 per link per cycle);
+    ``topology`` with ``faults`` (:func:`parse_faults`'s dict; default flips of 0.002 of the flits);
     returns the summary dict (the module docstring's classes, per-status counts, batches, wall time)."""
     from ..hdl.ace.config import AceConfig
     from ..tb.ace import run_system
@@ -145,7 +145,8 @@ def report(summary):
     """The campaign's figures as printed lines."""
     s = summary
     faults = ", ".join(f"{k}={v:g}" for k, v in s["faults"].items())
-    lines = [f"fault campaign on {s['topology']} ({s['backend']}), per link per cycle: {faults}, seed {s['seed']}",
+    lines = [f"fault campaign on {s['topology']} ({s['backend']}): {faults} (flip per flit, stall per cycle, "
+             f"every link), seed {s['seed']}",
              f"collectives run          {s['collectives']}",
              f"rank completions         {s['completions']}",
              f"corrupted packets        {s['corrupted_packets']} (link CRC errors counted by the engines)",

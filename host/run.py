@@ -476,7 +476,7 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     Verilator and Icarus) on ``scheduler`` (None: a Dask ``LocalCluster``, or a Dask scheduler address);
     ``threads``: Verilator simulation threads per simulator process (``"auto"``: the idle cores, shared among
     the partitions, 1 to 4; :func:`syncfabric.tb.harness.verilator_threads`); ``fault``: links that flip data
-    bits or stall at random (``"flip=1e-3,stall=0.01"``, per link per cycle; Verilator and Icarus, one process:
+    bits or stall at random (``"flip=1e-3,stall=0.01"``: per flit / per cycle; Verilator and Icarus, one process:
     :func:`syncfabric.host.faults.parse_faults`), the result then classes each rank's completion
     (``faults``)."""
     from ..hdl.ace.config import AceConfig
@@ -603,8 +603,8 @@ def format_summary(r):
         if r.get("faults"):
             f = r["faults"]
             kinds = f["completions"]
-            lines.append(f"  faults ({', '.join(f'{k}={f[k]:g}' for k in ('flip', 'stall') if k in f)} per link "
-                         f"per cycle): {f['corrupted_packets']} corrupted packets; completions "
+            lines.append(f"  faults ({', '.join(f'{k}={f[k]:g}' for k in ('flip', 'stall') if k in f)}; flip per "
+                         f"flit, stall per cycle): {f['corrupted_packets']} corrupted packets; completions "
                          + ", ".join(f"{k} {kinds.count(k)}" for k in ("exact", "error", "silent", "hung"))
                          + " (silent: OK with wrong bytes, must be 0)")
     if r.get("null_ranks"):

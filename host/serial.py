@@ -246,6 +246,10 @@ class SerialBoard:
         """Not available: a board's links are wires (stall_link needs a simulator backend)."""
         raise SerialError("a board's links cannot be stalled from the host (stall_link needs a simulator backend)")
 
+    def set_link_faults(self, link, flip_prob, stall_prob):
+        """Not available: a board's links are wires (set_link_faults needs a simulator backend)."""
+        raise SerialError("a board's links have no fault injection (set_link_faults needs a simulator backend)")
+
     def close(self):
         """Close the serial port (idempotent)."""
         if self.port is not None:
@@ -293,6 +297,10 @@ class SerialBoards:
     def set_link_stall(self, link, stalled):
         """Not available (see :meth:`SerialBoard.set_link_stall`)."""
         self.boards[0].set_link_stall(link, stalled)
+
+    def set_link_faults(self, link, flip_prob, stall_prob):
+        """Not available (see :meth:`SerialBoard.set_link_faults`)."""
+        self.boards[0].set_link_faults(link, flip_prob, stall_prob)
 
     def link_counters(self):
         """Per board ``{"flits_out", "flits_in", "dropped"}`` of its link port (``dropped``: words received

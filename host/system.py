@@ -512,6 +512,8 @@ class System:
         #: The engines' progress watchdog (:meth:`set_watchdog`; 0: off).
         self.watchdog_cycles = 0
         self.world = self._new_comm(list(range(self.size)), self.config.topology)
+        if self.config.faults:
+            self.set_link_faults(**self.config.faults)
 
     def _adopt_board(self):
         """A board's memory and clock are what it was built with: check the configuration against them."""
@@ -598,6 +600,33 @@ class System:
                     raise UsageError(str(e)) from None
                 return
         raise UsageError(f"rank {rank} has no link on port {port} in {self.config.topology}")
+
+    def set_link_faults(self, flip=0.0, stall=0.0, rank=None, port=None):
+        """Random link faults from now on: every link (or only the one leaving ``rank``'s port ``port``) flips
+        a random data bit of a flit it carries with probability ``flip`` per flit and holds its ready low
+        with probability ``stall`` per cycle (both in [0, 1), drawn by the link models; 0 turns them off).
+        A corrupted packet fails its collective on every rank whose result depends on it (``LINK_CRC`` or
+        ``PROTOCOL``, ``docs/engine.md`` section 14); the links do not retransmit. Simulator backends only."""
+        from ..hdl.system.link import fault_threshold
+
+        try:
+            values = fault_threshold(float(flip)), fault_threshold(float(stall))
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"set_link_faults: {e}") from None
+        if (rank is None) != (port is None):
+            raise UsageError("set_link_faults: give both rank and port (one link), or neither (every link)")
+        if rank is not None:
+            self._check_rank(rank)
+        found = False
+        for li, row in enumerate(system_links(self.config.topology, self.config.latency, self.config.rate)):
+            if rank is None or row[:2] == (rank, port):
+                found = True
+                try:
+                    self.backend.set_link_faults(li, *values)
+                except Exception as e:
+                    raise UsageError(str(e)) from None
+        if not found:
+            raise UsageError(f"rank {rank} has no link on port {port} in {self.config.topology}")
 
     def reset(self, timeout_cycles=100_000):
         """Abort every engine and leave the system empty and usable: every request in flight fails (status

@@ -62,7 +62,10 @@ class RecvWriteBack(wiring.Component):
         cfg = self.cfg
         W = 8 * cfg.beat_bytes
         jl = writeback_job_layout(cfg)
-        be_l = data.StructLayout({k: v for k, v in jl.members.items() if k != "fwd_hdr"})
+        # the back end's copy of a job, with the index of its last beat computed as it is queued (so that the
+        # last beat is an equality compare of two registers on the result-taking path, not an add)
+        be_l = data.StructLayout({**{k: v for k, v in jl.members.items() if k != "fwd_hdr"},
+                                  "last_beat": unsigned(16)})
         m.submodules.beq = beq = fifo.SyncFIFOBuffered(width=be_l.size, depth=2)
         # statq is written without a w_rdy check (it holds a subset of beq's jobs, so never more than 2): it must
         # be a plain SyncFIFO, whose w_rdy is exactly level < depth. A SyncFIFOBuffered of depth 2 refuses a
@@ -77,7 +80,8 @@ class RecvWriteBack(wiring.Component):
         fwd_in = Signal(fwd_msg_layout())
         m.d.comb += [
             self.job.ready.eq(beq.w_rdy & fwdq.w_rdy),
-            *[be_in[k].eq(job[k]) for k in be_l.members],
+            *[be_in[k].eq(job[k]) for k in jl.members if k != "fwd_hdr"],
+            be_in.last_beat.eq(job.beats - 1),
             beq.w_en.eq(take), beq.w_data.eq(be_in),
             fwd_in.hdr.eq(job.fwd_hdr), fwd_in.port.eq(job.fwd_port),
             fwdq.w_en.eq(take & job.fwd), fwdq.w_data.eq(fwd_in),
@@ -104,7 +108,7 @@ class RecvWriteBack(wiring.Component):
         # last packet, so the error reaches every rank downstream instead of wrong data completing OK there
         last = Signal()
         held = Signal()
-        m.d.comb += [last.eq(wcount + 1 == be.beats), held.eq(be.fwd & last & ~statq.r_rdy)]
+        m.d.comb += [last.eq(wcount == be.last_beat), held.eq(be.fwd & last & ~statq.r_rdy)]
         m.d.comb += [
             res_take.eq(pending & res_valid & ~held & (~be.fwd | self.fwd_data.ready)),
             self.fwd_data.valid.eq(pending & res_valid & be.fwd & ~held),

@@ -79,7 +79,8 @@ def _lfsr_next(state, steps):
 
 
 class Lfsr(wiring.Component):
-    """A 16-bit Galois LFSR advanced 8 steps per cycle (so ``value``'s low byte is fresh every cycle).
+    """A 16-bit Galois LFSR advanced ``steps`` (default 8) steps per cycle (so ``value``'s low ``steps`` bits are
+    fresh every cycle).
 
     ``go`` is high in a cycle with probability ``1 - threshold / 256`` (``threshold``, an input of 0..256: the
     low byte against it; 0 never stalls); ``value`` is the state. ``seed`` is any integer; the state after reset is
@@ -92,8 +93,9 @@ class Lfsr(wiring.Component):
     value: Out(16)
     go: Out(1)
 
-    def __init__(self, seed):
+    def __init__(self, seed, steps=8):
         self.seed = (seed ^ (seed >> 16)) & 0xFFFF or 0xACE1
+        self.steps = steps
         super().__init__()
 
     def elaborate(self, platform):
@@ -104,7 +106,7 @@ class Lfsr(wiring.Component):
         with m.If(state == 0):
             m.d.sync += state.eq(Mux(seeded == 0, 0xACE1, seeded))
         with m.Else():
-            m.d.sync += state.eq(_lfsr_next(state, 8))
+            m.d.sync += state.eq(_lfsr_next(state, self.steps))
         m.d.comb += [self.value.eq(state), self.go.eq(state[:8] >= self.threshold)]
         return m
 

@@ -1,5 +1,6 @@
 """Model of one direction of a point-to-point link, for system simulation: a latency, a rate limit, a credit
-return path with its own latency, and fault injection.
+return path with its own latency, and fault injection (random bit flips and stalls from LFSRs in the model,
+so a fault campaign costs no per-cycle work in the testbench).
 
 Latency and rate are inputs (their reset values are the constructor's), so one build of a system serves
 every latency up to ``max_latency`` and every rate: a testbench or a sweep sets them before it releases
@@ -8,18 +9,30 @@ count modulo its depth (the slot is the flit's timestamp) and read ``latency`` s
 a thousand cycles costs one memory of a thousand rows rather than a thousand-stage shift register.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ..common.axiram import Lfsr
 from ..common.layouts import credit_layout, flit_layout
 
-__all__ = ["DelayLine", "Link", "RATE_DEN_MAX", "pace"]
+__all__ = ["DelayLine", "FAULT_ONE", "Link", "RATE_DEN_MAX", "fault_threshold", "pace"]
 
 #: Largest rate denominator a link takes (rates are num/den flits per cycle, ``0 < num <= den``).
 RATE_DEN_MAX = 256
+
+
+#: The fault probability inputs are in units of 1 / FAULT_ONE.
+FAULT_ONE = 1 << 16
+
+
+def fault_threshold(prob):
+    """The ``flip_prob``/``stall_prob`` input value of probability ``prob`` (0 <= prob < 1)."""
+    if not 0 <= prob < 1:
+        raise ValueError(f"a fault probability must be in [0, 1), not {prob}")
+    return min(FAULT_ONE - 1, round(prob * FAULT_ONE))
 
 
 def _check_latency(latency, max_latency, what="latency"):
@@ -105,6 +118,12 @@ class Link(wiring.Component):
         In a cycle that accepts a flit, flips bit 0 of its data (the receiver's CRC check must catch it).
     stall : In(1)
         Holds ``tx.ready`` low in this cycle (random backpressure from a testbench); tokens still accrue.
+    flip_prob, stall_prob : In(16)
+        Probabilities in units of ``1 / FAULT_ONE`` (:func:`fault_threshold`): that an accepted flit has one
+        data bit flipped (position drawn at random), and that ``tx.ready`` is held low in a cycle. Each is
+        drawn from its own 16-bit LFSR advanced 16 steps per cycle, seeded from ``salt`` (give every link of
+        a system its own) when reset is released.
+    salt : In(16)
     flits : Out(32)
         Flits accepted.
     busy : Out(32)
@@ -139,17 +158,30 @@ class Link(wiring.Component):
             "rate_den": In(range(1, RATE_DEN_MAX + 1), init=den),
             "inject": In(1),
             "stall": In(1),
+            "flip_prob": In(16),
+            "stall_prob": In(16),
+            "salt": In(16),
             "flits": Out(32),
             "busy": Out(32),
         })
 
     def elaborate(self, platform):
         m = Module()
-        fire = pace(m, self.tx, self.rate_num, self.rate_den, self.stall)
+        # random faults: a flip decision, its bit position, a stall decision, each from its own LFSR
+        lfsrs = []
+        for name, seed in (("flip", 0x5EED), ("where", 0xB175), ("stall", 0x57A1)):
+            m.submodules[f"lfsr_{name}"] = lf = Lfsr(seed, steps=16)
+            m.d.comb += lf.salt.eq(self.salt)
+            lfsrs.append(lf.value)
+        flip_now, where, stall_now = lfsrs[0] < self.flip_prob, lfsrs[1], lfsrs[2] < self.stall_prob
+        fire = pace(m, self.tx, self.rate_num, self.rate_den, self.stall | stall_now)
 
         m.submodules.flit_line = flit_line = DelayLine(unsigned(1 + len(self.tx.payload.as_value())), 1,
                                                        self.max_latency)
-        flipped = self.tx.payload.as_value() ^ (self.inject & fire)
+        width = len(self.tx.payload.data)            # the data lanes: a power of two, at offset 0
+        bit = Signal(width)
+        m.d.comb += bit.eq(Mux(flip_now, Const(1, width) << where[:ceil_log2(width)], 0))
+        flipped = self.tx.payload.as_value() ^ Mux(fire, Cat(bit | self.inject, 0), 0)
         m.d.comb += [
             flit_line.latency.eq(self.latency),
             flit_line.i.eq(Cat(fire, flipped)),

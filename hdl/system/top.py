@@ -17,7 +17,9 @@ credit loop. Latency and rate are top-level inputs (``link<l>_latency``, ``link<
 configuration and the topology only and one simulator build serves every latency (up to ``max_latency``) and
 rate; :func:`link_port_values` lists the values a testbench drives. ``link<l>_inject`` flips a bit of the flit
 crossing link ``l`` (fault injection) and ``link<l>_stall`` holds that link's ready low for a cycle (random
-backpressure). :attr:`AceSystem.links` lists the links in port order (:func:`system_links`).
+backpressure); ``link<l>_flip_prob`` and ``link<l>_stall_prob`` do the same at random inside the model, with
+a probability per flit / per cycle (:func:`~syncfabric.hdl.system.link.fault_threshold`), each link drawing
+from its own LFSRs. :attr:`AceSystem.links` lists the links in port order (:func:`system_links`).
 
 A switch (``switch:N``) is a :class:`~syncfabric.hdl.system.switch.Switch` in the top: link ``i`` (``i < N``)
 carries endpoint ``i``'s port 0 up to switch input ``i``, link ``N + j`` switch output ``j`` down to endpoint
@@ -45,7 +47,7 @@ from ..ace.engine import AceEngine
 from ..common.axiram import AxiRam
 from ..common.layouts import credit_layout, flit_layout
 from .cut import LinkReceiver, LinkSender
-from .link import RATE_DEN_MAX, Link
+from .link import RATE_DEN_MAX, Link, fault_threshold
 from .switch import Switch
 
 __all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
@@ -110,12 +112,21 @@ def system_links(topology, latency=None, rate=None):
     return [(i, 0, SWITCH, i, lat, r) for i in range(n)] + [(SWITCH, j, j, 0, lat, r) for j in range(n)]
 
 
-def link_port_values(links):
-    """``{port name: value}`` of the latency and rate inputs of an :class:`AceSystem` for ``links`` (as
-    :func:`link_params` returns them): what a testbench drives before it releases reset."""
+def link_port_values(links, flip=0.0, stall=0.0):
+    """``{port name: value}`` of the latency, rate and random-fault inputs of an :class:`AceSystem` for
+    ``links`` (as :func:`link_params` returns them): what a testbench drives before it releases reset.
+    ``flip``/``stall``: every link's probability of flipping a data bit of an accepted flit / of holding its
+    ready low in a cycle, or a list of them, one per link."""
+    n = len(links)
+    flips = list(flip) if isinstance(flip, (list, tuple)) else [flip] * n
+    stalls = list(stall) if isinstance(stall, (list, tuple)) else [stall] * n
+    if len(flips) != n or len(stalls) != n:
+        raise ValueError(f"per-link fault probabilities need one value for each of the {n} links")
     out = {}
     for li, (_, _, _, _, lat, (num, den)) in enumerate(links):
-        out.update({f"link{li}_latency": lat, f"link{li}_rate_num": num, f"link{li}_rate_den": den})
+        out.update({f"link{li}_latency": lat, f"link{li}_rate_num": num, f"link{li}_rate_den": den,
+                    f"link{li}_flip_prob": fault_threshold(float(flips[li])),
+                    f"link{li}_stall_prob": fault_threshold(float(stalls[li]))})
     return out
 
 
@@ -247,6 +258,8 @@ class AceSystem(wiring.Component):
         for li, (_, _, _, _, lat, (num, den)) in enumerate(self.links):
             members[f"link{li}_inject"] = In(1)
             members[f"link{li}_stall"] = In(1)
+            members[f"link{li}_flip_prob"] = In(16)
+            members[f"link{li}_stall_prob"] = In(16)
             members[f"link{li}_latency"] = In(range(1, self.max_latency + 1), init=lat)
             members[f"link{li}_rate_num"] = In(range(1, RATE_DEN_MAX + 1), init=num)
             members[f"link{li}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=den)
@@ -333,6 +346,9 @@ class AceSystem(wiring.Component):
             m.d.comb += [
                 link.inject.eq(getattr(self, f"link{li}_inject")),
                 link.stall.eq(getattr(self, f"link{li}_stall")),
+                link.flip_prob.eq(getattr(self, f"link{li}_flip_prob")),
+                link.stall_prob.eq(getattr(self, f"link{li}_stall_prob")),
+                link.salt.eq(0x9E37 * (li + 1) & 0xFFFF),
                 link.latency.eq(getattr(self, f"link{li}_latency")),
                 link.credit_latency.eq(getattr(self, f"link{li}_latency")),
                 link.rate_num.eq(getattr(self, f"link{li}_rate_num")),

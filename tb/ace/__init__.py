@@ -71,7 +71,8 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
     under ``"run"``; raises AssertionError when the testbench fails (``check=False``: returns what the
     testbench wrote, with the failure under ``"error"``). ``link_stall``/``link_flip``: the probability per
-    cycle that every link holds its ready low / flips a data bit of the flit it carries. ``progress``: True
+    cycle that every link holds its ready low / per flit that it flips a random data bit of it (drawn by the
+    link models; a list: one per link). ``progress``: True
     logs the simulated cycles every few seconds; a callable is called about once a second with ``(cycle, cycles_per_s)`` while the simulation
     runs. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART and
     FSM_LIMIT registers, so one build serves a whole sweep). ``post_skew``: each rank posts a random 0..post_skew

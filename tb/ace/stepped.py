@@ -70,6 +70,10 @@ class SteppedSystem:
                 elif op == "link_stall":
                     ctx.set(getattr(dut, f"link{args[0]}_stall"), int(bool(args[1])))
                     value = None
+                elif op == "link_faults":
+                    ctx.set(getattr(dut, f"link{args[0]}_flip_prob"), int(args[1]))
+                    ctx.set(getattr(dut, f"link{args[0]}_stall_prob"), int(args[2]))
+                    value = None
                 else:
                     value = await getattr(ports[rank], op)(*args)
                 self._answer = (True, value)
@@ -106,6 +110,10 @@ class SteppedSystem:
     def set_link_stall(self, link, stalled):
         """Hold on-chip link ``link`` (its ``link<l>`` pins) stalled (no flit moves on it), or release it."""
         self.call(0, "link_stall", int(link), bool(stalled))
+
+    def set_link_faults(self, link, flip_prob, stall_prob):
+        """Link ``link``'s random faults: its ``flip_prob``/``stall_prob`` inputs (in 1/65536)."""
+        self.call(0, "link_faults", int(link), int(flip_prob), int(stall_prob))
 
     @property
     def now(self):

@@ -76,6 +76,11 @@ async def serve(dut):
                     await NextTimeStep()        # out of the read-only phase a request may arrive in
                     getattr(dut, f"link{int(req[1])}_stall").value = int(bool(req[2]))
                     value = None
+                elif op == "link_faults":        # random flips / stalls of on-chip link req[1]
+                    await NextTimeStep()
+                    getattr(dut, f"link{int(req[1])}_flip_prob").value = int(req[2])
+                    getattr(dut, f"link{int(req[1])}_stall_prob").value = int(req[3])
+                    value = None
                 elif op == "cycles":
                     value = await ports[0].cycles() - t0
                 elif op in TRANSPORT_OPS:

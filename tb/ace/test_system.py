@@ -15,8 +15,8 @@ max_latency), ``latency``/``rate`` (every link's; default the topology's: driven
 before reset, so one build serves them all), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
 order on every rank), ``seed``, ``pause`` (probability that an AXI channel pauses in a cycle),
 ``link_stall`` (probability that a link holds ready low in a cycle), ``link_flip`` (probability that a link
-flips a data bit of the flit it carries in a cycle: the receiver's CRC must catch it; both may be lists, one
-probability per link in the system's link order), ``post_skew`` (each rank posts a
+flips a random data bit of a flit it carries: the receiver's CRC must catch it; both may be lists, one
+probability per link in the system's link order, and both are drawn in the link models), ``post_skew`` (each rank posts a
 random 0..post_skew cycles late), ``timeout_cycles``, ``out`` (write the
 result JSON there), ``progress`` (True: log the simulated cycle every few seconds; a path: keep the
 simulated cycle and rate in that JSON file, for a progress bar), ``buffers``/``fsms`` (use
@@ -40,7 +40,7 @@ import warnings
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Event, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, Event, Timer
 from cocotb.utils import get_sim_steps
 from cocotbext.axi import AxiBus, AxiRam
 
@@ -171,7 +171,9 @@ class SystemTB:
         for li in range(len(self.links)):
             getattr(self.dut, f"link{li}_inject").value = 0
             getattr(self.dut, f"link{li}_stall").value = 0
-        for name, value in link_port_values(self.links).items():
+        # random link faults are drawn by the link models' LFSRs: no per-cycle work here
+        faults = {"flip": self.p.get("link_flip") or 0.0, "stall": self.p.get("link_stall") or 0.0}
+        for name, value in link_port_values(self.links, **faults).items():
             getattr(self.dut, name).value = value
         for k, (x, row) in enumerate(self.external):
             getattr(self.dut, f"cut{k}_latency").value = row[4]
@@ -190,10 +192,6 @@ class SystemTB:
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
-        for pin, name, salt in (("stall", "link_stall", 3), ("inject", "link_flip", 5)):
-            prob = self.p.get(name) or 0.0
-            if any(prob) if isinstance(prob, list) else prob > 0:
-                cocotb.start_soon(self._drive_links(pin, prob, salt))
 
     async def coordinate(self):
         """The partition's side of the exchange (:mod:`syncfabric.tb.ace.partition`): every ``window`` cycles,
@@ -223,17 +221,6 @@ class SystemTB:
                 peer.close()
                 self.finished.set()
                 return
-
-    async def _drive_links(self, pin, prob, salt):
-        """Drive every link's ``pin`` (``stall`` or ``inject``) high with probability ``prob`` per cycle (a
-        list: per link, in the system's link order)."""
-        probs = list(prob) if isinstance(prob, (list, tuple)) else [prob] * len(self.links)
-        pins = [(getattr(self.dut, f"link{li}_{pin}"), float(p)) for li, p in enumerate(probs) if p]
-        rng = random.Random(self.seed * 7 + salt)
-        while True:
-            await RisingEdge(self.dut.clk)
-            for pin, p in pins:
-                pin.value = int(rng.random() < p)
 
     async def report_progress(self, path=None, every_s=5.0):
         """Every ``every_s`` seconds of wall time, log the simulated cycle and the simulation rate, or (with

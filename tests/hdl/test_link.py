@@ -19,7 +19,7 @@ from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.link import RxPort, TxPort
 from syncfabric.hdl.common.crc import CRC32_INIT, CRC32_XOROUT, crc32_matrix, crc32_next
 from syncfabric.hdl.common.layouts import credit_layout, flit_layout, pack, packet_header_layout, unpack
-from syncfabric.hdl.system.link import DelayLine, Link
+from syncfabric.hdl.system.link import DelayLine, Link, fault_threshold
 from syncfabric.sim.golden.link import packet_crc, packets, payload_beats
 
 from sim_helpers import seed_for
@@ -199,6 +199,47 @@ def test_link_delays_every_flit_and_credit_exactly(latency, credit_latency, rate
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")   # the rejected objects
+def test_random_faults_flip_one_data_bit_per_chosen_flit_and_stall_at_their_rates():
+    """``flip_prob`` flips one data bit (a random position, never the header lanes) of about that share of the
+    accepted flits, ``stall_prob`` holds ready low in about that share of the cycles; two salts draw
+    different sequences; 0 means none."""
+    w, n_cycles = 16, 4000
+
+    def run(flip, stall, salt):
+        dut = Link(w, 2)
+        out = {"sent": 0, "flipped": [], "stalled": 0}
+
+        async def driver(ctx):
+            ctx.set(dut.flip_prob, fault_threshold(flip))
+            ctx.set(dut.stall_prob, fault_threshold(stall))
+            ctx.set(dut.salt, salt)
+            ctx.set(dut.tx.valid, 1)            # an all-zero flit offered every cycle
+            for _ in range(n_cycles):
+                _, _, ready, rx_valid, rx_bits = await ctx.tick().sample(
+                    dut.tx.ready, dut.rx.valid, dut.rx.payload.as_value())
+                out["sent"] += ready
+                out["stalled"] += not ready
+                if rx_valid and rx_bits:
+                    out["flipped"].append(rx_bits)
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-6)
+        sim.add_testbench(driver)
+        sim.run()
+        return out
+
+    a = run(0.05, 0.2, 1)
+    assert all(bin(b).count("1") == 1 and b < 1 << 8 * w for b in a["flipped"])     # one data bit each
+    assert 0.035 < len(a["flipped"]) / a["sent"] < 0.065, len(a["flipped"]) / a["sent"]
+    assert 0.15 < a["stalled"] / n_cycles < 0.25, a["stalled"] / n_cycles
+    assert len({b.bit_length() for b in a["flipped"]}) > 30                       # positions spread
+    assert run(0.05, 0.2, 2)["flipped"] != a["flipped"]
+    none = run(0.0, 0.0, 1)
+    assert none["flipped"] == [] and none["stalled"] <= 1                         # (the bucket's first cycle)
+    with pytest.raises(ValueError):
+        fault_threshold(1.0)
+
+
 def test_link_rejects_bad_parameters():
     for args in [(8, 0), (8, 1, (3, 2)), (8, 1, (0, 1)), (8, 2, (1, 1), 0), (8, 1, (1, 257)), (8, 9, (1, 1), 1, 8)]:
         with pytest.raises(ValueError):

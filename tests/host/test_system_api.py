@@ -420,3 +420,42 @@ def test_a_full_program_table_makes_room_for_the_next_collective():
         s.deregister(a)
         run_and_check(s, w, "allreduce", 24, "fp32", seed=6)
         run_and_check(s, w, "reduce_scatter", 8, "int32", "max", seed=7)
+
+
+@pytest.mark.cocotb
+def test_faulty_links_fail_collectives_but_never_silently():
+    """``links.flip`` in the configuration: both links of ring:2 flip random data bits. Every all-reduce either
+    fails (``CollectiveError``) or completes; every rank that completed OK holds exactly the golden result,
+    whatever the other rank saw. With the faults turned off (``set_link_faults``) the next one is bit-exact."""
+    cfg = {"topology": "ring:2", "links": {"latency": 4, "flip": 0.001}, "seed": seed_for(6),
+           "engine": {"profile": "small"}}
+    with System(cfg, backend="verilator") as s:
+        w = s.world
+        a, b = s.register(8192), s.register(8192)
+        outcomes = []
+        for k in range(10):
+            rng = np.random.default_rng(60 + k)
+            inputs = random_inputs("allreduce", 1024, 2, "fp32", 0, rng)
+            for r in range(2):
+                a.write(r, inputs[r])
+            req = w.allreduce(a, b, 1024, "fp32", "sum")
+            try:
+                req.wait(timeout_cycles=200_000)
+            except CollectiveError:
+                pass
+            progs = generate("allreduce", default_algorithm("allreduce", w.topology), w.topology)
+            gold = execute(progs, w.topology, inputs, DType.FP32, ReduceOp.SUM, 1024, req.chunk_bytes,
+                           s.config.engine.packet_bytes, s.config.engine.beat_bytes)
+            for r in range(2):
+                status = req.completions[r]["status_name"]
+                outcomes.append(status)
+                if status == "OK":
+                    assert b.read(r, count=1024 * 4).tobytes() == gold.outputs[r].tobytes(), (k, r)
+        assert "OK" in outcomes and set(outcomes) - {"OK"} <= {"LINK_CRC", "PROTOCOL"}, outcomes
+        assert len(set(outcomes)) > 1, outcomes
+        s.set_link_faults(0)
+        run_and_check(s, w, "allreduce", 1024, "fp32", seed=70)
+        with pytest.raises(UsageError, match="both rank and port"):
+            s.set_link_faults(0.1, rank=0)
+        with pytest.raises(UsageError, match="probability"):
+            s.set_link_faults(1.5)

@@ -38,7 +38,8 @@ class RecvWriteBack(wiring.Component):
         One result per cycle into the job's slot (not for ``fill``).
     fwd_msg : Out(stream.Signature(fwd_msg_layout())), fwd_data : Out(stream.Signature(fwd_data_layout(cfg)))
         The forward; a result is taken only when the forward (if any) takes it. The last forwarded beat
-        waits for the job's status and carries ``poison`` when it is not OK.
+        waits for the job's status and carries ``poison`` when it is not OK and the forward's header does not
+        already say ``poison`` (its receiver then reports ``PROTOCOL``, not a stomped packet's ``LINK_CRC``).
     done : Out(done_layout(cfg))
         Registered: the job whose results are all written and whose status is in.
     """
@@ -64,8 +65,9 @@ class RecvWriteBack(wiring.Component):
         jl = writeback_job_layout(cfg)
         # the back end's copy of a job, with the index of its last beat computed as it is queued (so that the
         # last beat is an equality compare of two registers on the result-taking path, not an add)
+        # (and whether the forward's header already says poison: then the tail need not)
         be_l = data.StructLayout({**{k: v for k, v in jl.members.items() if k != "fwd_hdr"},
-                                  "last_beat": unsigned(16)})
+                                  "last_beat": unsigned(16), "hdr_poison": 1})
         m.submodules.beq = beq = fifo.SyncFIFOBuffered(width=be_l.size, depth=2)
         # statq is written without a w_rdy check (it holds a subset of beq's jobs, so never more than 2): it must
         # be a plain SyncFIFO, whose w_rdy is exactly level < depth. A SyncFIFOBuffered of depth 2 refuses a
@@ -81,7 +83,7 @@ class RecvWriteBack(wiring.Component):
         m.d.comb += [
             self.job.ready.eq(beq.w_rdy & fwdq.w_rdy),
             *[be_in[k].eq(job[k]) for k in jl.members if k != "fwd_hdr"],
-            be_in.last_beat.eq(job.beats - 1),
+            be_in.last_beat.eq(job.beats - 1), be_in.hdr_poison.eq(job.fwd_hdr.poison),
             beq.w_en.eq(take), beq.w_data.eq(be_in),
             fwd_in.hdr.eq(job.fwd_hdr), fwd_in.port.eq(job.fwd_port),
             fwdq.w_en.eq(take & job.fwd), fwdq.w_data.eq(fwd_in),
@@ -114,7 +116,7 @@ class RecvWriteBack(wiring.Component):
             self.fwd_data.valid.eq(pending & res_valid & be.fwd & ~held),
             self.fwd_data.payload.data.eq(Mux(be.fill, 0, res_data)),
             self.fwd_data.payload.last.eq(last),
-            self.fwd_data.payload.poison.eq(last & (statq.r_data != 0)),
+            self.fwd_data.payload.poison.eq(last & (statq.r_data != 0) & ~be.hdr_poison),
             self.fwd_data.payload.port.eq(be.fwd_port),
             self.wr.en.eq(res_take & ~be.fill),
             self.wr.buf.eq(be.buf),

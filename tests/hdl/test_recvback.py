@@ -30,7 +30,7 @@ def test_results_are_written_forwarded_and_reported_in_job_order():
                      "buf": rng.randrange(CFG.n_buffers), "sram_addr": rng.randrange(32),
                      "beats": rng.choice([0, 1, 3, rng.randrange(10)]), "reduce": int(not fill and rng.random() < 0.5),
                      "fwd": int(rng.random() < 0.5), "fwd_port": rng.randrange(CFG.n_ports), "fill": fill,
-                     "fwd_hdr": {"tag": rng.getrandbits(16), "key": rng.getrandbits(12), "poison": fill},
+                     "fwd_hdr": {"tag": rng.getrandbits(16), "key": rng.getrandbits(12), "poison": int(fill or rng.random() < 0.2)},
                      "status": rng.choice([0, 0, 3, 5])})
     # the values each result source offers, in order
     src = {"reduced": [rng.getrandbits(8 * W) for _ in range(1000)], "copied": [rng.getrandbits(8 * W) for _ in range(1000)]}
@@ -45,7 +45,8 @@ def test_results_are_written_forwarded_and_reported_in_job_order():
                 want_wr.append((j["buf"], j["sram_addr"] + i, value))
             if j["fwd"]:
                 last = int(i == j["beats"] - 1)
-                want_fwd.append((value, last, j["fwd_port"], int(last and j["status"] != 0)))
+                want_fwd.append((value, last, j["fwd_port"],
+                                 int(last and j["status"] != 0 and not j["fwd_hdr"]["poison"])))
         if j["fwd"]:
             want_msg.append((j["fwd_hdr"]["tag"], j["fwd_hdr"]["key"], j["fwd_hdr"]["poison"], j["fwd_port"]))
     want_done = [(j["fsm"], j["cmd"], j["status"]) for j in jobs]

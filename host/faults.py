@@ -79,6 +79,8 @@ def fault_campaign(collectives=200, topology="ring:4", faults=None, config="smal
     faults = faults or {"flip": 0.002}
     if collectives < 1 or batch < 1:
         raise ValueError("--collectives and the batch size must be at least 1")
+    if max_bytes < 64:
+        raise ValueError(f"--bytes {max_bytes}: the campaign draws sizes from 64 bytes per rank up to it")
     cfg = engine_config_for(config if isinstance(config, AceConfig) else AceConfig.profile(config), topology)
     rng = random.Random(seed)
     out = {"topology": topology, "backend": backend, "faults": dict(faults), "collectives": 0, "completions": 0,

@@ -81,6 +81,10 @@ def test_fault_specs_are_checked(capsys):
     assert cli_main(["bench", "faults", "--fault", "drop=1e-3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "drop" in err[0] and "flip" in err[0]
+    for argv, what in ((["--collectives", "0"], "at least 1"), (["--bytes", "32"], "--bytes 32")):
+        assert cli_main(["bench", "faults", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and what in err[0], err
 
 
 @pytest.mark.cocotb

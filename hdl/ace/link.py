@@ -11,7 +11,7 @@ little-endian bytes, then every payload flit in full; the bytes of a message's l
 zero. An empty message is one flit with ``first = last = 1``, data 0, ``hdr.length = 0``, ``hdr.last = 1``,
 and its CRC covers the header only. ``crc`` is zero on the other flits. A packet whose payload the sender
 knows to derive from bad data is *stomped*: its CRC goes out inverted (``STOMP``), and the receiver treats it
-as a failed packet without counting a CRC error of its link (end-to-end poison, docs/engine.md section 13).
+as a failed packet without counting a CRC error of its link (end-to-end poison, docs/engine.md section 14).
 (Golden model: :mod:`syncfabric.sim.golden.link`.)
 
 Flow control is by credits per landing channel: the receiver has a landing buffer of ``landing_beats``

@@ -4,7 +4,7 @@ Links flip data bits at random (``link_flip``, the system top's ``link<l>_inject
 corrupted a packet sees the CRC error (``LINK_CRC``), but its RECV has already forwarded the reduced beats
 cut-through; the forward's last packet is then *stomped* (its CRC inverted) and every later message of the
 chunk carries ``poison`` in its header, so each rank downstream completes with an error too
-(docs/engine.md section 13). The property checked, per command and rank: the status is not OK, or every
+(docs/engine.md section 14). The property checked, per command and rank: the status is not OK, or every
 output byte equals the golden model's and no guard byte changed. The engines must also finish every
 command (no hang), and the faults must have been seen (CRC errors counted on the links that flipped bits
 only: a stomped packet is not counted as its link's fault).

@@ -7,7 +7,7 @@ smaller configurations of the same RTL (``AceConfig.small()``).
 from dataclasses import dataclass, asdict, replace
 
 from ...sim.golden.types import DType
-from ..common.layouts import CHANNEL_BITS
+from ..common.layouts import CHANNEL_BITS, SEQ_BITS
 
 __all__ = ["AceConfig", "PROFILES", "ALL_DTYPES"]
 
@@ -52,6 +52,9 @@ class AceConfig:
     dma_max_burst   beats per AXI burst (<= 256).
     dma_outstanding read bursts in flight.
     addr_width      AXI address width.
+    replay_flits    link-level retransmission (docs/engine.md section 15): flits each TX port keeps until the
+                    receiver acknowledges them (a power of two >= 4 * packet_beats, covering the link's round trip
+                    at its rate), 0 = none. Point-to-point links only (not through a switch or a board's pins).
     dtypes          element types the ALUs are built for (names, e.g. ``("fp32", "int32")``; default all). Each
                     float format costs adders in every lane; an engine refuses a descriptor of another type
                     with ``BAD_DTYPE``. Given in any order and case, kept in code order.
@@ -77,6 +80,7 @@ class AceConfig:
     dma_max_burst: int = 16
     dma_outstanding: int = 4
     addr_width: int = 48
+    replay_flits: int = 0
     dtypes: tuple = ALL_DTYPES
 
     def __post_init__(self):
@@ -120,6 +124,10 @@ class AceConfig:
             errors.append("rx_sources must be a power of two <= 512 (9-bit source rank)")
         elif self.n_channels > 1 << CHANNEL_BITS:
             errors.append(f"n_fsms * rx_sources must be <= {1 << CHANNEL_BITS} (landing channels)")
+        if self.replay_flits and (not _pow2(self.replay_flits) or self.replay_flits < 4 * self.packet_beats
+                                  or self.replay_flits > 1 << (SEQ_BITS - 1)):
+            errors.append(f"replay_flits={self.replay_flits} must be 0 or a power of two in "
+                          f"{4 * self.packet_beats}..{1 << (SEQ_BITS - 1)} (4 packets .. half the sequence space)")
         if errors:
             raise ValueError("bad ACE configuration: " + "; ".join(errors))
 

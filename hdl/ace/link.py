@@ -29,12 +29,12 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..common.crc import CRC32_INIT, CRC32_XOROUT, crc32_next
+from ..common.crc import CRC32_XOROUT, crc32_next
 from ...sim.golden.link import STOMP
-from ..common.layouts import CHANNEL_BITS, credit_layout, flit_layout, packet_header_layout
+from ..common.layouts import CHANNEL_BITS, SEQ_BITS, credit_layout, flit_layout, packet_header_layout
 from .config import AceConfig
 from .landing import LandingBuffer, consumer_members
-from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, header_crc_bits
+from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, crc_init, header_crc_bits
 
 __all__ = ["TxPort", "RxPort", "reserve_layout", "tx_beat_layout"]
 
@@ -164,9 +164,13 @@ class TxPort(wiring.Component):
         m.d.comb += poisoned.eq(Mux(first, 0, stomp) | (need_data & self.data.payload.poison))
 
         # Intermediate signals keep the XOR networks from being duplicated into every use.
+        # The packet's link sequence number (retransmission; 0 without it) starts its CRC (crc_init).
+        seq = Signal(SEQ_BITS)
+        init = Signal(32)
         hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32)
         m.d.comb += [
-            hdr_crc.eq(crc32_next(Const(CRC32_INIT, 32), header_crc_bits(hw))),
+            init.eq(crc_init(seq)),
+            hdr_crc.eq(crc32_next(init, header_crc_bits(hw))),
             base.eq(Mux(first, hdr_crc, crc)),
             crc_after.eq(Mux(need_data, crc32_next(base, beat), base)),
         ]
@@ -179,11 +183,15 @@ class TxPort(wiring.Component):
                 flit.first.eq(first),
                 flit.last.eq(last_flit),
                 flit.crc.eq(Mux(last_flit, crc_after ^ CRC32_XOROUT ^ Mux(poisoned, STOMP, 0), 0)),
+                flit.seq.eq(seq),
                 self.flit_phase.eq(h.phase),
                 stomp.eq(poisoned),
             ]
         with m.Elif(self.flit.ready):
             m.d.sync += self.flit.valid.eq(0)
+        if cfg.replay_flits:                        # packets are numbered only where a link retransmits
+            with m.If(go & last_flit):
+                m.d.sync += seq.eq(seq + 1)
 
         def start(hdr):
             return [cur.eq(hdr), active.eq(1), rem.eq(ceil_beats(hdr.length, w)), pkt_beat.eq(0),

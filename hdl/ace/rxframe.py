@@ -17,7 +17,7 @@ from ..common.layouts import CHANNEL_BITS, HEADER_CRC_BYTES, flit_layout, packet
 from .config import AceConfig
 from .landing import beat_write_layout, header_push_layout
 
-__all__ = ["RxDeframer", "LENGTH_BITS", "header_crc_bits", "ceil_beats"]
+__all__ = ["RxDeframer", "LENGTH_BITS", "header_crc_bits", "ceil_beats", "crc_init"]
 
 #: Bits of the message length field (bytes) and of the beat counts derived from it.
 LENGTH_BITS = 20
@@ -27,6 +27,12 @@ def header_crc_bits(hdr):
     """The header as the ``HEADER_CRC_BYTES``-byte word the CRC covers (zero-extended)."""
     bits = hdr.as_value()
     return Cat(bits, Const(0, 8 * HEADER_CRC_BYTES - len(bits)))
+
+
+def crc_init(seq):
+    """The CRC register a packet starts from: ``CRC32_INIT`` xor its link sequence number ``seq`` (golden
+    :func:`~syncfabric.sim.golden.link.packet_crc` with ``seq``)."""
+    return Const(CRC32_INIT, 32) ^ seq
 
 
 def ceil_beats(length, beat_bytes):
@@ -161,9 +167,10 @@ class RxDeframer(wiring.Component):
         ]
 
         # CRC over the header word then each payload flit; checked at the packet's last flit.
-        hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32)
+        init, hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32), Signal(32)
         m.d.comb += [
-            hdr_crc.eq(crc32_next(Const(CRC32_INIT, 32), header_crc_bits(hdr))),
+            init.eq(crc_init(f.seq)),
+            hdr_crc.eq(crc32_next(init, header_crc_bits(hdr))),
             base.eq(Mux(f.first, hdr_crc, crc)),
             crc_after.eq(Mux(nonempty, crc32_next(base, f.data), base)),
         ]

@@ -188,16 +188,22 @@ def packet_header_layout():
 HEADER_CRC_BYTES = 16
 
 
+#: Bits of a link packet's sequence number (link-level retransmission, docs/engine.md section 15).
+SEQ_BITS = 12
+
+
 def flit_layout(beat_bytes=64):
     """One link flit: a beat of payload, the packet header (meaningful on the first flit of a packet), the
-    first/last markers and the packet's CRC-32 (meaningful on the last flit). A header-only packet (an empty
-    message) is one flit with ``first`` and ``last`` set and no payload."""
+    first/last markers, the packet's CRC-32 (meaningful on the last flit) and the packet's link sequence number
+    ``seq`` (on every flit of the packet; 0 on links without retransmission; the CRC covers it). A header-only
+    packet (an empty message) is one flit with ``first`` and ``last`` set and no payload."""
     return data.StructLayout({
         "data": unsigned(8 * beat_bytes),
         "hdr": packet_header_layout(),
         "first": unsigned(1),
         "last": unsigned(1),
         "crc": unsigned(32),
+        "seq": unsigned(SEQ_BITS),
     })
 
 
@@ -210,12 +216,19 @@ def credit_layout():
     message-header entry freed, each with its landing channel. On point-to-point links the channel is the
     virtual channel (FSM). Through a switch the receiver names channel ``vc + n_fsms * source`` and the switch
     hands the credit to ``source`` as channel ``vc + n_fsms * receiver`` (the transmitter keeps credits per
-    destination and virtual channel)."""
+    destination and virtual channel).
+
+    The same path carries the link-level retransmission's acknowledgements (point-to-point links only):
+    ``ack`` says the receiver has every packet up to sequence number ``ack_seq``; ``nak`` says it has every
+    packet before ``ack_seq`` and wants the transmitter to send again from ``ack_seq`` on."""
     return data.StructLayout({
         "beat": unsigned(1),
         "beat_vc": unsigned(CHANNEL_BITS),
         "hdr": unsigned(1),
         "hdr_vc": unsigned(CHANNEL_BITS),
+        "ack": unsigned(1),
+        "nak": unsigned(1),
+        "ack_seq": unsigned(SEQ_BITS),
     })
 
 

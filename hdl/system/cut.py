@@ -137,5 +137,6 @@ class LinkReceiver(wiring.Component):
         m.d.comb += [self.rx.valid.eq(row.valid), self.rx.payload.eq(row.flit)]
         m.submodules.credit_ring = self.credit_ring = _write_side(m, credit_layout(), self.depth, self.credit_in,
                                                                   self.now)
-        m.d.sync += self.sent.eq(Cat(self.credit_in.beat | self.credit_in.hdr, self.sent[:-1]))
+        cr = self.credit_in
+        m.d.sync += self.sent.eq(Cat(cr.beat | cr.hdr | cr.ack | cr.nak, self.sent[:-1]))
         return m

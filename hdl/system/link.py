@@ -1,6 +1,6 @@
 """Model of one direction of a point-to-point link, for system simulation: a latency, a rate limit, a credit
-return path with its own latency, and fault injection (random bit flips and stalls from LFSRs in the model,
-so a fault campaign costs no per-cycle work in the testbench).
+return path with its own latency, and fault injection (random bit flips, stalls, lost and duplicated flits
+from LFSRs in the model, so a fault campaign costs no per-cycle work in the testbench).
 
 Latency and rate are inputs (their reset values are the constructor's), so one build of a system serves
 every latency up to ``max_latency`` and every rate: a testbench or a sweep sets them before it releases
@@ -118,11 +118,12 @@ class Link(wiring.Component):
         In a cycle that accepts a flit, flips bit 0 of its data (the receiver's CRC check must catch it).
     stall : In(1)
         Holds ``tx.ready`` low in this cycle (random backpressure from a testbench); tokens still accrue.
-    flip_prob, stall_prob : In(16)
+    flip_prob, stall_prob, drop_prob, dup_prob : In(16)
         Probabilities in units of ``1 / FAULT_ONE`` (:func:`fault_threshold`): that an accepted flit has one
-        data bit flipped (position drawn at random), and that ``tx.ready`` is held low in a cycle. Each is
-        drawn from its own 16-bit LFSR advanced 16 steps per cycle, seeded from ``salt`` (give every link of
-        a system its own) when reset is released.
+        data bit flipped (position drawn at random), that ``tx.ready`` is held low in a cycle, that an
+        accepted flit is lost, and that an accepted flit arrives twice (the copy in the next cycle, in which
+        ``tx.ready`` is low). Each is drawn from its own 16-bit LFSR advanced 16 steps per cycle, seeded from
+        ``salt`` (give every link of a system its own) when reset is released.
     salt : In(16)
     flits : Out(32)
         Flits accepted.
@@ -160,6 +161,8 @@ class Link(wiring.Component):
             "stall": In(1),
             "flip_prob": In(16),
             "stall_prob": In(16),
+            "drop_prob": In(16),
+            "dup_prob": In(16),
             "salt": In(16),
             "flits": Out(32),
             "busy": Out(32),
@@ -167,24 +170,30 @@ class Link(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # random faults: a flip decision, its bit position, a stall decision, each from its own LFSR
+        # random faults: a flip decision, its bit position, a stall, a drop and a duplicate decision, each
+        # from its own LFSR
         lfsrs = []
-        for name, seed in (("flip", 0x5EED), ("where", 0xB175), ("stall", 0x57A1)):
+        for name, seed in (("flip", 0x5EED), ("where", 0xB175), ("stall", 0x57A1), ("drop", 0xD209),
+                           ("dup", 0x0D0B)):
             m.submodules[f"lfsr_{name}"] = lf = Lfsr(seed, steps=16)
             m.d.comb += lf.salt.eq(self.salt)
             lfsrs.append(lf.value)
         flip_now, where, stall_now = lfsrs[0] < self.flip_prob, lfsrs[1], lfsrs[2] < self.stall_prob
-        fire = pace(m, self.tx, self.rate_num, self.rate_den, self.stall | stall_now)
+        drop_now, dup_now = lfsrs[3] < self.drop_prob, lfsrs[4] < self.dup_prob
+        again = Signal()                             # this cycle sends the copy of the last flit
+        fire = pace(m, self.tx, self.rate_num, self.rate_den, self.stall | stall_now | again)
 
-        m.submodules.flit_line = flit_line = DelayLine(unsigned(1 + len(self.tx.payload.as_value())), 1,
-                                                       self.max_latency)
+        fw = len(self.tx.payload.as_value())
+        m.submodules.flit_line = flit_line = DelayLine(unsigned(1 + fw), 1, self.max_latency)
         width = len(self.tx.payload.data)            # the data lanes: a power of two, at offset 0
         bit = Signal(width)
         m.d.comb += bit.eq(Mux(flip_now, Const(1, width) << where[:ceil_log2(width)], 0))
-        flipped = self.tx.payload.as_value() ^ Mux(fire, Cat(bit | self.inject, 0), 0)
+        flipped, copy = Signal(fw), Signal(fw)
+        m.d.comb += flipped.eq(self.tx.payload.as_value() ^ Mux(fire, Cat(bit | self.inject, 0), 0))
+        m.d.sync += [again.eq(fire & dup_now), copy.eq(flipped)]
         m.d.comb += [
             flit_line.latency.eq(self.latency),
-            flit_line.i.eq(Cat(fire, flipped)),
+            flit_line.i.eq(Mux(again, Cat(1, copy), Cat(fire & ~drop_now, flipped))),
             self.rx.valid.eq(flit_line.o[0]),
             self.rx.payload.eq(flit_line.o[1:]),
         ]

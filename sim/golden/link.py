@@ -36,13 +36,15 @@ def payload_beats(payload, beat_bytes):
     return [int.from_bytes(payload[i:i + beat_bytes], "little") for i in range(0, len(payload), beat_bytes)]
 
 
-def packet_crc(header_bits, payload, beat_bytes, header_bytes=HEADER_CRC_BYTES, stomped=False):
+def packet_crc(header_bits, payload, beat_bytes, header_bytes=HEADER_CRC_BYTES, stomped=False, seq=0):
     """The CRC a packet carries on its last flit: CRC-32 of ``header_bits`` as ``header_bytes`` little-endian
-    bytes followed by ``payload`` (this packet's payload bytes) zero-padded to a multiple of ``beat_bytes``;
-    xor :data:`STOMP` when the sender ``stomped`` it."""
+    bytes followed by ``payload`` (this packet's payload bytes) zero-padded to a multiple of ``beat_bytes``,
+    started from the CRC value ``seq`` (the packet's link sequence number: the CRC register starts at
+    ``0xFFFFFFFF ^ seq``, so a corrupted sequence number fails the check; 0 on links without retransmission
+    gives the plain CRC-32); xor :data:`STOMP` when the sender ``stomped`` it."""
     payload = bytes(payload)
     padded = payload + bytes(-len(payload) % beat_bytes)
-    crc = crc32(int(header_bits).to_bytes(header_bytes, "little") + padded)
+    crc = crc32(int(header_bits).to_bytes(header_bytes, "little") + padded, seq)
     return crc ^ STOMP if stomped else crc
 
 

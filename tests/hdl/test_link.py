@@ -17,9 +17,10 @@ from amaranth.sim import Simulator
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.link import RxPort, TxPort
+from syncfabric.hdl.ace.retry import ReplayRx, ReplayTx
 from syncfabric.hdl.common.crc import CRC32_INIT, CRC32_XOROUT, crc32_matrix, crc32_next
 from syncfabric.hdl.common.layouts import credit_layout, flit_layout, pack, packet_header_layout, unpack
-from syncfabric.hdl.system.link import DelayLine, Link, fault_threshold
+from syncfabric.hdl.system.link import FAULT_ONE, DelayLine, Link, fault_threshold
 from syncfabric.sim.golden.link import packet_crc, packets, payload_beats
 
 from sim_helpers import seed_for
@@ -254,24 +255,38 @@ def test_link_rejects_bad_parameters():
 # ---- TxPort -> Link -> RxPort bench ---------------------------------------------------------------------------
 
 class Bench(Elaboratable):
-    """A TxPort and an RxPort joined by a Link, credits returned through the link."""
+    """A TxPort and an RxPort joined by a Link, credits returned through the link; with ``replay_flits`` in
+    the configuration, link retransmission (ReplayTx after the TX port, ReplayRx before the RX port, the
+    acknowledgements on the credit path) as the engine's datapath wires it."""
 
     def __init__(self, cfg, latency=3, rate=(1, 1), credit_latency=None):
         self.tx = TxPort(cfg)
         self.link = Link(cfg.beat_bytes, latency, rate, credit_latency)
         self.rx = RxPort(cfg)
+        self.rtx = ReplayTx(cfg) if cfg.replay_flits else None
+        self.rrx = ReplayRx(cfg) if cfg.replay_flits else None
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.tx, m.submodules.link, m.submodules.rx = self.tx, self.link, self.rx
-        wiring.connect(m, self.tx.flit, self.link.tx)
-        wiring.connect(m, self.link.rx, self.rx.flit)
-        m.d.comb += [self.link.credit_in.eq(self.rx.credit), self.tx.credit.eq(self.link.credit_out)]
+        if self.rtx is None:
+            wiring.connect(m, self.tx.flit, self.link.tx)
+            wiring.connect(m, self.link.rx, self.rx.flit)
+            m.d.comb += self.link.credit_in.eq(self.rx.credit)
+        else:
+            m.submodules.rtx, m.submodules.rrx = self.rtx, self.rrx
+            wiring.connect(m, self.tx.flit, self.rtx.i)
+            wiring.connect(m, self.rtx.o, self.link.tx)
+            wiring.connect(m, self.link.rx, self.rrx.i)
+            wiring.connect(m, self.rrx.o, self.rx.flit)
+            m.d.comb += [self.link.credit_in.eq(self.rx.credit.as_value() | self.rrx.ack.as_value()),
+                         self.rtx.ack.eq(self.link.credit_out)]
+        m.d.comb += self.tx.credit.eq(self.link.credit_out)
         return m
 
 
 def run_bench(cfg, msgs, *, seed, latency=3, rate=(1, 1), bubble=0.0, pause=0.0, idle=0.0,
-              inject_flit=None, expect_err=0, max_cycles=20000):
+              inject_flit=None, drop_flit=None, expect_err=0, max_cycles=20000, faults=None, timeout=0):
     """Send ``msgs`` in order through a Bench; a consumer reads whole messages from VCs in random order.
 
     Checks on the fly: credits within bounds every cycle, a stalled flit stays put, every message arrives with
@@ -318,6 +333,11 @@ def run_bench(cfg, msgs, *, seed, latency=3, rate=(1, 1), bubble=0.0, pause=0.0,
 
     async def monitor(ctx):
         cycle, held = 0, None
+        for name, prob in (faults or {}).items():           # flip/stall/drop/dup probabilities
+            ctx.set(getattr(link, f"{name}_prob"), fault_threshold(prob))
+        ctx.set(link.salt, seed & 0xFFFF)
+        if dut.rtx is not None:
+            ctx.set(dut.rtx.timeout, timeout)
         if inject_flit is not None:
             ctx.set(link.inject, inject_flit == 0)
         async for _, _, valid, ready, bits, bc, hc in ctx.tick().sample(
@@ -335,7 +355,12 @@ def run_bench(cfg, msgs, *, seed, latency=3, rate=(1, 1), bubble=0.0, pause=0.0,
                     f"credits of VC {v} out of range (wrapped below zero or above init): {b}, {h}"
             if inject_flit is not None:
                 ctx.set(link.inject, ctx.get(link.flits) == inject_flit)
+            if drop_flit is not None:
+                ctx.set(link.drop_prob, (FAULT_ONE - 1) * (ctx.get(link.flits) == drop_flit))
             cycle += 1
+            out["cycles"] = cycle
+            if cycle >= max_cycles:
+                out["timed_out"] = True
             assert cycle < max_cycles, "bench timed out"
 
     async def consumer(ctx):
@@ -386,6 +411,10 @@ def run_bench(cfg, msgs, *, seed, latency=3, rate=(1, 1), bubble=0.0, pause=0.0,
         for name in ("flits", "packets", "busy", "stall"):
             out["tx_" + name] = ctx.get(getattr(tx, name))
         out["link_flits"], out["link_busy"] = ctx.get(link.flits), ctx.get(link.busy)
+        if dut.rtx is not None:
+            out["replays"], out["resent"] = ctx.get(dut.rtx.replays), ctx.get(dut.rtx.resent)
+            for name in ("crc_errors", "naks", "dropped"):
+                out["replay_" + name] = ctx.get(getattr(dut.rrx, name))
         assert out["rx_err"] == expect_err
 
     sim = Simulator(dut)
@@ -742,3 +771,51 @@ def test_rx_returns_a_credit_per_beat_taken_and_header_popped():
         assert ctx.get(dut.hdr_valid) == 0 and ctx.get(dut.err) == 0
 
     drive_rx(dut, golden_flits(m1, cfg) + golden_flits(m2, cfg) + golden_flits(m3, cfg), checker)
+
+
+# ---- link retransmission (ReplayTx / ReplayRx) ----------------------------------------------------------------
+
+RETRY = AceConfig.small(replay_flits=64)
+
+
+@pytest.mark.parametrize("faults", [
+    {"flip": 0.02}, {"drop": 0.02}, {"dup": 0.02},
+    {"flip": 0.01, "drop": 0.01, "dup": 0.01, "stall": 0.2},
+])
+def test_retransmission_delivers_every_message_intact_through_a_faulty_link(faults):
+    """Bit flips, lost and duplicated flits on the link: every message arrives once, whole, in per-VC
+    order, with no error on the port; the receiver NAKed, the transmitter went back and sent flits again."""
+    seed = seed_for(7000 + len(faults))
+    rng = random.Random(seed)
+    msgs = [random_msg(rng, RETRY) for _ in range(60)]
+    out = run_bench(RETRY, msgs, seed=seed, latency=5, bubble=0.2, pause=0.2, idle=0.2, faults=faults,
+                    timeout=200, max_cycles=60000)
+    assert out["corrupted"] == [] and out["rx_overflow"] == 0 and out["rx_crc_errors"] == 0
+    assert out["beat_credits"] == [RETRY.landing_beats] * RETRY.n_fsms
+    assert out["hdr_credits"] == [RETRY.landing_headers] * RETRY.n_fsms
+    n_flits = sum(len(golden_flits(m, RETRY)) for m in msgs)
+    assert out["tx_flits"] == out["rx_flits"] == n_flits          # the port saw each flit exactly once
+    assert out["replays"] > 0 and out["resent"] > 0 and out["replay_dropped"] > 0
+    assert out["link_flits"] == n_flits + out["resent"]
+    if "flip" in faults:
+        assert out["replay_crc_errors"] > 0
+
+
+def test_retransmission_costs_nothing_but_latency_on_a_clean_link():
+    """No faults: no replay, no NAK, nothing dropped, every flit sent once."""
+    seed = seed_for(7100)
+    rng = random.Random(seed)
+    msgs = [random_msg(rng, RETRY) for _ in range(30)]
+    out = run_bench(RETRY, msgs, seed=seed, latency=5, timeout=200)
+    check_clean_finish(RETRY, out, msgs)
+    assert out["replays"] == out["resent"] == out["replay_naks"] == out["replay_dropped"] == 0
+
+
+def test_a_lost_last_packet_is_sent_again_by_the_timer():
+    """The last packet is lost and nothing follows it, so no NAK can come: the replay timer resends it."""
+    rng = random.Random(seed_for(7200))
+    msgs = [random_msg(rng, RETRY, length=n) for n in (16, 100, 16)]
+    n_flits = sum(len(golden_flits(m, RETRY)) for m in msgs)
+    out = run_bench(RETRY, msgs, seed=3, latency=5, drop_flit=n_flits - 1, timeout=60)
+    assert out["corrupted"] == [] and out["replays"] == 1 and out["replay_naks"] == 0
+    assert out["resent"] == 1 and out["link_flits"] == n_flits + 1

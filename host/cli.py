@@ -117,8 +117,9 @@ def _add_run_args(p, defaults):
     p.add_argument("--pause", type=float, default=0.0,
                    help="probability that an NPU memory's AXI channel stalls in a cycle (default 0)")
     p.add_argument("--fault", default=None, metavar="KIND=P,...",
-                   help="links that misbehave at random: flip=P (a random data bit flipped, per flit carried) "
-                        "and stall=P (ready held low, per cycle); verilator and icarus, one process; the summary "
+                   help="links that misbehave at random: flip=P (a random data bit flipped, per flit carried), "
+                        "stall=P (ready held low, per cycle), drop=P and dup=P (a flit lost or delivered twice; "
+                        "with --engine replay_flits=N only); verilator and icarus, one process; the summary "
                         "classes each NPU's completion exact, error or silent (OK with wrong bytes)")
     p.add_argument("--seed", type=int, default=1, help="seed of the random input data (default 1)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON to FILE ('-' for stdout)")
@@ -284,8 +285,12 @@ def main(argv=None):
     p_bench.add_argument("--collectives", type=int, default=200,
                          help="faults: collectives to run (default 200, in simulations of 50)")
     p_bench.add_argument("--fault", default="flip=0.002",
-                         help="faults: KIND=P,...; KIND flip (a random data bit flipped, per flit a link carries) "
-                              "or stall (a link's ready held low, per cycle); default flip=0.002")
+                         help="faults: KIND=P,...; KIND flip (a random data bit flipped, per flit a link carries), "
+                              "stall (a link's ready held low, per cycle), drop or dup (a flit lost or delivered "
+                              "twice, per flit; needs --engine replay_flits=N); default flip=0.002")
+    p_bench.add_argument("--engine", type=_engine_field, action="append", default=[], metavar="FIELD=VALUE",
+                         help="faults: override a field of the engine configuration, e.g. --engine "
+                              "replay_flits=64 (link retransmission, docs/engine.md section 15); repeatable")
     p_bench.add_argument("--seed", type=int, default=1, help="faults: random seed (default 1)")
     p_bench.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     _add_threads_arg(p_bench, "; engine benchmarks only, and simspeed takes several: a row each", repeat=True)

@@ -133,7 +133,8 @@ class SystemConfig:
     seed: int = 1
     latency: int = None
     rate: Fraction = None
-    #: random link faults from the start (``System.set_link_faults``): ``{"flip": p, "stall": p}``
+    #: random link faults from the start (``System.set_link_faults``): ``{"flip": p, "stall": p, "drop": p,
+    #: "dup": p}``
     faults: dict = None
     memory_bytes: int = 1 << 20
     #: ``backend: serial``: ``{"port": path or [paths], "baud": int, "timeout_s": float, "quiet_s": float}``
@@ -216,24 +217,33 @@ def load_config(source=None, **overrides):
     except ValueError as e:
         raise ConfigError(f"engine: {e}") from None
     from .run import engine_config_for
-    engine = engine_config_for(engine, topo.spec)       # ports and routing-table ranks for the topology
+    try:
+        engine = engine_config_for(engine, topo.spec)   # ports and routing-table ranks for the topology
+    except ValueError as e:
+        raise ConfigError(f"engine: {e}") from None
+    if engine.replay_flits and backend == "serial":
+        raise ConfigError("engine.replay_flits: a board's pin-level link ports do not retransmit (use 0)")
 
     links = _mapping(raw.get("links"), "links")
-    _unknown(links, ("latency", "rate", "flip", "stall"), "links.")
+    _unknown(links, ("latency", "rate", "flip", "stall", "drop", "dup"), "links.")
     latency = links.get("latency")
     if latency is not None:
         _int(latency, "links.latency", 1)
     rate = _rate(links.get("rate"), "links.rate")
     faults = {}
-    for key in ("flip", "stall"):
+    for key in ("flip", "stall", "drop", "dup"):
         v = links.get(key, 0)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
             raise ConfigError(f"links.{key}: expected a probability in [0, 1), got {v!r}")
         if v:
             faults[key] = float(v)
     if faults and backend == "serial":
-        raise ConfigError("links.flip/links.stall: a board's links have no fault injection (simulator backends "
-                          "only)")
+        raise ConfigError("links.flip/stall/drop/dup: a board's links have no fault injection (simulator "
+                          "backends only)")
+    lossy = [k for k in ("drop", "dup") if k in faults]
+    if lossy and not engine.replay_flits:
+        raise ConfigError(f"links.{lossy[0]}: lost or duplicated flits are recovered only by link retransmission "
+                          f"(set engine.replay_flits, e.g. {4 * engine.packet_beats * 4})")
 
     serial = None
     if backend == "serial":

@@ -260,6 +260,9 @@ def engine_config_for(cfg, topology):
     ``topology`` needs; on a switch one port with a landing channel per (source rank, FSM): ``rx_sources``
     the number of ranks rounded up to a power of two."""
     topo = topo_mod.parse(topology)
+    if cfg.replay_flits and topo.routed:
+        raise ValueError(f"link retransmission (replay_flits={cfg.replay_flits}) needs point-to-point links; "
+                         f"{topology} goes through a switch: use replay_flits=0")
     out = cfg.replace(n_ports=max(cfg.n_ports, topo.n_ports), max_ranks=max(cfg.max_ranks, topo.n_endpoints))
     if topo.routed:
         out = out.replace(n_ports=topo.n_ports,
@@ -351,6 +354,8 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
         "golden_mem_write_bytes": list(golden.mem_write_bytes),
         "tx_flits": tx,
         "rx_crc_errors": [list(c["RX_CRC_ERRS"]) for c in counters],
+        "link_replays": [list(c["TX_REPLAYS"]) for c in counters],
+        "link_resent_flits": [list(c["TX_RESENT"]) for c in counters],
         "alu_beats": [c["ALU_BEATS"] for c in counters],
         "stalls": [c["STALL"] for c in counters],
         "steps": [c["STEPS"] for c in counters],
@@ -418,7 +423,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
                    timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log,
                    npu_mem=True if npu_mem == "hdl" else None, threads=threads)
     if faults:
-        options.update(link_flip=faults.get("flip", 0.0), link_stall=faults.get("stall", 0.0))
+        options.update({f"link_{k}": v for k, v in faults.items()})
     if partitions:
         from ..tb.ace.partition import run_partitioned
 
@@ -495,11 +500,13 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         partitions = 2
     faults = None
     if fault:
-        from .faults import parse_faults
+        from .faults import check_faults_recoverable, parse_faults
 
         faults = parse_faults(fault, need_flip=False)
         if backend not in ("verilator", "icarus") or partitions:
             raise ValueError("--fault needs a Verilog simulator backend (verilator or icarus) in one process")
+        cfg0 = config if isinstance(config, AceConfig) else AceConfig.profile(config)
+        check_faults_recoverable(faults, cfg0)
     from ..tb.harness import verilator_threads
 
     verilator_threads(threads)              # a bad value fails here, before any build (whatever the backend)
@@ -543,7 +550,9 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
             kinds = [classify(s, m, g) for s, m, g in zip(res["status"], res["mismatches_per_npu"],
                                                            res["guard_bytes_per_npu"])]
             result["faults"] = {**faults, "completions": kinds,
-                                "corrupted_packets": sum(sum(c) for c in res["rx_crc_errors"])}
+                                "corrupted_packets": sum(sum(c) for c in res["rx_crc_errors"]),
+                                "replays": sum(sum(c) for c in res["link_replays"]),
+                                "resent_flits": sum(sum(c) for c in res["link_resent_flits"])}
         result["build_s"] = round(run.get("build_s", 0.0), 1)
         result["threads"] = run.get("threads", 1)
         result["checked_against"] = "golden executor, byte for byte"
@@ -552,6 +561,7 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
 
 
 def format_summary(r):
+    from .faults import FAULT_KINDS
     """A human-readable summary of a :func:`run_collective` result."""
     lines = [
         f"{r['collective']} on {r['topology']} ({r['algorithm']}), {r['npus']} NPUs, {r['bytes']} B per NPU, "
@@ -603,8 +613,9 @@ def format_summary(r):
         if r.get("faults"):
             f = r["faults"]
             kinds = f["completions"]
-            lines.append(f"  faults ({', '.join(f'{k}={f[k]:g}' for k in ('flip', 'stall') if k in f)}; flip per "
-                         f"flit, stall per cycle): {f['corrupted_packets']} corrupted packets; completions "
+            lines.append(f"  faults ({', '.join(f'{k}={f[k]:g}' for k in FAULT_KINDS if k in f)}; stall per "
+                         f"cycle, the others per flit): {f['corrupted_packets']} corrupted packets, "
+                         f"{f['replays']} link replays ({f['resent_flits']} flits sent again); completions "
                          + ", ".join(f"{k} {kinds.count(k)}" for k in ("exact", "error", "silent", "hung"))
                          + " (silent: OK with wrong bytes, must be 0)")
     if r.get("null_ranks"):

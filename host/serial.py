@@ -246,7 +246,7 @@ class SerialBoard:
         """Not available: a board's links are wires (stall_link needs a simulator backend)."""
         raise SerialError("a board's links cannot be stalled from the host (stall_link needs a simulator backend)")
 
-    def set_link_faults(self, link, flip_prob, stall_prob):
+    def set_link_faults(self, link, *probs):
         """Not available: a board's links are wires (set_link_faults needs a simulator backend)."""
         raise SerialError("a board's links have no fault injection (set_link_faults needs a simulator backend)")
 
@@ -298,9 +298,9 @@ class SerialBoards:
         """Not available (see :meth:`SerialBoard.set_link_stall`)."""
         self.boards[0].set_link_stall(link, stalled)
 
-    def set_link_faults(self, link, flip_prob, stall_prob):
+    def set_link_faults(self, link, *probs):
         """Not available (see :meth:`SerialBoard.set_link_faults`)."""
-        self.boards[0].set_link_faults(link, flip_prob, stall_prob)
+        self.boards[0].set_link_faults(link, *probs)
 
     def link_counters(self):
         """Per board ``{"flits_out", "flits_in", "dropped"}`` of its link port (``dropped``: words received

@@ -37,6 +37,7 @@ import itertools
 import numpy as np
 
 from ..hdl.ace.regs import IRQ_CPL, IRQ_ERROR
+from ..hdl.ace.retry import replay_timeout
 from ..hdl.common.layouts import DescFlags, completion_layout
 from ..hdl.system.top import system_links
 from ..sim.golden.algorithms import default_algorithm, generate
@@ -494,10 +495,13 @@ class System:
         self.size = len(self.drivers)
         #: Where rings, spill window and buffers are in each endpoint's memory.
         self.layout = lay = memory_layout(self.config.memory_bytes, cfg)
-        for drv in self.drivers:
+        links = system_links(self.config.topology, self.config.latency, self.config.rate)
+        for rank, drv in enumerate(self.drivers):
             drv.check_config()
             drv.configure(lay.sq_base, lay.sq_entries, lay.cq_base, lay.cq_entries)
             drv.set_spill_window(lay.spill_base, lay.spill_entries)
+            if cfg.replay_flits:        # the link retransmission's timer from the links' round trips
+                drv.write("REPLAY_TIMEOUT", replay_timeout(cfg, links, rank))
         self.chunk_bytes = None
         self._heap = [(lay.data_base, self.config.memory_bytes - lay.data_base)]     # free (base, size), sorted
         self._windows = list(range(cfg.n_windows))
@@ -601,16 +605,22 @@ class System:
                 return
         raise UsageError(f"rank {rank} has no link on port {port} in {self.config.topology}")
 
-    def set_link_faults(self, flip=0.0, stall=0.0, rank=None, port=None):
+    def set_link_faults(self, flip=0.0, stall=0.0, rank=None, port=None, drop=0.0, dup=0.0):
         """Random link faults from now on: every link (or only the one leaving ``rank``'s port ``port``) flips
-        a random data bit of a flit it carries with probability ``flip`` per flit and holds its ready low
-        with probability ``stall`` per cycle (both in [0, 1), drawn by the link models; 0 turns them off).
-        A corrupted packet fails its collective on every rank whose result depends on it (``LINK_CRC`` or
-        ``PROTOCOL``, ``docs/engine.md`` section 14); the links do not retransmit. Simulator backends only."""
+        a random data bit of a flit it carries with probability ``flip`` per flit, holds its ready low
+        with probability ``stall`` per cycle, and loses / duplicates a flit with probability ``drop`` /
+        ``dup`` per flit (all in [0, 1), drawn by the link models; 0 turns them off). Without link
+        retransmission (``engine.replay_flits`` 0) a corrupted packet fails its collective on every rank
+        whose result depends on it (``LINK_CRC`` or ``PROTOCOL``, ``docs/engine.md`` section 14), and lost or
+        duplicated flits are refused; with it, the links recover every fault and collectives complete OK
+        (section 15). Simulator backends only."""
         from ..hdl.system.link import fault_threshold
 
+        if (drop or dup) and not self.config.engine.replay_flits:
+            raise UsageError("set_link_faults: lost or duplicated flits are recovered only by link retransmission "
+                             "(engine.replay_flits > 0)")
         try:
-            values = fault_threshold(float(flip)), fault_threshold(float(stall))
+            values = tuple(fault_threshold(float(p)) for p in (flip, stall, drop, dup))
         except (TypeError, ValueError) as e:
             raise UsageError(f"set_link_faults: {e}") from None
         if (rank is None) != (port is None):

@@ -25,6 +25,7 @@ from ..common.skid import SkidBuffer
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
 from .link import RxPort, TxPort, reserve_layout, tx_beat_layout
+from .retry import ReplayRx, ReplayTx
 from .sram import ChunkSram
 from .units import (STATUS_SHAPE, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, _w, beat_stream,
                     dma_cmd_layout, done_layout, fwd_data_layout, fwd_msg_layout, job_layouts)
@@ -95,9 +96,11 @@ class Datapath(wiring.Component):
             "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))), "wr_data": Out(beat_stream(cfg)),
             "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
             "tx_lookahead": In(16), "spill_base": In(cfg.addr_width), "spill_entries": In(8),
+            "replay_timeout": In(16),
             "payload_rd_bytes": Out(64), "payload_wr_bytes": Out(64), "alu_beats": Out(64),
             "tx_flits": Out(c32), "tx_busy": Out(c32), "tx_stall": Out(c32), "rx_flits": Out(c32),
-            "rx_crc_errs": Out(c32), "phase_flits": Out(data.ArrayLayout(unsigned(32), MAX_PHASES)),
+            "rx_crc_errs": Out(c32), "tx_replays": Out(c32), "tx_resent": Out(c32), "rx_naks": Out(c32),
+            "phase_flits": Out(data.ArrayLayout(unsigned(32), MAX_PHASES)),
             "sram_conflict": Out(1), "deposits": Out(32), "spills": Out(32), "spill_bytes": Out(64),
         })
 
@@ -132,8 +135,25 @@ class Datapath(wiring.Component):
             wiring.connect(m, rj.fwd_msg, hj.i)
             fwd.append(fj), fwd_hdr.append(hj)
         for k, (tx, rx, su, ru, mx, p) in enumerate(zip(txp, rxp, sends, recvs, txm, self.port)):
-            wiring.connect(m, tx.flit, wiring.flipped(self.tx[k]))
-            wiring.connect(m, wiring.flipped(self.rx[k]), rx.flit)
+            crc_errs = rx.crc_errors
+            if cfg.replay_flits:        # link retransmission between the ports and the link (retry.py)
+                m.submodules[f"replay_tx{k}"] = rtx = ReplayTx(cfg)
+                m.submodules[f"replay_rx{k}"] = rrx = ReplayRx(cfg)
+                wiring.connect(m, tx.flit, rtx.i)
+                wiring.connect(m, rtx.o, wiring.flipped(self.tx[k]))
+                wiring.connect(m, wiring.flipped(self.rx[k]), rrx.i)
+                wiring.connect(m, rrx.o, rx.flit)
+                crc_errs = rx.crc_errors + rrx.crc_errors
+                m.d.comb += [
+                    rtx.ack.eq(self.tx_credit[k]), rtx.timeout.eq(self.replay_timeout),
+                    self.rx_credit[k].eq(rx.credit.as_value() | rrx.ack.as_value()),
+                    self.tx_replays[k].eq(rtx.replays), self.tx_resent[k].eq(rtx.resent),
+                    self.rx_naks[k].eq(rrx.naks),
+                ]
+            else:
+                wiring.connect(m, tx.flit, wiring.flipped(self.tx[k]))
+                wiring.connect(m, wiring.flipped(self.rx[k]), rx.flit)
+                m.d.comb += self.rx_credit[k].eq(rx.credit)
             wiring.connect(m, su.msg, mx.send_msg)
             wiring.connect(m, su.data, mx.send_data)
             # the TX mux's choice of source and the port's flit formation (header CRC, credits) are two
@@ -146,7 +166,7 @@ class Datapath(wiring.Component):
             wiring.connect(m, tb.o, tx.data)
             wiring.connect(m, wiring.flipped(p.order), mx.order)
             m.d.comb += [
-                tx.credit.eq(self.tx_credit[k]), self.rx_credit[k].eq(rx.credit),
+                tx.credit.eq(self.tx_credit[k]),
                 # the control plane's view of the port and its units
                 su.job.valid.eq(p.send_job.valid), su.job.payload.eq(p.send_job.payload),
                 p.send_job.ready.eq(su.job.ready), p.send_done.eq(su.done),
@@ -170,7 +190,7 @@ class Datapath(wiring.Component):
                 sram.rd[K + k].eq(ru.rd), ru.rdata.eq(sram.rdata[K + k]), sram.wr[k].eq(ru.wr),
                 # counters
                 self.tx_flits[k].eq(tx.flits), self.tx_busy[k].eq(tx.busy), self.tx_stall[k].eq(tx.stall),
-                self.rx_flits[k].eq(rx.flits), self.rx_crc_errs[k].eq(rx.crc_errors),
+                self.rx_flits[k].eq(rx.flits), self.rx_crc_errs[k].eq(crc_errs),
             ]
             # flits granted to the port and not yet sent (a header-only message is one flit): the control
             # plane grants a message to the port only while this is at most TX_LOOKAHEAD

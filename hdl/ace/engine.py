@@ -151,6 +151,7 @@ class AceEngine(wiring.Component):
             cp.cq_head.eq(bank.reg("CQ_HEAD")), bank.reg("CQ_TAIL").eq(cp.cq_tail),
             cp.chunk_beats.eq(bank.reg("CHUNK_BEATS")),
             dp.tx_lookahead.eq(bank.reg("TX_LOOKAHEAD")),
+            dp.replay_timeout.eq(bank.field("REPLAY_TIMEOUT", "cycles")),
             cu.fsm_limit.eq(bank.reg("FSM_LIMIT")),
             dp.spill_base.eq(bank.reg("SPILL_BASE")),
             dp.spill_entries.eq(Mux(bank.field("SPILL_ENTRIES", "entries") > cfg.spill_entries, cfg.spill_entries,
@@ -236,6 +237,9 @@ class AceEngine(wiring.Component):
                 bank.reg("TX_STALL", k).eq(dp.tx_stall[k]),
                 bank.reg("RX_FLITS", k).eq(dp.rx_flits[k]),
                 bank.reg("RX_CRC_ERRS", k).eq(dp.rx_crc_errs[k]),
+                bank.reg("TX_REPLAYS", k).eq(dp.tx_replays[k]),
+                bank.reg("TX_RESENT", k).eq(dp.tx_resent[k]),
+                bank.reg("RX_NAKS", k).eq(dp.rx_naks[k]),
             ]
         for p in range(MAX_PHASES):
             m.d.comb += [bank.reg("PHASE_FLITS", p).eq(dp.phase_flits[p]),

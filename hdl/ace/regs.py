@@ -20,7 +20,7 @@ from .config import AceConfig
 
 __all__ = ["ace_regmap", "ACE_ID", "ACE_VERSION", "MAP_SIZE", "STALL_CAUSES", "N_PARTITIONS", "TERMINAL_PARTITION",
            "PTAB_BASE", "PTAB_ENTRY_WORDS", "ROUTE_BASE", "ROUTE_VALID", "IMEM_BASE", "COUNTERS", "PORT_COUNTERS",
-           "PHASE_COUNTERS", "N_DIMS", "IRQ_CPL", "IRQ_ERROR", "IRQ_TIMEOUT", "TX_LOOKAHEAD_DEFAULT", "route_index", "ptab_addr", "imem_addr", "registers_markdown"]
+           "PHASE_COUNTERS", "N_DIMS", "IRQ_CPL", "IRQ_ERROR", "IRQ_TIMEOUT", "TX_LOOKAHEAD_DEFAULT", "REPLAY_TIMEOUT_DEFAULT", "route_index", "ptab_addr", "imem_addr", "registers_markdown"]
 
 #: Value of the ID register: ``"ACE1"`` in ASCII.
 ACE_ID = 0x41434531
@@ -51,6 +51,8 @@ N_DIMS = 3
 
 #: Reset value of TX_LOOKAHEAD (flits).
 TX_LOOKAHEAD_DEFAULT = 16
+#: Reset value of REPLAY_TIMEOUT (cycles): above the round trip of a 500-cycle link at 1/8 flit per cycle.
+REPLAY_TIMEOUT_DEFAULT = 4096
 
 #: Bits of the IRQ register.
 IRQ_CPL = 1 << 0
@@ -60,7 +62,8 @@ IRQ_TIMEOUT = 1 << 2
 #: Engine-wide counters (read-only, in address order) and the per-port counters (arrays indexed by port).
 COUNTERS = ("CYCLES", "PAYLOAD_RD_BYTES", "PAYLOAD_WR_BYTES", "DESC_RD_BYTES", "CPL_WR_BYTES", "CMDS_OK",
             "CMDS_ERR", "ALU_BEATS", "FSM_BUSY", "DEPOSITS", "SPILLS", "SPILL_BYTES", "STEPS", "STEP_GAP")
-PORT_COUNTERS = ("TX_FLITS", "TX_BUSY", "TX_STALL", "RX_FLITS", "RX_CRC_ERRS")
+PORT_COUNTERS = ("TX_FLITS", "TX_BUSY", "TX_STALL", "RX_FLITS", "RX_CRC_ERRS", "TX_REPLAYS", "TX_RESENT",
+                 "RX_NAKS")
 #: Counters per program phase (arrays indexed by phase, ``MAX_PHASES`` long): link use phase by phase.
 PHASE_COUNTERS = ("PHASE_FLITS", "PHASE_BUSY")
 PHASE_COUNTERS_BASE = 0x640
@@ -90,6 +93,10 @@ _PORT_COUNTER_DOCS = {
     "TX_STALL": "cycles a packet waited for the link (ready low) or for credits",
     "RX_FLITS": "flits received",
     "RX_CRC_ERRS": "packets received with a bad CRC",
+    "TX_REPLAYS": "link retransmission: times the port went back to its oldest unacknowledged packet (on a "
+                  "NAK or REPLAY_TIMEOUT); 0 without retransmission (CFG3.replay)",
+    "TX_RESENT": "link retransmission: flits sent again",
+    "RX_NAKS": "link retransmission: NAKs sent (a packet failed its CRC or framing, or came after a lost one)",
 }
 
 
@@ -155,8 +162,11 @@ def ace_regmap(cfg=None):
         Register("IMEM_WORDS", 0x014, "ro", init=cfg.imem_words, doc="64-bit words of the instruction memory."),
         _ro_const("CFG3", 0x018, (
             _f("dtypes", 3, 0, "bit d set: the ALUs reduce element type code d (descriptors of other types "
-                               "complete with BAD_DTYPE)"),),
-            "Elaboration parameters (AceConfig).", cfg, dict(dtypes=cfg.dtype_mask)),
+                               "complete with BAD_DTYPE)"),
+            _f("replay_log2", 8, 4, "link retransmission: log2 of the flits each TX port keeps for "
+                                    "replay (replay_flits); 0 = no retransmission")),
+            "Elaboration parameters (AceConfig).", cfg,
+            dict(dtypes=cfg.dtype_mask, replay_log2=cfg.replay_flits.bit_length() - 1 if cfg.replay_flits else 0)),
 
         Register("CTRL", 0x020, "rw", fields=(
             _f("enable", 0, 0, "fetch and run descriptors"),
@@ -230,6 +240,13 @@ def ace_regmap(cfg=None):
                      "(AXI address or data, link flit) before it sets STATUS.hung and IRQ.timeout (0 = off). "
                      "A rank waiting for a peer that posts late waits without transfers too: set it above the "
                      "longest such wait."),
+        Register("REPLAY_TIMEOUT", 0x0A8, "rw", init=REPLAY_TIMEOUT_DEFAULT, fields=(
+            _f("cycles", 15, 0, "0 = the timer is off (a lost last packet is then never sent again)"),),
+                 doc="Link retransmission (CFG3.replay_log2 > 0): cycles a TX port waits with unacknowledged "
+                     "packets and no acknowledgement freeing one before it sends again from the oldest. Set it "
+                     "above the link's round trip (both latencies plus a packet's time at the link's rate); "
+                     "too low wastes bandwidth on needless resends, too high slows recovery from a lost last "
+                     "packet or a lost resend."),
         RegisterArray("WIN", 0x100, cfg.n_windows, 0x10, (
             Register("BASE", 0x0, "rw", 64, doc="Byte address of memory window i."),
             Register("SIZE", 0x8, "rw", 64, doc="Bytes of memory window i (0 = disabled)."))),

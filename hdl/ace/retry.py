@@ -34,9 +34,18 @@ from ...sim.golden.link import STOMP
 from .config import AceConfig
 from .rxframe import ceil_beats, crc_init, header_crc_bits
 
-__all__ = ["ReplayRx", "ReplayTx", "seq_behind"]
+__all__ = ["ReplayRx", "ReplayTx", "replay_timeout", "seq_behind"]
 
 HALF = 1 << (SEQ_BITS - 1)
+
+
+def replay_timeout(cfg: AceConfig, links, rank):
+    """The REPLAY_TIMEOUT for ``rank`` of a system whose links are ``links`` (rows ``(src, src_port, dst,
+    dst_port, latency, (num, den))``): twice the longest round trip of the links it sends on (the latency
+    both ways, a packet's flits at the link's rate and the ports' pipelines), at most the register's 16 bits."""
+    trips = [2 * lat + -(-cfg.packet_beats * den // num) + 16
+             for src, _, _, _, lat, (num, den) in links if src == rank]
+    return min(0xFFFF, 2 * max(trips, default=0)) or 0xFFFF
 
 
 def seq_behind(a, b):

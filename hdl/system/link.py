@@ -18,7 +18,7 @@ from amaranth.utils import ceil_log2
 from ..common.axiram import Lfsr
 from ..common.layouts import credit_layout, flit_layout
 
-__all__ = ["DelayLine", "FAULT_ONE", "Link", "RATE_DEN_MAX", "fault_threshold", "pace"]
+__all__ = ["DelayLine", "FAULT_ONE", "LINK_FAULTS", "Link", "RATE_DEN_MAX", "fault_threshold", "pace"]
 
 #: Largest rate denominator a link takes (rates are num/den flits per cycle, ``0 < num <= den``).
 RATE_DEN_MAX = 256
@@ -26,6 +26,9 @@ RATE_DEN_MAX = 256
 
 #: The fault probability inputs are in units of 1 / FAULT_ONE.
 FAULT_ONE = 1 << 16
+#: The random faults a link model draws, in the order of its ``<kind>_prob`` inputs (and of a system top's
+#: ``link<l>_<kind>_prob`` inputs): a flipped data bit, a stalled cycle, a lost flit, a duplicated flit.
+LINK_FAULTS = ("flip", "stall", "drop", "dup")
 
 
 def fault_threshold(prob):

@@ -18,8 +18,9 @@ configuration and the topology only and one simulator build serves every latency
 rate; :func:`link_port_values` lists the values a testbench drives. ``link<l>_inject`` flips a bit of the flit
 crossing link ``l`` (fault injection) and ``link<l>_stall`` holds that link's ready low for a cycle (random
 backpressure); ``link<l>_flip_prob`` and ``link<l>_stall_prob`` do the same at random inside the model, with
-a probability per flit / per cycle (:func:`~syncfabric.hdl.system.link.fault_threshold`), each link drawing
-from its own LFSRs. :attr:`AceSystem.links` lists the links in port order (:func:`system_links`).
+a probability per flit / per cycle (:func:`~syncfabric.hdl.system.link.fault_threshold`), and
+``link<l>_drop_prob``/``link<l>_dup_prob`` lose or duplicate flits (per flit), each link drawing from its own
+LFSRs (:data:`~syncfabric.hdl.system.link.LINK_FAULTS`). :attr:`AceSystem.links` lists the links in port order (:func:`system_links`).
 
 A switch (``switch:N``) is a :class:`~syncfabric.hdl.system.switch.Switch` in the top: link ``i`` (``i < N``)
 carries endpoint ``i``'s port 0 up to switch input ``i``, link ``N + j`` switch output ``j`` down to endpoint
@@ -47,7 +48,7 @@ from ..ace.engine import AceEngine
 from ..common.axiram import AxiRam
 from ..common.layouts import credit_layout, flit_layout
 from .cut import LinkReceiver, LinkSender
-from .link import RATE_DEN_MAX, Link, fault_threshold
+from .link import LINK_FAULTS, RATE_DEN_MAX, Link, fault_threshold
 from .switch import Switch
 
 __all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
@@ -112,21 +113,25 @@ def system_links(topology, latency=None, rate=None):
     return [(i, 0, SWITCH, i, lat, r) for i in range(n)] + [(SWITCH, j, j, 0, lat, r) for j in range(n)]
 
 
-def link_port_values(links, flip=0.0, stall=0.0):
+def link_port_values(links, **faults):
     """``{port name: value}`` of the latency, rate and random-fault inputs of an :class:`AceSystem` for
     ``links`` (as :func:`link_params` returns them): what a testbench drives before it releases reset.
-    ``flip``/``stall``: every link's probability of flipping a data bit of an accepted flit / of holding its
-    ready low in a cycle, or a list of them, one per link."""
+    ``faults``: per kind of :data:`~syncfabric.hdl.system.link.LINK_FAULTS` (``flip``, ``stall``, ``drop``,
+    ``dup``) every link's probability (per flit; per cycle for ``stall``), or a list of them, one per link."""
     n = len(links)
-    flips = list(flip) if isinstance(flip, (list, tuple)) else [flip] * n
-    stalls = list(stall) if isinstance(stall, (list, tuple)) else [stall] * n
-    if len(flips) != n or len(stalls) != n:
-        raise ValueError(f"per-link fault probabilities need one value for each of the {n} links")
+    unknown = set(faults) - set(LINK_FAULTS)
+    if unknown:
+        raise ValueError(f"unknown link faults {sorted(unknown)}: expected {', '.join(LINK_FAULTS)}")
+    probs = {}
+    for kind in LINK_FAULTS:
+        v = faults.get(kind) or 0.0
+        probs[kind] = list(v) if isinstance(v, (list, tuple)) else [v] * n
+        if len(probs[kind]) != n:
+            raise ValueError(f"per-link fault probabilities need one value for each of the {n} links")
     out = {}
     for li, (_, _, _, _, lat, (num, den)) in enumerate(links):
-        out.update({f"link{li}_latency": lat, f"link{li}_rate_num": num, f"link{li}_rate_den": den,
-                    f"link{li}_flip_prob": fault_threshold(float(flips[li])),
-                    f"link{li}_stall_prob": fault_threshold(float(stalls[li]))})
+        out.update({f"link{li}_latency": lat, f"link{li}_rate_num": num, f"link{li}_rate_den": den})
+        out.update({f"link{li}_{kind}_prob": fault_threshold(float(probs[kind][li])) for kind in LINK_FAULTS})
     return out
 
 
@@ -258,8 +263,8 @@ class AceSystem(wiring.Component):
         for li, (_, _, _, _, lat, (num, den)) in enumerate(self.links):
             members[f"link{li}_inject"] = In(1)
             members[f"link{li}_stall"] = In(1)
-            members[f"link{li}_flip_prob"] = In(16)
-            members[f"link{li}_stall_prob"] = In(16)
+            for kind in LINK_FAULTS:
+                members[f"link{li}_{kind}_prob"] = In(16)
             members[f"link{li}_latency"] = In(range(1, self.max_latency + 1), init=lat)
             members[f"link{li}_rate_num"] = In(range(1, RATE_DEN_MAX + 1), init=num)
             members[f"link{li}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=den)
@@ -346,8 +351,7 @@ class AceSystem(wiring.Component):
             m.d.comb += [
                 link.inject.eq(getattr(self, f"link{li}_inject")),
                 link.stall.eq(getattr(self, f"link{li}_stall")),
-                link.flip_prob.eq(getattr(self, f"link{li}_flip_prob")),
-                link.stall_prob.eq(getattr(self, f"link{li}_stall_prob")),
+                *[getattr(link, f"{kind}_prob").eq(getattr(self, f"link{li}_{kind}_prob")) for kind in LINK_FAULTS],
                 link.salt.eq(0x9E37 * (li + 1) & 0xFFFF),
                 link.latency.eq(getattr(self, f"link{li}_latency")),
                 link.credit_latency.eq(getattr(self, f"link{li}_latency")),

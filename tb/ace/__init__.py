@@ -63,7 +63,7 @@ def npu_mem_for(cfg, topology, jobs, **options):
 
 
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
-               pause=0.0, link_stall=0.0, link_flip=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
+               pause=0.0, link_stall=0.0, link_flip=0.0, link_drop=0.0, link_dup=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
                check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=True,
                partition=None, threads=1):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
@@ -71,8 +71,9 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
     under ``"run"``; raises AssertionError when the testbench fails (``check=False``: returns what the
     testbench wrote, with the failure under ``"error"``). ``link_stall``/``link_flip``: the probability per
-    cycle that every link holds its ready low / per flit that it flips a random data bit of it (drawn by the
-    link models; a list: one per link). ``progress``: True
+    cycle that every link holds its ready low / per flit that it flips a random data bit of it;
+    ``link_drop``/``link_dup``: per flit that it loses / duplicates it (drawn by the link models; a list: one
+    per link). ``progress``: True
     logs the simulated cycles every few seconds; a callable is called about once a second with ``(cycle, cycles_per_s)`` while the simulation
     runs. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART and
     FSM_LIMIT registers, so one build serves a whole sweep). ``post_skew``: each rank posts a random 0..post_skew
@@ -119,6 +120,7 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
                              test_module="syncfabric.tb.ace.test_system", sim=sim, testcase=testcase,
                              tb_params={"jobs": jobs, "seed": seed, "latency": latency, "rate": rate,
                                         "pause": pause, "link_stall": link_stall, "link_flip": link_flip,
+                                        "link_drop": link_drop, "link_dup": link_dup,
                                         "post_skew": post_skew,
                                         "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
                                         "buffers": buffers, "fsms": fsms, "late": late,

@@ -351,7 +351,7 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
 
     parts = [list(p) for p in (parts or split_ranks(topology, partitions))]
     window = plan(topology, parts, latency, rate, window)
-    if options.get("late") or options.get("link_stall") or options.get("link_flip"):
+    if options.get("late") or any(options.get(f"link_{k}") for k in ("stall", "flip", "drop", "dup")):
         raise ValueError("a partitioned run has no late posting or random link stalls or bit flips (they need "
                          "every rank's state, or a random draw per link, in one process)")
     remote = scheduler not in (None, "local", "processes")

@@ -121,10 +121,10 @@ class RemoteSystem:
         """Hold on-chip link ``link`` (its ``link<l>`` pins) stalled (no flit moves on it), or release it."""
         self.call("link_stall", int(link), bool(stalled))
 
-    def set_link_faults(self, link, flip_prob, stall_prob):
-        """Link ``link``'s random faults: its ``flip_prob``/``stall_prob`` inputs (in 1/65536, see
+    def set_link_faults(self, link, *probs):
+        """Link ``link``'s random faults: its ``<kind>_prob`` inputs in ``LINK_FAULTS`` order (in 1/65536, see
         :func:`syncfabric.hdl.system.link.fault_threshold`)."""
-        self.call("link_faults", int(link), int(flip_prob), int(stall_prob))
+        self.call("link_faults", int(link), *map(int, probs))
 
     @property
     def now(self):

@@ -16,6 +16,7 @@ import time
 
 from amaranth.sim import Simulator
 
+from ...hdl.system.link import LINK_FAULTS
 from ...hdl.system.top import AceSystem
 from ...host.transport import Transport, TransportError
 from ..amaranth_transport import AmaranthTransport, CycleClock
@@ -71,8 +72,8 @@ class SteppedSystem:
                     ctx.set(getattr(dut, f"link{args[0]}_stall"), int(bool(args[1])))
                     value = None
                 elif op == "link_faults":
-                    ctx.set(getattr(dut, f"link{args[0]}_flip_prob"), int(args[1]))
-                    ctx.set(getattr(dut, f"link{args[0]}_stall_prob"), int(args[2]))
+                    for kind, value in zip(LINK_FAULTS, args[1:]):
+                        ctx.set(getattr(dut, f"link{args[0]}_{kind}_prob"), int(value))
                     value = None
                 else:
                     value = await getattr(ports[rank], op)(*args)
@@ -111,9 +112,9 @@ class SteppedSystem:
         """Hold on-chip link ``link`` (its ``link<l>`` pins) stalled (no flit moves on it), or release it."""
         self.call(0, "link_stall", int(link), bool(stalled))
 
-    def set_link_faults(self, link, flip_prob, stall_prob):
-        """Link ``link``'s random faults: its ``flip_prob``/``stall_prob`` inputs (in 1/65536)."""
-        self.call(0, "link_faults", int(link), int(flip_prob), int(stall_prob))
+    def set_link_faults(self, link, *probs):
+        """Link ``link``'s random faults: its ``<kind>_prob`` inputs in ``LINK_FAULTS`` order (in 1/65536)."""
+        self.call(0, "link_faults", int(link), *map(int, probs))
 
     @property
     def now(self):

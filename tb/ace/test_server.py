@@ -18,6 +18,7 @@ from multiprocessing.connection import Client
 import cocotb
 from cocotb.triggers import ClockCycles, NextTimeStep
 
+from ...hdl.system.link import LINK_FAULTS
 from ..harness import tb_params
 from .test_system import SystemTB
 
@@ -78,8 +79,8 @@ async def serve(dut):
                     value = None
                 elif op == "link_faults":        # random flips / stalls of on-chip link req[1]
                     await NextTimeStep()
-                    getattr(dut, f"link{int(req[1])}_flip_prob").value = int(req[2])
-                    getattr(dut, f"link{int(req[1])}_stall_prob").value = int(req[3])
+                    for kind, value in zip(LINK_FAULTS, req[2:]):
+                        getattr(dut, f"link{int(req[1])}_{kind}_prob").value = int(value)
                     value = None
                 elif op == "cycles":
                     value = await ports[0].cycles() - t0

@@ -15,8 +15,9 @@ max_latency), ``latency``/``rate`` (every link's; default the topology's: driven
 before reset, so one build serves them all), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
 order on every rank), ``seed``, ``pause`` (probability that an AXI channel pauses in a cycle),
 ``link_stall`` (probability that a link holds ready low in a cycle), ``link_flip`` (probability that a link
-flips a random data bit of a flit it carries: the receiver's CRC must catch it; both may be lists, one
-probability per link in the system's link order, and both are drawn in the link models), ``post_skew`` (each rank posts a
+flips a random data bit of a flit it carries: the receiver's CRC must catch it), ``link_drop``/``link_dup``
+(probability that a link loses / duplicates a flit: only engines with link retransmission recover; each may
+be a list, one probability per link in the system's link order, and all are drawn in the link models), ``post_skew`` (each rank posts a
 random 0..post_skew cycles late), ``timeout_cycles``, ``out`` (write the
 result JSON there), ``progress`` (True: log the simulated cycle every few seconds; a path: keep the
 simulated cycle and rate in that JSON file, for a progress bar), ``buffers``/``fsms`` (use
@@ -47,6 +48,8 @@ from cocotbext.axi import AxiBus, AxiRam
 from ...hdl.ace.config import AceConfig
 from ...hdl.common.axiram import stall_threshold
 from ...hdl.common.layouts import MAX_PHASES
+from ...hdl.ace.retry import replay_timeout
+from ...hdl.system.link import LINK_FAULTS
 from ...hdl.system.top import link_port_values, split_links, system_links
 from ...host.driver import AceDriver
 from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
@@ -172,7 +175,7 @@ class SystemTB:
             getattr(self.dut, f"link{li}_inject").value = 0
             getattr(self.dut, f"link{li}_stall").value = 0
         # random link faults are drawn by the link models' LFSRs: no per-cycle work here
-        faults = {"flip": self.p.get("link_flip") or 0.0, "stall": self.p.get("link_stall") or 0.0}
+        faults = {kind: self.p.get(f"link_{kind}") or 0.0 for kind in LINK_FAULTS}
         for name, value in link_port_values(self.links, **faults).items():
             getattr(self.dut, name).value = value
         for k, (x, row) in enumerate(self.external):
@@ -192,6 +195,10 @@ class SystemTB:
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
+        if self.cfg.replay_flits:       # the link retransmission's timer from the links' round trips
+            for i in self.local:
+                rows = list(self.links) + [row for _, row in self.external]
+                await self.drivers[i].write("REPLAY_TIMEOUT", replay_timeout(self.cfg, rows, i))
 
     async def coordinate(self):
         """The partition's side of the exchange (:mod:`syncfabric.tb.ace.partition`): every ``window`` cycles,

@@ -117,7 +117,7 @@ def test_ace_map_matches_its_specification(cfg):
     for c in range(cfg.n_comms):
         assert (rm.addr("COMM_CFG", c), rm.addr("COMM_DIMS", c)) == (0x200 + 0x10 * c, 0x204 + 0x10 * c)
     for p in range(cfg.n_ports):
-        assert [rm.addr(n, p) for n in PORT_COUNTERS] == [0x500 + 0x20 * p + 4 * k for k in range(5)]
+        assert [rm.addr(n, p) for n in PORT_COUNTERS] == [0x500 + 0x20 * p + 4 * k for k in range(8)]
     assert [rm.addr("STALL", i) for i in range(len(STALL_CAUSES))] == [0x600 + 4 * i for i in range(8)]
     assert STALL_CAUSES[0] == "port_busy" and STALL_CAUSES[7] == "cpl_ring_full"
     assert (rm.window("PTAB").offset, rm.window("PTAB").words) == (0x1000, 8 * cfg.n_programs)
@@ -139,7 +139,8 @@ def test_ace_map_matches_its_specification(cfg):
     assert rm.decode("CFG2", rm.register("CFG2").init) == {
         "landing_headers": cfg.landing_headers, "n_windows": cfg.n_windows, "n_programs": cfg.n_programs,
         "max_ranks": cfg.max_ranks}
-    assert rm.decode("CFG3", rm.register("CFG3").init) == {"dtypes": 0b1111}
+    assert rm.decode("CFG3", rm.register("CFG3").init) == {"dtypes": 0b1111, "replay_log2": 0}
+    assert rm.decode("CFG3", ace_regmap(cfg.replace(replay_flits=256)).register("CFG3").init)["replay_log2"] == 8
     assert ace_regmap(cfg.replace(dtypes=("int32", "fp32"))).register("CFG3").init == 0b1001
     parts = [rm.register("PART", i).init for i in range(5)]
     assert sum(parts) == cfg.n_buffers and parts[1:4] == [0, 0, 0]

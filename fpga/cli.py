@@ -71,7 +71,12 @@ def _cmd_report(args):
 
     try:
         comps = [c.strip() for c in args.components.split(",")] if args.components else None
-        rep = run_report(args.config, components=comps, out_dir=args.out, fpga=not args.no_fpga,
+        config = args.config
+        if args.engine:
+            from ..hdl.ace.config import AceConfig
+
+            config = AceConfig.profile(args.config, **dict(args.engine))
+        rep = run_report(config, components=comps, out_dir=args.out, fpga=not args.no_fpga,
                          power=not args.no_power, sweep=args.sweep, clock_mhz=args.clock_mhz,
                          pnr=not args.no_pnr, fpga_mhz=args.fpga_mhz,
                          progress=None if args.quiet else (lambda t: print(t, flush=True)))
@@ -86,6 +91,7 @@ def _cmd_report(args):
 def register(sub):
     """Add ``build`` and ``report`` to the ``syncfabric`` subcommands."""
     from ..hdl.ace.config import PROFILES
+    from ..host.cli import _engine_field
 
     p = sub.add_parser("build", help="build a prototype board's bitstream (YoWASP tools) and print its resources")
     p.add_argument("--board", help="board name (--list shows them)")
@@ -106,6 +112,8 @@ def register(sub):
                                       "OpenSTA power, and the ACE paper's Table IV beside them")
     r.add_argument("--config", default="small", choices=list(PROFILES),
                    help="engine configuration (default %(default)s; 'paper' is the design point, a long run)")
+    r.add_argument("--engine", type=_engine_field, action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a field of the engine configuration, e.g. --engine replay_flits=256; repeatable")
     r.add_argument("--components", default=None,
                    help="comma-separated subset of: alu, control, sram, dma, link, switch, sync_core "
                         "(default all)")

@@ -423,6 +423,22 @@ def test_a_full_program_table_makes_room_for_the_next_collective():
 
 
 @pytest.mark.cocotb
+def test_links_that_retransmit_complete_every_collective_through_faults():
+    """``engine.replay_flits`` and every fault kind in ``links``: the links recover corrupted, lost and
+    duplicated flits, so every all-reduce completes OK and bit-exact, and the ports count their replays."""
+    cfg = {"topology": "ring:2", "links": {"latency": 4, "flip": 0.003, "drop": 0.002, "dup": 0.002},
+           "seed": seed_for(7), "engine": {"profile": "small", "replay_flits": 64}}
+    with System(cfg, backend="verilator") as s:
+        w = s.world
+        for k in range(4):
+            run_and_check(s, w, "allreduce", 2048, "fp32", seed=80 + k)
+        replays = sum(s.drivers[r].read("TX_REPLAYS", p) for r in range(2) for p in range(2))
+        assert replays > 0
+        with pytest.raises(UsageError, match="probability"):
+            s.set_link_faults(drop=1.0)
+
+
+@pytest.mark.cocotb
 def test_faulty_links_fail_collectives_but_never_silently():
     """``links.flip`` in the configuration: both links of ring:2 flip random data bits. Every all-reduce either
     fails (``CollectiveError``) or completes; every rank that completed OK holds exactly the golden result,

@@ -28,11 +28,11 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..common.crc import CRC32_XOROUT, crc32_next
+from ..common.crc import CRC32_XOROUT
 from ..common.layouts import SEQ_BITS, credit_layout, flit_layout
 from ...sim.golden.link import STOMP
 from .config import AceConfig
-from .rxframe import ceil_beats, crc_init, header_crc_bits
+from .rxframe import ceil_beats, packet_crc_step
 
 __all__ = ["ReplayRx", "ReplayTx", "replay_timeout", "seq_behind"]
 
@@ -209,13 +209,7 @@ class ReplayRx(wiring.Component):
         framing_ok = (f.last == (left_c == 0)) & (f.first | (f.seq == pseq))
         nonempty = ~(f.first & (hdr.length == 0))
 
-        init, hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32), Signal(32)
-        m.d.comb += [
-            init.eq(crc_init(f.seq)),
-            hdr_crc.eq(crc32_next(init, header_crc_bits(hdr))),
-            base.eq(Mux(f.first, hdr_crc, crc)),
-            crc_after.eq(Mux(nonempty, crc32_next(base, f.data), base)),
-        ]
+        crc_after = packet_crc_step(m, f, crc, nonempty)
         final = crc_after ^ CRC32_XOROUT
         crc_ok = (final == f.crc) | (final == (f.crc ^ STOMP))
         with m.If(fv):

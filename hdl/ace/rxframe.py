@@ -17,7 +17,7 @@ from ..common.layouts import CHANNEL_BITS, HEADER_CRC_BYTES, flit_layout, packet
 from .config import AceConfig
 from .landing import beat_write_layout, header_push_layout
 
-__all__ = ["RxDeframer", "LENGTH_BITS", "header_crc_bits", "ceil_beats", "crc_init"]
+__all__ = ["RxDeframer", "LENGTH_BITS", "header_crc_bits", "ceil_beats", "crc_init", "packet_crc_step"]
 
 #: Bits of the message length field (bytes) and of the beat counts derived from it.
 LENGTH_BITS = 20
@@ -33,6 +33,21 @@ def crc_init(seq):
     """The CRC register a packet starts from: ``CRC32_INIT`` xor its link sequence number ``seq`` (golden
     :func:`~syncfabric.sim.golden.link.packet_crc` with ``seq``)."""
     return Const(CRC32_INIT, 32) ^ seq
+
+
+def packet_crc_step(m, flit, crc, nonempty):
+    """The CRC register after ``flit`` (a flit-layout signal): a first flit starts from :func:`crc_init` of
+    its ``seq`` and folds in its header word, a later one continues from ``crc`` (the register after the
+    packet's previous flit); the payload beat follows when ``nonempty``. Adds its signals to ``m``; returns
+    the register after the flit (xor ``CRC32_XOROUT`` at the last flit for the CRC value)."""
+    init, hdr_crc, base, after = Signal(32), Signal(32), Signal(32), Signal(32)
+    m.d.comb += [
+        init.eq(crc_init(flit.seq)),
+        hdr_crc.eq(crc32_next(init, header_crc_bits(flit.hdr))),
+        base.eq(Mux(flit.first, hdr_crc, crc)),
+        after.eq(Mux(nonempty, crc32_next(base, flit.data), base)),
+    ]
+    return after
 
 
 def ceil_beats(length, beat_bytes):
@@ -167,13 +182,7 @@ class RxDeframer(wiring.Component):
         ]
 
         # CRC over the header word then each payload flit; checked at the packet's last flit.
-        init, hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32), Signal(32)
-        m.d.comb += [
-            init.eq(crc_init(f.seq)),
-            hdr_crc.eq(crc32_next(init, header_crc_bits(hdr))),
-            base.eq(Mux(f.first, hdr_crc, crc)),
-            crc_after.eq(Mux(nonempty, crc32_next(base, f.data), base)),
-        ]
+        crc_after = packet_crc_step(m, f, crc, nonempty)
         # a stomped packet (CRC inverted by its sender: the payload derives from bad data) fails like a
         # corrupted one but is not a fault of this link, so it is not counted
         good = crc_after ^ CRC32_XOROUT

@@ -131,6 +131,22 @@ def test_link_retransmission_completes_every_collective_ok_through_faulty_links(
     assert sum(sum(c["RX_NAKS"]) for c in res["counters"]) > 0
 
 
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.parametrize("retransmit", [False, True])
+def test_two_thousand_fault_injected_collectives(retransmit):
+    """The campaigns at the issue's slow size: 2,000 random collectives on ring:4, without retransmission
+    (bit flips: exact or an error, never silent) and with it (every fault kind: every completion exact)."""
+    seed = seed_for(9)
+    if retransmit:
+        s = fault_campaign(2000, "ring:4", {"flip": 0.003, "drop": 0.002, "dup": 0.002},
+                           config=AceConfig.small(**RETRY), max_bytes=2048, seed=seed, progress=False)
+        assert s["exact"] == s["completions"] == 8000, (s["statuses"], s["batches"])
+    else:
+        s = fault_campaign(2000, "ring:4", {"flip": 0.003}, max_bytes=2048, seed=seed, progress=False)
+        assert s["completions"] == 8000 and s["silent"] == 0 and s["hung"] == 0, (s["silent_at"], s["batches"])
+
+
 @pytest.mark.cocotb
 def test_a_campaign_with_link_retransmission_completes_every_collective_exact():
     """The campaign with retransmission: 50 random collectives on ring:4, every fault kind; every rank's

@@ -208,8 +208,20 @@ def test_random_malformed_descriptors_are_rejected_and_write_nothing(ring2):
     with a valid collective between batches. Each completes with a rejection status, one of those its
     spoilers earn, and writes nothing: every byte of both endpoints' memory outside the rings is unchanged
     across each batch; the valid collectives stay bit-exact."""
-    s, w = ring2, ring2.world
-    rng = random.Random(seed_for(41))
+    _fuzz_malformed_descriptors(ring2, FUZZ_DESCRIPTORS[ring2.config.backend], seed_for(41))
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_ten_thousand_random_malformed_descriptors_are_rejected_and_write_nothing():
+    """The fuzz above at the issue's slow size: 10,000 malformed descriptors on Verilator."""
+    with System({"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(5)}, backend="verilator") as s:
+        _fuzz_malformed_descriptors(s, 10_000, seed_for(42))
+
+
+def _fuzz_malformed_descriptors(s, total, seed):
+    w = s.world
+    rng = random.Random(seed)
     lay = s.layout
     rings = [(lay.sq_base, lay.sq_base + lay.sq_entries * DESCRIPTOR_BYTES),
              (lay.cq_base, lay.cq_base + lay.cq_entries * COMPLETION_BYTES)]
@@ -231,7 +243,7 @@ def test_random_malformed_descriptors_are_rejected_and_write_nothing(ring2):
     applies = {"allreduce": [k for k in REJECTIONS if k != "bad_root"],
                "reduce": [k for k in REJECTIONS if k not in ("in_place_mismatch", "misaligned_dst",
                                                             "dst_out_of_window")]}
-    total = n_bad = FUZZ_DESCRIPTORS[s.config.backend]
+    n_bad = total
     seen, cookie = {}, 1 << 40
     while n_bad > 0:
         before = [memory(r) for r in range(s.size)]
@@ -434,6 +446,9 @@ def test_links_that_retransmit_complete_every_collective_through_faults():
             run_and_check(s, w, "allreduce", 2048, "fp32", seed=80 + k)
         replays = sum(s.drivers[r].read("TX_REPLAYS", p) for r in range(2) for p in range(2))
         assert replays > 0
+        # an abort resets both ends of every link (sequence numbers, replay buffers) together
+        s.reset()
+        run_and_check(s, w, "reduce_scatter", 512, "int32", "max", seed=90)
         with pytest.raises(UsageError, match="probability"):
             s.set_link_faults(drop=1.0)
 

@@ -95,10 +95,13 @@ class ReplayTx(wiring.Component):
         aseq = Signal(SEQ_BITS)
         acked = Signal(SEQ_BITS, init=(1 << SEQ_BITS) - 1)   # every packet up to this one is acknowledged
 
-        # -- write: a flit from the port into the buffer; a packet's last flit records where it ends
+        # -- write: a flit from the port into the buffer; a packet's last flit records where it ends. `room` is
+        # registered from the pointers' next values (exact, and the port's ready starts at a flip-flop). The
+        # FIFO of ends never fills: it holds at most one entry per flit kept.
         take = self.i.valid & self.i.ready
+        room = Signal(init=1)
         m.d.comb += [
-            self.i.ready.eq(((wp - ap)[:aw + 1] != R) & ends.w_rdy),
+            self.i.ready.eq(room),
             wr.addr.eq(wp[:aw]), wr.data.eq(self.i.payload), wr.en.eq(take),
             ends.w_data.eq(wp + 1), ends.w_en.eq(take & self.i.payload.last),
         ]
@@ -116,6 +119,7 @@ class ReplayTx(wiring.Component):
                      free.eq(head_acked & ~(sp - ends.r_data)[aw]), ends.r_en.eq(free)]
         with m.If(free):
             m.d.sync += [ap.eq(ends.r_data), aseq.eq(aseq + 1)]
+        m.d.sync += room.eq(((wp + take) - Mux(free, ends.r_data, ap))[:aw + 1] != R)
 
         # -- replay: asked by a NAK or the timer; done once the acknowledged packets are freed and the flits
         # read so far end at a packet boundary (a packet is not cut in the middle, but see below)

@@ -801,6 +801,22 @@ def test_retransmission_delivers_every_message_intact_through_a_faulty_link(faul
         assert out["replay_crc_errors"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(40))
+def test_retransmission_under_random_fault_mixes(seed):
+    """Forty random mixes of flip, drop, duplicate and stall rates, latencies and rates, 80 messages each: every
+    message arrives once, whole and in per-VC order."""
+    rng = random.Random(seed_for(7300 + seed))
+    faults = {k: rng.choice([0.0, 0.005, 0.02, 0.05]) for k in ("flip", "drop", "dup")}
+    faults["stall"] = rng.choice([0.0, 0.3])
+    msgs = [random_msg(rng, RETRY) for _ in range(80)]
+    out = run_bench(RETRY, msgs, seed=rng.randrange(1 << 16), latency=rng.choice([1, 3, 12]),
+                    rate=rng.choice([(1, 1), (2, 3)]), bubble=0.2, pause=0.2, idle=0.2, faults=faults,
+                    timeout=rng.choice([60, 200]), max_cycles=200_000)
+    assert out["corrupted"] == [] and out["rx_overflow"] == 0 and out["rx_crc_errors"] == 0
+    assert out["tx_flits"] == out["rx_flits"] == sum(len(golden_flits(m, RETRY)) for m in msgs)
+
+
 def test_retransmission_costs_nothing_but_latency_on_a_clean_link():
     """No faults: no replay, no NAK, nothing dropped, every flit sent once."""
     seed = seed_for(7100)

@@ -15,6 +15,8 @@ Example (every key but ``topology`` is optional; the values shown are the defaul
       rate: null              # flits per cycle on every link, e.g. 1, 0.5 or "1/8"; null: the topology's own
       flip: 0                 # probability that a link flips a random data bit of a flit (fault injection)
       stall: 0                # probability that a link holds its ready low in a cycle
+      drop: 0                 # probability that a link loses / duplicates a flit (only with engine.replay_flits,
+      dup: 0                  # the link retransmission: docs/engine.md section 15)
     memory:
       bytes: 1MiB             # per endpoint (its emulated NPU memory)
 

@@ -397,15 +397,18 @@ def spill_entries_for(cfg):
     return min(cfg.spill_entries, (DATA_BASE - SPILL_BASE) // (cfg.max_message_beats * cfg.beat_bytes))
 
 
-async def bring_up(drv, mem_bytes, chunk_beats=None, spill_entries=None):
+async def bring_up(drv, mem_bytes, chunk_beats=None, spill_entries=None, replay_timeout=None):
     """Check the engine's identity and configuration, set up the rings, register the data window, set the
-    chunk size (``chunk_beats``; default: the configuration's) and the spill window (``spill_entries``
-    records at :data:`SPILL_BASE`; default: :func:`spill_entries_for`)."""
+    chunk size (``chunk_beats``; default: the configuration's), the spill window (``spill_entries``
+    records at :data:`SPILL_BASE`; default: :func:`spill_entries_for`) and, when given, the link
+    retransmission's ``REPLAY_TIMEOUT``."""
     await drv.check_config()
     await drv.configure(SQ_BASE, SQ_ENTRIES, CQ_BASE, CQ_ENTRIES)
     await drv.add_window(0, DATA_BASE, mem_bytes - DATA_BASE)
     await drv.write("CHUNK_BEATS", drv.cfg.chunk_beats if chunk_beats is None else chunk_beats)
     await drv.set_spill_window(SPILL_BASE, spill_entries_for(drv.cfg) if spill_entries is None else spill_entries)
+    if replay_timeout is not None:
+        await drv.write("REPLAY_TIMEOUT", replay_timeout)
 
 
 async def load_programs(drv, rank, jobs):
@@ -452,7 +455,7 @@ class EndpointResult:
 
 
 async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, sync=None, setup=True,
-                       fsm_limit=None, spill_entries=None):
+                       fsm_limit=None, spill_entries=None, replay_timeout=None):
     """Everything endpoint ``rank`` does for ``jobs`` (posted in list order): bring-up and program loading (if
     ``setup``; ``spill_entries``: the spill window's records, see :func:`bring_up`), inputs, one descriptor per job, then wait for as many completions and check every output
     byte against the golden model. ``fsm_limit`` (with ``setup``) writes FSM_LIMIT: chunks go to that many
@@ -463,7 +466,7 @@ async def run_endpoint(drv, rank, jobs, *, mem_bytes=None, timeout_cycles=None, 
     if mem_bytes is None:
         mem_bytes = memory_bytes(jobs, rank)
     if setup:
-        await bring_up(drv, mem_bytes, job_chunk_beats(jobs), spill_entries)
+        await bring_up(drv, mem_bytes, job_chunk_beats(jobs), spill_entries, replay_timeout)
         await load_programs(drv, rank, jobs)
         if fsm_limit is not None:
             if not 1 <= fsm_limit <= drv.cfg.n_fsms:

@@ -195,10 +195,12 @@ class SystemTB:
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
-        if self.cfg.replay_flits:       # the link retransmission's timer from the links' round trips
-            for i in self.local:
-                rows = list(self.links) + [row for _, row in self.external]
-                await self.drivers[i].write("REPLAY_TIMEOUT", replay_timeout(self.cfg, rows, i))
+
+    def replay_timeout(self, rank):
+        """``rank``'s REPLAY_TIMEOUT from the round trips of its links (None: no link retransmission)."""
+        if not self.cfg.replay_flits:
+            return None
+        return replay_timeout(self.cfg, list(self.links) + [row for _, row in self.external], rank)
 
     async def coordinate(self):
         """The partition's side of the exchange (:mod:`syncfabric.tb.ace.partition`): every ``window`` cycles,
@@ -300,7 +302,8 @@ class SystemTB:
         tasks = [cocotb.start_soon(run_endpoint(self.drivers[i], i, self.jobs_of(i), mem_bytes=self.mem_bytes,
                                                 timeout_cycles=timeout_cycles, sync=sync_for(i), setup=setup,
                                                 fsm_limit=self.p.get("fsms"),
-                                                spill_entries=self.p.get("spill_entries")))
+                                                spill_entries=self.p.get("spill_entries"),
+                                                replay_timeout=self.replay_timeout(i)))
                  for i in self.local]
         done = {i: await t for i, t in zip(self.local, tasks)}
         if self.partition:      # keep simulating (and exchanging) until every partition is done

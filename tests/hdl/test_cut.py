@@ -99,3 +99,23 @@ def test_a_cut_link_is_cycle_identical_with_windows_of_latency_minus_one(latency
 def test_a_window_of_the_whole_latency_reads_a_row_before_it_is_copied():
     diffs = run(5, (1, 1), 5, seed=seed_for(7))
     assert diffs, "a window as long as the latency must break the cut"
+
+
+def test_a_credit_row_that_carries_only_an_acknowledgement_is_marked_sent():
+    """The link retransmission's ACK/NAK ride the credit rows (docs/engine.md section 15): a row with an
+    ``ack`` or ``nak`` and no credit must be marked in ``sent`` too, or a multi-process run would not ship it."""
+    dut = LinkReceiver(BEAT, 8, latency=4)
+    seen = []
+
+    async def bench(ctx):
+        for fields in ({"ack": 1, "ack_seq": 5}, {}, {"nak": 1, "ack_seq": 9}, {"beat": 1}, {}):
+            ctx.set(dut.credit_in, {"beat": 0, "beat_vc": 0, "hdr": 0, "hdr_vc": 0, "ack": 0, "nak": 0,
+                                    "ack_seq": 0, **fields})
+            await ctx.tick()
+            seen.append(ctx.get(dut.sent) & 1)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [1, 0, 1, 1, 0]

@@ -49,6 +49,21 @@ def test_a_partitioned_torus_is_cycle_identical_to_one_process(sim, topology):
     assert [j["cycles"] for j in plain["jobs"]] == [j["cycles"] for j in one["jobs"]]
 
 
+def test_retransmission_acknowledgements_cross_the_cut():
+    """With link retransmission (64-flit replay buffers, an all-reduce of 96 flits per direction) the ACKs
+    ride the cut links' credit rows, and each partition sets its own ranks' REPLAY_TIMEOUT at bring-up: the
+    partitioned run is cycle-identical to one process, with no replay. (That a row carrying only an ACK is
+    shipped is checked on the cut link itself: tests/hdl/test_cut.py.)"""
+    cfg = engine_config_for(AceConfig.small(replay_flits=64), "ring:2")
+    jobs = _jobs("ring:2", both=False)
+    one = run_partitioned(cfg, "ring:2", jobs, partitions=1, sim="verilator", latency=12, window=11,
+                          scheduler="processes")
+    two = run_partitioned(cfg, "ring:2", jobs, partitions=2, sim="verilator", latency=12)
+    assert all(s == "OK" for j in one["jobs"] for s in j["status"])
+    assert _fingerprint(two) == _fingerprint(one)
+    assert all(sum(c["TX_REPLAYS"]) == 0 for c in one["counters"])
+
+
 def test_a_partitioned_run_that_fails_stops_every_partition():
     """A rank that cannot finish (a timeout far too short) fails its partition; the other is stopped through
     the hub rather than left waiting, and the error names the partition."""

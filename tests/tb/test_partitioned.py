@@ -56,9 +56,9 @@ def test_retransmission_acknowledgements_cross_the_cut():
     shipped is checked on the cut link itself: tests/hdl/test_cut.py.)"""
     cfg = engine_config_for(AceConfig.small(replay_flits=64), "ring:2")
     jobs = _jobs("ring:2", both=False)
-    one = run_partitioned(cfg, "ring:2", jobs, partitions=1, sim="verilator", latency=12, window=11,
+    one = run_partitioned(cfg, "ring:2", jobs, partitions=1, sim="icarus", latency=12, window=11,
                           scheduler="processes")
-    two = run_partitioned(cfg, "ring:2", jobs, partitions=2, sim="verilator", latency=12)
+    two = run_partitioned(cfg, "ring:2", jobs, partitions=2, sim="icarus", latency=12)
     assert all(s == "OK" for j in one["jobs"] for s in j["status"])
     assert _fingerprint(two) == _fingerprint(one)
     assert all(sum(c["TX_REPLAYS"]) == 0 for c in one["counters"])

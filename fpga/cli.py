@@ -66,16 +66,13 @@ def _cmd_build(args):
 
 
 def _cmd_report(args):
+    from ..host.cli import engine_config_of
     from .report import format_markdown, run_report
     from .tools import ToolError
 
     try:
         comps = [c.strip() for c in args.components.split(",")] if args.components else None
-        config = args.config
-        if args.engine:
-            from ..hdl.ace.config import AceConfig
-
-            config = AceConfig.profile(args.config, **dict(args.engine))
+        config = engine_config_of(args)
         rep = run_report(config, components=comps, out_dir=args.out, fpga=not args.no_fpga,
                          power=not args.no_power, sweep=args.sweep, clock_mhz=args.clock_mhz,
                          pnr=not args.no_pnr, fpga_mhz=args.fpga_mhz,

@@ -235,11 +235,9 @@ def main(args):
     elif args.bench == "faults":
         from .faults import fault_campaign, parse_faults, report
 
-        config = args.config
-        if args.engine:
-            from ..hdl.ace.config import AceConfig
+        from .cli import engine_config_of
 
-            config = AceConfig.profile(args.config, **dict(args.engine))
+        config = engine_config_of(args)
         summary = fault_campaign(args.collectives, (args.topology or ["ring:4"])[0], parse_faults(args.fault),
                                  config, args.backend or "verilator", max_bytes=(args.bytes or [4096])[0],
                                  seed=args.seed, latency=args.latency)

@@ -55,6 +55,16 @@ def _rank_list(text):
         raise argparse.ArgumentTypeError(f"not a comma-separated list of ranks: {text!r}") from None
 
 
+def engine_config_of(args):
+    """The engine configuration a command's ``--config`` and ``--engine FIELD=VALUE`` options name: the profile
+    name itself when nothing is overridden, else the :class:`AceConfig` (a bad value raises ValueError)."""
+    if not args.engine:
+        return args.config
+    from ..hdl.ace.config import AceConfig
+
+    return AceConfig.profile(args.config, **dict(args.engine))
+
+
 def _engine_field(text):
     """``FIELD=VALUE`` of an ``AceConfig`` integer field."""
     import dataclasses
@@ -164,11 +174,7 @@ def _cmd_run(args):
 
     try:
         check_output_path(args.json)
-        config = args.config
-        if args.engine:
-            from ..hdl.ace.config import AceConfig
-
-            config = AceConfig.profile(args.config, **dict(args.engine))
+        config = engine_config_of(args)
         result = run_collective(collective=args.collective, topology=args.topology, algorithm=args.algorithm,
                                 nbytes=args.bytes, dtype=args.dtype, op=args.op, root=args.root,
                                 null_ranks=args.null_ranks,

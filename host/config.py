@@ -244,8 +244,10 @@ def load_config(source=None, **overrides):
                           "backends only)")
     lossy = [k for k in ("drop", "dup") if k in faults]
     if lossy and not engine.replay_flits:
-        raise ConfigError(f"links.{lossy[0]}: lost or duplicated flits are recovered only by link retransmission "
-                          f"(set engine.replay_flits, e.g. {4 * engine.packet_beats * 4})")
+        from .faults import RETRANSMIT_HINT
+
+        raise ConfigError(f"links.{lossy[0]}: lost or duplicated flits are recovered only by link retransmission: "
+                          f"{RETRANSMIT_HINT}, engine.replay_flits")
 
     serial = None
     if backend == "serial":

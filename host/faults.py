@@ -31,6 +31,9 @@ FAULT_KINDS = {"flip": "a random data bit of a flit the link carries is flipped 
                "dup": "a flit the link carries arrives twice (probability per flit; needs link retransmission)"}
 #: Faults the engine can only recover, not report: without retransmission a lost flit leaves a message short.
 LOSSY = ("drop", "dup")
+#: How to turn link retransmission on (in every error that asks for it).
+RETRANSMIT_HINT = ("give the engines a replay buffer covering the link's round trip, e.g. replay_flits=256 on "
+                   "90-cycle links (docs/engine.md section 15)")
 
 _COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
 
@@ -64,8 +67,7 @@ def check_faults_recoverable(faults, cfg):
     lossy = [k for k in LOSSY if faults.get(k)]
     if lossy and not cfg.replay_flits:
         raise ValueError(f"--fault {lossy[0]}=...: lost or duplicated flits are recovered only by link "
-                         f"retransmission; give the engine a replay buffer (--engine replay_flits="
-                         f"{16 * cfg.packet_beats})")
+                         f"retransmission: {RETRANSMIT_HINT}, --engine replay_flits=N")
 
 
 def _jobs(rng, topology, n, max_bytes):

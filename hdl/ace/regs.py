@@ -94,7 +94,7 @@ _PORT_COUNTER_DOCS = {
     "RX_FLITS": "flits received",
     "RX_CRC_ERRS": "packets received with a bad CRC",
     "TX_REPLAYS": "link retransmission: times the port went back to its oldest unacknowledged packet (on a "
-                  "NAK or REPLAY_TIMEOUT); 0 without retransmission (CFG3.replay)",
+                  "NAK or REPLAY_TIMEOUT); 0 without retransmission (CFG3.replay_log2 = 0)",
     "TX_RESENT": "link retransmission: flits sent again",
     "RX_NAKS": "link retransmission: NAKs sent (a packet failed its CRC or framing, or came after a lost one)",
 }

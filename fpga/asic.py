@@ -22,7 +22,8 @@ from pathlib import Path
 
 from .tools import ToolError, find_tool
 
-__all__ = ["SramModel", "synthesize", "power", "MACRO_MIN_BITS", "MACRO_MIN_DEPTH", "liberty_areas", "rtlil_memories"]
+__all__ = ["SramModel", "synthesize", "power", "MACRO_MIN_BITS", "MACRO_MIN_DEPTH", "liberty_areas", "rtlil_memories",
+           "buffer_fanout", "FANOUT_LIMIT"]
 
 #: Delay-driven mapping: every net is driven as by this cell and loaded by this many fF (about four gate inputs)
 ABC_DRIVER, ABC_LOAD_FF = "BUF_X2", 5.0
@@ -127,12 +128,14 @@ def synthesize(il_path, top, liberty, workdir, *, clock_mhz=None):
 
     With ``clock_mhz``, synthesis is delay-driven as a timing flow's would be: ABC maps for that clock period
     (``abc -D``) and, with a driving cell and a load on every net (``-constr``), buffers high-fanout nets and
-    sizes gates (``buffer; upsize; dnsize``); :func:`~syncfabric.fpga.timing.sta_timing` times the result.
-    Without it, ABC maps for area and leaves fanout unbuffered (a netlist no timing flow would accept).
+    sizes gates (``buffer; upsize; dnsize``), and after flattening :func:`buffer_fanout` buffers the nets that
+    cross modules to more than :data:`FANOUT_LIMIT` pins; :func:`~syncfabric.fpga.timing.sta_timing` times the
+    result. Without it, ABC maps for area and leaves fanout unbuffered (a netlist no timing flow would accept).
 
     Returns ``{"modules": {path: {"area": um^2 of the module's own cells, "cells": n, "seq": flip-flops}},
     "macros": [{"path", "name", "bits", "width", "depth", "rd_ports", "wr_ports"}], "netlist": file}`` where
-    ``path`` is the module's place below ``top`` (``""`` for ``top``, ``"datapath.sram"``...)."""
+    ``path`` is the module's place below ``top`` (``""`` for ``top``, ``"datapath.sram"``...), and ``"fanout"``:
+    :func:`buffer_fanout`'s result (``None`` without ``clock_mhz``); its buffers are in their modules' area."""
     yosys = find_tool("yosys", "install Debian's yosys: apt-get install yosys (make test does)")
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -185,9 +188,123 @@ write_verilog -noattr -noexpr -nohex -nodec -norename netlist.v
         seq = sum(n for t, n in types.items() if re.match(r"^(DFF|SDFF|DLH|DLL)", t))
         modules[path] = {"area": sum(areas[t] * n for t, n in types.items()), "cells": sum(types.values()),
                          "seq": seq}
+    fanout = None
+    if clock_mhz:
+        fanout = buffer_fanout(work / "netlist.v", lib)
+        for path, area in fanout["area"].items():
+            mod = modules.setdefault(path, {"area": 0.0, "cells": 0, "seq": 0})
+            mod["area"] += area
+            mod["cells"] += round(area / liberty_areas(lib)[FANOUT_BUFFER])
     macros = [dict(m, path=_rel(m["module"], top)) for m in rtlil_memories(il_path)
               if m["bits"] >= MACRO_MIN_BITS and m["depth"] >= MACRO_MIN_DEPTH and _rel(m["module"], top) is not None]
-    return {"modules": modules, "macros": macros, "netlist": str(work / "netlist.v")}
+    return {"modules": modules, "macros": macros, "netlist": str(work / "netlist.v"), "fanout": fanout}
+
+
+#: After flattening, a net that leaves its module can drive more pins than the ABC run of any one module saw:
+#: the abort's reset flip-flop drove 146 pins in 40 modules (0.86 ns from clock to Q on a DFF_X1, 31,000
+#: endpoints failing 1 GHz for it). A placer's repair step would buffer such a net; :func:`buffer_fanout` does.
+FANOUT_LIMIT, FANOUT_BUFFER = 16, "BUF_X4"
+
+_INST = re.compile(r"^\s*([A-Za-z_]\w*)\s+(\\\S+ |[A-Za-z_$][\w$]*)\s*\($")
+_PIN = re.compile(r"^(\s*)\.(\w+)\((.*)\)(,?)\s*$")
+
+
+def liberty_outputs(liberty):
+    """``{cell: {output pin names}}`` of a liberty file."""
+    outs, cell, pin = {}, None, None
+    for line in Path(liberty).read_text().splitlines():
+        m = re.match(r"\s*cell\s*\(\s*\"?(\w+)\"?\s*\)", line)
+        if m:
+            cell, pin = m.group(1), None
+            outs.setdefault(cell, set())
+            continue
+        m = re.match(r"\s*pin\s*\(\s*\"?(\w+)\"?\s*\)", line)
+        if m:
+            pin = m.group(1)
+            continue
+        if cell and pin and re.match(r"\s*direction\s*:\s*output", line):
+            outs[cell].add(pin)
+    return outs
+
+
+def _net_base(net):
+    """A readable stem for nets derived from ``net`` (``\\a.b [3]`` -> ``a.b[3]``)."""
+    return net.lstrip("\\").replace(" ", "")
+
+
+def buffer_fanout(netlist, liberty, *, limit=FANOUT_LIMIT, buf=FANOUT_BUFFER):
+    """Rewrite the flattened ``netlist`` so that no cell output drives more than ``limit`` cell inputs: each
+    larger net gets a tree of ``buf`` cells (sinks grouped by instance name, so one buffer serves one
+    module's pins where it can), as a placer's fanout repair would. Nets without a driving cell (the
+    design's inputs, the clock) are left to the timing constraints.
+
+    Returns ``{"nets": nets buffered, "buffers": cells added, "area": {module path: um^2 added}}``; each
+    buffer belongs to its driver's module."""
+    outs = liberty_outputs(liberty)
+    if buf not in outs:
+        raise ValueError(f"{buf} is not a cell of {liberty}")
+    buf_area = liberty_areas(liberty)[buf]
+    lines = Path(netlist).read_text().splitlines()
+    sinks, driver = {}, {}
+    cell = inst = None
+    first_inst = end = None
+    for i, line in enumerate(lines):
+        m = _INST.match(line)
+        if m and m.group(1) in outs:
+            cell, inst = m.group(1), m.group(2)
+            if first_inst is None:
+                first_inst = i
+            continue
+        if cell is None:
+            if line.strip() == "endmodule":
+                end = i
+            continue
+        m = _PIN.match(line)
+        if m:
+            net = m.group(3).strip()
+            if m.group(2) in outs[cell]:
+                driver[net] = inst
+            elif net:
+                sinks.setdefault(net, []).append((inst, i))
+        elif line.strip() == ");":
+            cell = inst = None
+    decls, cells = [], []
+    added = {}
+    n_nets = 0
+    for net, pins in sinks.items():
+        if len(pins) <= limit or net not in driver:
+            continue
+        n_nets += 1
+        path = _inst_path(driver[net])
+        base, level = _net_base(net), 0
+        # sinks: ("line", index) of the netlist or ("buf", index) of ``cells``
+        todo = [("line", i) for _, i in sorted(pins)]
+        while len(todo) > limit:
+            nxt = []
+            for g in range(0, len(todo), limit):
+                new = f"\\{base}$fo{level}_{g // limit} "
+                decls.append(f"  wire {new};")
+                for kind, k in todo[g:g + limit]:
+                    if kind == "line":
+                        indent, pin, _, comma = _PIN.match(lines[k]).groups()
+                        lines[k] = f"{indent}.{pin}({new}){comma}"
+                    else:
+                        cells[k][1] = new
+                prefix = f"$flatten\\{path}." if path else ""
+                cells.append([f"\\{prefix}$fanout${base.replace('.', '_')}${level}_{g // limit} ", None, new])
+                nxt.append(("buf", len(cells) - 1))
+                added[path] = added.get(path, 0.0) + buf_area
+            todo, level = nxt, level + 1
+        for kind, k in todo:
+            if kind == "buf":
+                cells[k][1] = net + " "     # an escaped identifier ends at white space
+    text = [f"  {buf} {name} (\n    .A({a}),\n    .Z({z})\n  );" for name, a, z in cells]
+    if cells:
+        if first_inst is None or end is None:
+            raise ValueError(f"{netlist}: no cell instance or no endmodule")
+        lines = lines[:first_inst] + decls + lines[first_inst:end] + text + lines[end:]
+        Path(netlist).write_text("\n".join(lines) + "\n")
+    return {"nets": n_nets, "buffers": len(cells), "area": added}
 
 
 def rtlil_memories(il_path):

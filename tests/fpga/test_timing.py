@@ -1,5 +1,8 @@
 """Static timing at 45 nm: a deliberately long path fails the clock and is named by its registers, a short one
-meets it, and the report's parsers read OpenSTA's paths."""
+meets it, a net that fans out across modules is buffered after flattening, and the report's parsers read
+OpenSTA's paths."""
+
+import re
 
 import pytest
 from amaranth.back import rtlil
@@ -7,7 +10,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from syncfabric.fpga.asic import synthesize
+from syncfabric.fpga.asic import FANOUT_LIMIT, liberty_outputs, synthesize
 from syncfabric.fpga.timing import parse_endpoints, parse_path, signal_module, sta_timing
 from syncfabric.fpga.tools import find_tool, nangate45_liberty
 
@@ -31,18 +34,103 @@ class _Chain(wiring.Component):
         return m
 
 
-def _timed(tmp_path, depth, clock_mhz=1000):
+class _Lane(wiring.Component):
+    """``n`` flip-flops that toggle their own bit when ``en`` is high."""
+
+    def __init__(self, n):
+        self.n = n
+        super().__init__({"en": In(1), "y": Out(n)})
+
+    def elaborate(self, platform):
+        m = Module()
+        q = Signal(self.n, name="q")
+        with m.If(self.en):
+            m.d.sync += q.eq(~q)
+        m.d.comb += self.y.eq(q)
+        return m
+
+
+class _Fanout(wiring.Component):
+    """One register (``go``) enabling ``lanes`` submodules of ``width`` flip-flops each: a net that crosses
+    modules, as an engine-wide reset or stall does."""
+
+    def __init__(self, lanes=12, width=16):
+        self.lanes, self.width = lanes, width
+        super().__init__({"a": In(1), "y": Out(lanes * width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        go = Signal(name="go")
+        m.d.sync += go.eq(self.a)
+        for i in range(self.lanes):
+            m.submodules[f"lane{i}"] = lane = _Lane(self.width)
+            m.d.comb += [lane.en.eq(go), self.y[i * self.width:(i + 1) * self.width].eq(lane.y)]
+        return m
+
+
+def _tools():
     try:
         find_tool("yosys", "")
         find_tool("sta", "")
     except Exception as exc:             # noqa: BLE001 - the report needs both; CI installs them
         pytest.skip(str(exc))
-    lib = nangate45_liberty()
+    return nangate45_liberty()
+
+
+def _timed(tmp_path, depth, clock_mhz=1000):
+    lib = _tools()
     il = tmp_path / "chain.il"
     il.write_text(rtlil.convert(_Chain(depth), name="chain"))
     syn = synthesize(il, "chain", lib, tmp_path / "asic", clock_mhz=clock_mhz)
     return sta_timing(syn["netlist"], "chain", lib, tmp_path / "sta", clock_mhz=clock_mhz,
                       group_of=lambda path: "top" if path == "" else path)
+
+
+def _fanouts(netlist, liberty):
+    """``{net: (driving instance, [(instance, pin) of each load])}`` of a flattened Yosys netlist."""
+    outs = liberty_outputs(liberty)
+    nets, cell, inst = {}, None, None
+    for line in netlist.read_text().splitlines():
+        m = re.match(r"^\s*(\w+)\s+(\\\S+ |[\w$]+)\s*\($", line)
+        if m and m.group(1) in outs:
+            cell, inst = m.group(1), m.group(2).strip()
+            continue
+        m = re.match(r"^\s*\.(\w+)\((.*)\),?\s*$", line)
+        if m and cell:
+            drv, loads = nets.setdefault(m.group(2).strip(), [None, []])
+            if m.group(1) in outs[cell]:
+                nets[m.group(2).strip()][0] = (cell, inst)
+            else:
+                loads.append((cell, inst, m.group(1)))
+    return nets
+
+
+def test_a_net_fanning_out_across_modules_is_buffered_as_a_tree(tmp_path):
+    """192 flip-flops in 12 modules: each module's ABC run saw its own share, so only the flattened netlist shows the net;
+    after the repair every cell drives at most FANOUT_LIMIT pins and each load still hangs off ``go``."""
+    lib = _tools()
+    il = tmp_path / "fanout.il"
+    il.write_text(rtlil.convert(_Fanout(), name="fanout"))
+    syn = synthesize(il, "fanout", lib, tmp_path / "asic", clock_mhz=1000)
+    assert syn["fanout"]["nets"] >= 1 and syn["fanout"]["buffers"] >= 2
+    assert syn["modules"][""]["area"] >= sum(syn["fanout"]["area"].values()) > 0
+    nets = _fanouts(tmp_path / "asic" / "netlist.v", lib)
+    driven = {n: loads for n, (drv, loads) in nets.items() if drv is not None}
+    assert max(len(loads) for loads in driven.values()) <= FANOUT_LIMIT
+    # from go's flip-flop, through buffers only, to the lanes' cells: every lane's 16 flip-flops' logic
+    by_out = {n: drv for n, (drv, _) in nets.items() if drv is not None}
+    go = next(n for n, (drv, _) in nets.items() if drv and drv[0].startswith("DFF") and "go" in n)
+    seen, frontier = set(), [go]
+    while frontier:
+        net = frontier.pop()
+        for cell, inst, pin in nets[net][1]:
+            if cell.startswith("BUF") and "$fanout$" in inst:
+                frontier += [n for n, drv in by_out.items() if drv == (cell, inst)]
+            else:
+                seen.add(inst.lstrip("\\").removeprefix("$flatten").lstrip("\\").split(".")[0])
+    assert {f"lane{i}" for i in range(12)} <= seen
+    t = sta_timing(syn["netlist"], "fanout", lib, tmp_path / "sta", clock_mhz=1000)
+    assert t["meets"]
 
 
 def test_a_long_path_fails_the_clock_and_is_named_by_its_registers(tmp_path):

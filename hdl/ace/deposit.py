@@ -152,7 +152,7 @@ class DepositUnit(wiring.Component):
                                  geo_wait.eq(BlockGeometry.LATENCY - 1)]
                     m.next = "GEO"
                 with m.Else():
-                    m.d.comb += [scan.advance.eq(1), spill.advance.eq(1)]
+                    m.d.comb += spill.advance.eq(1)
 
             # -- a landed message: to the output (posted) or to a spill record --------------------------------
             with m.State("GEO"):         # geometry inputs are op_*; the result is valid LATENCY cycles later

@@ -1,10 +1,17 @@
 """The deposit unit's landing scan: one landing channel per cycle, round robin, checked for a whole PUT message.
 
-The scan pointer walks the ``n_ports * n_channels`` landing channels and moves on one channel per cycle while
-``advance`` is high. For the channel under the pointer it shows the header at the channel's head and whether it
-is a complete PUT message (header valid, ``put`` set, every payload beat landed), whether the channel is *full*
-(it cannot take another message of the largest size, or its header FIFO is full: the sender would wait), and
-the lowest live command with the message's tag (``hit``/``cmd``). Everything but the pointer is combinational.
+The scan pointer walks the ``n_ports * n_channels`` landing channels, one per cycle, all the time. A register
+stage holds the channel it pointed at in the cycle before with that channel's state of that cycle (the header
+at its head, header-valid bit, fill levels), so the deposit unit's decisions start at flip-flops instead of at
+the RX ports' header FIFOs through a ``n_ports * n_channels``-way mux. From the stage: whether the head is a
+complete PUT message (header valid, ``put`` set, every payload beat landed), whether the channel is *full* (it
+cannot take another message of the largest size, or its header FIFO is full: the sender would wait), and the
+lowest live command with the message's tag (``hit``/``cmd``, looked up in the command table as it is now).
+
+A snapshot a cycle old is safe to act on: a complete PUT message stays at its channel's head with every beat
+until the deposit unit itself pops it (the pop moves the header FIFO's read pointer at the clock edge, and the
+unit spends a cycle in ``FINISH`` after it, so the stage has seen the pop before the unit scans again); the
+fill levels only grow under a PUT head; a command posted a cycle late is found a lap later.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -44,12 +51,12 @@ def landing_ports(cfg):
 
 
 class LandingScan(wiring.Component):
-    """The landing channel under the scan pointer and what its head message is (see the module docstring).
+    """The landing channel in the scan's register stage and what its head message is (see the module
+    docstring).
 
     Ports: the landing state (``heads``, ``hdr_valid``, ``levels``, ``hdr_levels``), the command table's tags
-    and live bits; ``advance`` (move to the next channel at the clock edge); out: the channel (``port``,
-    ``ch``), its ``head`` and the head's payload ``beats``, ``complete``, ``full`` and the command lookup
-    (``hit``, ``cmd``), all combinational from the pointer and the inputs.
+    and live bits; out: the channel (``port``, ``ch``), its ``head`` and the head's payload ``beats``,
+    ``complete`` and ``full`` (the channel's state one cycle ago), and the command lookup (``hit``, ``cmd``).
     """
 
     def __init__(self, cfg):
@@ -59,7 +66,6 @@ class LandingScan(wiring.Component):
             **landing_ports(cfg),
             "cmd_tag": In(data.ArrayLayout(unsigned(16), NC)),
             "cmd_live": In(NC),
-            "advance": In(1),
             "port": Out(range(max(2, cfg.n_ports))),
             "ch": Out(CHANNEL_BITS),
             "head": Out(packet_header_layout()),
@@ -76,17 +82,17 @@ class LandingScan(wiring.Component):
         K, n = cfg.n_ports, cfg.n_channels
         W, mmb, lb, nh = cfg.beat_bytes, cfg.max_message_beats, cfg.landing_beats, cfg.landing_headers
         cptr = Signal(range(K * n))
-        with m.If(self.advance):
-            m.d.sync += cptr.eq(Mux(cptr == K * n - 1, 0, cptr + 1))
-        m.d.comb += [self.port.eq(cptr // n if K > 1 else 0), self.ch.eq(cptr % n)]
+        m.d.sync += cptr.eq(Mux(cptr == K * n - 1, 0, cptr + 1))
+        # the stage: the channel under the pointer and its state, as of this cycle
         head_v = Signal()
         level = Signal(exact_log2(lb) + 1)
         hlevel = Signal(exact_log2(nh) + 1)
+        m.d.sync += [self.port.eq(cptr // n if K > 1 else 0), self.ch.eq(cptr % n)]
         with m.Switch(cptr):
             for k in range(K):
                 for c in range(n):
                     with m.Case(k * n + c):
-                        m.d.comb += [self.head.eq(self.heads[k][c]), head_v.eq(self.hdr_valid[k][c]),
+                        m.d.sync += [self.head.eq(self.heads[k][c]), head_v.eq(self.hdr_valid[k][c]),
                                      level.eq(self.levels[k][c]), hlevel.eq(self.hdr_levels[k][c])]
         head = self.head
         head_beats = (head.length + W - 1) >> exact_log2(W)

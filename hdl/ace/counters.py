@@ -8,6 +8,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES
+from ..common.logic import late
 from .regs import STALL_CAUSES
 
 __all__ = ["ControlCounters", "stall_layout"]
@@ -22,8 +23,8 @@ class ControlCounters(wiring.Component):
     """Counts, every cycle: FSMs holding a chunk (``active``, into ``fsm_busy``), steps granted (``step``,
     into ``steps``), FSMs that held a chunk but had no decoded step and nothing in flight (``gap``, into
     ``step_gap``), each stall cause seen (``cause``, into ``stall``; a cause counts once per cycle whatever
-    the number of FSMs waiting on it) and each program phase with a chunk in it (``phase_used``, into
-    ``phase_busy``). The counters wrap."""
+    the number of FSMs waiting on it; counted a cycle late, so the adders start at flip-flops) and each
+    program phase with a chunk in it (``phase_used``, into ``phase_busy``). The counters wrap."""
 
     def __init__(self, cfg):
         F = cfg.n_fsms
@@ -44,7 +45,7 @@ class ControlCounters(wiring.Component):
             self.step_gap.eq(self.step_gap + self.gap),
         ]
         for i, name in enumerate(STALL_CAUSES):
-            m.d.sync += self.stall[i].eq(self.stall[i] + getattr(self.cause, name))
+            m.d.sync += self.stall[i].eq(self.stall[i] + late(m, getattr(self.cause, name), f"{name}_late"))
         for p in range(MAX_PHASES):
             m.d.sync += self.phase_busy[p].eq(self.phase_busy[p] + self.phase_used[p])
         return m

@@ -21,6 +21,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES, credit_layout, flit_layout, packet_header_layout
+from ..common.logic import late
 from ..common.skid import SkidBuffer
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
@@ -270,6 +271,7 @@ class Datapath(wiring.Component):
         ]
         # per program phase: flits sent on every port by that phase's messages
         for p in range(MAX_PHASES):
-            sent_p = sum((tx.flit.valid & tx.flit.ready & (tx.flit_phase == p)) for tx in txp)
+            sent_p = late(m, sum((tx.flit.valid & tx.flit.ready & (tx.flit_phase == p)) for tx in txp),
+                          f"phase{p}_sent")
             m.d.sync += self.phase_flits[p].eq(self.phase_flits[p] + sent_p)
         return m

@@ -32,6 +32,7 @@ from amaranth.utils import exact_log2
 from ..common.crc import CRC32_XOROUT, crc32_next
 from ...sim.golden.link import STOMP
 from ..common.layouts import CHANNEL_BITS, SEQ_BITS, credit_layout, flit_layout, packet_header_layout
+from ..common.logic import late
 from .config import AceConfig
 from .landing import LandingBuffer, consumer_members
 from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, crc_init, header_crc_bits
@@ -225,12 +226,12 @@ class TxPort(wiring.Component):
                 self.hdr_credits[v].eq(self.hdr_credits[v] + ret_h - res),
             ]
 
-        sent = self.flit.valid & self.flit.ready
+        sent = late(m, self.flit.valid & self.flit.ready, "sent_late")
         m.d.sync += [
             self.flits.eq(self.flits + sent),
-            self.packets.eq(self.packets + (sent & flit.last)),
+            self.packets.eq(self.packets + late(m, self.flit.valid & self.flit.ready & flit.last, "packet_late")),
             self.busy.eq(self.busy + sent),
-            self.stall.eq(self.stall + (self.flit.valid & ~self.flit.ready)),
+            self.stall.eq(self.stall + late(m, self.flit.valid & ~self.flit.ready, "stall_late")),
         ]
         return m
 

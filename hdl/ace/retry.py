@@ -30,6 +30,7 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from ..common.crc import CRC32_XOROUT
 from ..common.layouts import SEQ_BITS, credit_layout, flit_layout
+from ..common.logic import late
 from ...sim.golden.link import STOMP
 from .config import AceConfig
 from .rxframe import ceil_beats, packet_crc_step
@@ -243,11 +244,13 @@ class ReplayRx(wiring.Component):
             m.d.sync += [wp.eq(cp), a.ack.eq(1), a.ack_seq.eq(exp - 1)]
         with m.Elif(ends):
             m.d.sync += wp.eq(cp)
-        with m.If(bad & ~commit & ~dup & ~nak_sent):
-            m.d.sync += [nak_sent.eq(1), a.nak.eq(1), a.ack_seq.eq(exp), self.naks.eq(self.naks + 1)]
+        nak = bad & ~commit & ~dup & ~nak_sent
+        with m.If(nak):
+            m.d.sync += [nak_sent.eq(1), a.nak.eq(1), a.ack_seq.eq(exp)]
         m.d.sync += [
-            self.crc_errors.eq(self.crc_errors + (ends & framing_ok & ~crc_ok)),
-            self.dropped.eq(self.dropped + ((ends & ~commit) | (f.first & in_pkt & fv))),
+            self.naks.eq(self.naks + late(m, nak, "nak_late")),
+            self.crc_errors.eq(self.crc_errors + late(m, ends & framing_ok & ~crc_ok, "crc_err_late")),
+            self.dropped.eq(self.dropped + late(m, (ends & ~commit) | (f.first & in_pkt & fv), "dropped_late")),
         ]
 
         # -- read committed flits out, one per cycle

@@ -113,7 +113,7 @@ class Datapath(wiring.Component):
         # receive units, K the load unit. The store and load units come last (lowest priority): they give way
         # on a bank another unit uses.
         m.submodules.sram = sram = ChunkSram(cfg, n_readers=2 * K + 1, n_writers=K + 1)
-        with m.If(sram.conflict):
+        with m.If(late(m, sram.conflict, "sram_conflict_late")):     # a sticky diagnostic: a cycle late is fine
             m.d.sync += self.sram_conflict.eq(1)
         m.submodules.deposit = dep = DepositUnit(cfg)
         dep_own = Signal(K)          # the deposit unit has port k's landing read side (registered hand-over)

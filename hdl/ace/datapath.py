@@ -198,12 +198,16 @@ class Datapath(wiring.Component):
             queued, queued_next = Signal(17, name=f"tx{k}_queued"), Signal(17, name=f"tx{k}_queued_next")
             sent = tx.flit.valid & tx.flit.ready
             beats = p.reserve.beats
-            m.d.comb += queued_next.eq(queued + Mux(p.reserve.valid, Mux(beats == 0, 1, beats), 0) - sent)
+            base = Signal(18, name=f"tx{k}_queued_base")     # the count with this cycle's grant, before sends
+            m.d.comb += [base.eq(queued + Mux(p.reserve.valid, Mux(beats == 0, 1, beats), 0)),
+                         queued_next.eq(base - sent)]
             # the room is registered from the count's next value (the reservation comes from the issue stage's
             # register): exact, and the arbiter's grant decision starts at a flip-flop. (A room one cycle old
             # let younger chunks' messages in ahead of the oldest chunk's forwards: 0.939 -> 0.887 of the
             # link bound on the demo's ring.)
-            m.d.sync += [queued.eq(queued_next), p.tx_room.eq(queued_next <= self.tx_lookahead)]
+            # (both compares are made before the port's handshake is known, which only picks one)
+            m.d.sync += [queued.eq(queued_next),
+                         p.tx_room.eq(Mux(sent, base <= self.tx_lookahead + 1, base <= self.tx_lookahead))]
             # forwards: every receive unit offers its forward to every TX mux; the addressed one takes it
             for j, (hj, fj) in enumerate(zip(fwd_hdr, fwd)):
                 m.d.comb += [

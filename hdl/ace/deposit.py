@@ -131,8 +131,12 @@ class DepositUnit(wiring.Component):
                      cnt.arrive.cmd.eq(op_cmd), cnt.spill.bytes.eq(op_hdr.length)]
         for f in ("tag", "chunk", "key", "length"):
             m.d.comb += spill.fill.entry[f].eq(op_hdr[f])
+        # the port request leaves from a flip-flop (it blocks RECV grants in the issue arbiter, and ``own``
+        # follows from it, a cycle later again)
+        req = Signal(K)
+        m.d.sync += self.req.eq(req)
         with m.If(wr.hold):
-            m.d.comb += self.req.eq(1 << op_port)
+            m.d.comb += req.eq(1 << op_port)
 
         with m.FSM():
             with m.State("SCAN"):
@@ -167,7 +171,7 @@ class DepositUnit(wiring.Component):
                     m.d.sync += op_status.eq(Status.PROTOCOL)
                 m.next = "OWN"
             with m.State("OWN"):         # borrow the RX port's read side, then hand the message to the writer
-                m.d.comb += [self.req.eq(1 << op_port), wr.job.valid.eq(self.own.bit_select(op_port, 1)),
+                m.d.comb += [req.eq(1 << op_port), wr.job.valid.eq(self.own.bit_select(op_port, 1)),
                              job.src.eq(Mux((op_hdr.length == 0) | op_drain, DepositSource.DRAIN,
                                             DepositSource.LANDING))]
                 with m.If(wr.job.valid & wr.job.ready):

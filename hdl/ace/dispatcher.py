@@ -9,9 +9,9 @@ which keeps ranks from deadlocking on each other's buffers).
 
 The head command's fields the dispatch needs (its chunk 0's FSM, chunk count, prefetch range, LOAD mask) are
 registered when the command reaches the head (``FSM_LIMIT`` is sampled then), so a dispatch decision starts
-from flip-flops, not from a command-table lookup and the tag's reduction modulo ``FSM_LIMIT``; the next
-command is taken in the cycle its predecessor's last chunk goes, so back-to-back commands dispatch without a
-gap.
+from flip-flops, not from a command-table lookup and the tag's reduction modulo ``FSM_LIMIT``; the FSM of the
+next chunk is a register too. The next command is taken the cycle after its predecessor's last chunk goes (a
+cycle between commands), so the order queue's read does not hang off the dispatch decision.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -95,8 +95,7 @@ class ChunkDispatcher(wiring.Component):
         m.d.comb += [self.cmd.ready.eq(order.w_rdy), order.w_en.eq(self.cmd.valid), order.w_data.eq(self.cmd.payload)]
 
         chunk = Signal(16)
-        nxt_fsm = Signal(_w(F))     # FSM of the head command's next chunk (after its first)
-        fsm = Signal(_w(F))
+        fsm = Signal(_w(F))         # FSM of the head command's next chunk (registered)
         seq = Signal(SEQ_BITS)
         e = self.e
         m.d.comb += self.e_cmd.eq(order.r_data)
@@ -109,20 +108,21 @@ class ChunkDispatcher(wiring.Component):
             m.d.comb += step.eq(Mux(t_mod >= lim, t_mod - lim, t_mod))
             t_mod = step
         # the head command, registered
-        h_valid, h_cmd, h_fsm0 = Signal(), Signal(_w(NC)), Signal(_w(F))
+        h_valid, h_cmd = Signal(), Signal(_w(NC))
         h_chunks, h_first, h_end = Signal.like(e.geom.n_chunks), Signal(11), Signal(11)
         h_mask = Signal(LOAD_MASK_BITS)
         last = Signal()
-        take = order.r_rdy & (~h_valid | last)
+        # the next command becomes the head a cycle after the last chunk of this one went (a cycle per
+        # command), so the order queue's read does not hang off this cycle's dispatch decision
+        take = order.r_rdy & ~h_valid
         m.d.comb += order.r_en.eq(take)
         with m.If(take):
-            m.d.sync += [h_valid.eq(1), h_cmd.eq(order.r_data), h_fsm0.eq(t_mod), h_chunks.eq(e.geom.n_chunks),
+            m.d.sync += [h_valid.eq(1), h_cmd.eq(order.r_data), h_chunks.eq(e.geom.n_chunks),
                          h_first.eq(e.phase_start[0]), h_end.eq(e.phase_start[0] + e.load_end),
                          h_mask.eq(e.load_mask)]
         with m.Elif(last):
             m.d.sync += h_valid.eq(0)
 
-        m.d.comb += fsm.eq(Mux(chunk == 0, h_fsm0, nxt_fsm) if F > 1 else 0)
         q_ready = Signal()
         m.d.comb += q_ready.eq(self.q_ready.bit_select(fsm, 1))
         head = self.enable & h_valid
@@ -149,7 +149,11 @@ class ChunkDispatcher(wiring.Component):
             self.load.valid.eq(pf.r_rdy), self.load.payload.eq(pf.r_data), pf.r_en.eq(self.load.ready),
         ]
         with m.If(go):
-            m.d.sync += [nxt_fsm.eq(Mux(fsm + 1 >= self.fsm_limit, 0, fsm + 1)), seq.eq(seq + 1),
-                         chunk.eq(Mux(last, 0, chunk + 1))]
+            m.d.sync += [seq.eq(seq + 1), chunk.eq(Mux(last, 0, chunk + 1))]
+        if F > 1:
+            with m.If(take):
+                m.d.sync += fsm.eq(t_mod)
+            with m.Elif(go):
+                m.d.sync += fsm.eq(Mux(fsm + 1 >= self.fsm_limit, 0, fsm + 1))
         m.d.comb += self.dispatched.eq(Mux(last, one_hot(h_cmd, NC), 0))
         return m

@@ -3,7 +3,7 @@ headers of every landing channel until the receive unit takes them, and returns 
 (See :mod:`.link` for the credit protocol, :class:`~.rxframe.RxDeframer` for what it is fed.)
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -41,14 +41,10 @@ def consumer_members(cfg: AceConfig):
     }
 
 
-def _push(m, wp, rp, idx, cap, valid, name):
-    """Queue ``idx`` of the pointer arrays ``wp``/``rp`` (with a wrap bit) takes an entry if ``valid`` and it
-    holds fewer than ``cap``: its write pointer, whether it takes the entry, whether the entry is dropped."""
-    wp_i, full = Signal.like(wp[0], name=f"{name}_wp"), Signal(name=f"{name}_full")
-    m.d.comb += [wp_i.eq(wp[idx]), full.eq((wp_i - rp[idx])[:len(wp_i)] == cap)]
-    with m.If(valid & ~full):
-        m.d.sync += wp[idx].eq(wp_i + 1)
-    return wp_i, valid & ~full, valid & full
+def _full_flag(m, full, count, cap, push, pop):
+    """Keep ``full`` (a flip-flop) equal to ``count == cap`` of a queue whose ``count`` moves by ``push`` and
+    ``pop`` this cycle: both compares are on the registered count, the late handshakes only pick one."""
+    m.d.sync += full.eq(Mux(push & ~pop, count == cap - 1, (count == cap) & ~(pop & ~push)))
 
 
 class LandingBuffer(wiring.Component):
@@ -94,35 +90,63 @@ class LandingBuffer(wiring.Component):
         wp = Signal(data.ArrayLayout(unsigned(abits + 1), n))
         rp = Signal(data.ArrayLayout(unsigned(abits + 1), n))
 
-        # -- message-header FIFOs, one small memory per VC with asynchronous reads of its first two entries
+        # -- message-header FIFOs, one small memory per VC. The first two entries of each are flip-flops
+        # (``heads``/``nexts``), refilled from the memory's reads behind them and bypassed from a push into
+        # their places, so a consumer's decision starts at a register, not at a read mux over the queue.
         hwp = Signal(data.ArrayLayout(unsigned(hbits + 1), n))
         hrp = Signal(data.ArrayLayout(unsigned(hbits + 1), n))
-        hdr_wr = []
+
+        # Header push on a message's first packet and payload beat write, each unless its queue is full.
+        # "Full" is a flip-flop per queue (from the counts and this cycle's pushes and pops), so the deframer's
+        # channel number only selects it.
+        h_idx, v_idx = self.hdr_in.payload.ch[:vbits], self.beat_in.payload.ch[:vbits]
+        sel_idx = self.sel[:vbits]
+        sel_ok = self.sel < n
+        mine, take, can_issue = Signal(), Signal(), Signal()
+        pop = self.hdr_pop & sel_ok & self.hdr_valid.bit_select(sel_idx, 1)
+        hdr_full, beat_full = Signal(n), Signal(n)
+        hdr_ok = self.hdr_in.valid & ~hdr_full.bit_select(h_idx, 1)
+        beat_ok = self.beat_in.valid & ~beat_full.bit_select(v_idx, 1)
+        hdr_drop, beat_drop = self.hdr_in.valid & ~hdr_ok, self.beat_in.valid & ~beat_ok
+        for v in range(n):
+            h_push, b_push = hdr_ok & (h_idx == v), beat_ok & (v_idx == v)
+            h_pop, b_pop = pop & (sel_idx == v), take & (sel_idx == v)
+            _full_flag(m, hdr_full[v], (hwp[v] - hrp[v])[:hbits + 1], nh, h_push, h_pop)
+            _full_flag(m, beat_full[v], (wp[v] - rp[v])[:abits + 1], lb, b_push, b_pop)
+            with m.If(h_push):
+                m.d.sync += hwp[v].eq(hwp[v] + 1)
+            with m.If(b_push):
+                m.d.sync += wp[v].eq(wp[v] + 1)
+
+        new = self.hdr_in.payload.hdr
         for v in range(n):
             mem = Memory(shape=packet_header_layout(), depth=nh, init=[])
             m.submodules[f"headers{v}"] = mem
-            hw_port, hr_port = mem.write_port(), mem.read_port(domain="comb")
-            hn_port = mem.read_port(domain="comb")
-            hdr_wr.append(hw_port)
-            m.d.comb += [
-                hr_port.addr.eq(hrp[v][:hbits]),
-                self.heads[v].eq(hr_port.data),
-                self.hdr_valid[v].eq(hwp[v] != hrp[v]),
-                hn_port.addr.eq((hrp[v] + 1)[:hbits]),
-                self.nexts[v].eq(hn_port.data),
-                self.hdr_two[v].eq((hwp[v] - hrp[v])[:hbits + 1] >= 2),
-                hw_port.addr.eq(hwp[v][:hbits]),
-                hw_port.data.eq(self.hdr_in.payload.hdr),
+            hw_port = mem.write_port()
+            h1_port, h2_port = mem.read_port(domain="comb"), mem.read_port(domain="comb")
+            push_v, pop_v = hdr_ok & (h_idx == v), pop & (sel_idx == v)
+            at = hwp[v][:hbits]
+            a1, a2 = (hrp[v] + 1)[:hbits], (hrp[v] + 2)[:hbits]
+            count = (hwp[v] - hrp[v])[:hbits + 1]
+            # the queue's second and third entries after this cycle's push
+            e1 = Mux(push_v & (at == a1), new, h1_port.data)
+            e2 = Mux(push_v & (at == a2), new, h2_port.data)
+            head = Signal(packet_header_layout(), name=f"head{v}")
+            behind = Signal(packet_header_layout(), name=f"behind{v}")
+            m.d.sync += [
+                head.eq(Mux(pop_v, e1, Mux(push_v & (count == 0), new, head))),
+                behind.eq(Mux(pop_v, e2, e1)),
             ]
-
-        # Header push on a message's first packet and payload beat write, each unless its queue is full.
-        h_idx, v_idx = self.hdr_in.payload.ch[:vbits], self.beat_in.payload.ch[:vbits]
-        _, hdr_ok, hdr_drop = _push(m, hwp, hrp, h_idx, nh, self.hdr_in.valid, "hdr")
-        wp_v, beat_ok, beat_drop = _push(m, wp, rp, v_idx, lb, self.beat_in.valid, "beat")
-        for v in range(n):
-            m.d.comb += hdr_wr[v].en.eq(hdr_ok & (h_idx == v))
+            m.d.comb += [
+                hw_port.addr.eq(at), hw_port.data.eq(new), hw_port.en.eq(push_v),
+                h1_port.addr.eq(a1), h2_port.addr.eq(a2),
+                self.heads[v].eq(head),
+                self.hdr_valid[v].eq(hwp[v] != hrp[v]),
+                self.nexts[v].eq(behind),
+                self.hdr_two[v].eq(count >= 2),
+            ]
         m.d.comb += [
-            wr.addr.eq(Cat(wp_v[:abits], v_idx)),
+            wr.addr.eq(Cat(wp[v_idx][:abits], v_idx)),
             wr.data.eq(self.beat_in.payload.data),
             wr.en.eq(beat_ok),
         ]
@@ -135,9 +159,6 @@ class LandingBuffer(wiring.Component):
         # shown and may be overwritten: the ring's read pointer only moves when a beat is taken.
         out_valid = Signal()
         osel = Signal(CHANNEL_BITS)
-        sel_idx = self.sel[:vbits]
-        sel_ok = self.sel < n
-        mine, take, can_issue = Signal(), Signal(), Signal()
         rp_s, count = Signal.like(rp[0]), Signal.like(rp[0])
         m.d.comb += [
             mine.eq(out_valid & (osel == self.sel)),
@@ -158,7 +179,6 @@ class LandingBuffer(wiring.Component):
         for v in range(n):
             m.d.comb += [self.levels[v].eq(wp[v] - rp[v]), self.hdr_levels[v].eq(hwp[v] - hrp[v])]
 
-        pop = self.hdr_pop & sel_ok & self.hdr_valid.bit_select(sel_idx, 1)
         with m.If(pop):
             m.d.sync += hrp[sel_idx].eq(hrp[sel_idx] + 1)
 

@@ -122,7 +122,10 @@ MUTANTS = {
     "shows_other_channels_beat": ("mine.eq(out_valid & (osel == self.sel))", "mine.eq(out_valid)"),
     "bubble_after_each_beat": ("out_valid.eq(sel_ok & (count > mine))",
                                "out_valid.eq(sel_ok & (count > mine) & ~mine)"),
-    "nexts_shows_the_head": ("hn_port.addr.eq((hrp[v] + 1)[:hbits])", "hn_port.addr.eq(hrp[v][:hbits])"),
+    "nexts_shows_the_head": ("behind.eq(Mux(pop_v, e2, e1))", "behind.eq(Mux(pop_v, e2, head))"),
+    "head_misses_a_push_into_an_empty_queue": ("Mux(push_v & (count == 0), new, head)", "head"),
+    "header_full_flag_ignores_pops": ("nh, h_push, h_pop)", "nh, h_push, 0)"),
+    "beat_full_flag_ignores_pushes": ("lb, b_push, b_pop)", "lb, 0, b_pop)"),
     "pops_empty_header_queue": ("pop = self.hdr_pop & sel_ok & self.hdr_valid.bit_select(sel_idx, 1)",
                                 "pop = self.hdr_pop & sel_ok"),
 }

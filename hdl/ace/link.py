@@ -216,14 +216,17 @@ class TxPort(wiring.Component):
         with m.Elif(load):
             m.d.sync += start(self.msg.payload)
 
-        # -- credits: returns and reservations of the same cycle both count
+        # -- credits: returns and reservations of the same cycle both count (both sums are made before the
+        # reservation, which comes through the control plane's job builder, is known; it only picks one)
         for v in range(cfg.n_channels):
             ret_b = self.credit.beat & (self.credit.beat_vc == v)
             ret_h = self.credit.hdr & (self.credit.hdr_vc == v)
             res = self.reserve.valid & (self.reserve.vc == v)
+            beats = self.beat_credits[v] + ret_b
+            hdrs = self.hdr_credits[v] + ret_h
             m.d.sync += [
-                self.beat_credits[v].eq(self.beat_credits[v] + ret_b - Mux(res, self.reserve.beats, 0)),
-                self.hdr_credits[v].eq(self.hdr_credits[v] + ret_h - res),
+                self.beat_credits[v].eq(Mux(res, beats - self.reserve.beats, beats)),
+                self.hdr_credits[v].eq(Mux(res, hdrs - 1, hdrs)),
             ]
 
         sent = late(m, self.flit.valid & self.flit.ready, "sent_late")

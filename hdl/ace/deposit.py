@@ -155,8 +155,6 @@ class DepositUnit(wiring.Component):
                                  op_beats.eq(scan.beats), op_status.eq(Mux(scan.head.poison, Status.PROTOCOL, 0)),
                                  geo_wait.eq(BlockGeometry.LATENCY - 1)]
                     m.next = "GEO"
-                with m.Else():
-                    m.d.comb += spill.advance.eq(1)
 
             # -- a landed message: to the output (posted) or to a spill record --------------------------------
             with m.State("GEO"):         # geometry inputs are op_*; the result is valid LATENCY cycles later

@@ -2,10 +2,12 @@
 
 Entry ``e`` describes the message in record ``e`` of the window (``SPILL_BASE + e * max_message_beats *
 beat_bytes``). Only the first ``spill_entries`` entries (the register, at most ``cfg.spill_entries``) are used.
-A scan pointer walks the entries, one per cycle while ``advance`` is high, and shows the entry under it with the
-lowest live command of its tag: ``ready`` when the entry is valid and its command is posted (the message can be
-copied to its output). ``free``/``free_e`` name the lowest usable entry not in use. ``fill`` writes an entry
-and marks it valid; ``clear`` frees one (``fill`` wins when both name the same entry in one cycle).
+A scan pointer walks the entries, one per cycle, all the time; a register stage holds the entry it pointed at
+in the cycle before and the lowest live command of its tag then (``cur``, ``cur_e``, ``cmd``), so the deposit
+unit's decision starts at flip-flops. ``ready``: the staged entry is valid now, was not written or freed in
+the cycle it was staged, and its command is posted and still live (the message can be copied to its output).
+``free``/``free_e`` name the lowest usable entry not in use. ``fill`` writes an entry and marks it valid;
+``clear`` frees one (``fill`` wins when both name the same entry in one cycle).
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -27,9 +29,9 @@ def spill_entry_layout():
 class SpillTable(wiring.Component):
     """Spilled-message headers, the scan over them and the free-entry pick (see the module docstring).
 
-    Ports: the command table's tags and live bits, ``spill_entries`` (the entries in use); ``advance``; out:
-    the entry under the pointer (``cur``, ``cur_e``), ``ready`` and its command ``cmd``, ``free``/``free_e``
-    (combinational); in: ``fill`` and ``clear`` (one-cycle events, effective at the clock edge).
+    Ports: the command table's tags and live bits, ``spill_entries`` (the entries in use); out: the staged
+    entry (``cur``, ``cur_e``), ``ready`` and its command ``cmd``, ``free``/``free_e`` (combinational); in:
+    ``fill`` and ``clear`` (one-cycle events, effective at the clock edge).
     """
 
     def __init__(self, cfg):
@@ -40,7 +42,6 @@ class SpillTable(wiring.Component):
             "cmd_tag": In(data.ArrayLayout(unsigned(16), NC)),
             "cmd_live": In(NC),
             "spill_entries": In(8),
-            "advance": In(1),
             "cur": Out(spill_entry_layout()),
             "cur_e": Out(e),
             "ready": Out(1),
@@ -58,11 +59,16 @@ class SpillTable(wiring.Component):
         ent_v = Signal(max(1, E))
         eptr = Signal(range(max(1, E)))
         if E > 1:
-            with m.If(self.advance):
-                m.d.sync += eptr.eq(Mux(eptr == E - 1, 0, eptr + 1))
-        m.d.comb += [self.cur.eq(ent[eptr]), self.cur_e.eq(eptr)]
-        hit, cmd = command_lookup(m, self.cur.tag, self.cmd_tag, self.cmd_live, "entry")
-        m.d.comb += [self.ready.eq(ent_v.bit_select(eptr, 1) & hit if E else 0), self.cmd.eq(cmd)]
+            m.d.sync += eptr.eq(Mux(eptr == E - 1, 0, eptr + 1))
+        # the stage: the entry under the pointer, its command lookup, and whether this cycle writes or frees it
+        hit, cmd = command_lookup(m, ent[eptr].tag, self.cmd_tag, self.cmd_live, "entry")
+        s_hit, s_ok = Signal(), Signal()
+        touched = ((self.fill.valid & (self.fill.e == eptr)) | (self.clear.valid & (self.clear.e == eptr)))
+        m.d.sync += [self.cur.eq(ent[eptr]), self.cur_e.eq(eptr), s_hit.eq(hit), self.cmd.eq(cmd),
+                     s_ok.eq(~touched)]
+        if E:
+            m.d.comb += self.ready.eq(s_ok & ent_v.bit_select(self.cur_e, 1) & s_hit
+                                      & self.cmd_live.bit_select(self.cmd, 1))
         for e in reversed(range(E)):
             with m.If(~ent_v[e] & (e < self.spill_entries)):
                 m.d.comb += [self.free.eq(1), self.free_e.eq(e)]

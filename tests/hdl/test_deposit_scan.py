@@ -1,5 +1,5 @@
 """The deposit unit's landing scan and spill table in Amaranth's simulator against models: random landing
-states, command tables, spill fills and clears, the spill table's pointer advancing at random.
+states, command tables, spill fills and clears, both scans' register stages.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -73,43 +73,49 @@ def test_landing_scan_shows_each_channel_in_turn_a_cycle_later_and_classifies_it
 
 
 def test_spill_table_keeps_filled_entries_until_cleared_and_finds_free_and_ready_ones():
+    """The pointer moves every cycle; the outputs show the entry it pointed at a cycle before with that cycle's
+    command lookup, ready only if the entry was not written or freed in that cycle, is valid now and its
+    command is still live."""
     rng = random.Random(seed_for(92))
     dut = SpillTable(CFG)
 
     async def bench(ctx):
-        ent, valid, ptr = [None] * E, [0] * E, 0
+        ent, valid = [None] * E, [0] * E
+        staged = None                       # (entry index, its contents, lookup, untouched) of the cycle before
         for cycle in range(3000):
             if cycle % 500 == 0:
                 used = rng.choice([0, 1, E // 2, E, 200])         # the register may exceed the table
             tags = [rng.randrange(TAGS) for _ in range(NC)]
             live = rng.randrange(1 << NC)
-            advance = rng.random() < 0.5
             fill = {"valid": int(rng.random() < 0.2), "e": rng.randrange(E),
                     "entry": {"tag": rng.randrange(TAGS), "chunk": rng.randrange(1 << 16),
                               "key": rng.randrange(1 << 12), "length": rng.randrange(1 << 20),
                               "bad": rng.choice([0, 16, 17])}}
             clear = {"valid": int(rng.random() < 0.2), "e": rng.randrange(E)}
             for port, value in ((dut.cmd_tag, tags), (dut.cmd_live, live), (dut.spill_entries, used),
-                                (dut.advance, advance), (dut.fill, fill), (dut.clear, clear)):
+                                (dut.fill, fill), (dut.clear, clear)):
                 ctx.set(port, value)
             free = [e for e in range(min(E, used)) if not valid[e]]
             assert ctx.get(dut.free) == int(bool(free)), cycle
             if free:
                 assert ctx.get(dut.free_e) == free[0], cycle
-            assert ctx.get(dut.cur_e) == ptr, cycle
-            hit, cmd = lookup(ent[ptr]["tag"], tags, live) if ent[ptr] else (0, None)
-            assert ctx.get(dut.ready) == int(bool(valid[ptr] and hit)), cycle
-            if valid[ptr]:
-                for f, v in ent[ptr].items():
-                    assert ctx.get(dut.cur[f]) == v, (cycle, f)
+            if staged is not None:
+                e, contents, (hit, cmd), untouched = staged
+                assert ctx.get(dut.cur_e) == e, cycle
+                if contents is not None:
+                    for f, v in contents.items():
+                        assert ctx.get(dut.cur[f]) == v, (cycle, f)
                 if hit:
                     assert ctx.get(dut.cmd) == cmd, cycle
+                want = untouched and valid[e] and hit and live >> cmd & 1
+                assert ctx.get(dut.ready) == int(bool(want)), cycle
+            ptr = cycle % E
+            touched = (fill["valid"] and fill["e"] == ptr) or (clear["valid"] and clear["e"] == ptr)
+            staged = (ptr, ent[ptr], lookup(ent[ptr]["tag"], tags, live) if ent[ptr] else (0, None), not touched)
             await ctx.tick()
             if clear["valid"]:
                 valid[clear["e"]] = 0
             if fill["valid"]:                           # a fill wins over a clear of the same entry
                 ent[fill["e"]], valid[fill["e"]] = fill["entry"], 1
-            if advance:
-                ptr = (ptr + 1) % E
 
     run_sim(dut, bench)

@@ -143,7 +143,10 @@ def _meta_layout(cfg):
 def _split_command(m, cfg, cmd_in, splitter, meta_fifo):
     """Accept ``cmd_in`` through a register slice (the command's producers - descriptor fetch, load and store
     units, the deposit unit - and their arbiter stay out of the splitter's cycle) into the burst splitter and the
-    realigner's command FIFO in the same cycle. Returns the slice (a command held in it counts as busy)."""
+    realigner's command FIFO, each taking it when it can (a flag per side remembers which has it), so that the
+    FIFO's write does not wait on the splitter's last-burst decision. The FIFO may hold a command's entry
+    before the splitter starts its bursts: its data comes back after them. Returns the slice (a command held in
+    it counts as busy)."""
     lw = exact_log2(cfg.beat_bytes)
     w = cfg.beat_bytes
     m.submodules.cmd_slice = cmd_slice = SkidBuffer(dma_cmd_layout(cfg))
@@ -154,12 +157,19 @@ def _split_command(m, cfg, cmd_in, splitter, meta_fifo):
     axi_beats = (off + c.length + (w - 1))[lw:]
     stream_beats = (c.length + (w - 1))[lw:]
     meta = _meta_layout(cfg)(meta_fifo.w_data)
+    meta_done, run_done = Signal(name="meta_done"), Signal(name="run_done")   # this command's side taken
+    meta_ok = meta_done | meta_fifo.w_rdy
+    run_ok = run_done | splitter.run.ready
+    with m.If(cmd.valid & ~(meta_ok & run_ok)):
+        m.d.sync += [meta_done.eq(meta_ok), run_done.eq(run_ok)]
+    with m.Else():
+        m.d.sync += [meta_done.eq(0), run_done.eq(0)]
     m.d.comb += [
         splitter.run.payload.addr.eq(c.addr),
         splitter.run.payload.beats.eq(axi_beats),
-        splitter.run.valid.eq(cmd.valid & meta_fifo.w_rdy),
-        meta_fifo.w_en.eq(cmd.valid & splitter.run.ready),
-        cmd.ready.eq(splitter.run.ready & meta_fifo.w_rdy),
+        splitter.run.valid.eq(cmd.valid & ~run_done),
+        meta_fifo.w_en.eq(cmd.valid & ~meta_done),
+        cmd.ready.eq(meta_ok & run_ok),
         meta.off.eq(off),
         meta.beats.eq(stream_beats),
         meta.extra.eq(axi_beats != stream_beats),

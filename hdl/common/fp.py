@@ -208,7 +208,12 @@ class FloatAdder(wiring.Component):
         # Rounding on the packed integer: a fraction carry bumps the exponent, which is exactly the
         # renormalisation of 1.11..1 + ulp and the step from the largest subnormal to the smallest normal.
         s4 = {k: stage(f"s4_{k}", s3[k]) for k in ("sign", "nan", "inf", "zero", "zero_sign")}
-        s4["packed"] = stage("s4_packed", (Cat(norm[3:W + 2], exp_field) + round_up)[:F + E + 1])
+        # The increment as a parallel prefix (bit i flips when every bit below it is one): a log-depth AND
+        # tree per bit, where the adder ABC made of ``+ round_up`` rippled (35 levels, 1.25 ns at 45 nm).
+        unrounded = Cat(norm[3:W + 2], exp_field)
+        rounded = Cat(*(unrounded[i] ^ (round_up & (unrounded[:i].all() if i else 1))
+                        for i in range(F + E + 1)))
+        s4["packed"] = stage("s4_packed", rounded)
 
         # ---- S5: overflow, pack, specials ---------------------------------------------------------------------
         packed = s4["packed"]

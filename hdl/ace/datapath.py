@@ -200,7 +200,7 @@ class Datapath(wiring.Component):
             beats = p.reserve.beats
             base = Signal(18, name=f"tx{k}_queued_base")     # the count with this cycle's grant, before sends
             m.d.comb += [base.eq(queued + Mux(p.reserve.valid, Mux(beats == 0, 1, beats), 0)),
-                         queued_next.eq(base - sent)]
+                         queued_next.eq(Mux(sent, base - 1, base))]
             # the room is registered from the count's next value (the reservation comes from the issue stage's
             # register): exact, and the arbiter's grant decision starts at a flip-flop. (A room one cycle old
             # let younger chunks' messages in ahead of the oldest chunk's forwards: 0.939 -> 0.887 of the

@@ -14,6 +14,8 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..common.logic import at_least_two
+
 __all__ = ["sram_read_layout", "sram_write_layout", "ChunkSram", "BankStreamer"]
 
 
@@ -96,7 +98,7 @@ class ChunkSram(wiring.Component):
                     with m.If(hit):
                         m.d.comb += rp.addr.eq(req.addr >> sb)
                 if len(hits) > 1:
-                    conflicts.append(sum(hits) > 1)
+                    conflicts.append(at_least_two(hits))
                 whits = []
                 for i in reversed(range(self.n_writers)):
                     req = self.wr[i]
@@ -105,7 +107,7 @@ class ChunkSram(wiring.Component):
                     with m.If(hit):
                         m.d.comb += [wp.en.eq(1), wp.addr.eq(req.addr >> sb), wp.data.eq(req.data)]
                 if len(whits) > 1:
-                    conflicts.append(sum(whits) > 1)
+                    conflicts.append(at_least_two(whits))
         # Read data: each client takes the bank it named in the previous cycle.
         for i in range(self.n_readers):
             sel = Signal(len(bank_of(self.rd[i])), name=f"rsel{i}")

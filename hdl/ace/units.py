@@ -18,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
 from ..common.layouts import CHANNEL_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
-from ..common.logic import one_hot
+from ..common.logic import late, one_hot
 from .dma import dma_cmd_layout
 from .geometry import BlockGeometry
 from .link import tx_beat_layout
@@ -124,13 +124,15 @@ class LoadUnit(wiring.Component):
             self.wr.addr.eq(cur.sram_addr + count),
             self.wr.data.eq(Mux(cur.zero, 0, self.rd_data.payload.data)),
         ]
+        # bytes written, counted a cycle late (the last beat's write decides on the bank's arbitration)
+        m.d.sync += self.bytes.eq(self.bytes + late(m, Mux(beat & last & ~cur.zero, cur.nbytes, 0), "bytes_late"))
         # done: registered, the cycle after the last beat's write (the write decides on the bank's arbitration
         # in its own cycle, too late to reach the command table and FSMs through a report in the same one)
         m.d.sync += self.done.valid.eq(0)
         with m.If(beat):
             m.d.sync += count.eq(count + 1)
             with m.If(last):
-                m.d.sync += [count.eq(0), self.bytes.eq(self.bytes + Mux(cur.zero, 0, cur.nbytes))]
+                m.d.sync += count.eq(0)
                 m.d.comb += inflight.r_en.eq(1)
                 m.d.sync += [
                     self.done.valid.eq(1),

@@ -3,9 +3,9 @@
 import functools
 import operator
 
-from amaranth.hdl import Cat, Mux, Signal
+from amaranth.hdl import Cat, Const, Mux, Signal
 
-__all__ = ["one_hot", "one_hot_mux", "late"]
+__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two"]
 
 
 def one_hot(index, n):
@@ -28,3 +28,15 @@ def late(m, value, name=None):
     reg = Signal.like(value, name=name, init=0)
     m.d.sync += reg.eq(value)
     return reg
+
+
+def at_least_two(bits):
+    """Whether two or more of ``bits`` (a list of 1-bit values) are set, as a balanced tree of (any, two)
+    pairs: ``log2(len(bits))`` AND-OR levels, where ``sum(bits) > 1`` builds a population count."""
+    def tree(part):
+        if len(part) == 1:
+            return part[0], Const(0, 1)
+        half = len(part) // 2
+        (a1, t1), (a2, t2) = tree(part[:half]), tree(part[half:])
+        return a1 | a2, t1 | t2 | (a1 & a2)
+    return tree(list(bits))[1] if bits else Const(0, 1)

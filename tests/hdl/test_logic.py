@@ -1,18 +1,57 @@
 """Shared combinational blocks (hdl/common/logic.py) and the engine netlist's widest cell.
 
-``one_hot(index, n)`` must equal ``(1 << index)`` truncated to ``n`` bits for every index, in range or not.
+``one_hot(index, n)`` must equal ``(1 << index)`` truncated to ``n`` bits for every index, in range or not;
+``at_least_two(bits)`` must equal ``sum(bits) > 1`` for every input of several widths; ``late`` lags a cycle.
 The engine's RTLIL must hold no cell wider than its widest datapath: a ``1 << signal`` on a 16-bit channel
 field once built a 65,551-bit shifter whose combinational-cycle check took Amaranth 100 s of the small engine's
 110 s conversion (yosys then optimised it away, so only conversion time showed it).
 """
 
+import pytest
 from amaranth.back import rtlil
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.engine import AceEngine
-from syncfabric.hdl.common.logic import one_hot
+from syncfabric.hdl.common.logic import at_least_two, late, one_hot
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_at_least_two_matches_a_population_count_for_every_input(n):
+    bits = [Signal(name=f"b{i}") for i in range(n)]
+    out = Signal()
+    m = Module()
+    m.d.comb += out.eq(at_least_two(bits))
+    sim = Simulator(m)
+
+    async def bench(ctx):
+        for v in range(1 << n):
+            for i, b in enumerate(bits):
+                ctx.set(b, v >> i & 1)
+            assert ctx.get(out) == int(bin(v).count("1") > 1), v
+
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_late_shows_the_value_of_the_cycle_before():
+    x, y = Signal(8), Signal(8)
+    m = Module()
+    m.d.comb += y.eq(late(m, x))
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+
+    async def bench(ctx):
+        prev = 0
+        for v in (3, 200, 0, 77, 77, 5):
+            ctx.set(x, v)
+            assert ctx.get(y) == prev
+            await ctx.tick()
+            prev = v
+
+    sim.add_testbench(bench)
+    sim.run()
 
 
 def test_one_hot_matches_a_truncated_shift_for_every_index():

@@ -113,7 +113,7 @@ class Datapath(wiring.Component):
         # receive units, K the load unit. The store and load units come last (lowest priority): they give way
         # on a bank another unit uses.
         m.submodules.sram = sram = ChunkSram(cfg, n_readers=2 * K + 1, n_writers=K + 1)
-        with m.If(late(m, sram.conflict, "sram_conflict_late")):     # a sticky diagnostic: a cycle late is fine
+        with m.If(sram.conflict):
             m.d.sync += self.sram_conflict.eq(1)
         m.submodules.deposit = dep = DepositUnit(cfg)
         dep_own = Signal(K)          # the deposit unit has port k's landing read side (registered hand-over)
@@ -195,19 +195,23 @@ class Datapath(wiring.Component):
             ]
             # flits granted to the port and not yet sent (a header-only message is one flit): the control
             # plane grants a message to the port only while this is at most TX_LOOKAHEAD
-            queued, queued_next = Signal(17, name=f"tx{k}_queued"), Signal(17, name=f"tx{k}_queued_next")
+            queued = Signal(17, name=f"tx{k}_queued")
             sent = tx.flit.valid & tx.flit.ready
             beats = p.reserve.beats
-            base = Signal(18, name=f"tx{k}_queued_base")     # the count with this cycle's grant, before sends
-            m.d.comb += [base.eq(queued + Mux(p.reserve.valid, Mux(beats == 0, 1, beats), 0)),
-                         queued_next.eq(Mux(sent, base - 1, base))]
-            # the room is registered from the count's next value (the reservation comes from the issue stage's
-            # register): exact, and the arbiter's grant decision starts at a flip-flop. (A room one cycle old
-            # let younger chunks' messages in ahead of the oldest chunk's forwards: 0.939 -> 0.887 of the
-            # link bound on the demo's ring.)
-            # (both compares are made before the port's handshake is known, which only picks one)
-            m.d.sync += [queued.eq(queued_next),
-                         p.tx_room.eq(Mux(sent, base <= self.tx_lookahead + 1, base <= self.tx_lookahead))]
+            # The count's next value and the room from it are exact (the room registered from the next value:
+            # a room one cycle old let younger chunks' messages in ahead of the oldest chunk's forwards, 0.939
+            # -> 0.887 of the link bound on the demo's ring). The four sums and compares are made from
+            # registers; this cycle's reservation (through the job builder) and send (the port's handshake)
+            # only pick one.
+            granted = Signal(18, name=f"tx{k}_queued_granted")
+            m.d.comb += granted.eq(queued + Mux(beats == 0, 1, beats))
+            L = self.tx_lookahead
+            with m.If(p.reserve.valid):
+                m.d.sync += [queued.eq(Mux(sent, granted - 1, granted)),
+                             p.tx_room.eq(Mux(sent, granted <= L + 1, granted <= L))]
+            with m.Else():
+                m.d.sync += [queued.eq(Mux(sent, queued - 1, queued)),
+                             p.tx_room.eq(Mux(sent, queued <= L + 1, queued <= L))]
             # forwards: every receive unit offers its forward to every TX mux; the addressed one takes it
             for j, (hj, fj) in enumerate(zip(fwd_hdr, fwd)):
                 m.d.comb += [

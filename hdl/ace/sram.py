@@ -46,7 +46,7 @@ class ChunkSram(wiring.Component):
     Lower-numbered clients have priority: ``rd_free[i]`` / ``wr_free[i]`` is high when no lower-numbered client
     of the same kind names the bank client ``i`` names in this cycle (whether or not ``i`` requests), so a client that
     can wait requests only when free. If two clients of one kind name one bank in one cycle anyway, the
-    lower-numbered one wins and ``conflict`` is raised (the engine makes it a sticky STATUS bit: it must never
+    lower-numbered one wins and ``conflict`` is raised in the next cycle (the engine makes it a sticky STATUS bit: it must never
     be seen)."""
 
     def __init__(self, cfg, n_readers, n_writers):
@@ -117,7 +117,10 @@ class ChunkSram(wiring.Component):
                     with m.Case(bank):
                         m.d.comb += self.rdata[i].eq(rdata[bank])
         if conflicts:
-            m.d.comb += self.conflict.eq(Cat(*conflicts).any())
+            # a cycle late: each bank's conflict registered, then their OR (a diagnostic, off the grant paths)
+            banks = Signal(len(conflicts))
+            m.d.sync += banks.eq(Cat(*conflicts))
+            m.d.comb += self.conflict.eq(banks.any())
         for reqs, free in ((self.rd, self.rd_free), (self.wr, self.wr_free)):
             for i in range(len(free)):
                 taken = [reqs[j].en & (bank_of(reqs[j]) == bank_of(reqs[i])) for j in range(i)]

@@ -228,7 +228,7 @@ def liberty_outputs(liberty):
 
 
 def _net_base(net):
-    """A readable stem for nets derived from ``net`` (``\\a.b [3]`` -> ``a.b[3]``)."""
+    """A readable stem for the nets of ``net``'s buffer tree (``\\a.b [3]`` -> ``a.b[3]``)."""
     return net.lstrip("\\").replace(" ", "")
 
 
@@ -282,7 +282,7 @@ def buffer_fanout(netlist, liberty, *, limit=FANOUT_LIMIT, buf=FANOUT_BUFFER):
         while len(todo) > limit:
             nxt = []
             for g in range(0, len(todo), limit):
-                new = f"\\{base}$fo{level}_{g // limit} "
+                new = f"\\{base}$fo{n_nets}_{level}_{g // limit} "        # (the net's number keeps names apart)
                 decls.append(f"  wire {new};")
                 for kind, k in todo[g:g + limit]:
                     if kind == "line":
@@ -291,7 +291,7 @@ def buffer_fanout(netlist, liberty, *, limit=FANOUT_LIMIT, buf=FANOUT_BUFFER):
                     else:
                         cells[k][1] = new
                 prefix = f"$flatten\\{path}." if path else ""
-                cells.append([f"\\{prefix}$fanout${base.replace('.', '_')}${level}_{g // limit} ", None, new])
+                cells.append([f"\\{prefix}$fanout${n_nets}_{level}_{g // limit} ", None, new])
                 nxt.append(("buf", len(cells) - 1))
                 added[path] = added.get(path, 0.0) + buf_area
             todo, level = nxt, level + 1

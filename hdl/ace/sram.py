@@ -192,9 +192,13 @@ class BankStreamer(wiring.Component):
             self.o.payload.last.eq(q.r_data[W]),
             q.r_en.eq(self.o.ready),
         ]
+        # the beats left to deliver: the sums with and without a new run are made from registers and the run's
+        # length; the start (the owner's decision) and the hand-over (the consumer's ready) only pick one
+        queued = Signal.like(to_deliver)
+        m.d.comb += queued.eq(to_deliver + self.beats)
         m.d.sync += [
             inflight.eq(inflight + issue - landed),
-            to_deliver.eq(to_deliver - took + Mux(self.start, self.beats, 0)),
+            to_deliver.eq(Mux(self.start, Mux(took, queued - 1, queued), Mux(took, to_deliver - 1, to_deliver))),
         ]
         with m.If(issue):
             m.d.sync += [to_issue.eq(to_issue - 1), addr.eq(addr + 1)]

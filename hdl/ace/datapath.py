@@ -182,7 +182,10 @@ class Datapath(wiring.Component):
                 rx.hdr_pop.eq(Mux(dep_own[k], dep.hdr_pop, ru.hdr_pop)),
                 rx.err_clear.eq(Mux(dep_own[k], dep.err_clear, ru.err_clear)),
                 ru.heads.eq(rx.heads), ru.nexts.eq(rx.nexts), ru.vc_err.eq(rx.err),
-                ru.land.valid.eq(rx.data.valid & ~dep_own[k]), ru.land.payload.eq(rx.data.payload),
+                # the receive unit's valid from the buffer's registers and its own channel register (the
+                # same as rx.data.valid while it owns the port, without the ownership mux on sel in front)
+                ru.land.valid.eq(rx.data_pending & (rx.data_ch == ru.sel) & ~dep_own[k]),
+                ru.land.payload.eq(rx.data.payload),
                 rx.data.ready.eq(Mux(dep_own[k], dep.land.ready, ru.land.ready)),
                 dep.heads[k].eq(rx.heads), dep.hdr_valid[k].eq(rx.hdr_valid), dep.errs[k].eq(rx.err),
                 dep.levels[k].eq(rx.levels), dep.hdr_levels[k].eq(rx.hdr_levels),

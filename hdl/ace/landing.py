@@ -36,6 +36,11 @@ def consumer_members(cfg: AceConfig):
         "sel": In(CHANNEL_BITS),
         "hdr_pop": In(1),
         "data": Out(stream.Signature(unsigned(8 * cfg.beat_bytes))),
+        # registers behind ``data.valid``: a beat is in the read pipeline's output (``data_pending``), of channel
+        # ``data_ch``; ``data.valid`` is ``data_pending & (data_ch == sel)``, so a consumer whose channel is a
+        # register of its own can tell its valid from these without the consumers' ``sel`` mux in front
+        "data_pending": Out(1),
+        "data_ch": Out(CHANNEL_BITS),
         "levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_beats) + 1), n)),
         "hdr_levels": Out(data.ArrayLayout(unsigned(exact_log2(cfg.landing_headers) + 1), n)),
     }
@@ -156,6 +161,7 @@ class LandingBuffer(wiring.Component):
             rp_s.eq(rp[sel_idx]),
             count.eq(wp[sel_idx] - rp_s),
             self.data.valid.eq(mine),
+            self.data_pending.eq(out_valid), self.data_ch.eq(osel),
             self.data.payload.eq(rd.data),
             rd.en.eq(can_issue),
             rd.addr.eq(Cat((rp_s + mine)[:abits], sel_idx)),

@@ -312,6 +312,7 @@ class RxPort(wiring.Component):
             buf.sel.eq(self.sel), buf.hdr_pop.eq(self.hdr_pop),
             self.heads.eq(buf.heads), self.hdr_valid.eq(buf.hdr_valid),
             self.nexts.eq(buf.nexts), self.hdr_two.eq(buf.hdr_two),
+            self.data_pending.eq(buf.data_pending), self.data_ch.eq(buf.data_ch),
             self.levels.eq(buf.levels), self.hdr_levels.eq(buf.hdr_levels), self.credit.eq(buf.credit),
             self.flits.eq(dfr.flits), self.packets.eq(dfr.packets), self.crc_errors.eq(dfr.crc_errors),
         ]

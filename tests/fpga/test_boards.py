@@ -142,6 +142,53 @@ def test_an_over_full_device_is_read_from_the_nextpnr_log(tmp_path):
     assert _over_utilized(log) == []
 
 
+def test_an_abc9_assertion_rebuilds_with_the_classic_abc_and_says_so(tmp_path, monkeypatch):
+    """Yosys 0.70's ABC9 asserts inside its re-integration on some tops (the one-engine ring board): the build
+    runs again with the classic ABC's LUT mapping and the result carries a note; any other failure stays one."""
+    from syncfabric.fpga import build
+
+    report = {"utilization": {"TRELLIS_COMB": {"used": 100, "available": 1000}},
+              "fmax": {"clk": {"achieved": 30.0, "constraint": 25.0}}, "critical_paths": []}
+    runs = []
+
+    def fake_run(plat, top, out, *a, classic_abc, **kw):
+        runs.append(classic_abc)
+        if not classic_abc:
+            (out / "top.rpt").write_text("2.46.24.7. Executing ABC_OPS_REINTEGRATE pass.\n"
+                                         "ERROR: Assert `GetSize(conn.first) == GetSize(conn.second)' failed\n")
+            return subprocess.CalledProcessError(1, ["sh", "build_top.sh"])
+        (out / "top.report.json").write_text(json.dumps(report))
+        (out / "top.bit").write_bytes(b"bit")
+        return None
+
+    monkeypatch.setattr(build, "_run_build", fake_run)
+    res = build_board("ulx3s-85f-linktest", build_dir=tmp_path)
+    assert runs == [False, True] and res.bitstream and res.fmax_mhz == 30.0
+    assert len(res.notes) == 1 and "classic ABC" in res.notes[0] and "classic ABC" in format_build(res)
+
+    def other_failure(plat, top, out, *a, classic_abc, **kw):
+        runs.append(classic_abc)
+        (out / "top.rpt").write_text("2.3. Executing PROC pass.\nERROR: Assert `x' failed\n")
+        return subprocess.CalledProcessError(1, ["sh", "build_top.sh"])
+
+    runs.clear()
+    monkeypatch.setattr(build, "_run_build", other_failure)
+    with pytest.raises(BuildError, match="build failed"):
+        build_board("ulx3s-85f-linktest", build_dir=tmp_path)
+    assert runs == [False]
+
+
+def test_the_classic_abc_script_replaces_only_the_lut_mapping():
+    from syncfabric.fpga.fpgasynth import abc9_tripped, classic_abc_script
+
+    script = classic_abc_script("top").splitlines()
+    assert script[0] == "synth_ecp5 -top top -run :map_luts" and "abc -lut 4" in script
+    assert script[-1] == "synth_ecp5 -top top -run map_cells:"
+    assert abc9_tripped("2.46.24.5. Executing ABC9.\nERROR: Assert `count_id(wire->name) == 0' failed\n")
+    assert not abc9_tripped("2.46.24.5. Executing ABC9.\n2.47. Executing OPT pass.\nERROR: Assert `x' failed\n")
+    assert not abc9_tripped("2.46.24.5. Executing ABC9.\nERROR: Module `top' not found\n")
+
+
 def test_build_stage_follows_the_tools_logs(tmp_path):
     """The progress output of a long build names the step the tools are at, from their logs."""
     from syncfabric.fpga.build import build_stage

@@ -101,7 +101,8 @@ def test_ecp5_synthesis_falls_back_to_classic_abc_when_abc9_asserts(tmp_path, mo
         script = (Path(cwd) / "fpga.ys").read_text()
         scripts.append(script)
         if "abc -lut 4" not in script:
-            (Path(cwd) / "fpga.log").write_text(f"ERROR: Assert `{fpgasynth.ABC9_ASSERT}' failed in rtlil.cc\n")
+            (Path(cwd) / "fpga.log").write_text("2.46.24.5. Executing ABC9.\n"
+                                                "ERROR: Assert `count_id(wire->name) == 0' failed in rtlil.cc\n")
             return type("R", (), {"returncode": 1, "stdout": "", "stderr": ""})()
         stat = {"modules": {"\\top": {"num_cells_by_type": {"LUT4": 10, "CCU2C": 2, "TRELLIS_FF": 7}}}}
         (Path(cwd) / "fpga_stat.json").write_text(json.dumps(stat))

@@ -17,7 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES
-from ..common.logic import one_hot_mux
+from ..common.logic import one_hot_mux, up_down
 from .arbiter import OldestPick, age_layout
 from .fsm import fsm_context_layout
 from .regs import N_PARTITIONS, TERMINAL_PARTITION as TERMINAL
@@ -127,6 +127,6 @@ class PartitionManager(wiring.Component):
         for p in range(MAX_PHASES):
             leave = moves.valid & (h_phase == p)
             enter = self.dispatch if p == 0 else (moves.valid & ~h_handoff & (h_phase == p - 1))
-            m.d.sync += self.used[p].eq(self.used[p] + enter - leave)
-        m.d.sync += self.used_term.eq(self.used_term + to_term - self.done.valid)
+            up_down(m, self.used[p], enter, leave)
+        up_down(m, self.used_term, to_term, self.done.valid)
         return m

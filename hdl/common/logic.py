@@ -5,7 +5,7 @@ import operator
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two"]
+__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down"]
 
 
 def one_hot(index, n):
@@ -40,3 +40,13 @@ def at_least_two(bits):
         (a1, t1), (a2, t2) = tree(part[:half]), tree(part[half:])
         return a1 | a2, t1 | t2 | (a1 & a2)
     return tree(list(bits))[1] if bits else Const(0, 1)
+
+
+def up_down(m, count, up, down):
+    """Step the register ``count`` by ``up - down`` (1-bit each) this cycle, with both candidates (``count + 1``,
+    ``count - 1``) made from the register and the late ``up``/``down`` only picking one: a two-level mux at the
+    end of their logic instead of an adder behind it. Wraps as ``count + up - down`` would."""
+    base = count.name if isinstance(count, Signal) else "count"
+    inc, dec = Signal(count.shape(), name=f"{base}_inc"), Signal(count.shape(), name=f"{base}_dec")
+    m.d.comb += [inc.eq(count + 1), dec.eq(count - 1)]
+    m.d.sync += count.eq(Mux(up == down, count, Mux(up, inc, dec)))

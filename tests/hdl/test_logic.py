@@ -1,7 +1,8 @@
 """Shared combinational blocks (hdl/common/logic.py) and the engine netlist's widest cell.
 
 ``one_hot(index, n)`` must equal ``(1 << index)`` truncated to ``n`` bits for every index, in range or not;
-``at_least_two(bits)`` must equal ``sum(bits) > 1`` for every input of several widths; ``late`` lags a cycle.
+``at_least_two(bits)`` must equal ``sum(bits) > 1`` for every input of several widths; ``late`` lags a cycle;
+``up_down`` steps (and wraps) as an adder would.
 The engine's RTLIL must hold no cell wider than its widest datapath: a ``1 << signal`` on a 16-bit channel
 field once built a 65,551-bit shifter whose combinational-cycle check took Amaranth 100 s of the small engine's
 110 s conversion (yosys then optimised it away, so only conversion time showed it).
@@ -14,7 +15,7 @@ from amaranth.sim import Simulator
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.engine import AceEngine
-from syncfabric.hdl.common.logic import at_least_two, late, one_hot
+from syncfabric.hdl.common.logic import at_least_two, late, one_hot, up_down
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
@@ -49,6 +50,30 @@ def test_late_shows_the_value_of_the_cycle_before():
             assert ctx.get(y) == prev
             await ctx.tick()
             prev = v
+
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_up_down_steps_like_an_adder_and_wraps():
+    import random
+
+    count, up, down = Signal(3), Signal(), Signal()
+    m = Module()
+    up_down(m, count, up, down)
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    rng = random.Random(5)
+
+    async def bench(ctx):
+        expect = 0
+        for _ in range(200):
+            u, d = rng.randrange(2), rng.randrange(2)
+            ctx.set(up, u)
+            ctx.set(down, d)
+            await ctx.tick()
+            expect = (expect + u - d) % 8
+            assert ctx.get(count) == expect
 
     sim.add_testbench(bench)
     sim.run()

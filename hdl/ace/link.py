@@ -29,13 +29,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..common.crc import CRC32_XOROUT, crc32_next
+from ..common.crc import CRC32_XOROUT
 from ...sim.golden.link import STOMP
 from ..common.layouts import CHANNEL_BITS, SEQ_BITS, credit_layout, flit_layout, packet_header_layout
 from ..common.logic import late
 from .config import AceConfig
 from .landing import LandingBuffer, consumer_members
-from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, crc_init, header_crc_bits
+from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, crc_cases
 
 __all__ = ["TxPort", "RxPort", "reserve_layout", "tx_beat_layout"]
 
@@ -167,14 +167,8 @@ class TxPort(wiring.Component):
         # Intermediate signals keep the XOR networks from being duplicated into every use.
         # The packet's link sequence number (retransmission; 0 without it) starts its CRC (crc_init).
         seq = Signal(SEQ_BITS)
-        init = Signal(32)
-        hdr_crc, base, crc_after = Signal(32), Signal(32), Signal(32)
-        m.d.comb += [
-            init.eq(crc_init(seq)),
-            hdr_crc.eq(crc32_next(init, header_crc_bits(hw))),
-            base.eq(Mux(first, hdr_crc, crc)),
-            crc_after.eq(Mux(need_data, crc32_next(base, beat), base)),
-        ]
+        crc_after = Signal(32)
+        m.d.comb += crc_after.eq(crc_cases(m, first, hw, beat, seq, crc, need_data))
 
         with m.If(go):
             m.d.sync += [

@@ -17,7 +17,7 @@ from ..common.layouts import CHANNEL_BITS, HEADER_CRC_BYTES, flit_layout, packet
 from .config import AceConfig
 from .landing import beat_write_layout, header_push_layout
 
-__all__ = ["RxDeframer", "LENGTH_BITS", "header_crc_bits", "ceil_beats", "crc_init", "packet_crc_step"]
+__all__ = ["RxDeframer", "LENGTH_BITS", "header_crc_bits", "ceil_beats", "crc_init", "crc_cases", "packet_crc_step"]
 
 #: Bits of the message length field (bytes) and of the beat counts derived from it.
 LENGTH_BITS = 20
@@ -35,19 +35,30 @@ def crc_init(seq):
     return Const(CRC32_INIT, 32) ^ seq
 
 
-def packet_crc_step(m, flit, crc, nonempty):
-    """The CRC register after ``flit`` (a flit-layout signal): a first flit starts from :func:`crc_init` of
-    its ``seq`` and folds in its header word, a later one continues from ``crc`` (the register after the
-    packet's previous flit); the payload beat follows when ``nonempty``. Adds its signals to ``m``; returns
-    the register after the flit (xor ``CRC32_XOROUT`` at the last flit for the CRC value)."""
-    init, hdr_crc, base, after = Signal(32), Signal(32), Signal(32), Signal(32)
+def crc_cases(m, first, hdr, data, seq, crc, nonempty):
+    """The CRC register after a flit whose fields are given separately: a ``first`` flit starts from
+    :func:`crc_init` of ``seq`` and folds in the header word of ``hdr``, a later one continues from ``crc``
+    (the register after the packet's previous flit); the payload ``data`` follows when ``nonempty``.
+
+    The CRC is linear, so each of the four cases (first flit or not, with a payload or not) is one parity
+    tree over its inputs - a first flit's header word and payload as one byte string - and the flit's kind
+    only picks one: the header's tree does not sit in front of the payload's."""
+    init, hdr_word = Signal(32), Signal(8 * HEADER_CRC_BYTES)
+    first_hdr, first_all, later_all = Signal(32), Signal(32), Signal(32)
     m.d.comb += [
-        init.eq(crc_init(flit.seq)),
-        hdr_crc.eq(crc32_next(init, header_crc_bits(flit.hdr))),
-        base.eq(Mux(flit.first, hdr_crc, crc)),
-        after.eq(Mux(nonempty, crc32_next(base, flit.data), base)),
+        init.eq(crc_init(seq)),
+        hdr_word.eq(header_crc_bits(hdr)),
+        first_hdr.eq(crc32_next(init, hdr_word)),
+        first_all.eq(crc32_next(init, Cat(hdr_word, data))),
+        later_all.eq(crc32_next(crc, data)),
     ]
-    return after
+    return Mux(first, Mux(nonempty, first_all, first_hdr), Mux(nonempty, later_all, crc))
+
+
+def packet_crc_step(m, flit, crc, nonempty):
+    """The CRC register after ``flit`` (a flit-layout signal) on a receiver: :func:`crc_cases` of its fields
+    (xor ``CRC32_XOROUT`` at the last flit for the CRC value)."""
+    return crc_cases(m, flit.first, flit.hdr, flit.data, flit.seq, crc, nonempty)
 
 
 def ceil_beats(length, beat_bytes):
@@ -72,8 +83,10 @@ class RxDeframer(wiring.Component):
     beat : Out(stream.Signature(beat_write_layout(cfg), always_ready=True))
         Each payload flit with its channel, in the cycle of the flit (cut-through: before the CRC check).
     err : Out(n_channels)
-        Combinational: the channels with a CRC, header or framing error in this cycle. A flit outside any
-        packet or a packet cut short blames the open packet's channel.
+        The channels with a CRC, header or framing error at the flit of the cycle before (decoded from
+        registers: a check's outcome is registered, the CRC compared against the last flit's field a cycle
+        later). A flit outside any packet or a packet cut short blames the open packet's channel. A consumer
+        sees the error before the flit's beat: the landing buffer shows a beat two cycles after its write.
     bad_channel : Out(1)
         Combinational: a flit of a packet for a VC >= n_fsms (or a source >= rx_sources); nothing of it is
         passed on.
@@ -181,19 +194,28 @@ class RxDeframer(wiring.Component):
             self.beat.payload.data.eq(f.data),
         ]
 
-        # CRC over the header word then each payload flit; checked at the packet's last flit.
+        # CRC over the header word then each payload flit; the register after the packet's last flit is
+        # checked in the next cycle, against that flit's CRC field kept beside it
         crc_after = packet_crc_step(m, f, crc, nonempty)
-        # a stomped packet (CRC inverted by its sender: the payload derives from bad data) fails like a
-        # corrupted one but is not a fault of this link, so it is not counted
-        good = crc_after ^ CRC32_XOROUT
-        crc_bad = fv & framed & f.last & (good != f.crc)
-        stomped = good == (f.crc ^ STOMP)
+        chk, chk_vc, chk_vc_ok, chk_crc = Signal(), Signal(CHANNEL_BITS), Signal(), Signal(32)
         with m.If(fv):
             m.d.sync += crc.eq(crc_after)
+        m.d.sync += [chk.eq(fv & framed & f.last), chk_vc.eq(vc), chk_vc_ok.eq(vc_ok), chk_crc.eq(f.crc)]
+        # a stomped packet (CRC inverted by its sender: the payload derives from bad data) fails like a
+        # corrupted one but is not a fault of this link, so it is not counted
+        good = crc ^ CRC32_XOROUT
+        crc_bad = chk & (good != chk_crc)
+        stomped = good == (chk_crc ^ STOMP)
         with m.If(crc_bad & ~stomped):
             m.d.sync += self.crc_errors.eq(self.crc_errors + 1)
-        flags.append((vc, crc_bad & vc_ok))
 
-        m.d.comb += self.err.eq(Cat(*[Cat(*[cond & (where == v) for where, cond in flags]).any()
+        # the other checks' outcomes are registered too, so every error reaches ``err`` a cycle after its
+        # flit: still before the flit's beat can leave the landing buffer (two cycles after it is written)
+        late_flags = [(chk_vc, crc_bad & chk_vc_ok)]
+        for where, cond in flags:
+            w_r, c_r = Signal(CHANNEL_BITS), Signal()
+            m.d.sync += [w_r.eq(where), c_r.eq(cond)]
+            late_flags.append((w_r, c_r))
+        m.d.comb += self.err.eq(Cat(*[Cat(*[cond & (where == v) for where, cond in late_flags]).any()
                                       for v in range(n)]))
         return m

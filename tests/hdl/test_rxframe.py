@@ -1,8 +1,9 @@
 """RxDeframer in Amaranth's simulator against a model of the receive checks: random messages on random
 channels, their packets interleaved on the link with idle cycles, and faults injected now and then (a payload
 or CRC bit flipped, a flit lost or repeated, a later packet's header changed, a VC or source out of range).
-Every cycle the header pushes, beat writes, per-channel error flags and out-of-range flits are compared with
-the model, which takes its CRCs from the golden link model.
+Every cycle the header pushes, beat writes and out-of-range flits are compared with the model, and the
+per-channel error flags with the model's of the cycle before (the checks are registered); the model takes
+its CRCs from the golden link model.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -143,8 +144,9 @@ def test_deframer_lands_checked_packets_and_flags_every_fault_on_its_channel(nam
 
     async def bench(ctx):
         errs = 0
+        want_err = 0                        # the errors of the cycle before: ``err`` is a cycle after its flit
         assert ctx.get(dut.flit.ready)
-        for cycle, fl in enumerate(traffic):
+        for cycle, fl in enumerate(traffic + [None]):
             ctx.set(dut.flit.valid, fl is not None)
             if fl is None:
                 want = {"hdr": None, "beat": None, "bad_channel": 0, "err": 0}
@@ -158,9 +160,10 @@ def test_deframer_lands_checked_packets_and_flags_every_fault_on_its_channel(nam
                 if ctx.get(dut.beat.valid) else None
             assert got_hdr == want["hdr"], cycle
             assert got_beat == want["beat"], cycle
-            assert ctx.get(dut.err) == want["err"], cycle
+            assert ctx.get(dut.err) == want_err, cycle
             assert ctx.get(dut.bad_channel) == want["bad_channel"], cycle
             errs += want["err"] != 0
+            want_err = want["err"]
             await ctx.tick()
         assert (ctx.get(dut.flits), ctx.get(dut.packets), ctx.get(dut.crc_errors)) == \
             (model.flits, model.packets, model.crc_errors)

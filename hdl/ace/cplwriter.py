@@ -68,6 +68,12 @@ class CompletionWriter(wiring.Component):
         cq_full = Signal()
         m.d.sync += [cq_on.eq(self.cq_size != 0),
                      cq_full.eq(((self.cq_tail + 1) & cq_mask) == (self.cq_head & cq_mask))]
+        # the write address, in two register stages off the command path: the ring slot (CQ_TAIL masked) every
+        # cycle, then CQ_BASE plus the slot's offset when a completion is taken. CQ_TAIL moves only on leaving
+        # WAIT, and SETTLE and IDLE come between that and the next CMD.
+        slot = Signal(32)
+        wr_addr = Signal(64)
+        m.d.sync += slot.eq(self.cq_tail & cq_mask)
         cur = Signal(cpl_l)
         cpl_beats = max(1, COMPLETION_BYTES // W)
         wbeat = Signal(range(cpl_beats + 1))
@@ -80,7 +86,8 @@ class CompletionWriter(wiring.Component):
                     with m.Else():
                         rec = data.View(cpl_l, cplq.r_data)
                         m.d.comb += cplq.r_en.eq(1)
-                        m.d.sync += [cur.eq(cplq.r_data), cur.seq.eq(seq + 1), seq.eq(seq + 1), wbeat.eq(0)]
+                        m.d.sync += [cur.eq(cplq.r_data), cur.seq.eq(seq + 1), seq.eq(seq + 1), wbeat.eq(0),
+                                     wr_addr.eq(self.cq_base + slot * COMPLETION_BYTES)]
                         with m.If(rec.status == Status.OK):
                             m.d.sync += self.cmds_ok.eq(self.cmds_ok + 1)
                         with m.Else():
@@ -89,7 +96,7 @@ class CompletionWriter(wiring.Component):
             with m.State("CMD"):
                 m.d.comb += [
                     self.wr_cmd.valid.eq(1),
-                    self.wr_cmd.payload.addr.eq(self.cq_base + (self.cq_tail & cq_mask) * COMPLETION_BYTES),
+                    self.wr_cmd.payload.addr.eq(wr_addr),
                     self.wr_cmd.payload.length.eq(COMPLETION_BYTES),
                 ]
                 with m.If(self.wr_cmd.ready):

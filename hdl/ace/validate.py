@@ -272,7 +272,9 @@ class DescriptorValidator(wiring.Component):
                 e.n_phases.eq(p.n_phases), e.phase_start.eq(p.phase_start), e.phase_len.eq(p.phase_len),
                 e.load_end.eq(p.load_end), e.load_mask.eq(p.load_mask),
                 e.n_slots.eq(p.n_slots), e.null.eq(flag_null),
-                e.arrivals.eq(p.arrivals * g.n_chunks),
+                # (a barrier's one chunk picked after the product: the collective's decode does not sit in
+                # front of the multiplier)
+                e.arrivals.eq(Mux(barrier, p.arrivals, p.arrivals * self.geom.n_chunks)),
             ]
 
         # ---- stages 1 to 3 of the checks that need a product: in place, windows, the chunk buffer size -----

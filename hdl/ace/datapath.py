@@ -263,9 +263,12 @@ class Datapath(wiring.Component):
         # on the port while it asks; one granted the cycle before is offered now)
         m.d.sync += dep_own.eq(Cat(*[dep.req[k] & recvs[k].idle & ~recvs[k].job.valid for k in range(K)]))
         m.d.comb += dep.own.eq(dep_own)
+        # (its valid, as the receive units', from the buffer's registers and its own channel register)
+        m.d.comb += dep.land.valid.eq(Cat(*[dep_own[k] & rxp[k].data_pending & (rxp[k].data_ch == dep.sel)
+                                            for k in range(K)]).any())
         for k in range(K):
             with m.If(dep_own[k]):
-                m.d.comb += [dep.land.valid.eq(rxp[k].data.valid), dep.land.payload.eq(rxp[k].data.payload)]
+                m.d.comb += dep.land.payload.eq(rxp[k].data.payload)
         m.d.comb += [
             ctl.dep_geo_cmd.eq(dep.geo_cmd), ctl.dep_geo_chunk.eq(dep.geo_chunk), ctl.dep_geo_block.eq(dep.geo_block),
             dep.geo_addr.eq(ctl.dep_geo_addr), dep.geo_nbytes.eq(ctl.dep_geo_nbytes),

@@ -310,34 +310,43 @@ class RecvUnit(wiring.Component):
         m.d.comb += self.unpopped.eq(Mux(nxt_v, nxt_oh, 0) | Mux(fe_v, fe_oh, 0))
 
         # the next job's header check: against the head of its channel, or the header behind it while the
-        # front end's job on the same channel still holds the head (granted only when its header is there)
+        # front end's job on the same channel still holds the head (granted only when its header is there).
+        # That header does not change while the job waits (the pop that ends the front end's job makes the
+        # header behind the head), so the check runs from the queue's registers into registers (``chk``),
+        # valid from the job's second cycle in the queue: the hand-over below only reads its outcome.
         head = Signal(packet_header_layout())
         behind = fe_v & (fe.ch == nxt.ch)
         with m.Switch(nxt.ch):
             for c in range(cfg.n_channels):
                 with m.Case(c):
                     m.d.comb += head.eq(Mux(behind, self.nexts[c], self.heads[c]))
-        mismatch = Signal()
-        m.d.comb += mismatch.eq((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk)
-                                | (head.phase != nxt.exp.phase) | (head.key != nxt.exp.key)
-                                | (head.length != nxt.exp.length))
-        # the sender's command disagrees with this one (element type; operator where the step reduces) on a
-        # message with elements (an empty one, e.g. a barrier's, has none to disagree on): the message is
-        # processed, but the step ends with MISMATCH and its forward is poisoned. Beside the header compare
-        # above, it feeds only registers (fe_status, the forward queue), not the job's hand-over.
-        disagree = Signal()
-        m.d.comb += disagree.eq((nxt.beats != 0) & ((head.dtype != nxt.dtype) | (nxt.reduce & (head.op != nxt.op))))
+        chk_l = data.StructLayout({"mismatch": 1, "disagree": 1, "poison": 1, "drain_beats": 16})
+        chk, chk_valid = Signal(chk_l), Signal()
         load = Signal()
+        m.d.sync += [
+            chk.mismatch.eq((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk)
+                            | (head.phase != nxt.exp.phase) | (head.key != nxt.exp.key)
+                            | (head.length != nxt.exp.length)),
+            # the sender's command disagrees with this one (element type; operator where the step reduces) on
+            # a message with elements (an empty one, e.g. a barrier's, has none to disagree on): the message is
+            # processed, but the step ends with MISMATCH and its forward is poisoned
+            chk.disagree.eq((nxt.beats != 0) & ((head.dtype != nxt.dtype) | (nxt.reduce & (head.op != nxt.op)))),
+            chk.poison.eq(head.poison),
+            chk.drain_beats.eq((head.length + cfg.beat_bytes - 1) >> beat_shift),
+            chk_valid.eq(nxt_v & ~load),
+        ]
+        mismatch = chk.mismatch
         needs_operand = ~mismatch & nxt.reduce & (nxt.beats != 0)
         prestart = Signal()
         m.d.comb += [
             # the operand of the queued job is read ahead, as soon as the current job's reads are issued
-            iss.operand.valid.eq(nxt_v & ~nxt_started & needs_operand),
+            iss.operand.valid.eq(nxt_v & chk_valid & ~nxt_started & needs_operand),
             iss.operand.payload.buf.eq(nxt.buf), iss.operand.payload.addr.eq(nxt.sram_addr),
             iss.operand.payload.beats.eq(nxt.beats),
             prestart.eq(iss.operand.valid & iss.operand.ready),
             # the job moves on to the front end (and is queued at the back end) when its operand is started
-            wb.job.valid.eq(nxt_v & (~fe_v | fe_end) & (nxt_started | ~needs_operand | iss.operand.ready)),
+            wb.job.valid.eq(nxt_v & chk_valid & (~fe_v | fe_end)
+                            & (nxt_started | ~needs_operand | iss.operand.ready)),
             load.eq(wb.job.valid & wb.job.ready),
         ]
         with m.If(prestart & ~load):
@@ -345,9 +354,9 @@ class RecvUnit(wiring.Component):
         with m.If(load):
             m.d.sync += [
                 fe.eq(nxt), fe_oh.eq(nxt_oh), fe_v.eq(1), nxt_v.eq(job_take), drain.eq(mismatch),
-                left.eq(Mux(mismatch, (head.length + cfg.beat_bytes - 1) >> beat_shift, nxt.beats)),
+                left.eq(Mux(mismatch, chk.drain_beats, nxt.beats)),
                 fe_status.eq(Mux(mismatch, Status.PROTOCOL,
-                                 Mux(disagree, Status.MISMATCH, Mux(head.poison, Status.PROTOCOL, 0)))),
+                                 Mux(chk.disagree, Status.MISMATCH, Mux(chk.poison, Status.PROTOCOL, 0)))),
             ]
         with m.Elif(fe_end):
             m.d.sync += fe_v.eq(0)
@@ -355,7 +364,8 @@ class RecvUnit(wiring.Component):
         m.d.comb += [
             *[wj[k].eq(nxt[k]) for k in ("fsm", "cmd", "buf", "sram_addr", "beats", "reduce", "fwd", "fwd_port")],
             wj.fill.eq(mismatch),
-            wj.fwd_hdr.eq(nxt.fwd_hdr), wj.fwd_hdr.poison.eq(nxt.fwd_hdr.poison | mismatch | disagree | head.poison),
+            wj.fwd_hdr.eq(nxt.fwd_hdr),
+            wj.fwd_hdr.poison.eq(nxt.fwd_hdr.poison | mismatch | chk.disagree | chk.poison),
             # landing beats: dropped when draining, else reduced with the operand or passed through
             iss.mode.run.eq(fe_v & (left != 0)), iss.mode.drain.eq(drain), iss.mode.reduce.eq(fe.reduce),
             iss.mode.dtype.eq(fe.dtype), iss.mode.op.eq(fe.op),

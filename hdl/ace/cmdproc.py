@@ -15,6 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Status
+from ..common.layouts import completion_layout
 from ..common.skid import SkidBuffer
 from .cmdrecords import CommandRecords
 from .cmdtable import cmd_done_layout, cmd_entry_layout
@@ -127,7 +128,11 @@ class CommandProcessor(wiring.Component):
         m.submodules.done_slice = done_slice = SkidBuffer(cmd_done_layout(cfg))
         wiring.connect(m, wiring.flipped(self.cmd_done), done_slice.i)
         wiring.connect(m, done_slice.o, rec.i_done)
-        wiring.connect(m, rec.o_cpl, cplw.i_cpl)
+        # and completions (a report or a rejection, picked by the command FSM's state) reach the completion
+        # queue through one: the pick is too late to choose the queue's write data in its cycle
+        m.submodules.cpl_slice = cpl_slice = SkidBuffer(completion_layout())
+        wiring.connect(m, rec.o_cpl, cpl_slice.i)
+        wiring.connect(m, cpl_slice.o, cplw.i_cpl)
 
         # ---- fetch, look up, validate ---------------------------------------------------------------------
         free_slot = Signal(_w(NC))

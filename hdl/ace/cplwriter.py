@@ -60,13 +60,15 @@ class CompletionWriter(wiring.Component):
 
         seq = Signal(32)
         cq_mask = Signal(32)
-        m.d.comb += cq_mask.eq(self.cq_size - 1)
+        m.d.sync += cq_mask.eq(self.cq_size - 1)
         # registered (one cycle behind the registers): the ring is enabled, and it has room. A completion written
         # moves CQ_TAIL on leaving WAIT, so SETTLE spends the cycle these need to see the new tail; a CQ_HEAD the
         # host just moved is seen a cycle late, which only delays a write.
-        cq_on = Signal()
+        # The mask (CQ_SIZE - 1) is a register too, and a ring just set up counts as enabled a cycle after it,
+        # once "full" has been judged with its mask (the host sets CQ_SIZE before the first command).
+        cq_on, cq_on_pre = Signal(), Signal()
         cq_full = Signal()
-        m.d.sync += [cq_on.eq(self.cq_size != 0),
+        m.d.sync += [cq_on_pre.eq(self.cq_size != 0), cq_on.eq(cq_on_pre),
                      cq_full.eq(((self.cq_tail + 1) & cq_mask) == (self.cq_head & cq_mask))]
         # the write address, in two register stages off the command path: the ring slot (CQ_TAIL masked) every
         # cycle, then CQ_BASE plus the slot's offset when a completion is taken. CQ_TAIL moves only on leaving

@@ -150,8 +150,11 @@ class FloatAdder(wiring.Component):
         big_normal, small_normal = big_exp_field != 0, small_exp_field != 0
         # A subnormal has the exponent of the smallest normal number and no hidden bit.
         big_exp = Mux(big_normal, big_exp_field, 1)
-        small_exp = Mux(small_normal, small_exp_field, 1)
-        s1_diff = (big_exp - small_exp)[:E]  # never negative: |big| >= |small|
+        # The exponent difference (never negative: |big| >= |small|) both ways from the operands' own
+        # exponents, beside the magnitude compare, which only picks one: the compare and the subtract run in
+        # parallel instead of one behind the other.
+        eff_a, eff_b = Mux(exp_a != 0, exp_a, 1), Mux(exp_b != 0, exp_b, 1)
+        s1_diff = Mux(swap, (eff_b - eff_a)[:E], (eff_a - eff_b)[:E])
         s1 = {
             "sign": stage("s1_sign", big[-1]),
             "exp": stage("s1_exp", big_exp),

@@ -43,10 +43,18 @@ def at_least_two(bits):
 
 
 def up_down(m, count, up, down):
-    """Step the register ``count`` by ``up - down`` (1-bit each) this cycle, with both candidates (``count + 1``,
-    ``count - 1``) made from the register and the late ``up``/``down`` only picking one: a two-level mux at the
-    end of their logic instead of an adder behind it. Wraps as ``count + up - down`` would."""
+    """Step the register ``count`` (reset value 0, written nowhere else) by ``up - down`` (1-bit each) this
+    cycle. ``count + 1`` and ``count - 1`` are kept in flip-flops beside it (stepped with it, their own
+    candidates made from ``count``), so the late ``up``/``down`` only pick among registers: a mux at the end of
+    their logic. (Candidates made by adders in the same cycle do not do it: the synthesis tool merges them
+    back into one adder with the late select as its carry in.) Wraps as ``count + up - down`` would."""
+    width = len(count)
     base = count.name if isinstance(count, Signal) else "count"
-    inc, dec = Signal(count.shape(), name=f"{base}_inc"), Signal(count.shape(), name=f"{base}_dec")
-    m.d.comb += [inc.eq(count + 1), dec.eq(count - 1)]
-    m.d.sync += count.eq(Mux(up == down, count, Mux(up, inc, dec)))
+    inc = Signal(width, name=f"{base}_inc", init=1)
+    dec = Signal(width, name=f"{base}_dec", init=(1 << width) - 1)
+    same = up == down
+    m.d.sync += [
+        count.eq(Mux(same, count, Mux(up, inc, dec))),
+        inc.eq(Mux(same, inc, Mux(up, count + 2, count))),
+        dec.eq(Mux(same, dec, Mux(up, count, count - 2))),
+    ]

@@ -30,11 +30,14 @@ class CommandRecords(wiring.Component):
     Ports
     -----
     now : In(32)
-        The cycle counter; a completion's ``cycles`` is ``now - start``.
+        The cycle counter, one more every cycle; a completion's ``cycles`` is ``now - start``. The differences
+        are kept in registers a cycle ahead (``now + 1 - start`` of the command in hand and of every slot), so
+        the completion's pick of its source does not sit in front of a subtractor.
     cur : In(command_facts_layout)
-        The command in hand.
+        The command in hand; rejected no earlier than the cycle after it last changed.
     save : In(1)
-        Store ``cur`` as the facts of slot ``save_slot`` (takes effect in the next cycle).
+        Store ``cur`` as the facts of slot ``save_slot`` (takes effect in the next cycle; the slot's command
+        does not finish in that cycle).
     i_reject : In(stream)
         Reject the command in hand with ``status`` and ``detail``: a completion of ``cur``.
     i_done : In(stream(cmd_done_layout))
@@ -66,15 +69,21 @@ class CommandRecords(wiring.Component):
                     with m.Case(i):
                         m.d.sync += facts[i].eq(self.cur)
 
-        def record(f):
+        # the elapsed cycles of the command in hand and of each slot, registered one cycle ahead
+        elapsed_cur = Signal(32)
+        elapsed = [Signal(32, name=f"slot{i}_elapsed") for i in range(NC)]
+        m.d.sync += [elapsed_cur.eq(self.now + 1 - self.cur.start),
+                     *[e.eq(self.now + 1 - f.start) for e, f in zip(elapsed, facts)]]
+
+        def record(f, cycles):
             return [o.cookie.eq(f.cookie), o.tag.eq(f.tag), o.collective.eq(f.collective),
-                    o.sq_index.eq(f.sq_index), o.cycles.eq(self.now - f.start)]
+                    o.sq_index.eq(f.sq_index), o.cycles.eq(cycles)]
 
         o, rej, done = self.o_cpl.payload, self.i_reject, self.i_done
         # a rejection has priority; a finished command waits a cycle
         with m.If(rej.valid):
             m.d.comb += [self.o_cpl.valid.eq(1), rej.ready.eq(self.o_cpl.ready)]
-            m.d.comb += record(self.cur) + [o.status.eq(rej.payload.status), o.detail.eq(rej.payload.detail)]
+            m.d.comb += record(self.cur, elapsed_cur) + [o.status.eq(rej.payload.status), o.detail.eq(rej.payload.detail)]
         with m.Else():
             m.d.comb += [self.o_cpl.valid.eq(done.valid), done.ready.eq(done.valid & self.o_cpl.ready),
                          o.status.eq(done.payload.status), o.detail.eq(done.payload.detail),
@@ -82,5 +91,5 @@ class CommandRecords(wiring.Component):
             with m.Switch(done.payload.slot):
                 for i in range(NC):
                     with m.Case(i):
-                        m.d.comb += record(facts[i])
+                        m.d.comb += record(facts[i], elapsed[i])
         return m

@@ -88,6 +88,20 @@ class PartitionManager(wiring.Component):
         m.submodules.oldest = oldest = OldestPick(F)
         m.submodules.moves = moves = OldestPick(F)
         m.d.comb += [oldest.req.eq(self.active), oldest.older.eq(self.age), moves.older.eq(self.age)]
+        # The counts are stepped a cycle after the moves (from registered copies of the move, the dispatch and
+        # the done), off the move's pick; the occupancy the room checks and the ports see adds that pending
+        # step back (from registers), so every decision is the one the up-to-date counts would give.
+        used_r = Signal(data.ArrayLayout(unsigned(8), MAX_PHASES))
+        term_r = Signal(8)
+        mv_valid, mv_handoff, mv_phase, disp_r, done_r = Signal(), Signal(), Signal(3), Signal(), Signal()
+        enters = [disp_r if p == 0 else (mv_valid & ~mv_handoff & (mv_phase == p - 1)) for p in range(MAX_PHASES)]
+        leaves = [mv_valid & (mv_phase == p) for p in range(MAX_PHASES)]
+        to_term_r = mv_valid & mv_handoff
+        for p in range(MAX_PHASES):
+            m.d.comb += self.used[p].eq(used_r[p] + enters[p] - leaves[p])
+            up_down(m, used_r[p], enters[p], leaves[p])
+        m.d.comb += self.used_term.eq(term_r + to_term_r - done_r)
+        up_down(m, term_r, to_term_r, done_r)
         term_free = self.used_term < self.part[TERMINAL]
         next_free = Cat(*[self.used[p] < self.part[p] for p in range(MAX_PHASES)])  # room in p (from p-1)
         move_req = Signal(F)
@@ -124,9 +138,6 @@ class PartitionManager(wiring.Component):
                 m.d.sync += [term[b].eq(1), t_cmd[b].eq(h_cmd), t_status[b].eq(h_status)]
             with m.Elif(self.done.valid & (done.buf == b)):
                 m.d.sync += term[b].eq(0)
-        for p in range(MAX_PHASES):
-            leave = moves.valid & (h_phase == p)
-            enter = self.dispatch if p == 0 else (moves.valid & ~h_handoff & (h_phase == p - 1))
-            up_down(m, self.used[p], enter, leave)
-        up_down(m, self.used_term, to_term, self.done.valid)
+        m.d.sync += [mv_valid.eq(moves.valid), mv_handoff.eq(h_handoff), mv_phase.eq(h_phase),
+                     disp_r.eq(self.dispatch), done_r.eq(self.done.valid)]
         return m

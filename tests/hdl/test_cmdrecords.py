@@ -30,18 +30,29 @@ def test_rejections_and_finished_commands_become_completions_with_the_saved_fact
 
     async def bench(ctx):
         # every slot saved once so that the model knows them all
+        now0 = (1 << 32) - 1000 - rng.randrange(2000)   # the counter wraps during the run
         for i, f in enumerate(saved):
+            ctx.set(dut.now, (now0 - len(saved) + i) & 0xFFFFFFFF)
             ctx.set(dut.cur, f)
             ctx.set(dut.save, 1)
             ctx.set(dut.save_slot, i)
             await ctx.tick()
+        cur = saved[-1]                                   # in hand since the last save above
+        just_saved = CFG.n_cmds - 1
         for cycle in range(4000):
-            now, cur = rng.getrandbits(32), facts(rng)
+            now = (now0 + cycle) & 0xFFFFFFFF             # the cycle counter: one more every cycle
+            # a new command in hand now and then; it is not rejected in the cycle it arrives
+            new_cmd = rng.random() < 0.3
+            if new_cmd:
+                cur = facts(rng)
             save, slot = int(rng.random() < 0.2), rng.randrange(CFG.n_cmds)
             rej = {"status": rng.randrange(1, 256), "detail": rng.getrandbits(32)}
-            done = {"slot": rng.randrange(CFG.n_cmds), "status": rng.getrandbits(8), "detail": rng.getrandbits(32),
+            # a slot's command does not finish in the cycle after it was saved
+            done = {"slot": rng.choice([s for s in range(CFG.n_cmds) if s != just_saved]),
+                    "status": rng.getrandbits(8), "detail": rng.getrandbits(32),
                     "contributors": rng.getrandbits(len(dut.i_done.payload.contributors))}
-            rv, dv, ready = int(rng.random() < 0.3), int(rng.random() < 0.5), int(rng.random() < 0.7)
+            rv = int(not new_cmd and rng.random() < 0.3)
+            dv, ready = int(rng.random() < 0.5), int(rng.random() < 0.7)
             ctx.set(dut.now, now)
             ctx.set(dut.cur, cur)
             ctx.set(dut.save, save)
@@ -66,6 +77,7 @@ def test_rejections_and_finished_commands_become_completions_with_the_saved_fact
                 assert {name: getattr(got, name) for name in want} == want, cycle
                 seen["both" if rv and dv else "rej" if rv else "done"] += 1
             await ctx.tick()
+            just_saved = slot if save else None
             if save:
                 saved[slot] = cur
 

@@ -17,7 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES
-from ..common.logic import one_hot_mux, up_down
+from ..common.logic import one_hot_mux, up_down_below
 from .arbiter import OldestPick, age_layout
 from .fsm import fsm_context_layout
 from .regs import N_PARTITIONS, TERMINAL_PARTITION as TERMINAL
@@ -88,22 +88,10 @@ class PartitionManager(wiring.Component):
         m.submodules.oldest = oldest = OldestPick(F)
         m.submodules.moves = moves = OldestPick(F)
         m.d.comb += [oldest.req.eq(self.active), oldest.older.eq(self.age), moves.older.eq(self.age)]
-        # The counts are stepped a cycle after the moves (from registered copies of the move, the dispatch and
-        # the done), off the move's pick; the occupancy the room checks and the ports see adds that pending
-        # step back (from registers), so every decision is the one the up-to-date counts would give.
-        used_r = Signal(data.ArrayLayout(unsigned(8), MAX_PHASES))
-        term_r = Signal(8)
-        mv_valid, mv_handoff, mv_phase, disp_r, done_r = Signal(), Signal(), Signal(3), Signal(), Signal()
-        enters = [disp_r if p == 0 else (mv_valid & ~mv_handoff & (mv_phase == p - 1)) for p in range(MAX_PHASES)]
-        leaves = [mv_valid & (mv_phase == p) for p in range(MAX_PHASES)]
-        to_term_r = mv_valid & mv_handoff
-        for p in range(MAX_PHASES):
-            m.d.comb += self.used[p].eq(used_r[p] + enters[p] - leaves[p])
-            up_down(m, used_r[p], enters[p], leaves[p])
-        m.d.comb += self.used_term.eq(term_r + to_term_r - done_r)
-        up_down(m, term_r, to_term_r, done_r)
-        term_free = self.used_term < self.part[TERMINAL]
-        next_free = Cat(*[self.used[p] < self.part[p] for p in range(MAX_PHASES)])  # room in p (from p-1)
+        # room in each partition (p from p-1; the terminal one): flip-flops kept with the counts (below), so
+        # the moves' requests start from registers. A PART register written is followed a cycle late.
+        term_free = Signal()
+        next_free = Signal(MAX_PHASES)
         move_req = Signal(F)
         for f in range(F):
             is_oldest = oldest.onehot[f]
@@ -115,7 +103,7 @@ class PartitionManager(wiring.Component):
                 self.handoff_wait[f].eq(ho & ~term_free & ~is_oldest),
             ]
         m.d.comb += [moves.req.eq(move_req), self.move_valid.eq(moves.valid), self.move_fsm.eq(moves.sel),
-                     self.room0.eq(self.used[0] < self.part[0])]
+                     self.room0.eq(next_free[0])]
         # the moving chunk: a hand-off (else a phase change), its phase, buffer, command and status
         def moving(value):
             return one_hot_mux([(moves.onehot[f], value(f)) for f in range(F)])
@@ -138,6 +126,11 @@ class PartitionManager(wiring.Component):
                 m.d.sync += [term[b].eq(1), t_cmd[b].eq(h_cmd), t_status[b].eq(h_status)]
             with m.Elif(self.done.valid & (done.buf == b)):
                 m.d.sync += term[b].eq(0)
-        m.d.sync += [mv_valid.eq(moves.valid), mv_handoff.eq(h_handoff), mv_phase.eq(h_phase),
-                     disp_r.eq(self.dispatch), done_r.eq(self.done.valid)]
+        for p in range(MAX_PHASES):
+            leave = moves.valid & (h_phase == p)
+            enter = self.dispatch if p == 0 else (moves.valid & ~h_handoff & (h_phase == p - 1))
+            m.d.comb += next_free[p].eq(up_down_below(m, self.used[p], enter, leave, self.part[p],
+                                                       name=f"free{p}"))
+        m.d.comb += term_free.eq(up_down_below(m, self.used_term, to_term, self.done.valid, self.part[TERMINAL],
+                                               name="free_term"))
         return m

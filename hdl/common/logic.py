@@ -5,7 +5,7 @@ import operator
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down"]
+__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down", "up_down_below"]
 
 
 def one_hot(index, n):
@@ -47,7 +47,8 @@ def up_down(m, count, up, down):
     cycle. ``count + 1`` and ``count - 1`` are kept in flip-flops beside it (stepped with it, their own
     candidates made from ``count``), so the late ``up``/``down`` only pick among registers: a mux at the end of
     their logic. (Candidates made by adders in the same cycle do not do it: the synthesis tool merges them
-    back into one adder with the late select as its carry in.) Wraps as ``count + up - down`` would."""
+    back into one adder with the late select as its carry in.) Wraps as ``count + up - down`` would. Returns
+    the two candidate registers."""
     width = len(count)
     base = count.name if isinstance(count, Signal) else "count"
     inc = Signal(width, name=f"{base}_inc", init=1)
@@ -58,3 +59,14 @@ def up_down(m, count, up, down):
         inc.eq(Mux(same, inc, Mux(up, count + 2, count))),
         dec.eq(Mux(same, dec, Mux(up, count, count - 2))),
     ]
+    return inc, dec
+
+
+def up_down_below(m, count, up, down, cap, name=None):
+    """:func:`up_down` on ``count``, and a flip-flop that is ``count < cap`` for the count it holds: each
+    candidate's compare (``count``, ``count + 1``, ``count - 1`` against ``cap``) is made from registers and
+    the late ``up``/``down`` only pick one. ``cap`` (a register) is followed a cycle late. Returns the flag."""
+    inc, dec = up_down(m, count, up, down)
+    below = Signal(name=name, init=1)       # count 0 < any cap but 0; the first cycle after reset follows cap
+    m.d.sync += below.eq(Mux(up == down, count < cap, Mux(up, inc < cap, dec < cap)))
+    return below

@@ -2,7 +2,8 @@
 
 ``one_hot(index, n)`` must equal ``(1 << index)`` truncated to ``n`` bits for every index, in range or not;
 ``at_least_two(bits)`` must equal ``sum(bits) > 1`` for every input of several widths; ``late`` lags a cycle;
-``up_down`` steps (and wraps) as an adder would.
+``up_down`` steps (and wraps) as an adder would, ``up_down_below`` flags the count against the cap of the
+cycle before.
 The engine's RTLIL must hold no cell wider than its widest datapath: a ``1 << signal`` on a 16-bit channel
 field once built a 65,551-bit shifter whose combinational-cycle check took Amaranth 100 s of the small engine's
 110 s conversion (yosys then optimised it away, so only conversion time showed it).
@@ -15,7 +16,7 @@ from amaranth.sim import Simulator
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.engine import AceEngine
-from syncfabric.hdl.common.logic import at_least_two, late, one_hot, up_down
+from syncfabric.hdl.common.logic import at_least_two, late, one_hot, up_down, up_down_below
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
@@ -74,6 +75,32 @@ def test_up_down_steps_like_an_adder_and_wraps():
             await ctx.tick()
             expect = (expect + u - d) % 8
             assert ctx.get(count) == expect
+
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_up_down_below_flags_the_count_against_the_cap_of_the_cycle_before():
+    import random
+
+    count, up, down, cap = Signal(3), Signal(), Signal(), Signal(3)
+    m = Module()
+    below = up_down_below(m, count, up, down, cap)
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    rng = random.Random(6)
+
+    async def bench(ctx):
+        expect = 0
+        assert ctx.get(below)                        # after reset: room
+        for _ in range(300):
+            u, d, c = rng.randrange(2), rng.randrange(2), rng.randrange(8)
+            ctx.set(up, u)
+            ctx.set(down, d)
+            ctx.set(cap, c)
+            await ctx.tick()
+            expect = (expect + u - d) % 8
+            assert ctx.get(count) == expect and ctx.get(below) == (expect < c)
 
     sim.add_testbench(bench)
     sim.run()

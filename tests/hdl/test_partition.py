@@ -24,10 +24,13 @@ class Model:
         self.used = [0] * MAX_PHASES
         self.used_term = 0
         self.term = {}          # buffer -> (cmd, status)
+        # the room checks follow the PART registers a cycle late (the RTL keeps each "count < PART" in a
+        # flip-flop); after reset every partition counts as having room
+        self.prev_part = [1] * N_PARTITIONS
 
     def step(self, x):
         """Outputs for inputs ``x`` this cycle, then the state update (as the RTL's clock edge)."""
-        part = x["part"]
+        part, self.prev_part = self.prev_part, x["part"]
         term_free = self.used_term < part[TERMINAL]
         req, pwait, hwait = [], [], []
         oldest = oldest_first_model(x["active"], x["seq"])
@@ -131,6 +134,7 @@ def test_the_oldest_chunk_moves_into_a_full_partition_and_a_younger_one_waits():
     async def bench(ctx):
         for p in range(N_PARTITIONS):
             ctx.set(dut.part[p], 0)                 # every partition full
+        await ctx.tick()                            # (the room flags follow PART a cycle late)
         ctx.set(dut.active, 0b11)
         ctx.set(dut.age, _age([7, 5] + [0] * (F - 2)))  # FSM 1 holds the oldest chunk
         ctx.set(dut.at_end, 0b11)

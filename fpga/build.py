@@ -15,8 +15,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .fpgasynth import abc9_tripped, classic_abc_script
 from .boards import board as get_board
+from .fpgasynth import abc9_tripped, classic_abc_script
 from .tools import BUILD_ROOT, yowasp_env
 
 __all__ = ["BuildResult", "BuildError", "build_board", "build_stage", "parse_nextpnr_report", "format_build",

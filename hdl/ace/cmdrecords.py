@@ -83,7 +83,8 @@ class CommandRecords(wiring.Component):
         # a rejection has priority; a finished command waits a cycle
         with m.If(rej.valid):
             m.d.comb += [self.o_cpl.valid.eq(1), rej.ready.eq(self.o_cpl.ready)]
-            m.d.comb += record(self.cur, elapsed_cur) + [o.status.eq(rej.payload.status), o.detail.eq(rej.payload.detail)]
+            m.d.comb += record(self.cur, elapsed_cur) + [o.status.eq(rej.payload.status),
+                                                         o.detail.eq(rej.payload.detail)]
         with m.Else():
             m.d.comb += [self.o_cpl.valid.eq(done.valid), done.ready.eq(done.valid & self.o_cpl.ready),
                          o.status.eq(done.payload.status), o.detail.eq(done.payload.detail),

@@ -2,13 +2,16 @@
 
 ``arrive`` (one cycle) reports a deposit written, or given up, for command ``cmd`` with ``status``; it appears
 on ``arrived`` one cycle later (``arrived.cmd`` follows ``arrive.cmd`` every cycle) and counts one deposit and
-``bytes`` deposited bytes. ``spill`` (one cycle) counts one spilled message of ``bytes`` bytes.
+``bytes`` deposited bytes. ``spill`` (one cycle) counts one spilled message of ``bytes`` bytes. The counters
+add registered events (:func:`~..common.logic.late`), so they lag ``arrived`` by a cycle: their 64-bit adders
+start at flip-flops instead of behind the deposit unit's decisions.
 """
 
 from amaranth.hdl import Module, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.logic import late
 from .units import STATUS_SHAPE, _w
 
 __all__ = ["DepositCounters", "counter_ports"]
@@ -41,8 +44,10 @@ class DepositCounters(wiring.Component):
         a, s = self.arrive, self.spill
         m.d.sync += [self.arrived.valid.eq(a.valid), self.arrived.cmd.eq(a.cmd),
                      self.arrived.status.eq(a.status)]
-        with m.If(a.valid):
-            m.d.sync += [self.deposits.eq(self.deposits + 1), self.deposit_bytes.eq(self.deposit_bytes + a.bytes)]
-        with m.If(s.valid):
-            m.d.sync += [self.spills.eq(self.spills + 1), self.spill_bytes.eq(self.spill_bytes + s.bytes)]
+        a_valid, a_bytes = late(m, a.valid, "arrive_late"), late(m, a.bytes, "arrive_bytes_late")
+        s_valid, s_bytes = late(m, s.valid, "spill_late"), late(m, s.bytes, "spill_bytes_late")
+        with m.If(a_valid):
+            m.d.sync += [self.deposits.eq(self.deposits + 1), self.deposit_bytes.eq(self.deposit_bytes + a_bytes)]
+        with m.If(s_valid):
+            m.d.sync += [self.spills.eq(self.spills + 1), self.spill_bytes.eq(self.spill_bytes + s_bytes)]
         return m

@@ -169,7 +169,9 @@ and every message the chunk sends from now on, is bad), ``unit_done`` (a unit re
         # phases: the view of the chunk's command (addressed in IDLE, read from ADVANCE on)
         m.d.comb += self.view_addr.eq(Mux(st == IDLE, self.chunk.payload.cmd, ctx.cmd))
         bounds = e.phases[ctx.phase]
-        last_phase = ctx.phase + 1 >= e.n_phases
+        # the phase is the command's last: decided with the phase's bounds (entering it) and kept in a
+        # flip-flop, so that ``at_end`` - the partition manager's move requests - starts from registers
+        last_phase = Signal()
         phase_done = (pc == stop) & ~in_dec & ~cur_v & ~nstep_v & (n_exec == 0)   # decoded and retired
         m.d.comb += [
             self.at_end.eq((st == ADVANCE) & ~enter & (pc == stop) & ~last_phase),
@@ -186,7 +188,8 @@ and every message the chunk sends from now on, is bad), ``unit_done`` (a unit re
             with m.Case(ADVANCE):
                 with m.If(enter):
                     # entering the phase: load its bounds (phase 0 after the LOADs the sequencer issued)
-                    m.d.sync += [pc.eq(bounds.first), stop.eq(bounds.stop), enter.eq(0)]
+                    m.d.sync += [pc.eq(bounds.first), stop.eq(bounds.stop), enter.eq(0),
+                                 last_phase.eq(ctx.phase + 1 >= e.n_phases)]
                 with m.Elif(pc == stop):
                     with m.If(last_phase):
                         m.d.sync += st.eq(HANDOFF)

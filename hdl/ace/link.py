@@ -107,6 +107,10 @@ class TxPort(wiring.Component):
         # flip-flops, so that the message's end is known without comparing the count), beat in packet, packet
         # offset, running CRC
         active = Signal()
+        # ~active in a flip-flop of its own: `active` selects the whole flit (a wide fanout that buffering puts
+        # in series), and `msg.ready` - which the register slice in front of the port fans out again - should
+        # start at a flip-flop with a handful of loads
+        idle = Signal(init=1)
         cur = Signal(packet_header_layout())
         rem = Signal(LENGTH_BITS + 1)
         rem_one, rem_many = Signal(), Signal()
@@ -143,7 +147,9 @@ class TxPort(wiring.Component):
         m.d.comb += [
             go.eq(can_load & have & (~need_data | self.data.valid)),
             self.data.ready.eq(can_load & have & need_data),
-            self.msg.ready.eq(~active | finishing),
+            # = ~active | finishing, where an active message's last flit is `~rem_many` and, with a beat
+            # left, that beat's arrival
+            self.msg.ready.eq(idle | (can_load & ~rem_many & (~rem_one | self.data.valid))),
         ]
 
         # Header on the wire, with this packet's offset and last-packet flag.
@@ -189,7 +195,7 @@ class TxPort(wiring.Component):
                 m.d.sync += seq.eq(seq + 1)
 
         def start(hdr):
-            return [cur.eq(hdr), active.eq(1), rem.eq(ceil_beats(hdr.length, w)), pkt_beat.eq(0),
+            return [cur.eq(hdr), active.eq(1), idle.eq(0), rem.eq(ceil_beats(hdr.length, w)), pkt_beat.eq(0),
                     offset.eq(0), rem_one.eq((hdr.length != 0) & (hdr.length <= w)), rem_many.eq(hdr.length > w)]
 
         load = self.msg.valid & self.msg.ready
@@ -201,12 +207,12 @@ class TxPort(wiring.Component):
                 crc.eq(crc_after),
             ]
             with m.If(~active):                     # the first flit went out straight from `msg`
-                m.d.sync += [cur.eq(self.msg.payload), active.eq(1)]
+                m.d.sync += [cur.eq(self.msg.payload), active.eq(1), idle.eq(0)]
         with m.Elif(finishing):
             with m.If(active & load):               # the next message is latched as this one ends
                 m.d.sync += start(self.msg.payload)
             with m.Else():
-                m.d.sync += active.eq(0)
+                m.d.sync += [active.eq(0), idle.eq(1)]
         with m.Elif(load):
             m.d.sync += start(self.msg.payload)
 

@@ -170,14 +170,16 @@ class FloatAdder(wiring.Component):
         }
 
         # ---- S2: align and add ---------------------------------------------------------------------------
-        # {small significand, guard, round} shifted right inside a double-width window: the low half
-        # collects every bit shifted out, whose OR is the sticky bit.
+        # {small significand, guard, round} shifted right by the exponent difference (a difference of ext or
+        # more leaves nothing). The sticky bit - the OR of the significand bits shifted below the round bit,
+        # bit j when diff > j + 2 - comes from the unshifted significand and a compare per bit against a
+        # constant, beside the shifter: neither a clamp of the amount nor an OR after the shift lies between
+        # the registers and the add.
         ext = W + 2
-        window = Cat(Const(0, ext + 2), s1["small_sig"])
-        # Shifting by ext or more pushes everything into the sticky half, so clamp the amount there.
-        shift = Mux(s1["diff"] > ext, ext, s1["diff"])
-        shifted = (window >> shift)[:2 * ext]
-        aligned = Cat(shifted[:ext] != 0, shifted[ext:])         # W + 3 bits: sig, guard, round, sticky
+        diff, small_sig = s1["diff"], s1["small_sig"]
+        high = (Cat(Const(0, 2), small_sig) >> diff)[:ext]
+        sticky = Cat(*(small_sig[j] & (diff > j + 2) for j in range(W))).any()
+        aligned = Cat(sticky, high)                               # W + 3 bits: sig, guard, round, sticky
         big_ext = Cat(Const(0, 3), s1["big_sig"])                 # W + 3 bits
         total = Mux(s1["sub"], big_ext - aligned, big_ext + aligned)[:W + 4]   # bit W+3 = carry out
         s2 = {k: stage(f"s2_{k}", s1[k]) for k in ("sign", "exp", "nan", "inf", "zero_sign")}

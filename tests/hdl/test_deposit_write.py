@@ -117,12 +117,13 @@ def test_writer_moves_each_jobs_beats_once_pops_its_header_and_reports_the_right
 
 
 def test_counters_register_each_arrival_and_count_deposits_spills_and_their_bytes():
+    """``arrived`` one cycle after ``arrive``; the counters one cycle after that (they add registered events)."""
     rng = random.Random(seed_for(94))
     dut = DepositCounters(CFG)
 
     async def bench(ctx):
         deposits = deposit_bytes = spills = spill_bytes = 0
-        prev = None
+        prev = prev_spill = None
         for cycle in range(1000):
             arrive = {"valid": int(rng.random() < 0.3), "cmd": rng.randrange(CFG.n_cmds),
                       "status": rng.choice([0, 16, 17]), "bytes": rng.randrange(1 << 20)}
@@ -135,10 +136,11 @@ def test_counters_register_each_arrival_and_count_deposits_spills_and_their_byte
             assert (ctx.get(dut.deposits), ctx.get(dut.deposit_bytes)) == (deposits, deposit_bytes), cycle
             assert (ctx.get(dut.spills), ctx.get(dut.spill_bytes)) == (spills, spill_bytes), cycle
             await ctx.tick()
-            prev = arrive
-            deposits += arrive["valid"]
-            deposit_bytes += arrive["bytes"] * arrive["valid"]
-            spills += spill["valid"]
-            spill_bytes += spill["bytes"] * spill["valid"]
+            if prev is not None:
+                deposits += prev["valid"]
+                deposit_bytes += prev["bytes"] * prev["valid"]
+                spills += prev_spill["valid"]
+                spill_bytes += prev_spill["bytes"] * prev_spill["valid"]
+            prev, prev_spill = arrive, spill
 
     run_sim(dut, bench)

@@ -41,9 +41,9 @@ class CommandProcessor(wiring.Component):
 
     Per descriptor, ``cmd`` FSM: FETCH (the reader's DMA read command and descriptor beats) -> LOOKUP (two
     cycles per program table entry scanned) -> GEOM -> GEOM_WAIT (``CommandGeometry.CYCLES``) -> VALIDATE
-    (the validator starts in the geometry's done cycle and answers ``DescriptorValidator.LATENCY`` = 4 cycles
-    later) -> ISSUE. Validation takes 4 cycles between the geometry's done and ISSUE where a single-cycle
-    check would take 1: three cycles more per command, accepted or rejected, for logic short enough for a
+    (the validator starts in the geometry's done cycle and answers ``DescriptorValidator.LATENCY`` = 5 cycles
+    later) -> ISSUE. Validation takes 5 cycles between the geometry's done and ISSUE where a single-cycle
+    check would take 1: four cycles more per command, accepted or rejected, for logic short enough for a
     1 GHz clock."""
 
     def __init__(self, cfg):

@@ -32,7 +32,8 @@ class CommandRecords(wiring.Component):
     now : In(32)
         The cycle counter, one more every cycle; a completion's ``cycles`` is ``now - start``. The differences
         are kept in registers a cycle ahead (``now + 1 - start`` of the command in hand and of every slot), so
-        the completion's pick of its source does not sit in front of a subtractor.
+        the completion's pick of its source does not sit in front of a subtractor; ``now + 1`` comes from
+        ``now + 2`` registered, so ``now`` must have counted for two cycles before the first completion.
     cur : In(command_facts_layout)
         The command in hand; rejected no earlier than the cycle after it last changed.
     save : In(1)
@@ -72,8 +73,11 @@ class CommandRecords(wiring.Component):
         # the elapsed cycles of the command in hand and of each slot, registered one cycle ahead
         elapsed_cur = Signal(32)
         elapsed = [Signal(32, name=f"slot{i}_elapsed") for i in range(NC)]
-        m.d.sync += [elapsed_cur.eq(self.now + 1 - self.cur.start),
-                     *[e.eq(self.now + 1 - f.start) for e, f in zip(elapsed, facts)]]
+        # `ahead` is `now + 1` in every cycle (from `now + 2` registered), so each difference is one subtraction
+        # from registers (`now + 1 - start` chained two 32-bit adders)
+        ahead = Signal(32)
+        m.d.sync += [ahead.eq(self.now + 2), elapsed_cur.eq(ahead - self.cur.start),
+                     *[e.eq(ahead - f.start) for e, f in zip(elapsed, facts)]]
 
         def record(f, cycles):
             return [o.cookie.eq(f.cookie), o.tag.eq(f.tag), o.collective.eq(f.collective),

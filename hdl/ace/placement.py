@@ -1,14 +1,16 @@
 """Buffer placement checks of the descriptor validator: in place, and each buffer inside one memory window.
 
-Three of :class:`~.validate.DescriptorValidator`'s pipeline stages for the checks that need a product:
+Four of :class:`~.validate.DescriptorValidator`'s pipeline stages for the checks that need a product:
 
 0. the ``start`` cycle: the operands of the products (``nbytes``, ``rank``, ``size``), the addresses, each
    window's end ``base + size`` and whether each buffer starts inside it -> registers (the communicator lookup
    and the count's scaling that feed ``nbytes`` and ``rank`` leave no room for a multiply in the same cycle at
    1 GHz);
-1. the buffer lengths (``nbytes * size`` for a segmented buffer, else ``nbytes``), the in-place offset
-   ``nbytes * rank`` and ``hi - lo`` of the two addresses -> registers;
-2. each buffer's end against each window's end (one add, one compare), the in-place offset against
+1. the products ``nbytes * size`` and ``nbytes * rank`` as partial products (:func:`~..common.logic.split_product`)
+   and ``hi - lo`` of the two addresses -> registers;
+2. the partial products summed: the buffer lengths (``nbytes * size`` for a segmented buffer, else ``nbytes``)
+   and the in-place offset ``nbytes * rank`` -> registers;
+3. each buffer's end against each window's end (one add, one compare), the in-place offset against
    ``hi - lo`` (one compare) -> registers.
 
 In place means the output overwrites the input where both exist. Reduce-scatter: ``src + nbytes * rank ==
@@ -21,6 +23,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.logic import split_product
+
 __all__ = ["PlacementCheck", "placement_mode_layout"]
 
 
@@ -32,7 +36,7 @@ def placement_mode_layout():
 
 
 class PlacementCheck(wiring.Component):
-    """The in-place and memory window checks in two stages (see the module docstring).
+    """The in-place and memory window checks in four stages (see the module docstring).
 
     ``comm_layout`` is the COMM_CFG layout (:func:`~.validate.comm_cfg_layout`): its ``rank`` and ``size``
     fields give those ports their widths.
@@ -52,7 +56,7 @@ class PlacementCheck(wiring.Component):
     """
 
     #: Cycles from a ``start`` cycle to the first cycle its results are valid.
-    LATENCY = 3
+    LATENCY = 4
 
     def __init__(self, cfg, comm_layout):
         self.cfg = cfg
@@ -96,23 +100,31 @@ class PlacementCheck(wiring.Component):
                 m.d.sync += [s0_win_end[i].eq(b + s),
                              s0_src_lo[i].eq((s != 0) & (src >= b)), s0_dst_lo[i].eq((s != 0) & (dst >= b))]
 
-        # ---- stage 1: the products ---------------------------------------------------------------------------
+        # ---- stage 1: the partial products, the address difference -----------------------------------------
+        p_valid = Signal()
+        s1_ip_diff = Signal(65)             # hi - lo, bit 64 = borrow
+        m.d.sync += p_valid.eq(s0_valid & ~self.start)
+        rank_off = split_product(m, s0_nbytes, s0_rank, "p_rank_off", en=s0_valid)
+        seg_len = split_product(m, s0_nbytes, s0_size, "p_seg_len", en=s0_valid)
+        with m.If(s0_valid):
+            sm = s0_mode
+            m.d.sync += s1_ip_diff.eq(Mux(sm.rs, s0_dst, s0_src) - Mux(sm.rs, s0_src, s0_dst))
+
+        # ---- stage 2: the products summed ----------------------------------------------------------------------
         s1_valid = Signal()
         s1_rank_off = Signal(len(nbytes) + len(self.rank))
         s1_in_len = Signal(52)
         s1_out_len = Signal(52)
-        s1_ip_diff = Signal(65)             # hi - lo, bit 64 = borrow
-        m.d.sync += s1_valid.eq(s0_valid & ~self.start)
-        with m.If(s0_valid):
+        m.d.sync += s1_valid.eq(p_valid & ~self.start)
+        with m.If(p_valid):
             sm = s0_mode
             m.d.sync += [
-                s1_ip_diff.eq(Mux(sm.rs, s0_dst, s0_src) - Mux(sm.rs, s0_src, s0_dst)),
-                s1_rank_off.eq(s0_nbytes * s0_rank),
-                s1_in_len.eq(Mux(sm.in_seg, s0_nbytes * s0_size, s0_nbytes)),
-                s1_out_len.eq(Mux(sm.out_seg, s0_nbytes * s0_size, s0_nbytes)),
+                s1_rank_off.eq(rank_off),
+                s1_in_len.eq(Mux(sm.in_seg, seg_len, s0_nbytes)),
+                s1_out_len.eq(Mux(sm.out_seg, seg_len, s0_nbytes)),
             ]
 
-        # ---- stage 2: the compares that need a product -----------------------------------------------------
+        # ---- stage 3: the compares that need a product -----------------------------------------------------
         s2_src_in = Signal(NW)              # per window: the whole buffer is inside it
         s2_dst_in = Signal(NW)
         s2_ip_bad = Signal()

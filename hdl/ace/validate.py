@@ -3,7 +3,7 @@ beside the command path.
 
 :class:`DescriptorValidator` takes the fetched descriptor, the program table entry found for it, the chunk
 geometry from :class:`~.geometry.CommandGeometry` and the engine settings it depends on, and answers
-:attr:`DescriptorValidator.LATENCY` = 4 cycles later with the completion status (``code``), its ``det`` (detail)
+:attr:`DescriptorValidator.LATENCY` = 5 cycles later with the completion status (``code``), its ``det`` (detail)
 and the command table entry (:func:`~.cmdtable.cmd_entry_layout`) of an accepted command.
 
 The checks, first failing one wins (:data:`CHECKS`; docs/engine.md; the host's expected rejections in
@@ -46,13 +46,14 @@ for a 1 GHz / 45 nm target, not to overlap descriptors):
    of registered inputs (``slot_beats * n_slots``, arrivals), window ends ``base + size``, the operands of
    the placement products, and every check that needs no product -> registers; the entry is registered here
    too.
-2. the placement products: the buffer lengths, the in-place offset and ``hi - lo`` of the two addresses
+2. the placement products as partial products and ``hi - lo`` of the two addresses
    (:class:`~.placement.PlacementCheck`; their operands come out of the lookup, too late in the start cycle
    for a multiply) -> registers; the chunk buffer size -> register.
-3. the checks that need a product: each buffer against each window (one add, one compare), the
+3. the partial products summed: the buffer lengths and the in-place offset -> registers.
+4. the checks that need a product: each buffer against each window (one add, one compare), the
    reduce-scatter / all-gather in-place offset (one compare) (both :class:`~.placement.PlacementCheck`)
    -> registers.
-4. :class:`~.firstfail.FirstFailing`: a one-hot priority select of the first failing check gives ``code`` and
+5. :class:`~.firstfail.FirstFailing`: a one-hot priority select of the first failing check gives ``code`` and
    ``det`` (AND-OR, no Elif chain) -> registers, ``done``.
 """
 
@@ -277,7 +278,7 @@ class DescriptorValidator(wiring.Component):
                 e.arrivals.eq(Mux(barrier, p.arrivals, p.arrivals * self.geom.n_chunks)),
             ]
 
-        # ---- stages 1 to 3 of the checks that need a product: in place, windows, the chunk buffer size -----
+        # ---- stages 1 to 4 of the checks that need a product: in place, windows, the chunk buffer size -----
         m.submodules.placement = place = PlacementCheck(cfg, comm_cfg_layout(cfg))
         m.d.comb += [
             place.start.eq(start), place.src.eq(d.src), place.dst.eq(d.dst), place.nbytes.eq(nbytes),
@@ -290,18 +291,19 @@ class DescriptorValidator(wiring.Component):
         s1_valid = Signal()
         s2_valid = Signal()
         s3_valid = Signal()
+        s4_valid = Signal()
         s2_buffer = Signal()
         with m.If(s1_valid):
             m.d.sync += s2_buffer.eq(s1_slot_total > cfg.buffer_beats)
 
-        # ---- stage 4: the first failing check -> code, det -------------------------------------------------
+        # ---- stage 5: the first failing check -> code, det -------------------------------------------------
         m.submodules.first = first = FirstFailing(CHECKS, detail_layout())
         late = {"in_place": place.in_place, "src_window": place.src_window, "dst_window": place.dst_window,
                 "buffer": s2_buffer}
         for name, _, _ in CHECKS:
             m.d.comb += getattr(first.failed, name).eq(late[name] if name in late else s1[name])
-        m.d.comb += [first.details.eq(s1_det), first.capture.eq(s3_valid),
+        m.d.comb += [first.details.eq(s1_det), first.capture.eq(s4_valid),
                      self.code.eq(first.code), self.det.eq(first.det), self.checks.eq(first.checks)]
         m.d.sync += [s1_valid.eq(start), s2_valid.eq(s1_valid & ~start), s3_valid.eq(s2_valid & ~start),
-                     self.done.eq(s3_valid & ~start)]
+                     s4_valid.eq(s3_valid & ~start), self.done.eq(s4_valid & ~start)]
         return m

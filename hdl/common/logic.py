@@ -5,7 +5,7 @@ import operator
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down", "up_down_below"]
+__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down", "up_down_below", "split_product"]
 
 
 def one_hot(index, n):
@@ -70,3 +70,17 @@ def up_down_below(m, count, up, down, cap, name=None):
     below = Signal(name=name, init=1)       # count 0 < any cap but 0; the first cycle after reset follows cap
     m.d.sync += below.eq(Mux(up == down, count < cap, Mux(up, inc < cap, dec < cap)))
     return below
+
+
+def split_product(m, a, b, name, *, en=1):
+    """``a * b`` over two cycles: the partial products of ``b``'s low and high halves go into flip-flops (loaded
+    in cycles with ``en``), and the value returned - their shifted sum, combinational - is the product of the
+    operands presented a cycle earlier. Each partial product's tree is half as tall and its adder narrower
+    than the whole product's, and the final addition moves into the next cycle, where the caller registers it.
+    Nothing here resets: the caller's valid bits say which cycle holds a real product."""
+    k = (len(b) + 1) // 2
+    lo = Signal(len(a) + k, name=f"{name}_lo", reset_less=True)
+    hi = Signal(len(a) + len(b) - k, name=f"{name}_hi", reset_less=True)
+    with m.If(en):
+        m.d.sync += [lo.eq(a * b[:k]), hi.eq(a * b[k:])]
+    return lo + (hi << k)

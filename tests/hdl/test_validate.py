@@ -385,7 +385,7 @@ def test_validator_answers_after_exactly_latency_cycles_and_a_new_start_abandons
     bad["desc"]["op"] = 7
     dut = DescriptorValidator(cfg)
     L = DescriptorValidator.LATENCY
-    assert L == 4
+    assert L == 5
 
     async def bench(ctx):
         async def run(first, second=None, gap=None):

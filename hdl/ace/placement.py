@@ -2,10 +2,10 @@
 
 Four of :class:`~.validate.DescriptorValidator`'s pipeline stages for the checks that need a product:
 
-0. the ``start`` cycle: the operands of the products (``nbytes``, ``rank``, ``size``), the addresses, each
-   window's end ``base + size`` and whether each buffer starts inside it -> registers (the communicator lookup
-   and the count's scaling that feed ``nbytes`` and ``rank`` leave no room for a multiply in the same cycle at
-   1 GHz);
+0. the ``start`` cycle: the operands of the products (``nbytes``, ``rank``, ``size``), the addresses (and
+   which is ``hi`` and ``lo`` for the in-place difference), each window's end ``base + size`` and whether each
+   buffer starts inside it -> registers (the communicator lookup and the count's scaling that feed ``nbytes``
+   and ``rank`` leave no room for a multiply in the same cycle at 1 GHz);
 1. the products ``nbytes * size`` and ``nbytes * rank`` as partial products (:func:`~..common.logic.split_product`)
    and ``hi - lo`` of the two addresses -> registers;
 2. the partial products summed: the buffer lengths (``nbytes * size`` for a segmented buffer, else ``nbytes``)
@@ -85,6 +85,8 @@ class PlacementCheck(wiring.Component):
         s0_ip_other = Signal()              # IN_PLACE on another collective: src != dst
         s0_src = Signal(64)
         s0_dst = Signal(64)
+        s0_hi = Signal(64)                  # the in-place difference's operands, picked in the start cycle (the
+        s0_lo = Signal(64)                  # pick fans out to 128 bits: not in front of a 64-bit subtractor)
         s0_src_lo = Signal(NW)              # per window: enabled and the buffer starts inside it
         s0_dst_lo = Signal(NW)
         s0_win_end = [Signal(65, name=f"s0_win{i}_end") for i in range(NW)]
@@ -94,6 +96,7 @@ class PlacementCheck(wiring.Component):
                 s0_nbytes.eq(nbytes), s0_rank.eq(self.rank), s0_size.eq(self.size), s0_mode.eq(md),
                 s0_ip_other.eq(md.in_place & ~md.rs & ~md.ag & md.uses_src & md.uses_dst & (dst != src)),
                 s0_src.eq(src), s0_dst.eq(dst),
+                s0_hi.eq(Mux(md.rs, dst, src)), s0_lo.eq(Mux(md.rs, src, dst)),
             ]
             for i in range(NW):
                 b, s = self.win_base[i], self.win_size[i]
@@ -107,8 +110,7 @@ class PlacementCheck(wiring.Component):
         rank_off = split_product(m, s0_nbytes, s0_rank, "p_rank_off", en=s0_valid)
         seg_len = split_product(m, s0_nbytes, s0_size, "p_seg_len", en=s0_valid)
         with m.If(s0_valid):
-            sm = s0_mode
-            m.d.sync += s1_ip_diff.eq(Mux(sm.rs, s0_dst, s0_src) - Mux(sm.rs, s0_src, s0_dst))
+            m.d.sync += s1_ip_diff.eq(s0_hi - s0_lo)
 
         # ---- stage 2: the products summed ----------------------------------------------------------------------
         s1_valid = Signal()

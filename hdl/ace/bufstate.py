@@ -63,15 +63,15 @@ class BufferState(wiring.Component):
         for b in range(NB):
             is_new = new.valid & (new.buf == b)
             kept = self.loading[b] & ~bit(self.load_done, b) & ~bit(self.skip, b)
-            with m.If(is_new):
-                m.d.sync += self.loading[b].eq(new.load_mask)
-            with m.Else():
-                m.d.sync += self.loading[b].eq(kept | bit(self.load_issue, b))
+            nxt = Signal.like(self.loading[b], name=f"buf{b}_loading_next")
+            m.d.comb += nxt.eq(Mux(is_new, new.load_mask, kept | bit(self.load_issue, b)))
+            # buf_loading in a flip-flop of its own (= loading[b] != 0 in every cycle): it decides the FSMs'
+            # hand-offs and with them the partition manager's moves, which should start at a register
+            m.d.sync += [self.loading[b].eq(nxt), self.buf_loading[b].eq(nxt.any())]
             inc = self.store_issue.valid & (self.store_issue.buf == b)
             dec = self.store_done.valid & (self.store_done.buf == b)
             m.d.sync += spend[b].eq(spend[b] + inc - dec)
         m.d.comb += [
-            self.buf_loading.eq(Cat(*[self.loading[b].any() for b in range(NB)])),
             self.stores_pending.eq(Cat(*[s != 0 for s in spend])),
         ]
         return m

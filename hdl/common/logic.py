@@ -84,3 +84,4 @@ def split_product(m, a, b, name, *, en=1):
     with m.If(en):
         m.d.sync += [lo.eq(a * b[:k]), hi.eq(a * b[k:])]
     return lo + (hi << k)
+

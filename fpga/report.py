@@ -33,7 +33,7 @@ from .asic import SramModel, power as asic_power, synthesize as asic_synthesize
 from .timing import sta_timing
 from .tools import ToolError, nangate45_liberty
 
-__all__ = ["COMPONENTS", "RULES", "PAPER_TABLE_IV", "NODE", "run_report", "format_markdown", "component_of",
+__all__ = ["COMPONENTS", "RULES", "PAPER_TABLE_IV", "NODE", "run_report", "power_at_met_clock", "format_markdown", "component_of",
            "sweep_points"]
 
 COMPONENTS = ("alu", "control", "sram", "dma", "link", "switch", "sync_core")
@@ -181,6 +181,12 @@ def sync_core_available():
     except Exception:                           # noqa: BLE001 - any failure means: not reportable
         return False
 
+
+def power_at_met_clock(dyn_mw, leak_mw, target_mhz, fmax_mhz):
+    """``(clock, power, power at the target)``: the clock a unit meets (its Fmax, at most the target) and its
+    power there - dynamic power, measured at the target clock, scales with the clock; leakage does not."""
+    met = min(target_mhz, fmax_mhz)
+    return met, dyn_mw * met / target_mhz + leak_mw, dyn_mw + leak_mw
 
 def run_report(config="small", *, components=None, out_dir="build/report", fpga=True, power=True, sweep=False,
                clock_mhz=1000.0, activity_bytes=1024, pnr=True, fpga_mhz=100.0, progress=None):
@@ -366,9 +372,8 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
         else:
             met = None
         if r["power_dyn_mw"] is not None and met is not None:
-            r["power_clock_mhz"] = met
-            r["power_mw"] = r["power_dyn_mw"] * met / clock_mhz + r["power_leak_mw"]
-            r["power_mw_at_target"] = r["power_dyn_mw"] + r["power_leak_mw"]
+            r["power_clock_mhz"], r["power_mw"], r["power_mw_at_target"] = power_at_met_clock(
+                r["power_dyn_mw"], r["power_leak_mw"], clock_mhz, met)
     total_area = sum(r["area_um2"] for c, r in rows.items() if c in ENGINE_COMPONENTS)
     # a total only when every engine component has a power figure
     total_power = (None if any(r["power_mw"] is None for c, r in rows.items() if c in ENGINE_COMPONENTS)

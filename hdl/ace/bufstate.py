@@ -63,11 +63,15 @@ class BufferState(wiring.Component):
         for b in range(NB):
             is_new = new.valid & (new.buf == b)
             kept = self.loading[b] & ~bit(self.load_done, b) & ~bit(self.skip, b)
-            nxt = Signal.like(self.loading[b], name=f"buf{b}_loading_next")
-            m.d.comb += nxt.eq(Mux(is_new, new.load_mask, kept | bit(self.load_issue, b)))
-            # buf_loading in a flip-flop of its own (= loading[b] != 0 in every cycle): it decides the FSMs'
-            # hand-offs and with them the partition manager's moves, which should start at a register
-            m.d.sync += [self.loading[b].eq(nxt), self.buf_loading[b].eq(nxt.any())]
+            issued = self.load_issue.valid & (self.load_issue.buf == b) & ~is_new
+            m.d.sync += self.loading[b].eq(Mux(is_new, new.load_mask, kept | bit(self.load_issue, b)))
+            # buf_loading (= loading[b] != 0 in every cycle) from two flip-flops of its own: it decides the FSMs'
+            # hand-offs and with them the partition manager's moves, which should start at registers; the
+            # slots still loading apart from a LOAD issued now, and whether one is (the load sequencer's
+            # issue decision reaches a flip-flop through one compare, not through the slot decode and OR)
+            still, fresh = Signal(name=f"buf{b}_still_loading"), Signal(name=f"buf{b}_load_issued")
+            m.d.sync += [still.eq(Mux(is_new, new.load_mask.any(), kept.any())), fresh.eq(issued)]
+            m.d.comb += self.buf_loading[b].eq(still | fresh)
             inc = self.store_issue.valid & (self.store_issue.buf == b)
             dec = self.store_done.valid & (self.store_done.buf == b)
             m.d.sync += spend[b].eq(spend[b] + inc - dec)

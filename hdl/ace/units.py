@@ -19,6 +19,7 @@ from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
 from ..common.layouts import CHANNEL_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
 from ..common.logic import late, one_hot
+from ..common.skid import SkidBuffer
 from .dma import dma_cmd_layout
 from .geometry import BlockGeometry
 from .link import tx_beat_layout
@@ -72,7 +73,11 @@ class LoadUnit(wiring.Component):
     """TX DMA: LOAD jobs -> DMA read commands; read beats -> the job's slot. Jobs queue up (``job``) so
     an FSM can post its LOADs back to back and the DMA keeps several reads in flight. ``room2``: the queue has
     room for two jobs (an FSM's LOAD granted now goes out next cycle, after a load sequencer's LOAD may have
-    taken one place). ``done`` pulses the cycle after a job's last beat is written."""
+    taken one place). ``done`` pulses the cycle after a job's last beat is written.
+
+    Beats reach the SRAM through a register slice (:class:`~..common.skid.SkidBuffer`), which carries each
+    beat's write and, with the job's last beat, its ``done`` report: the bank's arbitration (``wr_free``: no
+    RECV writes the bank) holds the slice only, not the in-flight queue and the DMA's read data behind it."""
 
     QUEUE = 4
 
@@ -111,37 +116,44 @@ class LoadUnit(wiring.Component):
             inflight.w_data.eq(jobs.r_data),
         ]
         cur = data.View(jl, inflight.r_data)
+        # the write slice: a beat's SRAM write and, on a job's last beat, the job's done report
+        dl = done_layout(cfg)
+        wl = data.StructLayout({"buf": dl.members["buf"], "addr": sram_write_layout(cfg).members["addr"],
+                                "data": unsigned(8 * cfg.beat_bytes), "last": 1,
+                                **{k: dl.members[k] for k in ("fsm", "cmd", "slot", "status")}})
+        m.submodules.wslice = ws = SkidBuffer(wl)
         count = Signal(16)
-        beat = Signal()             # a beat of the head job is written this cycle
+        beat = Signal()             # a beat of the head job enters the write slice this cycle
         last = Signal()
+        w = ws.i.payload
         m.d.comb += [
-            # a beat waits in the DMA's buffer while a RECV writes the same bank (another slot of the chunk)
-            self.rd_data.ready.eq(inflight.r_rdy & ~cur.zero & self.wr_free),
-            beat.eq(Mux(cur.zero, inflight.r_rdy & self.wr_free, self.rd_data.valid & self.rd_data.ready)),
+            self.rd_data.ready.eq(inflight.r_rdy & ~cur.zero & ws.i.ready),
+            beat.eq(Mux(cur.zero, inflight.r_rdy & ws.i.ready, self.rd_data.valid & self.rd_data.ready)),
             last.eq(Mux(cur.zero, count + 1 >= cur.beats, self.rd_data.payload.last)),
-            self.wr.en.eq(beat),
-            self.wr.buf.eq(cur.buf),
-            self.wr.addr.eq(cur.sram_addr + count),
-            self.wr.data.eq(Mux(cur.zero, 0, self.rd_data.payload.data)),
+            ws.i.valid.eq(beat),
+            w.buf.eq(cur.buf), w.addr.eq(cur.sram_addr + count),
+            w.data.eq(Mux(cur.zero, 0, self.rd_data.payload.data)), w.last.eq(last),
+            w.fsm.eq(cur.fsm), w.cmd.eq(cur.cmd), w.slot.eq(cur.slot),
+            w.status.eq(Mux(cur.zero, 0, self.rd_data.payload.err * Status.AXI_ERROR)),
         ]
-        # bytes written, counted a cycle late (the last beat's write decides on the bank's arbitration)
-        m.d.sync += self.bytes.eq(self.bytes + late(m, Mux(beat & last & ~cur.zero, cur.nbytes, 0), "bytes_late"))
-        # done: registered, the cycle after the last beat's write (the write decides on the bank's arbitration
-        # in its own cycle, too late to reach the command table and FSMs through a report in the same one)
-        m.d.sync += self.done.valid.eq(0)
         with m.If(beat):
             m.d.sync += count.eq(count + 1)
             with m.If(last):
                 m.d.sync += count.eq(0)
                 m.d.comb += inflight.r_en.eq(1)
-                m.d.sync += [
-                    self.done.valid.eq(1),
-                    self.done.fsm.eq(cur.fsm),
-                    self.done.cmd.eq(cur.cmd),
-                    self.done.slot.eq(cur.slot),
-                    self.done.buf.eq(cur.buf),
-                    self.done.status.eq(Mux(cur.zero, 0, self.rd_data.payload.err * Status.AXI_ERROR)),
-                ]
+        # bytes read into the slice, counted a cycle late
+        m.d.sync += self.bytes.eq(self.bytes + late(m, Mux(beat & last & ~cur.zero, cur.nbytes, 0), "bytes_late"))
+        # the write, when no RECV writes the bank (another slot of the chunk); done the cycle after the last
+        o = ws.o.payload
+        written = ws.o.valid & self.wr_free
+        m.d.comb += [
+            ws.o.ready.eq(self.wr_free),
+            self.wr.en.eq(written), self.wr.buf.eq(o.buf), self.wr.addr.eq(o.addr), self.wr.data.eq(o.data),
+        ]
+        m.d.sync += self.done.valid.eq(written & o.last)
+        with m.If(written & o.last):
+            m.d.sync += [self.done.fsm.eq(o.fsm), self.done.cmd.eq(o.cmd), self.done.slot.eq(o.slot),
+                         self.done.buf.eq(o.buf), self.done.status.eq(o.status)]
         return m
 
 

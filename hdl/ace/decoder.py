@@ -12,13 +12,13 @@ stage  work
        and the block's geometry (``BlockGeometry``, pipelined) starts from the command's entry, the chunk and
        the block
 2..    the ROUTE entry arrives; the step's context waits beside the geometry's pipeline
-L      ``o`` (:attr:`LATENCY`): the decoded step (sizes, memory and SRAM addresses, ``wait``,
-       ``illegal``/``noop``), when the geometry comes out
+3      ``o``: the decoded step (sizes, memory and SRAM addresses, ``wait``, ``illegal``/``noop``), when the
+       geometry comes out
 ====== =====================================================================================================
 
-The command table is read through one combinational lookup in stages 1 and L (``e<k>_cmd`` out, the entry
+The command table is read through one combinational lookup in stages 1 and 3 (``e<k>_cmd`` out, the entry
 back in ``e<k>``); in a design where it is a memory those become its read ports. ``loading_buf``/``loading``
-read the stage-L buffer's mask of slots with a LOAD outstanding.
+read the stage-3 buffer's mask of slots with a LOAD outstanding.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -84,7 +84,7 @@ class StepDecoder(wiring.Component):
     e1_cmd/e1, e3_cmd/e3 : Out(cmd), In(cmd_entry_layout)
         Combinational command-table lookups of stages 1 (communicator and geometry) and 3.
     loading_buf : Out(buf), loading : In(NMASK)
-        Combinational: the slots of the stage-L buffer with a LOAD outstanding.
+        Combinational: the slots of the stage-3 buffer with a LOAD outstanding.
     o : Out(stream(decoded_layout), always_ready)
     """
 

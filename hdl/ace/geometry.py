@@ -26,8 +26,6 @@ from amaranth.hdl import Cat, Const as C, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..common.logic import split_product
-
 __all__ = ["SeqDivider", "geometry_layout", "geometry_error_layout", "CommandGeometry", "BlockGeometry",
            "slot_offset", "MAX_CHUNKS"]
 
@@ -324,14 +322,12 @@ class BlockGeometry(wiring.Component):
     Stages (each ends in registers; about one adder, compare or multiply deep, for a 1 GHz-class clock):
 
     1. last chunk?; the full or last chunk's beat split (q, rem) and bytes; segment and sub-block (shifts)
-    2. the three products' partial products (:func:`~..common.logic.split_product`): sub * q,
-       chunk * seg_chunk_beats, segment * count; min(sub, rem)
-    3. the products summed; the segment offset in bytes (segment * count << elem_shift)
-    4. the sub-block's first beat and end beat; each buffer's base plus segment and chunk offsets
-    5. clip both ends to the chunk's bytes; size, beats and the two addresses
+    2. the three products: sub * q, chunk * seg_chunk_beats, segment * count; min(sub, rem)
+    3. the sub-block's first beat and end beat; each buffer's base plus segment and chunk offsets
+    4. clip both ends to the chunk's bytes; size, beats and the two addresses
     """
 
-    LATENCY = 5
+    LATENCY = 4
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -389,70 +385,62 @@ class BlockGeometry(wiring.Component):
             r1["in_seg"].eq(self.in_seg), r1["out_seg"].eq(self.out_seg),
         ]
 
-        # ---- stage 2: the partial products --------------------------------------------------------------------
+        # ---- stage 2: the products ----------------------------------------------------------------------------
         # c * E * eb = c * seg_chunk_beats * W: a 16 x 16 multiply instead of 16 x E
-        subq = split_product(m, r1["sub"], r1["q"], "s2_subq")
-        coff = split_product(m, r1["chunk"], r1["scb"], "s2_coff")
-        segcount = split_product(m, r1["seg"], r1["count"], "s2_segcount")
-        r2 = regs("s2", minsr=_BLOCK_BITS, extra=1, q=_BEAT_BITS, cb=cbw, seg=_SEGMENT_BITS,
+        r2 = regs("s2", subq=_BLOCK_BITS + _BEAT_BITS, minsr=_BLOCK_BITS, extra=1, coff=_CHUNK_BITS + _BEAT_BITS,
+                  segcount=_SEGMENT_BITS + _COUNT_BITS, q=_BEAT_BITS, cb=cbw, seg=_SEGMENT_BITS,
                   sub=_BLOCK_BITS, is_last=1, eshift=2, in_base=A, out_base=A, in_seg=1, out_seg=1)
         extra = Signal()
         m.d.comb += extra.eq(r1["sub"] < r1["rem"])
         m.d.sync += [
+            r2["subq"].eq(r1["sub"] * r1["q"]),
             r2["minsr"].eq(Mux(extra, r1["sub"], r1["rem"])),
             r2["extra"].eq(extra),
+            r2["coff"].eq(r1["chunk"] * r1["scb"]),
+            r2["segcount"].eq(r1["seg"] * r1["count"]),
         ] + [r2[k].eq(r1[k]) for k in ("q", "cb", "seg", "sub", "is_last", "eshift", "in_base", "out_base",
                                         "in_seg", "out_seg")]
 
-        # ---- stage 3: the products; the segment offset in bytes ------------------------------------------------
-        r3 = regs("s3", subq=_BLOCK_BITS + _BEAT_BITS, minsr=_BLOCK_BITS, extra=1, q=_BEAT_BITS,
-                  coff=_CHUNK_BITS + _BEAT_BITS, seg_off=A, cb=cbw, seg=_SEGMENT_BITS, sub=_BLOCK_BITS,
-                  is_last=1, in_base=A, out_base=A, in_seg=1, out_seg=1)
-        m.d.sync += [
-            r3["subq"].eq(subq),
-            r3["coff"].eq(coff),
-            r3["seg_off"].eq(segcount[:_SEGMENT_BITS + _COUNT_BITS] << r2["eshift"]),
-        ] + [r3[k].eq(r2[k]) for k in ("minsr", "extra", "q", "cb", "seg", "sub", "is_last", "in_base",
-                                        "out_base", "in_seg", "out_seg")]
-
-        # ---- stage 4: the sub-block's beats, and the buffers' offsets up to the chunk -------------------------
-        r4 = regs("s4", first=_BEAT_BITS + 1, end=_BEAT_BITS + 2, in_part=A, out_part=A, cb=cbw,
+        # ---- stage 3: the sub-block's beats, and the buffers' offsets up to the chunk -------------------------
+        r3 = regs("s3", first=_BEAT_BITS + 1, end=_BEAT_BITS + 2, in_part=A, out_part=A, cb=cbw,
                   seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1)
+        seg_off = Signal(A)
         chunk_off = Signal(A)
         first = Signal(_BEAT_BITS + 1)
         m.d.comb += [
-            chunk_off.eq(r3["coff"] << wb),
-            first.eq(r3["subq"] + r3["minsr"]),
+            seg_off.eq(r2["segcount"] << r2["eshift"]),
+            chunk_off.eq(r2["coff"] << wb),
+            first.eq(r2["subq"] + r2["minsr"]),
         ]
         m.d.sync += [
-            r4["first"].eq(first),
-            r4["end"].eq(r3["subq"] + r3["minsr"] + r3["q"] + r3["extra"]),
-            r4["in_part"].eq(r3["in_base"] + Mux(r3["in_seg"], r3["seg_off"], 0) + chunk_off),
-            r4["out_part"].eq(r3["out_base"] + Mux(r3["out_seg"], r3["seg_off"], 0) + chunk_off),
-        ] + [r4[k].eq(r3[k]) for k in ("cb", "seg", "sub", "is_last")]
+            r3["first"].eq(first),
+            r3["end"].eq(r2["subq"] + r2["minsr"] + r2["q"] + r2["extra"]),
+            r3["in_part"].eq(r2["in_base"] + Mux(r2["in_seg"], seg_off, 0) + chunk_off),
+            r3["out_part"].eq(r2["out_base"] + Mux(r2["out_seg"], seg_off, 0) + chunk_off),
+        ] + [r3[k].eq(r2[k]) for k in ("cb", "seg", "sub", "is_last")]
 
-        # ---- stage 5: clip to the chunk's bytes; size and addresses -------------------------------------------
+        # ---- stage 4: clip to the chunk's bytes; size and addresses -------------------------------------------
         lo_raw = Signal(_BEAT_BITS + 1 + ext)
         hi_raw = Signal(_BEAT_BITS + 2 + ext)
         lo = Signal(cbw)
         hi = Signal(cbw)
         nbytes = Signal(cbw)
         m.d.comb += [
-            lo_raw.eq(r4["first"] << wb),
-            hi_raw.eq(r4["end"] << wb),
-            lo.eq(Mux(lo_raw < r4["cb"], lo_raw, r4["cb"])),
-            hi.eq(Mux(hi_raw < r4["cb"], hi_raw, r4["cb"])),
+            lo_raw.eq(r3["first"] << wb),
+            hi_raw.eq(r3["end"] << wb),
+            lo.eq(Mux(lo_raw < r3["cb"], lo_raw, r3["cb"])),
+            hi.eq(Mux(hi_raw < r3["cb"], hi_raw, r3["cb"])),
             nbytes.eq(hi - lo),
         ]
         m.d.sync += [
-            self.segment.eq(r4["seg"]),
-            self.sub.eq(r4["sub"]),
-            self.is_last.eq(r4["is_last"]),
+            self.segment.eq(r3["seg"]),
+            self.sub.eq(r3["sub"]),
+            self.is_last.eq(r3["is_last"]),
             self.nbytes.eq(nbytes),
             self.beats.eq((hi - lo + (W - 1)) >> wb),
-            self.first_beat.eq(r4["first"]),
-            self.in_addr.eq(r4["in_part"] + lo),
-            self.out_addr.eq(r4["out_part"] + lo),
+            self.first_beat.eq(r3["first"]),
+            self.in_addr.eq(r3["in_part"] + lo),
+            self.out_addr.eq(r3["out_part"] + lo),
         ]
         return m
 

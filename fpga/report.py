@@ -33,8 +33,8 @@ from .asic import SramModel, power as asic_power, synthesize as asic_synthesize
 from .timing import sta_timing
 from .tools import ToolError, nangate45_liberty
 
-__all__ = ["COMPONENTS", "RULES", "PAPER_TABLE_IV", "NODE", "run_report", "power_at_met_clock", "format_markdown", "component_of",
-           "sweep_points"]
+__all__ = ["COMPONENTS", "RULES", "PAPER_TABLE_IV", "NODE", "run_report", "power_at_met_clock", "format_markdown",
+           "component_of", "sweep_points"]
 
 COMPONENTS = ("alu", "control", "sram", "dma", "link", "switch", "sync_core")
 ENGINE_COMPONENTS = ("alu", "control", "sram", "dma", "link")

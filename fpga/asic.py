@@ -136,7 +136,8 @@ def synthesize(il_path, top, liberty, workdir, *, clock_mhz=None):
     :data:`ABC_PERIOD_FRACTION` of that clock period (``abc -D``) and, with a driving cell and a load on every
     net (``-constr``), buffers high-fanout nets and sizes gates (``buffer; upsize; dnsize``), and after
     flattening :func:`buffer_fanout` buffers the nets that cross modules to more than :data:`FANOUT_LIMIT`
-    pins; :func:`~syncfabric.fpga.timing.sta_timing` times the result. Without it, ABC maps for area and leaves fanout unbuffered (a netlist no timing flow would accept).
+    pins; :func:`~syncfabric.fpga.timing.sta_timing` times the result. Without it, ABC maps for area and
+    leaves fanout unbuffered (a netlist no timing flow would accept).
 
     Returns ``{"modules": {path: {"area": um^2 of the module's own cells, "cells": n, "seq": flip-flops}},
     "macros": [{"path", "name", "bits", "width", "depth", "rd_ports", "wr_ports"}], "netlist": file}`` where

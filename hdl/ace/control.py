@@ -185,8 +185,12 @@ class ControlUnit(wiring.Component):
             dec.e3.eq(entry_of(dec.e3_cmd, "dec3")),
             dec.loading.eq(bufs.loading[dec.loading_buf]),
         ]
-        report(dec.o.valid & dec.o.payload.step.illegal, dec.o.payload.cmd, Status.ILLEGAL_INSTRUCTION,
-               dec.o.payload.word_lo)
+        # the illegal-step report a cycle late (the decoder's legality compare reads the command entry): the
+        # step retires at its grant, cycles after this, so its command cannot finish without the report
+        ill_v, ill_cmd, ill_word = Signal(), Signal.like(dec.o.payload.cmd), Signal(32)
+        m.d.sync += [ill_v.eq(dec.o.valid & dec.o.payload.step.illegal), ill_cmd.eq(dec.o.payload.cmd),
+                     ill_word.eq(dec.o.payload.word_lo)]
+        report(ill_v, ill_cmd, Status.ILLEGAL_INSTRUCTION, ill_word)
 
         # issue arbiter (issue.py): the oldest chunk's step whose resources are free; the issue stage
         # (issuestage.py) registers the grant, and holds back what its job takes as it goes out

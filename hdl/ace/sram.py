@@ -172,13 +172,14 @@ class BankStreamer(wiring.Component):
         issue = Signal()
         landed = Signal()
         last_issue = Signal()
+        idle = Signal(init=1)       # to_issue == 0, in a flip-flop: ``ready`` feeds the issue arbiter's grant
         m.d.comb += [
             # A read may issue only if its beat will find room in the FIFO.
             issue.eq((to_issue != 0) & (q.level + inflight < self.DEPTH) & self.gate),
             self.rd.en.eq(issue),
             self.rd.buf.eq(buf),
             self.rd.addr.eq(addr),
-            self.ready.eq(to_issue == 0),
+            self.ready.eq(idle),
             self.issued_last.eq(issue & (to_issue == 1)),
             self.busy.eq(to_deliver != 0),
         ]
@@ -202,6 +203,8 @@ class BankStreamer(wiring.Component):
         ]
         with m.If(issue):
             m.d.sync += [to_issue.eq(to_issue - 1), addr.eq(addr + 1)]
+        with m.If(issue & (to_issue == 1)):
+            m.d.sync += idle.eq(1)
         with m.If(self.start):
-            m.d.sync += [buf.eq(self.buf), addr.eq(self.addr), to_issue.eq(self.beats)]
+            m.d.sync += [buf.eq(self.buf), addr.eq(self.addr), to_issue.eq(self.beats), idle.eq(self.beats == 0)]
         return m

@@ -10,7 +10,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from syncfabric.fpga.asic import FANOUT_LIMIT, liberty_outputs, synthesize
+from syncfabric.fpga.asic import FANOUT_LIMIT, liberty_areas, liberty_outputs, size_drivers, synthesize
 from syncfabric.fpga.timing import parse_endpoints, parse_path, signal_module, sta_timing
 from syncfabric.fpga.tools import find_tool, nangate45_liberty
 
@@ -131,6 +131,38 @@ def test_a_net_fanning_out_across_modules_is_buffered_as_a_tree(tmp_path):
     assert {f"lane{i}" for i in range(12)} <= seen
     t = sta_timing(syn["netlist"], "fanout", lib, tmp_path / "sta", clock_mhz=1000)
     assert t["meets"]
+
+
+def _cell(kind, name, pins):
+    body = ",\n".join(f"    .{p}({n})" for p, n in pins)
+    return f"  {kind} {name} (\n{body}\n  );"
+
+
+def test_drivers_are_sized_for_their_fanout(tmp_path):
+    """A NAND2_X1 driving 10 inputs becomes X4, an INV_X1 driving 5 becomes X2, a DFF_X1 driving 9 the largest
+    flip-flop (X2); a buffer driving 2 and a full adder (one strength only) keep theirs; the area added is the
+    liberty's difference, booked to the driver's module."""
+    lib = _tools()
+    cells = [_cell("DFF_X1", "\\$flatten\\u.q ", [("D", "a"), ("CK", "clk"), ("Q", "q"), ("QN", "")]),
+             _cell("NAND2_X1", "\\$flatten\\u.n ", [("A1", "q"), ("A2", "a"), ("ZN", "n")]),
+             _cell("INV_X1", "i", [("A", "q"), ("ZN", "m")]),
+             _cell("BUF_X1", "b", [("A", "m"), ("Z", "y[0]")]),
+             _cell("FA_X1", "f", [("A", "q"), ("B", "m"), ("CI", "m"), ("S", "y[1]"), ("CO", "y[2]")])]
+    cells += [_cell("INV_X1", f"l{k}", [("A", "n"), ("ZN", f"z[{k}]")]) for k in range(10)]
+    cells += [_cell("XOR2_X1", f"x{k}", [("A", "q"), ("B", "m"), ("Z", f"w[{k}]")]) for k in range(2)]
+    net = tmp_path / "n.v"
+    net.write_text("module t(a, clk, y, z, w);\n  input a, clk;\n  output [2:0] y;\n  output [9:0] z;\n"
+                   "  output [1:0] w;\n  wire q, n, m;\n" + "\n".join(cells) + "\nendmodule\n")
+    r = size_drivers(net, lib)
+    text = net.read_text()
+    areas = liberty_areas(lib)
+    assert r["cells"] == 3
+    assert "NAND2_X4 \\$flatten\\u.n " in text and "DFF_X2 \\$flatten\\u.q " in text and "INV_X2 i " in text
+    assert "BUF_X1 b " in text and "FA_X1 f " in text
+    assert r["area"] == {"u": pytest.approx(areas["NAND2_X4"] - areas["NAND2_X1"] + areas["DFF_X2"]
+                                            - areas["DFF_X1"]),
+                         "": pytest.approx(areas["INV_X2"] - areas["INV_X1"])}
+    assert size_drivers(net, lib)["cells"] == 0         # sized once: a second pass changes nothing
 
 
 def test_a_long_path_fails_the_clock_and_is_named_by_its_registers(tmp_path):

@@ -90,12 +90,15 @@ def test_streamer_runs_back_to_back_honours_gate_and_backpressure():
     runs = [(2, 5, 9), (3, 0, 1), (1, 7, 20)]
 
     async def bench(ctx):
-        pending, got, run_i = None, [], 0
+        pending, got, run_i, unissued = None, [], 0, 0
         while len(got) < sum(n for _, _, n in runs):
+            # ready (a flip-flop) says exactly that every read of the runs started so far has issued
+            assert ctx.get(dut.ready) == (unissued == 0), unissued
             if run_i < len(runs) and ctx.get(dut.ready):
                 b, a, n = runs[run_i]
                 ctx.set(dut.start, 1), ctx.set(dut.buf, b), ctx.set(dut.addr, a), ctx.set(dut.beats, n)
                 run_i += 1
+                unissued += n
             else:
                 ctx.set(dut.start, 0)
             gate = rng.random() < 0.6
@@ -107,6 +110,7 @@ def test_streamer_runs_back_to_back_honours_gate_and_backpressure():
             rd = ctx.get(dut.rd)
             assert gate or not rd["en"], "a read issued while the gate was low"
             pending = (rd["buf"], rd["addr"]) if rd["en"] else None
+            unissued -= rd["en"]
             await ctx.tick()
         expect = []
         for b, a, n in runs:

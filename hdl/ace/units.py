@@ -125,11 +125,14 @@ class LoadUnit(wiring.Component):
         count = Signal(16)
         beat = Signal()             # a beat of the head job enters the write slice this cycle
         last = Signal()
+        # a zero job's last beat: count + 1 >= beats, from flip-flops (it pops the in-flight queue):
+        # ``first`` (count == 0) and ``near`` (count + 1 >= beats, decided when count stepped)
+        first, near = Signal(init=1), Signal()
         w = ws.i.payload
         m.d.comb += [
             self.rd_data.ready.eq(inflight.r_rdy & ~cur.zero & ws.i.ready),
             beat.eq(Mux(cur.zero, inflight.r_rdy & ws.i.ready, self.rd_data.valid & self.rd_data.ready)),
-            last.eq(Mux(cur.zero, count + 1 >= cur.beats, self.rd_data.payload.last)),
+            last.eq(Mux(cur.zero, Mux(first, cur.beats <= 1, near), self.rd_data.payload.last)),
             ws.i.valid.eq(beat),
             w.buf.eq(cur.buf), w.addr.eq(cur.sram_addr + count),
             w.data.eq(Mux(cur.zero, 0, self.rd_data.payload.data)), w.last.eq(last),
@@ -137,9 +140,9 @@ class LoadUnit(wiring.Component):
             w.status.eq(Mux(cur.zero, 0, self.rd_data.payload.err * Status.AXI_ERROR)),
         ]
         with m.If(beat):
-            m.d.sync += count.eq(count + 1)
+            m.d.sync += [count.eq(count + 1), first.eq(0), near.eq(count + 2 >= cur.beats)]
             with m.If(last):
-                m.d.sync += count.eq(0)
+                m.d.sync += [count.eq(0), first.eq(1)]
                 m.d.comb += inflight.r_en.eq(1)
         # bytes read into the slice, counted a cycle late
         m.d.sync += self.bytes.eq(self.bytes + late(m, Mux(beat & last & ~cur.zero, cur.nbytes, 0), "bytes_late"))

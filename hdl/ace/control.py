@@ -249,18 +249,21 @@ class ControlUnit(wiring.Component):
         report(dp.arrived.valid & (dp.arrived.status != 0), dp.arrived.cmd, dp.arrived.status)
 
         # ---- command completion --------------------------------------------------------------------------
-        report(cd.valid & (cd.payload.status != 0), cd.payload.cmd, cd.payload.status)
-        m.d.comb += [table.chunk_done.valid.eq(cd.valid), table.chunk_done.cmd.eq(cd.payload.cmd),
+        # the command table counts a chunk's completion (and takes its error) a cycle after its buffer is freed:
+        # the partition manager's search of the finished buffers stops at a register
+        cd_v, cd_cmd, cd_status = Signal(), Signal.like(cd.payload.cmd), Signal.like(cd.payload.status)
+        m.d.sync += [cd_v.eq(cd.valid), cd_cmd.eq(cd.payload.cmd), cd_status.eq(cd.payload.status)]
+        report(cd_v & (cd_status != 0), cd_cmd, cd_status)
+        m.d.comb += [table.chunk_done.valid.eq(cd_v), table.chunk_done.cmd.eq(cd_cmd),
                      table.arrived.valid.eq(dp.arrived.valid), table.arrived.cmd.eq(dp.arrived.cmd)]
         assert len(error_reports) == len(table.reports)
         for r, (valid, cmd, code, det) in zip(table.reports, error_reports):
             m.d.comb += [r.valid.eq(valid), r.cmd.eq(cmd), r.status.eq(code), r.detail.eq(det)]
 
         # ---- status and counters (counters.py) ----------------------------------------------------------------
-        m.d.comb += [
-            self.idle.eq((busy == 0) & (pm.used_term == 0) & (bank.active == 0) & dp.dep_idle),
-            self.chunks_active.eq(sum(pm.used) + pm.used_term),
-        ]
+        m.d.comb += self.idle.eq((busy == 0) & (pm.used_term == 0) & (bank.active == 0) & dp.dep_idle)
+        # a status field read by the host: a cycle late, off the partitions' counters into the CSR read path
+        m.d.sync += self.chunks_active.eq(sum(pm.used) + pm.used_term)
         m.submodules.counters = cnt = ControlCounters(cfg)
         m.d.sync += _count(cnt, bank, iss, ist, disp, pm)      # a cycle late: off the grant's and stall paths
         m.d.comb += [self.fsm_busy.eq(cnt.fsm_busy), self.steps.eq(cnt.steps), self.step_gap.eq(cnt.step_gap),

@@ -122,12 +122,10 @@ class TxPort(wiring.Component):
         # The flit being formed: from the latched message, or straight from `msg` when idle so that the first
         # flit does not wait a cycle for the header to be latched.
         h = Signal(packet_header_layout())
-        rem_c = Signal.like(rem)
         pkt_c = Signal.like(pkt_beat)
         off_c = Signal.like(offset)
         m.d.comb += [
             h.eq(Mux(active, cur.as_value(), self.msg.payload.as_value())),
-            rem_c.eq(Mux(active, rem, ceil_beats(self.msg.payload.length, w))),
             pkt_c.eq(Mux(active, pkt_beat, 0)),
             off_c.eq(Mux(active, offset, 0)),
         ]
@@ -201,7 +199,11 @@ class TxPort(wiring.Component):
         load = self.msg.valid & self.msg.ready
         with m.If(go & ~finishing):                 # more than one beat was left
             m.d.sync += [
-                rem.eq(rem_c - 1), rem_one.eq(rem_c == 2), rem_many.eq(rem_c > 2),
+                # beats left after this one: of the latched message, or of a new one (a length of more than
+                # one beat: ceil(length / w) - 1 = (length - 1) // w), each without an add in front of another
+                rem.eq(Mux(active, rem - 1, (length - 1) >> exact_log2(w))),
+                rem_one.eq(Mux(active, rem == 2, (length > w) & (length <= 2 * w))),
+                rem_many.eq(Mux(active, rem > 2, length > 2 * w)),
                 pkt_beat.eq(Mux(last_flit, 0, pkt_c + 1)),
                 offset.eq(Mux(last_flit, off_c + pb, off_c)),
                 crc.eq(crc_after),

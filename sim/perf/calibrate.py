@@ -1,6 +1,10 @@
 """The model against the engine RTL: collective cycles predicted from the engine configuration (beat bytes,
-chunk size, chunk buffers, FSMs) and the links (latency, rate), next to the cycles ``syncfabric run`` /
-``syncfabric bench`` measured on Verilator (recorded in ``docs/results.md`` with their commands).
+chunk size, chunk buffers, FSMs) and the links (latency, rate), next to the cycles the RTL takes on Verilator.
+
+Each :class:`RtlPoint` is one ``syncfabric run`` job with the cycles last recorded for it (``docs/results.md``).
+:func:`calibrate` compares the model with the recorded cycles, or with ``measure=True`` runs every job on the RTL
+again (:func:`measure`, the same code as ``syncfabric run``, every byte checked against the golden executor)
+and compares with what it measured: ``syncfabric perf calibrate --measure``.
 
 Engine units: one cycle per second (``clock_hz=1``), a rate-1 link carries one beat per cycle
 (``link_bw=beat_bytes``), no link efficiency factor (the RTL's links lose nothing), memory one beat per cycle
@@ -13,7 +17,7 @@ from ..golden.topology import LinkAttr, Ring, Switch, Torus, parse as parse_topo
 from .collective import collective_time
 from .system import SystemParams, endpoint_from_ace
 
-__all__ = ["RtlPoint", "RTL_POINTS", "predict_cycles", "calibrate"]
+__all__ = ["RtlPoint", "RTL_POINTS", "predict_cycles", "measure", "calibrate"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,23 @@ class RtlPoint:
     rate: float = None
     buffers: int = None
     fsms: int = None
+
+    def run_kwargs(self):
+        """Keyword arguments of :func:`~syncfabric.host.run.run_collective` for this job."""
+        return {"collective": self.collective, "topology": self.topology, "nbytes": self.nbytes,
+                "config": self.config, "latency": self.latency, "rate": self.rate, "buffers": self.buffers,
+                "fsms": self.fsms}
+
+    @property
+    def run_command(self):
+        """The same job as a ``syncfabric run`` command line."""
+        cmd = (f"syncfabric run --config {self.config} --collective {self.collective} --topology {self.topology} "
+               f"--bytes {self.nbytes}")
+        for flag, v in (("latency", self.latency), ("rate", self.rate), ("buffers", self.buffers),
+                        ("fsms", self.fsms)):
+            if v is not None:
+                cmd += f" --{flag} {v}"
+        return cmd
 
 
 _P = "syncfabric bench sweep --config paper --bytes 1M"
@@ -94,12 +115,36 @@ def predict_cycles(config, collective, topology, nbytes, latency=None, rate=None
     return collective_time(collective, nbytes, topo, ep, system).time
 
 
-def calibrate(points=RTL_POINTS):
-    """Rows of (command, RTL cycles, model cycles, error) and the mean absolute error."""
+def measure(point, backend="verilator", threads=1):
+    """Run ``point``'s job on the engine RTL (``syncfabric run``'s path, NPU memories in HDL) and return the
+    run's result; raises RuntimeError when the run did not pass (a byte wrong, a status not OK)."""
+    from ...host.run import passed, run_collective
+
+    r = run_collective(**point.run_kwargs(), backend=backend, npu_mem="hdl", threads=threads, progress=False)
+    if not passed(r):
+        raise RuntimeError(f"{point.run_command}: the RTL run failed (status {r['status']}, "
+                           f"{r['mismatches']} bytes wrong)")
+    return r
+
+
+def calibrate(points=RTL_POINTS, *, measure_rtl=False, backend="verilator", on_row=None):
+    """Rows of (command, RTL cycles, model cycles, error) and the mean absolute error.
+
+    ``measure_rtl``: run each job on the RTL (:func:`measure`) and compare the model with the cycles measured
+    now (``recorded_cycles`` and ``drift`` say how far the recorded figure is from them); otherwise compare with
+    the recorded cycles. ``on_row(i, n, row)`` is called after each row (progress of long measurements)."""
     rows = []
-    for p in points:
+    for i, p in enumerate(points):
         m = predict_cycles(p.config, p.collective, p.topology, p.nbytes, p.latency, p.rate, p.buffers, p.fsms)
-        rows.append({"command": p.command, "collective": p.collective, "topology": p.topology, "bytes": p.nbytes,
-                     "rtl_cycles": p.cycles, "model_cycles": round(m), "error": m / p.cycles - 1})
+        row = {"command": p.run_command, "config": p.config, "collective": p.collective, "topology": p.topology,
+               "bytes": p.nbytes, "rtl_cycles": p.cycles, "model_cycles": round(m), "error": m / p.cycles - 1,
+               "measured": False}
+        if measure_rtl:
+            r = measure(p, backend)
+            row.update(rtl_cycles=r["cycles"], error=m / r["cycles"] - 1, measured=True, recorded_cycles=p.cycles,
+                       drift=r["cycles"] / p.cycles - 1, wall_s=r["wall_s"])
+        rows.append(row)
+        if on_row:
+            on_row(i, len(points), row)
     mae = sum(abs(r["error"]) for r in rows) / len(rows)
     return rows, mae

@@ -74,7 +74,14 @@ def register(subparsers):
     p.add_argument("--ranks", type=int, default=16)
     p.add_argument("--seed", type=int, default=1)
     _add_common(p)
-    p = sub.add_parser("calibrate", help="model vs RTL cycle counts (docs/results.md runs)")
+    p = sub.add_parser("calibrate", help="model vs RTL cycle counts (recorded, or measured again with --measure)")
+    p.add_argument("--measure", action="store_true",
+                   help="run every job on the engine RTL now (Verilator; the design point's rows take minutes "
+                        "each) instead of reading the recorded cycles")
+    p.add_argument("--config", action="append", choices=("small", "paper"),
+                   help="only the rows of this engine configuration (repeatable; default all)")
+    p.add_argument("--backend", choices=("verilator", "icarus"), default="verilator",
+                   help="simulator of --measure (default %(default)s)")
     _add_common(p)
     p = sub.add_parser("bench", help="model speed: simulated iterations per second")
     p.add_argument("--npus", type=int, action="append", help="sizes (default 16 128 1024)")
@@ -172,11 +179,25 @@ def _dispatch(args):
               f"({meta['response_ratio']:.2f}x); with carried-over work: {m['backlog_1']:.1f} ms, "
               f"{m['backlog_2']:.1f} ms ({meta['response_ratio_backlog']:.2f}x)")
     elif c == "calibrate":
-        from .calibrate import calibrate
-        rows, mae = calibrate()
-        repro.write_outputs(args.out, "calibrate", rows, {"mean_abs_error": mae})
-        _table(rows, ["topology", "collective", "bytes", "rtl_cycles", "model_cycles", "error"])
-        print(f"mean absolute error {mae:.3f}")
+        from .calibrate import RTL_POINTS, calibrate
+
+        points = [p for p in RTL_POINTS if not args.config or p.config in args.config]
+
+        def show(i, n, row):
+            if not args.quiet:
+                print(f"[{i + 1}/{n}] {row['command']}: {row['rtl_cycles']:,} cycles (recorded "
+                      f"{row['recorded_cycles']:,}, drift {row['drift']:+.1%}), model {row['model_cycles']:,} "
+                      f"({row['error']:+.1%}), {row['wall_s']:.0f} s", flush=True)
+
+        try:
+            rows, mae = calibrate(points, measure_rtl=args.measure, backend=args.backend,
+                                  on_row=show if args.measure else None)
+        except RuntimeError as exc:
+            print(f"syncfabric perf calibrate: error: {exc}", file=sys.stderr)
+            return 1
+        repro.write_outputs(args.out, "calibrate", rows, {"mean_abs_error": mae, "measured": args.measure})
+        _table(rows, ["config", "topology", "collective", "bytes", "rtl_cycles", "model_cycles", "error"])
+        print(f"mean absolute error {mae:.3f} against {'measured' if args.measure else 'recorded'} RTL cycles")
     elif c == "bench":
         rows = repro.bench(tuple(args.npus or (16, 128, 1024)), args.workload)
         _table(rows, ["npus", "topology", "iteration_ms", "cold_s", "warm_s", "iterations_per_s"])

@@ -1,0 +1,67 @@
+"""The performance model against the engine RTL measured now (``syncfabric perf calibrate --measure``), not
+against cycle counts typed in from the docs: the small ring's row runs on Verilator in the default suite."""
+
+import json
+
+import pytest
+
+from syncfabric.host.cli import main
+from syncfabric.sim.perf.calibrate import RTL_POINTS, calibrate
+
+SMALL_RING = next(p for p in RTL_POINTS if p.config == "small" and p.topology == "ring:4")
+
+#: How far the model may be from the small engine's 4-rank ring today. The target is 5 % (issue 28); the
+#: model does not hold the small engine's per-collective costs (descriptor fetch and validation, the first
+#: DMA latency, the completion) or its 8-beat messages' per-message cycles, and errs by -16 to -24 % on these
+#: rows (docs/results.md). The bound catches the two drifting further apart.
+SMALL_RING_TOLERANCE = 0.20
+
+
+@pytest.mark.cocotb
+def test_model_and_the_rtl_measured_now_agree_on_the_small_ring():
+    [row], mae = calibrate([SMALL_RING], measure_rtl=True)
+    assert row["measured"] and mae == pytest.approx(abs(row["error"]))
+    # the recorded figure is the RTL's own: a change of the engine's cycles must re-record it (RTL_POINTS)
+    assert row["rtl_cycles"] == SMALL_RING.cycles, row
+    assert abs(row["error"]) <= SMALL_RING_TOLERANCE, row
+
+
+def _fake_run(cycles, status="OK"):
+    def run_collective(**kw):
+        return {"cycles": cycles, "mismatches": 0 if status == "OK" else 7, "status": [status] * 4,
+                "wall_s": 1.5, "sram_conflicts": 0, "guard_bytes_touched": 0}
+    return run_collective
+
+
+def test_calibrate_measure_prints_each_row_and_writes_the_measured_cycles(monkeypatch, tmp_path, capsys):
+    """--measure runs each selected row's job (here a stand-in for the RTL run) and reports it against the
+    recorded figure and the model, row by row as it goes."""
+    import syncfabric.host.run as run
+
+    seen = []
+    monkeypatch.setattr(run, "run_collective", lambda **kw: seen.append(kw) or _fake_run(2000)(**kw))
+    assert main(["perf", "calibrate", "--measure", "--config", "small", "--out", str(tmp_path)]) == 0
+    small = [p for p in RTL_POINTS if p.config == "small"]
+    assert len(seen) == len(small) and all(kw["npu_mem"] == "hdl" and kw["backend"] == "verilator" for kw in seen)
+    assert seen[0]["topology"] == small[0].topology and seen[0]["nbytes"] == small[0].nbytes
+    out = capsys.readouterr().out
+    assert f"[1/{len(small)}] syncfabric run --config small" in out and "2,000 cycles" in out
+    rows = json.loads((tmp_path / "calibrate.json").read_text())
+    assert rows["meta"]["measured"] is True
+    assert all(r["rtl_cycles"] == 2000 and r["recorded_cycles"] == p.cycles for r, p in zip(rows["rows"], small))
+
+
+def test_calibrate_measure_stops_on_a_failed_run(monkeypatch, tmp_path, capsys):
+    import syncfabric.host.run as run
+
+    monkeypatch.setattr(run, "run_collective", _fake_run(2000, status="PROTOCOL"))
+    assert main(["perf", "calibrate", "--measure", "--config", "small", "--out", str(tmp_path), "--quiet"]) == 1
+    assert "the RTL run failed" in capsys.readouterr().err
+
+
+def test_each_row_is_a_run_command_with_its_job():
+    for p in RTL_POINTS:
+        kw = p.run_kwargs()
+        assert p.run_command.startswith(f"syncfabric run --config {p.config} --collective {p.collective}")
+        assert (kw["topology"], kw["nbytes"]) == (p.topology, p.nbytes)
+        assert ("--latency" in p.run_command) == (p.latency is not None)

@@ -12,11 +12,12 @@ doorbell is seen a cycle later, and after a fetch the reader waits a cycle (``SE
 ``SQ_HEAD``.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import DESCRIPTOR_BYTES, descriptor_layout
+from ..common.logic import late
 from .units import beat_stream, dma_cmd_layout
 
 __all__ = ["DescriptorFetch"]
@@ -77,6 +78,10 @@ class DescriptorFetch(wiring.Component):
             addr.eq(self.sq_base + (sq_head & sq_mask) * DESCRIPTOR_BYTES),
         ]
 
+        # descriptor bytes read: a status counter, counted a cycle late (its 64-bit add off the DMA's read data)
+        beat = Signal()
+        m.d.sync += self.desc_bytes.eq(self.desc_bytes + late(m, Mux(beat, min(W, DESCRIPTOR_BYTES), 0),
+                                                              "desc_bytes_late"))
         with m.FSM(name="fetch"):
             with m.State("IDLE"):
                 with m.If(self.go & pending):
@@ -98,7 +103,8 @@ class DescriptorFetch(wiring.Component):
                                 lo = 8 * W * b
                                 hi = min(8 * W * (b + 1), 8 * DESCRIPTOR_BYTES)
                                 m.d.sync += desc_bits[lo:hi].eq(self.rd_data.payload.data[:hi - lo])
-                    m.d.sync += [beat_i.eq(beat_i + 1), self.desc_bytes.eq(self.desc_bytes + min(W, DESCRIPTOR_BYTES))]
+                    m.d.sync += beat_i.eq(beat_i + 1)
+                    m.d.comb += beat.eq(1)
                     with m.If(self.rd_data.payload.err):
                         m.d.sync += self.fetch_err.eq(1)
                     with m.If(self.rd_data.payload.last):

@@ -76,10 +76,11 @@ RTL_POINTS = (
              20770, latency=90, buffers=52, fsms=2),
     RtlPoint(_P + " --topology bidir-ring:8 --latency 90 --fsms 16", "paper", "allreduce", "bidir-ring:8",
              1 << 20, 18513, latency=90, buffers=52, fsms=16),
-    RtlPoint("syncfabric bench simspeed --config small --bytes 16K --topology ring:4", "small", "allreduce",
-             "ring:4", 16 << 10, 1947, latency=10),
-    RtlPoint("syncfabric run --topology bidir-ring:4 --config small --bytes 16K --latency 10", "small",
-             "allreduce", "bidir-ring:4", 16 << 10, 1829, latency=10),
+    # these two measured with `syncfabric perf calibrate --measure` (ring:4 on 9ee7fb1, bidir-ring:4 on ac276a4)
+    RtlPoint("syncfabric run --config small --collective allreduce --topology ring:4 --bytes 16384 --latency 10",
+             "small", "allreduce", "ring:4", 16 << 10, 1976, latency=10),
+    RtlPoint("syncfabric run --config small --collective allreduce --topology bidir-ring:4 --bytes 16384 "
+             "--latency 10", "small", "allreduce", "bidir-ring:4", 16 << 10, 1596, latency=10),
     RtlPoint("syncfabric run --topology ring:8 --config small --bytes 32K --latency 90", "small", "allreduce",
              "ring:8", 32 << 10, 11813, latency=90),
     RtlPoint("syncfabric run --topology torus:4x2x2 --config small --bytes 16K", "small", "allreduce",

@@ -2,7 +2,7 @@
 chunk size, chunk buffers, FSMs) and the links (latency, rate), next to the cycles the RTL takes on Verilator.
 
 Each :class:`RtlPoint` is one ``syncfabric run`` job with the cycles last recorded for it (``docs/results.md``).
-:func:`calibrate` compares the model with the recorded cycles, or with ``measure=True`` runs every job on the RTL
+:func:`calibrate` compares the model with the recorded cycles, or with ``measure_rtl=True`` runs every job on the RTL
 again (:func:`measure`, the same code as ``syncfabric run``, every byte checked against the golden executor)
 and compares with what it measured: ``syncfabric perf calibrate --measure``.
 

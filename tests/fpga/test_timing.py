@@ -139,8 +139,8 @@ def _cell(kind, name, pins):
 
 
 def test_drivers_are_sized_for_their_fanout(tmp_path):
-    """A NAND2_X1 driving 10 inputs becomes X4, an INV_X1 driving 5 becomes X2, a DFF_X1 driving 9 the largest
-    flip-flop (X2); a buffer driving 2 and a full adder (one strength only) keep theirs; the area added is the
+    """A NAND2_X1 driving 10 inputs becomes X4, an INV_X1 driving 5 becomes X2, a DFF_X1 driving 5 becomes X2 (its
+    largest); a buffer driving 2 and a full adder (one strength only) keep theirs; the area added is the
     liberty's difference, booked to the driver's module."""
     lib = _tools()
     cells = [_cell("DFF_X1", "\\$flatten\\u.q ", [("D", "a"), ("CK", "clk"), ("Q", "q"), ("QN", "")]),

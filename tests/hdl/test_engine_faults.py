@@ -40,7 +40,7 @@ def _silent(res):
 @pytest.mark.parametrize("sim,topology,flip", [
     ("verilator", "ring:2", [0.01, 0.0]),           # one direction: rank 0's links never see a bad CRC
     ("verilator", "ring:4", 0.004),
-    ("icarus", "ring:2", [0.01, 0.0]),
+    pytest.param("icarus", "ring:2", [0.01, 0.0], marks=pytest.mark.slow),
 ])
 def test_bit_flips_never_complete_ok_with_wrong_data(sim, topology, flip):
     seed = seed_for(20261127)

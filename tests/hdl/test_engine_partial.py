@@ -50,7 +50,7 @@ def check(result, jobs):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("topology", ["ring:4", "torus:2x2x2"])
+@pytest.mark.parametrize("topology", ["ring:4", pytest.param("torus:2x2x2", marks=pytest.mark.slow)])
 def test_random_ranks_contribute_null(topology):
     seed = seed_for(20261127)
     jobs = random_null_jobs(topology, random.Random(seed), seed)

@@ -124,15 +124,19 @@ def test_random_posting_times_with_a_one_record_spill_window_beside_an_all_reduc
 
 
 @pytest.mark.cocotb
-def test_async_all_to_all_on_icarus_and_8_ports():
-    topo = "switch:8"
-    cfg = engine_config_for(BASE, topo)
-    jobs = [sven(topo, 45, "fp16", seed=5, tag=1)]
-    res = run_system(cfg, topo, jobs, sim="verilator", seed=3, post_skew=2000)
-    check(res, 1)
+def test_async_all_to_all_on_icarus():
     topo = "switch:4"
     res = run_system(engine_config_for(BASE, topo), topo, [sven(topo, 21, seed=6, tag=1)], sim="icarus", seed=4,
                      post_skew=500)
+    check(res, 1)
+
+
+@pytest.mark.cocotb
+@pytest.mark.slow
+def test_async_all_to_all_on_8_ports():
+    topo = "switch:8"
+    res = run_system(engine_config_for(BASE, topo), topo, [sven(topo, 45, "fp16", seed=5, tag=1)], sim="verilator",
+                     seed=3, post_skew=2000)
     check(res, 1)
 
 

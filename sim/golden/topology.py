@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import math
 import re
 
-__all__ = ["LinkAttr", "Link", "Topology", "Ring", "Torus", "Switch", "parse",
+__all__ = ["LinkAttr", "Link", "Topology", "Ring", "Torus", "Switch", "parse", "spread_tie",
            "INTRA_PACKAGE", "INTER_PACKAGE"]
 
 
@@ -150,17 +150,25 @@ class Topology:
         """:class:`LinkAttr` of the link leaving ``(rank, port)``."""
         raise NotImplementedError
 
-    def next_port(self, cur, dst):
-        """Output port of ``cur`` on the route to ``dst`` (``cur != dst``)."""
+    def next_port(self, cur, dst, src=None):
+        """Output port of ``cur`` on the route to ``dst`` (``cur != dst``). Where both ways round a ring are
+        equally short, ``+`` (a routing table's choice: it knows only the destination); given the message's
+        ``src``, the way :func:`spread_tie` picks."""
         raise NotImplementedError
 
-    def route(self, src, dst):
-        """The hops ``((rank, port), ...)`` a message takes from ``src`` to ``dst`` (empty if equal)."""
+    def route(self, src, dst, spread_ties=False):
+        """The hops ``((rank, port), ...)`` a message takes from ``src`` to ``dst`` (empty if equal).
+
+        ``spread_ties``: where both ways round a dimension's ring are equally short (half-way round an
+        even ring, and every hop of a dimension of size 2, whose two ports face the same neighbour), take
+        the way :func:`spread_tie` picks for this source and destination instead of always ``+``, so that
+        the ``-`` links carry half of such traffic (a program that names every hop's port can; a routing
+        table, which sees only the destination, cannot)."""
         self._check_rank(src)
         self._check_rank(dst)
         hops, cur = [], src
         while cur != dst:
-            port = self.next_port(cur, dst)
+            port = self.next_port(cur, dst, src if spread_ties else None)
             hops.append((cur, port))
             cur, _ = self.link(cur, port, dst if self.routed else None)
             if len(hops) > self.n_endpoints:
@@ -225,10 +233,12 @@ class Ring(Topology):
         """Ranks in ring order (the direction of port 0)."""
         return list(range(self.p))
 
-    def next_port(self, cur, dst):
+    def next_port(self, cur, dst, src=None):
         if not self.bidirectional:
             return 0
         ahead = (dst - cur) % self.p
+        if ahead == self.p - ahead and src is not None:
+            return spread_tie((src,), (dst,), 0)
         return 0 if ahead <= self.p - ahead else 1
 
 
@@ -318,12 +328,14 @@ class Torus(Topology):
         self._check_port(port)
         return self.attrs[port // 2]
 
-    def next_port(self, cur, dst):
+    def next_port(self, cur, dst, src=None):
         a, b = self.coords(cur), self.coords(dst)
         for d in range(3):
             if a[d] != b[d]:
                 n = self.dims[d]
                 ahead = (b[d] - a[d]) % n
+                if ahead == n - ahead and src is not None:
+                    return spread_tie(self.coords(src), b, d)
                 return 2 * d if ahead <= n - ahead else 2 * d + 1
         raise ValueError(f"next_port: {cur} is already the destination")
 
@@ -393,8 +405,22 @@ class Switch(Topology):
         """Ranks in the order of the logical ring used by ring algorithms on the switch."""
         return list(range(self.p))
 
-    def next_port(self, cur, dst):
+    def next_port(self, cur, dst, src=None):
         return 0
+
+
+def spread_tie(src, dst, dim):
+    """Port (``2*dim`` for ``+``, ``2*dim + 1`` for ``-``) of a hop in dimension ``dim`` where both ways are
+    equally short, for a message from coordinates ``src`` to ``dst``: ``+`` when the sum of the source's
+    coordinates and the destination's outside ``dim`` is even.
+
+    Under dimension-ordered routing the messages that take such a hop from one rank differ in that sum
+    half the time: from the source itself (the first dimension routed) the destinations' other coordinates
+    vary; at a later dimension the sources' coordinates in the dimensions already routed vary. In an
+    all-to-all on torus:4x2x2 every ``+`` and ``-`` link of the size-2 dimensions carries the same number of
+    messages (tests/golden/test_topology.py)."""
+    parity = sum(src) + sum(c for i, c in enumerate(dst) if i != dim)
+    return 2 * dim + (parity & 1)
 
 
 _SPEC = re.compile(r"^\s*(ring|bidir-ring|torus|switch)\s*:\s*([0-9x\s]+?)\s*$", re.IGNORECASE)

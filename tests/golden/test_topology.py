@@ -1,5 +1,7 @@
 """Topologies: port numbering, links, attributes, routing and spec parsing."""
 
+from collections import Counter
+
 import pytest
 
 from syncfabric.sim.golden.topology import (INTER_PACKAGE, INTRA_PACKAGE, LinkAttr, Ring, Switch, Torus, parse)
@@ -75,6 +77,34 @@ def test_torus_xyz_routing():
         for d in range(64):
             assert len(t.route(s, d)) == sum(min(abs(a - b), 4 - abs(a - b))
                                              for a, b in zip(t.coords(s), t.coords(d)))
+
+
+@pytest.mark.parametrize("spec", ["torus:4x2x2", "torus:4x4x4", "torus:2x2x2", "bidir-ring:8"])
+def test_spread_ties_balance_an_all_to_alls_plus_and_minus_links(spec):
+    """Always ``+`` on a tie leaves the ``-`` links of a size-2 dimension idle in an all-to-all (torus:4x2x2:
+    ports 3 and 5 carry nothing, the busiest link 12 messages); spreading the ties by source and destination
+    loads every port of a symmetric torus alike (busiest link 8) with routes just as short."""
+    t = parse(spec)
+    P = t.n_endpoints
+    plain, spread = Counter(), Counter()
+    for s in range(P):
+        for d in range(P):
+            if s == d:
+                continue
+            hops = t.route(s, d, spread_ties=True)
+            assert len(hops) == len(t.route(s, d))               # still a shortest route
+            assert t.link(*hops[-1], d if t.routed else None)[0] == d
+            spread.update(hops)
+            plain.update(t.route(s, d))
+    per_port = Counter()
+    for (_, p), n in spread.items():
+        per_port[p] += n
+    loads = set(per_port.values())
+    assert len(loads) == 1 if spec != "torus:4x2x2" else per_port[2] == per_port[3] == per_port[4] == per_port[5]
+    assert per_port[0] == per_port[1]
+    assert max(spread.values()) < max(plain.values())
+    if spec == "torus:4x2x2":
+        assert max(plain.values()) == 12 and max(spread.values()) == 8
 
 
 def test_torus_default_attributes():

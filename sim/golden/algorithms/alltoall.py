@@ -2,7 +2,8 @@
 
 Every rank sends its segment ``d`` straight towards rank ``d`` along ``topology.route`` (XYZ order on a
 torus, the shorter way round a bidirectional ring, port 0 on a unidirectional ring, one hop through a
-switch). A message for a non-neighbour is RECVed by every intermediate rank into a *spare* slot and
+switch; where both ways round are equally short, the way :func:`~..topology.spread_tie` picks for the source
+and destination, so the ``-`` links of size-2 and half-way hops carry half of that traffic). A message for a non-neighbour is RECVed by every intermediate rank into a *spare* slot and
 forwarded in the same pass (``RECV ... fwd``), never touching NPU memory; the destination RECVs it into slot
 ``s`` (``s`` = source rank) and STOREs it to its output segment ``s``.
 
@@ -31,7 +32,7 @@ __all__ = ["direct_alltoall", "async_alltoall"]
 def direct_alltoall(topology):
     """Programs for the direct all-to-all on any topology with routing (ring, torus, switch)."""
     P = topology.n_endpoints
-    routes = {(s, d): topology.route(s, d) for s in range(P) for d in range(P) if s != d}
+    routes = {(s, d): topology.route(s, d, spread_ties=True) for s in range(P) for d in range(P) if s != d}
     forwarding = any(len(h) > 1 for h in routes.values())
     spares = (P, P + 1) if forwarding else ()
     ports = sorted({p for r in range(P) for p in range(topology.n_ports) if topology.has_tx(r, p)})

@@ -94,14 +94,6 @@ def profile_from_programs(programs, topology):
     phases = []
     for pi in range(n_phases):
         link, reads, writes, nreads, nwrites, red, steps, transfers = {}, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0
-        # Dependency depth: messages are events; a RECV with a forward emits depth(in) + 1.
-        recv_at = {}
-        for p in progs:
-            for s in p.phases[pi].steps:
-                if s.op == StepOp.RECV:
-                    recv_at[(p.rank, s.key)] = s
-        depth_of = {}
-        frontier = []
         for p in progs:
             lk, r_, w_, nr, nw, rd = {}, 0.0, 0.0, 0.0, 0.0, 0.0
             for s in p.phases[pi].steps:
@@ -113,9 +105,6 @@ def profile_from_programs(programs, topology):
                 elif s.op in (StepOp.SEND, StepOp.PUT):
                     nr += b
                     lk[s.port] = lk.get(s.port, 0.0) + b
-                    if s.op == StepOp.SEND:
-                        dst, _ = topo.link(p.rank, s.port, s.peer)
-                        frontier.append(((dst, s.key), 1))
                 else:
                     nw += b                              # the message lands in memory
                     if s.reduce:
@@ -133,25 +122,53 @@ def profile_from_programs(programs, topology):
             steps = max(steps, len(p.phases[pi].steps))
             transfers = max(transfers, sum(1 for s in p.phases[pi].steps
                                            if s.op in (StepOp.SEND, StepOp.PUT, StepOp.RECV)))
-        src_of = {(p.rank, s.key): p.rank for p in progs for s in p.phases[pi].steps if s.op == StepOp.RECV}
-        depth = 1 if any(s.op == StepOp.PUT for p in progs for s in p.phases[pi].steps) else 0
-        while frontier:
-            nxt = []
-            for (where, d) in frontier:
-                if depth_of.get(where, 0) >= d:
-                    continue
-                depth_of[where] = d
-                depth = max(depth, d)
-                s = recv_at.get(where)
-                if s is not None and s.fwd is not None:
-                    r = src_of[where]
-                    dst, _ = topo.link(r, s.fwd, s.peer)
-                    nxt.append(((dst, s.fwd_key), d + 1))
-            frontier = nxt
+        depth = data_depth(progs, pi, topo)
         input_frac = _input_fraction(head, pi)
         phases.append(PhaseProfile(head.phases[pi].name, tuple(head.phases[pi].ports), link, depth, steps,
                                    reads, writes, nreads, nwrites, red, input_frac, frac, transfers))
     return CollectiveProfile(head.collective, head.algorithm, topo.spec, topo.n_endpoints, tuple(phases))
+
+
+def data_depth(programs, pi, topology):
+    """Dependency depth of phase ``pi``: the longest chain of messages, each sent from data that the previous
+    one brought.
+
+    Data is followed through the slots: a LOAD fills its slot at depth 0, a RECV fills it at the depth of
+    the message it takes (or of the slot's old datum, if deeper, when it reduces into it), a SEND or PUT
+    emits its slot's datum one deeper, and a RECV's forwarded copy leaves one deeper than what it passes on.
+    So a ring's reduce-and-forward chain and halving-doubling's receive-then-send steps both count every
+    message of the chain (``2 log2 P`` for halving-doubling, where following forwards alone gave 2). The
+    programs are deadlock free, so the message graph is acyclic and the iteration ends."""
+    topo = parse_topology(topology)
+    progs = list(programs)
+    msg = {}                                     # (receiving rank, key) -> depth of the message
+    for _ in range(sum(len(p.phases[pi].steps) for p in progs) + 1):
+        changed = False
+
+        def emit(where, d):
+            nonlocal changed
+            if msg.get(where, 0) < d:
+                msg[where] = d
+                changed = True
+
+        for p in progs:
+            slot = {}
+            for s in p.phases[pi].steps:
+                if s.op == StepOp.LOAD:
+                    slot[s.slot] = 0
+                elif s.op == StepOp.SEND:
+                    emit((topo.link(p.rank, s.port, s.peer)[0], s.key), slot.get(s.slot, 0) + 1)
+                elif s.op == StepOp.PUT:                 # a deposit: nothing RECVs it
+                    emit((s.peer, s.key), slot.get(s.slot, 0) + 1)
+                elif s.op == StepOp.RECV:
+                    d = msg.get((p.rank, s.key), 0)
+                    d = max(d, slot.get(s.slot, 0)) if s.reduce else d
+                    slot[s.slot] = d
+                    if s.fwd is not None:
+                        emit((topo.link(p.rank, s.fwd, s.peer)[0], s.fwd_key), d + 1)
+        if not changed:
+            break
+    return max(msg.values(), default=0)
 
 
 def _input_fraction(program, pi):

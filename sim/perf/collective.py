@@ -202,7 +202,7 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
             heapq.heappush(events, (t, seq, 0, c))
         else:
             done[c] = t
-    total = max(done)
+    total = max(done) + ep.command_cycles / system.clock_hz
     bound = max((sum(ph.link.get(port, 0.0) for ph in prof.phases) * nbytes / link_capacity(topo, port, system)
                  for port in {p for ph in prof.phases for p in ph.link}), default=0.0)
     return CollectiveResult(total, n_chunks, sent, bound, slots, busy)

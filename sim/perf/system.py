@@ -9,7 +9,7 @@ its latency is ``latency / clock_hz`` seconds.
 from dataclasses import dataclass, replace, asdict
 import math
 
-__all__ = ["SystemParams", "Endpoint", "CONFIGS", "endpoint", "endpoint_from_ace", "torus_for",
+__all__ = ["SystemParams", "Endpoint", "CONFIGS", "endpoint", "endpoint_from_ace", "ACE_COMMAND_CYCLES", "torus_for",
            "SYSTEM_SIZES", "compute_time", "PAPER_COMPUTE_S", "paper_compute"]
 
 INF = math.inf
@@ -60,6 +60,10 @@ class Endpoint:
     reduction throughput is also capped at ``comm_sms * sm_bw``). ``overlap``: False issues all gradients as
     one collective after back-propagation (BaselineNoOverlap), with every resource available to it.
     ``step_cycles``: endpoint cycles per program step (the engine's FSM overhead; 7 measured on the RTL).
+    ``command_cycles``: endpoint cycles a collective costs once, beside its chunks: the doorbell, descriptor
+    fetch and validation, the program's first LOAD waiting on memory, the last STORE's write response and the
+    completion write (0 for the paper's endpoints, which the paper charges nothing of the kind;
+    :data:`ACE_COMMAND_CYCLES` for the RTL's).
     ``sram_bytes`` / ``n_fsms`` / ``alus``: ACE resources (chunks in flight per phase come from the SRAM
     partition heuristic and the FSMs per phase). ``split_memory``: ``comm_mem_bw`` is the read bandwidth, with a write channel
     as wide beside it (the RTL's AXI port; the paper's accounting, which counts the bytes read per byte
@@ -75,6 +79,7 @@ class Endpoint:
     comm_sms: int = 0
     overlap: bool = True
     step_cycles: float = 7.0
+    command_cycles: float = 0.0
     sram_bytes: int = 4 << 20
     n_fsms: int = 16
     alus: int = 4
@@ -125,7 +130,14 @@ def endpoint(name):
     raise ValueError(f"unknown configuration {name!r}; expected one of {', '.join(CONFIGS)}")
 
 
-def endpoint_from_ace(cfg, *, buffers=None, fsms=None, step_cycles=7.0):
+#: Cycles the RTL engine spends on a collective beyond what the chunk model charges: a 256 B all-reduce on
+#: ring:4 of ``small`` engines (links of latency 10) takes 318 cycles on the RTL (``syncfabric run --config
+#: small --topology ring:4 --bytes 256 --latency 10``, measured on 7f68af0), the chunk model 156 (1 KiB: 371
+#: against 198; 4 KiB: 692 against 486).
+ACE_COMMAND_CYCLES = 160.0
+
+
+def endpoint_from_ace(cfg, *, buffers=None, fsms=None, step_cycles=7.0, command_cycles=ACE_COMMAND_CYCLES):
     """An ``ace`` endpoint with the resources of an :class:`~syncfabric.hdl.ace.config.AceConfig` (in engine
     cycles: use it with :meth:`SystemParams` of ``clock_hz=1`` and ``link_bw=cfg.beat_bytes``). The memory
     port moves one beat per cycle on each AXI channel."""
@@ -133,7 +145,7 @@ def endpoint_from_ace(cfg, *, buffers=None, fsms=None, step_cycles=7.0):
     return Endpoint("ACE-" + str(cfg.beat_bytes * 8) + "b", "ace", comm_mem_bw=float(cfg.beat_bytes),
                     sram_bytes=n_buf * cfg.chunk_bytes, n_fsms=cfg.n_fsms if fsms is None else fsms,
                     alus=1, alu_bytes=cfg.beat_bytes, split_memory=True, step_cycles=step_cycles,
-                    chunk_bytes=cfg.chunk_bytes, buffer_granular=True)
+                    command_cycles=command_cycles, chunk_bytes=cfg.chunk_bytes, buffer_granular=True)
 
 
 #: The torus shape per system size (L local NPUs per package, V x H packages), as in ACE section V.

@@ -76,21 +76,22 @@ RTL_POINTS = (
              20770, latency=90, buffers=52, fsms=2),
     RtlPoint(_P + " --topology bidir-ring:8 --latency 90 --fsms 16", "paper", "allreduce", "bidir-ring:8",
              1 << 20, 18513, latency=90, buffers=52, fsms=16),
-    # these two measured with `syncfabric perf calibrate --measure` (ring:4 on 9ee7fb1, bidir-ring:4 on ac276a4)
+    # the small engine's rows measured with `syncfabric perf calibrate --measure --config small` on ff93be0
+    # (the all-to-all programs spreading their ties)
     RtlPoint("syncfabric run --config small --collective allreduce --topology ring:4 --bytes 16384 --latency 10",
              "small", "allreduce", "ring:4", 16 << 10, 1976, latency=10),
     RtlPoint("syncfabric run --config small --collective allreduce --topology bidir-ring:4 --bytes 16384 "
-             "--latency 10", "small", "allreduce", "bidir-ring:4", 16 << 10, 1596, latency=10),
+             "--latency 10", "small", "allreduce", "bidir-ring:4", 16 << 10, 1597, latency=10),
     RtlPoint("syncfabric run --topology ring:8 --config small --bytes 32K --latency 90", "small", "allreduce",
-             "ring:8", 32 << 10, 11813, latency=90),
+             "ring:8", 32 << 10, 12436, latency=90),
     RtlPoint("syncfabric run --topology torus:4x2x2 --config small --bytes 16K", "small", "allreduce",
-             "torus:4x2x2", 16 << 10, 19477),
+             "torus:4x2x2", 16 << 10, 19597),
     RtlPoint("syncfabric run --collective alltoall --topology torus:4x2x2 --config small --bytes 16K", "small",
-             "alltoall", "torus:4x2x2", 16 << 10, 12761),
+             "alltoall", "torus:4x2x2", 16 << 10, 10793),
     RtlPoint("syncfabric run --collective alltoall --topology switch:8 --config small --bytes 16K", "small",
-             "alltoall", "switch:8", 16 << 10, 2953, latency=90),
+             "alltoall", "switch:8", 16 << 10, 2156, latency=90),
     RtlPoint("syncfabric run --collective allreduce --topology switch:8 --config small --bytes 16K", "small",
-             "allreduce", "switch:8", 16 << 10, 6245, latency=90),
+             "allreduce", "switch:8", 16 << 10, 5985, latency=90),
 )
 
 

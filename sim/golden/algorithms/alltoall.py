@@ -3,9 +3,10 @@
 Every rank sends its segment ``d`` straight towards rank ``d`` along ``topology.route`` (XYZ order on a
 torus, the shorter way round a bidirectional ring, port 0 on a unidirectional ring, one hop through a
 switch; where both ways round are equally short, the way :func:`~..topology.spread_tie` picks for the source
-and destination, so the ``-`` links of size-2 and half-way hops carry half of that traffic). A message for a non-neighbour is RECVed by every intermediate rank into a *spare* slot and
-forwarded in the same pass (``RECV ... fwd``), never touching NPU memory; the destination RECVs it into slot
-``s`` (``s`` = source rank) and STOREs it to its output segment ``s``.
+and destination, so the ``-`` links of size-2 dimensions and half-way hops carry half of that traffic). A
+message for a non-neighbour is RECVed by every intermediate rank into a *spare* slot and forwarded in the same
+pass (``RECV ... fwd``), never touching NPU memory; the destination RECVs it into slot ``s`` (``s`` = source
+rank) and STOREs it to its output segment ``s``.
 
 Program of rank ``r`` (one phase, ``n_blocks = P``, slots ``0..P-1`` for blocks plus 2 spare slots
 ``P, P+1`` used alternately by forwarding RECVs if any route has more than one hop):

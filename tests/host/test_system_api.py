@@ -279,7 +279,8 @@ def _fuzz_malformed_descriptors(s, total, seed):
     assert len(seen) >= min(8, total // 4), seen      # most of the 9 rejection statuses were earned
 
 
-@pytest.mark.parametrize("backend", BACKENDS[:2] + [pytest.param("icarus", marks=(pytest.mark.cocotb, pytest.mark.slow))])
+@pytest.mark.parametrize("backend", BACKENDS[:2] + [
+    pytest.param("icarus", marks=(pytest.mark.cocotb, pytest.mark.slow))])
 def test_a_dead_link_times_out_and_an_abort_leaves_the_engines_usable(backend):
     """A dead link (the link out of rank 0 held stalled): the watchdog fires, ``wait`` raises naming it, and
     ``System.reset`` aborts the engines (rank 0's AXI bursts under way completed by the fence, links drained)

@@ -116,7 +116,7 @@ BOARDS = {
              "fp32 and int32) joined through a 2-port switch, 16 KiB of NPU memory each"),
     "ulx3s-85f-ring": Board(
         name="ulx3s-85f-ring", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5", config="board",
-        # one engine with the profile unchanged packs at 56 %; 40 MHz through the PLL (48.9 MHz after routing;
+        # one engine with the profile unchanged packs at 58 %; 40 MHz through the PLL (44.6 MHz after routing;
         # docs/results.md "ECP5 after the pipelining")
         clk_hz=40_000_000, mem_bytes=16384, topology="ring:2", ranks=(0,), reset=("button_fire", 0), n_leds=8,
         link_pins=_ULX3S_LINK,

@@ -89,10 +89,11 @@ def test_allreduce_reduce_scatter_allgather_bit_and_cycle_exact_on_both_simulato
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("topology", ["ring:2"] + [pytest.param(t, marks=pytest.mark.slow) for t in ("ring:16", "bidir-ring:16")])
+@pytest.mark.parametrize("topology", ["ring:2"] + [
+    pytest.param(t, marks=pytest.mark.slow) for t in ("ring:16", "bidir-ring:16")])
 def test_two_to_sixteen_endpoints(topology):
-    """The default run takes the 16-rank ring; the bidirectional ring (its own build; bidir-ring:4 runs every
-    collective by default) is in ``make test-slow``."""
+    """The default run takes ring:2; the 16-rank rings (a build each; torus:4x2x2 is the default run's
+    16-endpoint system, bidir-ring:4 runs every collective) are in ``make test-slow``."""
     seed = seed_for(20261102)
     jobs = [job("allreduce", topology, 600, "fp32", "sum", seed=seed),
             job("reduce_scatter", topology, 40, "fp16", "sum", seed=seed + 1, tag=1),

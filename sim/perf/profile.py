@@ -140,32 +140,42 @@ def data_depth(programs, pi, topology):
     message of the chain (``2 log2 P`` for halving-doubling, where following forwards alone gave 2). The
     programs are deadlock free, so the message graph is acyclic and the iteration ends."""
     topo = parse_topology(topology)
-    progs = list(programs)
+    # Each rank's steps once, as (op, slot, where its message lands or None, reduce, where a forward lands)
+    LOAD, SEND, RECV = 0, 1, 2
+    ranks = []
+    for p in programs:
+        steps = []
+        for s in p.phases[pi].steps:
+            if s.op == StepOp.LOAD:
+                steps.append((LOAD, s.slot, None, False, None))
+            elif s.op == StepOp.SEND:
+                steps.append((SEND, s.slot, (topo.link(p.rank, s.port, s.peer)[0], s.key), False, None))
+            elif s.op == StepOp.PUT:                     # a deposit: nothing RECVs it
+                steps.append((SEND, s.slot, (s.peer, s.key), False, None))
+            elif s.op == StepOp.RECV:
+                fwd = None if s.fwd is None else (topo.link(p.rank, s.fwd, s.peer)[0], s.fwd_key)
+                steps.append((RECV, s.slot, (p.rank, s.key), s.reduce, fwd))
+        ranks.append(steps)
     msg = {}                                     # (receiving rank, key) -> depth of the message
-    for _ in range(sum(len(p.phases[pi].steps) for p in progs) + 1):
+    for _ in range(sum(len(steps) for steps in ranks) + 1):
         changed = False
-
-        def emit(where, d):
-            nonlocal changed
-            if msg.get(where, 0) < d:
-                msg[where] = d
-                changed = True
-
-        for p in progs:
+        for steps in ranks:
             slot = {}
-            for s in p.phases[pi].steps:
-                if s.op == StepOp.LOAD:
-                    slot[s.slot] = 0
-                elif s.op == StepOp.SEND:
-                    emit((topo.link(p.rank, s.port, s.peer)[0], s.key), slot.get(s.slot, 0) + 1)
-                elif s.op == StepOp.PUT:                 # a deposit: nothing RECVs it
-                    emit((s.peer, s.key), slot.get(s.slot, 0) + 1)
-                elif s.op == StepOp.RECV:
-                    d = msg.get((p.rank, s.key), 0)
-                    d = max(d, slot.get(s.slot, 0)) if s.reduce else d
-                    slot[s.slot] = d
-                    if s.fwd is not None:
-                        emit((topo.link(p.rank, s.fwd, s.peer)[0], s.fwd_key), d + 1)
+            for op, sl, where, reduce, fwd in steps:
+                if op == LOAD:
+                    slot[sl] = 0
+                    continue
+                if op == SEND:
+                    emitted = [(where, slot.get(sl, 0) + 1)]
+                else:
+                    d = msg.get(where, 0)
+                    d = max(d, slot.get(sl, 0)) if reduce else d
+                    slot[sl] = d
+                    emitted = [(fwd, d + 1)] if fwd is not None else []
+                for key, d in emitted:
+                    if msg.get(key, 0) < d:
+                        msg[key] = d
+                        changed = True
         if not changed:
             break
     return max(msg.values(), default=0)

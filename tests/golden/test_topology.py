@@ -99,8 +99,10 @@ def test_spread_ties_balance_an_all_to_alls_plus_and_minus_links(spec):
     per_port = Counter()
     for (_, p), n in spread.items():
         per_port[p] += n
-    loads = set(per_port.values())
-    assert len(loads) == 1 if spec != "torus:4x2x2" else per_port[2] == per_port[3] == per_port[4] == per_port[5]
+    if spec == "torus:4x2x2":            # the size-4 dimension carries more than the size-2 ones
+        assert per_port[2] == per_port[3] == per_port[4] == per_port[5]
+    else:
+        assert len(set(per_port.values())) == 1
     assert per_port[0] == per_port[1]
     assert max(spread.values()) < max(plain.values())
     if spec == "torus:4x2x2":

@@ -349,8 +349,9 @@ class AceDriver:
 
     def partitions(self):
         """The PART values the heuristic gives for every loaded program
-        (:func:`~syncfabric.host.programs.partition_sizes`)."""
-        weights = [phase_weights(e["program"], e["topology"]) for e in self.loaded.values()]
+        (:func:`~syncfabric.sim.golden.partitions.partition_sizes`: buffers in proportion to the time a chunk
+        of the configuration's ``chunk_beats`` stays in each phase)."""
+        weights = [phase_weights(e["program"], e["topology"], self.cfg.chunk_beats) for e in self.loaded.values()]
         budget = self.cfg.n_buffers if self.buffer_budget is None else self.buffer_budget
         if not 1 <= budget <= self.cfg.n_buffers:
             raise ValueError(f"buffer budget {budget} out of range (the engine has {self.cfg.n_buffers} buffers)")

@@ -5,8 +5,8 @@
   (:func:`~syncfabric.hdl.common.layouts.program_entry_layout`) locating the program in the instruction memory;
 * :func:`routing_table` / :func:`comm_dims`: the routing table words and the COMM_DIMS fields of a rank of a
   topology (:mod:`syncfabric.sim.golden.topology` decides the routes);
-* :func:`phase_weights` / :func:`partition_sizes`: the SRAM partition sizes (PART registers) from the ACE
-  paper's heuristic;
+* :func:`phase_weights` / :func:`partition_sizes`: the SRAM partition sizes (PART registers), from
+  :mod:`syncfabric.sim.golden.partitions` (the heuristic the performance model simulates too);
 * :class:`ImemAllocator`: placement of several programs in the shared instruction memory.
 
 Plain Python on top of the golden model and the shared layouts; no register addresses here (the driver
@@ -15,6 +15,8 @@ takes those from :func:`~syncfabric.hdl.ace.regs.ace_regmap`).
 
 from ..hdl.ace.regs import N_DIMS, PTAB_ENTRY_WORDS, ROUTE_VALID
 from ..hdl.common.layouts import LOAD_MASK_BITS, MAX_PHASES, program_entry_layout
+from ..sim.golden.partitions import (ace_phase_weights, partition_sizes, phase_bandwidth, phase_input_fraction,
+                                     phase_weights, program_partitions)
 from ..sim.golden.program import Program, StepOp
 from ..sim.golden.topology import Ring, Switch, Torus, parse as parse_topology
 from ..sim.golden.types import Algorithm, Collective
@@ -23,7 +25,7 @@ __all__ = ["instruction_words", "collective_code", "algorithm_code", "check_stor
            "load_end", "load_mask",
            "program_entry",
            "entry_words", "decode_entry", "route_ports", "routing_table", "comm_dims", "phase_input_fraction",
-           "phase_bandwidth", "phase_weights", "partition_sizes", "program_partitions", "ImemAllocator"]
+           "phase_bandwidth", "phase_weights", "ace_phase_weights", "partition_sizes", "program_partitions", "ImemAllocator"]
 
 
 # -- instructions and the program table -------------------------------------------------------------------
@@ -213,87 +215,6 @@ def comm_dims(topology):
             plus = minus = 0
         fields.update({f"dim{d}_plus": plus, f"dim{d}_minus": minus, f"dim{d}_valid": int(valid)})
     return fields
-
-
-# -- SRAM partitions ------------------------------------------------------------------------------------------
-
-def phase_input_fraction(program, phase_index):
-    """The fraction of a chunk's working set the phase starts from (ACE's "initial chunk size" of the phase,
-    relative to the chunk): the slots it LOADs or reads (SEND, STORE, reduce) before it writes them. A phase
-    that starts from nothing (a rank that only receives, e.g. away from a broadcast's root) counts the slots
-    it receives into."""
-    live, written, received = set(), set(), set()
-    for s in program.phases[phase_index].steps:
-        if s.op == StepOp.LOAD:
-            live.add(s.slot)
-            written.add(s.slot)
-        elif s.op in (StepOp.SEND, StepOp.STORE):
-            if s.slot not in written:
-                live.add(s.slot)
-        else:   # RECV: reduce reads the slot first
-            if s.reduce and s.slot not in written:
-                live.add(s.slot)
-            written.add(s.slot)
-            received.add(s.slot)
-    slots = live or received
-    return min(1.0, len(slots) / program.n_blocks)
-
-
-def phase_bandwidth(program, phase_index, topology):
-    """Link bandwidth (flits per cycle, summed) of the ports the phase transmits on at ``program.rank``."""
-    topo = parse_topology(topology)
-    r = program.rank
-    return sum(topo.link_attr(r, p).rate for p in program.phases[phase_index].ports
-               if p < topo.n_ports and topo.has_tx(r, p))
-
-
-def phase_weights(program, topology):
-    """Per phase: link bandwidth x initial chunk size (as a fraction of the chunk; the chunk size is common to
-    all phases and cancels out): the ACE heuristic's share of the SRAM."""
-    return tuple(phase_bandwidth(program, p, topology) * phase_input_fraction(program, p)
-                 for p in range(len(program.phases)))
-
-
-def partition_sizes(weight_sets, n_buffers):
-    """PART register values (``MAX_PHASES + 1`` of them: phases 0..3, then the terminal partition) splitting
-    ``n_buffers`` chunk buffers by the ACE heuristic (section IV-F of the paper).
-
-    ``weight_sets``: per loaded program its :func:`phase_weights`. A phase's weight is the average over the
-    programs that have that phase (the paper averages chunk sizes of collectives sharing a phase). Partition
-    ``p`` is proportional to phase ``p``'s weight, the terminal partition equals the last phase's; every used
-    partition gets at least one buffer, unused phases 0, and the sizes add up to ``n_buffers`` (largest
-    remainders get the spare buffers). One phase gives half and half; all weights 0 give equal shares.
-    """
-    sets = [tuple(ws) for ws in weight_sets]
-    if not sets or not any(sets):
-        raise ValueError("partition_sizes needs the phase weights of at least one program with phases")
-    n_phases = max(len(ws) for ws in sets)
-    if n_phases > MAX_PHASES:
-        raise ValueError(f"{n_phases} phases; the engine has partitions for {MAX_PHASES}")
-    avg = []
-    for p in range(n_phases):
-        ws = [w[p] for w in sets if len(w) > p]
-        avg.append(sum(ws) / len(ws))
-    weights = avg + [avg[-1]]
-    if n_buffers < len(weights):
-        raise ValueError(f"{n_buffers} chunk buffers cannot give {len(weights)} partitions one buffer each")
-    total = sum(weights)
-    if total <= 0:
-        weights, total = [1.0] * len(weights), float(len(weights))
-    quota = [n_buffers * w / total for w in weights]
-    sizes = [max(1, int(q)) for q in quota]
-    while sum(sizes) > n_buffers:      # the minimum of 1 overcommitted: take from the most over quota
-        i = max((i for i in range(len(sizes)) if sizes[i] > 1), key=lambda i: (sizes[i] - quota[i], -i))
-        sizes[i] -= 1
-    while sum(sizes) < n_buffers:      # largest remainder first, the earlier phase on a tie
-        i = max(range(len(sizes)), key=lambda i: (quota[i] - sizes[i], -i))
-        sizes[i] += 1
-    return tuple(sizes[:-1] + [0] * (MAX_PHASES - n_phases) + sizes[-1:])
-
-
-def program_partitions(program, topology, n_buffers):
-    """:func:`partition_sizes` for a single program."""
-    return partition_sizes([phase_weights(program, topology)], n_buffers)
 
 
 # -- instruction memory ------------------------------------------------------------------------------------

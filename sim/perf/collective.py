@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import heapq
 import math
 
+from ...hdl.common.layouts import MAX_PHASES
+from ..golden.partitions import partition_sizes, residence
 from ..golden.topology import parse as parse_topology
 from .profile import profile as get_profile
 from .system import SystemParams
@@ -63,23 +65,29 @@ def phase_slots(prof, topo, ep, system, chunk):
     """Chunks in flight per phase: an engine's SRAM partition for the phase; ``inflight`` for memory-backed
     endpoints.
 
-    Partitions follow the ACE heuristic (size proportional to the phase's link bandwidth x its initial chunk
-    size, the terminal partition as large as the last phase's). The RTL splits whole chunk buffers (the
-    driver's own :func:`~syncfabric.host.programs.partition_sizes`, one chunk per buffer whatever the phase);
-    the paper's engine splits bytes, and a chunk takes only its share of the chunk in a later phase."""
+    An RTL-calibrated engine (``buffer_granular``) splits whole chunk buffers as its driver does
+    (:func:`~syncfabric.sim.golden.partitions.partition_sizes`, one chunk per buffer whatever the phase), in
+    proportion to each phase's :func:`~syncfabric.sim.golden.partitions.residence`: its dependency depth of
+    hops plus its busiest port's share of the chunk at the port's capacity. The paper's engine follows the
+    ACE heuristic (size proportional to the phase's link bandwidth x its initial chunk size, the terminal
+    partition as large as the last phase's) and splits bytes: a chunk takes only its share of the chunk in a
+    later phase."""
     n = len(prof.phases)
     if ep.kind != "ace":
         return (ep.inflight,) * n
+    if ep.buffer_granular:
+        n_buffers = max(n + 1, ep.sram_bytes // chunk)
+        if n > MAX_PHASES:
+            return (max(1, n_buffers // (n + 1)),) * n
+        weights = [residence(ph.depth, _phase_latency(topo, ph.ports, system),
+                             max((frac * chunk / link_capacity(topo, port, system)
+                                  for port, frac in ph.link.items()), default=0.0))
+                   for ph in prof.phases]
+        return tuple(partition_sizes([weights], n_buffers)[:n])
     weights = []
     for ph in prof.phases:
         bw = sum(topo.link_attr(0, p).rate for p in ph.ports if p < topo.n_ports and topo.has_tx(0, p))
         weights.append(bw * ph.input)
-    if ep.buffer_granular:
-        from ...host.programs import partition_sizes
-        n_buffers = max(n + 1, ep.sram_bytes // chunk)
-        if n <= 4:
-            return tuple(partition_sizes([weights], n_buffers)[:n])
-        return (max(1, n_buffers // (n + 1)),) * n
     w = weights + [weights[-1]]
     total = sum(w) or 1.0
     return tuple(max(1, int(ep.sram_bytes * wi / total / (chunk * max(ph.input, 1e-12))))

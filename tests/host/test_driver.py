@@ -14,8 +14,9 @@ from syncfabric.hdl.ace.regs import (ACE_ID, IRQ_CPL, IRQ_ERROR, PTAB_ENTRY_WORD
 from syncfabric.hdl.common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, completion_layout,
                                            descriptor_layout, pack_bytes, unpack_bytes)
 from syncfabric.host.driver import AceDriver, AceError, RingFullError, SyncAceDriver, status_name
-from syncfabric.host.programs import (ImemAllocator, decode_entry, entry_words, partition_sizes, phase_weights,
-                                      program_entry, program_partitions, routing_table)
+from syncfabric.host.programs import (ImemAllocator, ace_phase_weights, decode_entry, entry_words, partition_sizes,
+                                      phase_weights, program_entry, program_partitions, routing_table)
+from syncfabric.sim.golden.partitions import phase_depth
 from syncfabric.host.transport import AsyncTransport, Transport, as_async, run_sync
 from syncfabric.sim.golden.algorithms import generate
 from syncfabric.sim.golden.program import Step
@@ -382,20 +383,36 @@ def test_program_entry_rejects_values_that_do_not_fit():
 
 def test_partition_heuristic_one_phase_splits_half_and_half():
     ar = generate("allreduce", topology="ring:8")[0]
-    assert program_partitions(ar, "ring:8", 52) == (26, 0, 0, 0, 26)
-    assert program_partitions(ar, "ring:8", 7) == (4, 0, 0, 0, 3)
+    assert program_partitions(ar, "ring:8", 52, 1024) == (26, 0, 0, 0, 26)
+    assert program_partitions(ar, "ring:8", 7, 64) == (4, 0, 0, 0, 3)
 
 
-def test_partition_heuristic_weights_torus_phases_by_bandwidth_and_chunk_share():
+def test_partition_heuristic_weights_torus_phases_by_residence():
     ar = generate("allreduce", topology="torus:4x4x4")[0]
-    # local links 1 flit/cycle x 2 ports; vertical/horizontal 1/8 x 2 ports; a quarter of the chunk after the
-    # local reduce-scatter; the terminal partition equals the last phase's
-    assert phase_weights(ar, "torus:4x4x4") == (2.0, 0.0625, 0.0625, 0.5)
-    # quotas 33.28, 1.04, 1.04, 8.32, 8.32: floors, then the spare buffer to the earlier of the tied remainders
-    assert program_partitions(ar, "torus:4x4x4", 52) == (33, 1, 1, 9, 8)
-    assert program_partitions(ar, "torus:4x4x4", 5) == (1, 1, 1, 1, 1)
+    # 32 blocks of a 1,024-beat chunk: local phases 3 hops of 90 cycles and 12 blocks per port at rate 1
+    # (270 + 384); vertical/horizontal 6 hops of 500 and 6 blocks per port at rate 1/8 (3000 + 1536)
+    assert [phase_depth(ar, p) for p in range(4)] == [3, 6, 6, 3]
+    assert phase_weights(ar, "torus:4x4x4", 1024) == (654.0, 4536.0, 4536.0, 654.0)
+    # quotas 3.4, 23.6, 23.6, 3.4, 3.4 -> floors 3, 23, 23, 3, 3 (55): two taken back from the most over quota
+    assert program_partitions(ar, "torus:4x4x4", 52, 1024) == (3, 22, 21, 3, 3)
+    assert program_partitions(ar, "torus:4x4x4", 5, 1024) == (1, 1, 1, 1, 1)
     with pytest.raises(ValueError, match="4 chunk buffers cannot give 5 partitions"):
-        program_partitions(ar, "torus:4x4x4", 4)
+        program_partitions(ar, "torus:4x4x4", 4, 1024)
+    # the ACE paper's heuristic (bandwidth x initial chunk fraction) starves the slow rings
+    assert ace_phase_weights(ar, "torus:4x4x4") == (2.0, 0.0625, 0.0625, 0.5)
+    assert partition_sizes([ace_phase_weights(ar, "torus:4x4x4")], 52) == (33, 1, 1, 9, 8)
+
+
+def test_phase_depth_from_one_rank_matches_all_ranks_on_symmetric_algorithms():
+    from syncfabric.sim.perf.profile import data_depth
+    for coll, topo in (("allreduce", "torus:4x2x2"), ("allreduce", "bidir-ring:8"), ("allreduce", "switch:8"),
+                       ("alltoall", "torus:4x2x2"), ("reduce_scatter", "torus:4x2x2"),
+                       ("allgather", "torus:4x2x2")):
+        progs = generate(coll, topology=topo)
+        for p in range(len(progs[0].phases)):
+            assert {phase_depth(q, p) for q in progs} == {data_depth(progs, p, topo)}, (coll, topo, p)
+    # a broadcast's relay chain is longer than one rank can see (7 on ring:8): counted 2, never unbounded
+    assert max(phase_depth(q, 0) for q in generate("broadcast", topology="ring:8")) == 2
 
 
 def test_partition_heuristic_averages_phases_shared_by_programs():
@@ -408,9 +425,11 @@ def test_driver_writes_partitions_for_all_loaded_programs():
     drv = SyncAceDriver(t, CFG)
     drv.configure_comm(0, 0, 8, {"allreduce": generate("allreduce", topology="ring:8")[0]}, "ring:8")
     assert [t.reg("PART", i) for i in range(5)] == [26, 0, 0, 0, 26]
+    ring = generate("allreduce", topology="ring:8")[0]
     torus = generate("allreduce", topology="torus:2x2x2")[0]
     drv.configure_comm(1, 0, 8, {"allreduce": torus}, "torus:2x2x2")
-    expect = partition_sizes([(1.0,), phase_weights(torus, "torus:2x2x2")], CFG.n_buffers)
+    expect = partition_sizes([phase_weights(ring, "ring:8", CFG.chunk_beats),
+                              phase_weights(torus, "torus:2x2x2", CFG.chunk_beats)], CFG.n_buffers)
     assert expect[1] > 0 and expect[3] > 0
     assert tuple(t.reg("PART", i) for i in range(5)) == expect == drv.partitions()
 

@@ -13,6 +13,7 @@ import json
 import sys
 
 from ..hdl.ace.config import PROFILES
+from ..sim.golden.partitions import SPLITS
 from ..sim.golden.types import DType, ReduceOp
 from .config import SIZE_UNITS as _UNITS
 from .nccl_bench import BENCH_COLLECTIVES
@@ -121,6 +122,11 @@ def _add_run_args(p, defaults):
     p.add_argument("--buffers", type=int, default=None,
                    help="chunk buffers the engines use (default: all of the configuration's)")
     p.add_argument("--fsms", type=int, default=None, help="FSMs the engines use (default: all)")
+    p.add_argument("--sram-split", choices=SPLITS, default="residence",
+                   help="how the driver splits the chunk buffers among a program's phases (PART registers): "
+                        "residence (in proportion to the time a chunk stays in each phase) or ace (the ACE "
+                        "paper's link bandwidth x initial chunk size; docs/engine.md section 3) "
+                        "(default %(default)s)")
     p.add_argument("--engine", type=_engine_field, action="append", default=[], metavar="FIELD=VALUE",
                    help="override a field of the engine configuration (docs/engine.md section 8), e.g. "
                         "--engine n_fsms=16 --engine n_buffers=32; repeatable")
@@ -184,7 +190,8 @@ def _cmd_run(args):
                                 npu_mem=args.npu_mem or ("hdl" if args.backend in ("verilator", "icarus")
                                                          else "cocotb"),
                                 partitions=args.partitions, scheduler=args.scheduler,
-                                threads=args.threads, progress=not args.quiet, fault=args.fault)
+                                threads=args.threads, progress=not args.quiet, fault=args.fault,
+                                sram_split=args.sram_split)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -31,7 +31,7 @@ from ..sim.golden.program import Program
 from ..sim.golden.topology import parse as parse_topology
 from ..sim.golden.types import Algorithm, Collective, DType, ReduceOp, Status
 from .programs import (ImemAllocator, collective_code, comm_dims, entry_words, instruction_words,
-                       partition_sizes, phase_weights, program_entry, routing_table)
+                       partition_sizes, program_entry, routing_table, split_weights)
 from .transport import AsyncTransport, Transport, as_async, run_sync
 
 __all__ = ["AceDriver", "SyncAceDriver", "AceError", "RingFullError", "status_name"]
@@ -83,6 +83,9 @@ class AceDriver:
         self.regmap = ace_regmap(self.cfg)
         #: Chunk buffers the partitions share (None: all ``cfg.n_buffers``); fewer models a smaller SRAM.
         self.buffer_budget = None
+        #: The partition heuristic (:data:`~syncfabric.sim.golden.partitions.SPLITS`): ``"residence"`` or the
+        #: ACE paper's ``"ace"``.
+        self.sram_split = "residence"
         self.reset_state()
 
     def reset_state(self):
@@ -350,8 +353,10 @@ class AceDriver:
     def partitions(self):
         """The PART values the heuristic gives for every loaded program
         (:func:`~syncfabric.sim.golden.partitions.partition_sizes`: buffers in proportion to the time a chunk
-        of the configuration's ``chunk_beats`` stays in each phase)."""
-        weights = [phase_weights(e["program"], e["topology"], self.cfg.chunk_beats) for e in self.loaded.values()]
+        of the configuration's ``chunk_beats`` stays in each phase; ``sram_split = "ace"``: the ACE paper's
+        heuristic)."""
+        weights = [split_weights(e["program"], e["topology"], self.cfg.chunk_beats, self.sram_split)
+                   for e in self.loaded.values()]
         budget = self.cfg.n_buffers if self.buffer_budget is None else self.buffer_budget
         if not 1 <= budget <= self.cfg.n_buffers:
             raise ValueError(f"buffer budget {budget} out of range (the engine has {self.cfg.n_buffers} buffers)")
@@ -491,7 +496,7 @@ class SyncAceDriver:
     """:class:`AceDriver` for a synchronous :class:`~syncfabric.host.transport.Transport`: the same methods,
     returning their results directly (``drv.post(desc)`` instead of ``await drv.post(desc)``). ``driver`` is
     the underlying :class:`AceDriver`; its attributes (``cfg``, ``regmap``, ``reset_state``, ...) are
-    reachable here too."""
+    reachable here too, and its settings (``buffer_budget``, ``sram_split``) are set through this object."""
 
     def __init__(self, transport, cfg=None):
         if isinstance(transport, AsyncTransport) or not isinstance(transport, Transport):
@@ -503,6 +508,13 @@ class SyncAceDriver:
         if name == "driver":        # not set yet (a failed __init__): do not recurse
             raise AttributeError(name)
         return getattr(self.driver, name)
+
+    def __setattr__(self, name, value):
+        # the driver's settings (``buffer_budget``, ``sram_split``, ...) set here reach the driver
+        if name != "driver" and "driver" in self.__dict__ and hasattr(self.driver, name):
+            setattr(self.driver, name, value)
+        else:
+            object.__setattr__(self, name, value)
 
 
 for _name, _fn in inspect.getmembers(AceDriver, inspect.iscoroutinefunction):

@@ -15,8 +15,8 @@ takes those from :func:`~syncfabric.hdl.ace.regs.ace_regmap`).
 
 from ..hdl.ace.regs import N_DIMS, PTAB_ENTRY_WORDS, ROUTE_VALID
 from ..hdl.common.layouts import LOAD_MASK_BITS, MAX_PHASES, program_entry_layout
-from ..sim.golden.partitions import (ace_phase_weights, partition_sizes, phase_bandwidth, phase_input_fraction,
-                                     phase_weights, program_partitions)
+from ..sim.golden.partitions import (SPLITS, ace_phase_weights, partition_sizes, phase_bandwidth,
+                                     phase_input_fraction, phase_weights, program_partitions, split_weights)
 from ..sim.golden.program import Program, StepOp
 from ..sim.golden.topology import Ring, Switch, Torus, parse as parse_topology
 from ..sim.golden.types import Algorithm, Collective
@@ -25,7 +25,7 @@ __all__ = ["instruction_words", "collective_code", "algorithm_code", "check_stor
            "load_end", "load_mask",
            "program_entry",
            "entry_words", "decode_entry", "route_ports", "routing_table", "comm_dims", "phase_input_fraction",
-           "phase_bandwidth", "phase_weights", "ace_phase_weights", "partition_sizes", "program_partitions", "ImemAllocator"]
+           "phase_bandwidth", "phase_weights", "ace_phase_weights", "split_weights", "SPLITS", "partition_sizes", "program_partitions", "ImemAllocator"]
 
 
 # -- instructions and the program table -------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ..sim.golden.algorithms import default_algorithm, generate
 from ..sim.golden.arith import bf16_from_float32, float32_from_bf16
 from ..sim.golden.chunking import buffer_counts, normalize_collective
 from ..sim.golden.executor import execute
+from ..sim.golden.partitions import SPLITS
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
 
 __all__ = ["job_spec", "make_inputs", "run_golden", "run_collective", "format_summary", "count_for_bytes",
@@ -377,7 +378,8 @@ def _engine_result(spec, cfg, job, links, statuses, mismatches, guards, job_cycl
 
 
 def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
-                npu_mem="cocotb", partitions=None, scheduler=None, threads="auto", faults=None):
+                npu_mem="cocotb", partitions=None, scheduler=None, threads="auto", faults=None,
+                sram_split="residence"):
     from ..hdl.system.top import system_links
     from .job import CollectiveJob
 
@@ -392,7 +394,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
                   flush=True)
         rs = run_system_amaranth(cfg, spec["topology"], lambda r: [job], latency=latency, rate=rate,
                                  seed=seed, ready_prob=1.0 - pause, timeout_cycles=10**7, buffers=buffers,
-                                 fsms=fsms)
+                                 fsms=fsms, sram_split=sram_split)
         wall = time.monotonic() - t0
         res = _engine_result(spec, cfg, job, links, [r.completions[0]["status_name"] for r in rs],
                               [r.mismatches[0] for r in rs], [r.guard_touched[0] for r in rs],
@@ -421,7 +423,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     timeout = max(10**6, int(20 * bound))
     options = dict(sim=backend, latency=latency, rate=rate, seed=seed, pause=pause, check=False,
                    timeout_cycles=timeout, buffers=buffers, fsms=fsms, build_tag=tag, log_file=log,
-                   npu_mem=True if npu_mem == "hdl" else None, threads=threads)
+                   npu_mem=True if npu_mem == "hdl" else None, threads=threads, sram_split=sram_split)
     if faults:
         options.update({f"link_{k}": v for k, v in faults.items()})
     if partitions:
@@ -465,7 +467,7 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
                    algorithm=None, root=0, chunk_bytes=None, backend="verilator", config="medium",
                    latency=None, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
                    buffers=None, fsms=None, null_ranks=(), npu_mem="cocotb", partitions=None, scheduler=None,
-                   threads="auto", fault=None):
+                   threads="auto", fault=None, sram_split="residence"):
     """Run one collective end to end and return a result dict (see the module docstring for the backends).
 
     ``config``: an engine configuration name (:meth:`AceConfig.profile`) or an :class:`AceConfig` (given as
@@ -483,7 +485,8 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     the partitions, 1 to 4; :func:`syncfabric.tb.harness.verilator_threads`); ``fault``: links that flip data
     bits or stall at random (``"flip=1e-3,stall=0.01"``: per flit / per cycle; Verilator and Icarus, one process:
     :func:`syncfabric.host.faults.parse_faults`), the result then classes each rank's completion
-    (``faults``)."""
+    (``faults``); ``sram_split``: how the driver splits the chunk buffers among the phases
+    (:data:`~syncfabric.sim.golden.partitions.SPLITS`: ``"residence"``, or the ACE paper's ``"ace"``)."""
     from ..hdl.ace.config import AceConfig
 
     if backend not in BACKENDS:
@@ -498,6 +501,8 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         raise ValueError(f"--partitions/--scheduler need a Verilog simulator backend, not {backend}")
     if scheduler is not None and partitions is None:
         partitions = 2
+    if sram_split not in SPLITS:
+        raise ValueError(f"--sram-split {sram_split!r}: expected one of {', '.join(SPLITS)}")
     faults = None
     if fault:
         from .faults import check_faults_recoverable, parse_faults
@@ -541,8 +546,9 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
                 raise ValueError(f"{name} {v} out of range: the {result['config']} engine has {top}")
         result["buffers"] = cfg.n_buffers if buffers is None else buffers
         result["fsms"] = cfg.n_fsms if fsms is None else fsms
+        result["sram_split"] = sram_split
         res, run = _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
-                               npu_mem, partitions, scheduler, threads, faults)
+                               npu_mem, partitions, scheduler, threads, faults, sram_split)
         result.update(res)
         if faults:
             from .faults import classify

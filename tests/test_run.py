@@ -51,6 +51,8 @@ def test_engine_backends_refuse_what_the_engine_does_not_run(capsys):
     assert main(["run", "--config", "small", "--topology", "ring:2", "--chunk-bytes", "4K"]) == 2
     assert "exceeds what this engine runs" in capsys.readouterr().err
     assert main(["run", "--pause", "1.5", "--backend", "icarus"]) == 2
+    with pytest.raises(ValueError, match="--sram-split 'bytes': expected one of residence, ace"):
+        run_collective(sram_split="bytes", backend="verilator")
 
 
 def test_run_refuses_sizes_and_systems_the_golden_check_cannot_hold(capsys):

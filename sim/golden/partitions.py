@@ -19,7 +19,7 @@ from ...hdl.common.layouts import MAX_PHASES
 from .program import StepOp
 from .topology import parse as parse_topology
 
-__all__ = ["residence", "phase_messages", "phase_depth", "phase_weights", "phase_input_fraction", "phase_bandwidth",
+__all__ = ["SPLITS", "split_weights", "residence", "phase_messages", "phase_depth", "phase_weights", "phase_input_fraction", "phase_bandwidth",
            "ace_phase_weights", "partition_sizes", "program_partitions"]
 
 
@@ -165,6 +165,20 @@ def partition_sizes(weight_sets, n_buffers):
         i = max(range(len(sizes)), key=lambda i: (quota[i] - sizes[i], -i))
         sizes[i] += 1
     return tuple(sizes[:-1] + [0] * (MAX_PHASES - n_phases) + sizes[-1:])
+
+
+#: The partition heuristics by name (``syncfabric run --sram-split``): residence time (the default) or the ACE
+#: paper's bandwidth x initial chunk size.
+SPLITS = ("residence", "ace")
+
+
+def split_weights(program, topology, chunk_beats, split="residence"):
+    """The phase weights of heuristic ``split`` (one of :data:`SPLITS`)."""
+    if split == "residence":
+        return phase_weights(program, topology, chunk_beats)
+    if split == "ace":
+        return ace_phase_weights(program, topology)
+    raise ValueError(f"unknown SRAM split {split!r}; expected one of {', '.join(SPLITS)}")
 
 
 def program_partitions(program, topology, n_buffers, chunk_beats):

@@ -65,7 +65,7 @@ def npu_mem_for(cfg, topology, jobs, **options):
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
                pause=0.0, link_stall=0.0, link_flip=0.0, link_drop=0.0, link_dup=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
                check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=True,
-               partition=None, threads=1):
+               partition=None, threads=1, sram_split=None):
     """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
     configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
@@ -124,7 +124,8 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
                                         "post_skew": post_skew,
                                         "timeout_cycles": timeout_cycles, "out": path, "progress": progress,
                                         "buffers": buffers, "fsms": fsms, "late": late,
-                                        "spill_entries": spill_entries, "partition": partition},
+                                        "spill_entries": spill_entries, "partition": partition,
+                                        "sram_split": sram_split},
                              build_tag=build_tag, hier_blocks=(ENGINE_MODULE,), log_file=log_file,
                              public=public, threads=threads)
         except AssertionError as exc:

@@ -91,12 +91,13 @@ class Coordinator:
 
 def run_system_amaranth(cfg, topology, jobs_of, *, latency=None, rate=None, seed=1, ready_prob=1.0,
                         valid_prob=1.0, timeout_cycles=200_000, vcd=None, buffers=None, fsms=None, parts=None,
+                        sram_split="residence",
                         window=None):
     """Run every endpoint's commands (``jobs_of(rank)``: :class:`~syncfabric.host.job.CollectiveJob` /
     :class:`~syncfabric.host.job.RejectedCommand` objects, posted in order) on ``topology``; returns the
     :class:`~syncfabric.host.job.EndpointResult` of each rank. ``ready_prob``/``valid_prob`` make the memories
     stall at random (seeded by ``seed``); ``vcd`` writes a waveform; ``buffers``/``fsms``: chunk buffers and
-    FSMs the engines use (default all). ``parts`` (rank lists): simulate as those partitions, with cut links
+    FSMs the engines use (default all); ``sram_split``: the driver's partition heuristic. ``parts`` (rank lists): simulate as those partitions, with cut links
     copied every ``window`` cycles (default: the longest safe window)."""
     if parts is None:
         dut = AceSystem(cfg, topology, latency, rate, inline=True)
@@ -133,6 +134,7 @@ def run_system_amaranth(cfg, topology, jobs_of, *, latency=None, rate=None, seed
                                    clock=clock)
             drv = AceDriver(tr, cfg)
             drv.buffer_budget = buffers
+            drv.sram_split = sram_split
             results[i] = await run_endpoint(drv, i, jobs_of(i), mem_bytes=mem_bytes,
                                             timeout_cycles=timeout_cycles, sync=barrier, fsm_limit=fsms)
         return testbench

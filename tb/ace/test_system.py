@@ -157,6 +157,7 @@ class SystemTB:
         tr = CocotbTransport(dut, dut.clk, csr_prefix=f"ep{i}_csr", mem=ram, irq=getattr(dut, f"ep{i}_irq"))
         drv = AceDriver(tr, self.cfg)
         drv.buffer_budget = p.get("buffers")
+        drv.sram_split = p.get("sram_split") or drv.sram_split
         self.drivers.append(drv)
 
     def set_stall(self, rank, prob):

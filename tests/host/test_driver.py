@@ -16,7 +16,7 @@ from syncfabric.hdl.common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, c
 from syncfabric.host.driver import AceDriver, AceError, RingFullError, SyncAceDriver, status_name
 from syncfabric.host.programs import (ImemAllocator, ace_phase_weights, decode_entry, entry_words, partition_sizes,
                                       phase_weights, program_entry, program_partitions, routing_table)
-from syncfabric.sim.golden.partitions import phase_depth
+from syncfabric.sim.golden.partitions import SPLITS, phase_depth
 from syncfabric.host.transport import AsyncTransport, Transport, as_async, run_sync
 from syncfabric.sim.golden.algorithms import generate
 from syncfabric.sim.golden.program import Step
@@ -432,6 +432,24 @@ def test_driver_writes_partitions_for_all_loaded_programs():
                               phase_weights(torus, "torus:2x2x2", CFG.chunk_beats)], CFG.n_buffers)
     assert expect[1] > 0 and expect[3] > 0
     assert tuple(t.reg("PART", i) for i in range(5)) == expect == drv.partitions()
+
+
+def test_driver_splits_by_the_heuristic_it_is_given():
+    torus = generate("allreduce", topology="torus:4x2x2")[0]
+    parts = {}
+    for split in SPLITS:
+        t = MemTransport()
+        drv = SyncAceDriver(t, CFG)
+        drv.sram_split = split
+        drv.configure_comm(0, 0, 16, {"allreduce": torus}, "torus:4x2x2")
+        parts[split] = tuple(t.reg("PART", i) for i in range(5))
+    assert parts["ace"] == partition_sizes([ace_phase_weights(torus, "torus:4x2x2")], CFG.n_buffers)
+    assert parts["residence"] == partition_sizes([phase_weights(torus, "torus:4x2x2", CFG.chunk_beats)],
+                                                 CFG.n_buffers)
+    assert parts["residence"][1] > parts["ace"][1]      # the slow vertical ring gets more buffers
+    drv.sram_split = "bytes"
+    with pytest.raises(ValueError, match="unknown SRAM split 'bytes'"):
+        drv.partitions()
 
 
 # ---- instruction memory -----------------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def data_depth(programs, pi, topology):
 
 
 def _input_fraction(program, pi):
-    from ...host.programs import phase_input_fraction
+    from ..golden.partitions import phase_input_fraction
     return phase_input_fraction(program, pi)
 
 

@@ -510,8 +510,9 @@ class SyncAceDriver:
         return getattr(self.driver, name)
 
     def __setattr__(self, name, value):
-        # the driver's settings (``buffer_budget``, ``sram_split``, ...) set here reach the driver
-        if name != "driver" and "driver" in self.__dict__ and hasattr(self.driver, name):
+        # the driver's settings (``buffer_budget``, ``sram_split``, ...: its instance attributes) set here reach
+        # the driver; anything else (a method wrapped by a test, say) stays on this object
+        if name != "driver" and "driver" in self.__dict__ and name in vars(self.driver):
             setattr(self.driver, name, value)
         else:
             object.__setattr__(self, name, value)

@@ -76,7 +76,8 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     per link). ``progress``: True
     logs the simulated cycles every few seconds; a callable is called about once a second with ``(cycle, cycles_per_s)`` while the simulation
     runs. ``buffers``/``fsms``: chunk buffers and FSMs the engines use (default all; set through the PART and
-    FSM_LIMIT registers, so one build serves a whole sweep). ``post_skew``: each rank posts a random 0..post_skew
+    FSM_LIMIT registers, so one build serves a whole sweep); ``sram_split``: the drivers' partition heuristic
+    (None: the driver's default, residence time; ``"ace"``: the ACE paper's). ``post_skew``: each rank posts a random 0..post_skew
 cycles after the others are ready. ``log_file``: the simulator's output goes there
     instead of the terminal. ``late``/``spill_entries``: see :mod:`syncfabric.tb.ace.test_system`.
     ``npu_mem``: True (default: an HDL ``AxiRam`` per endpoint, sized by :func:`npu_mem_for`, reached through

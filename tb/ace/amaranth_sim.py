@@ -97,8 +97,9 @@ def run_system_amaranth(cfg, topology, jobs_of, *, latency=None, rate=None, seed
     :class:`~syncfabric.host.job.RejectedCommand` objects, posted in order) on ``topology``; returns the
     :class:`~syncfabric.host.job.EndpointResult` of each rank. ``ready_prob``/``valid_prob`` make the memories
     stall at random (seeded by ``seed``); ``vcd`` writes a waveform; ``buffers``/``fsms``: chunk buffers and
-    FSMs the engines use (default all); ``sram_split``: the driver's partition heuristic. ``parts`` (rank lists): simulate as those partitions, with cut links
-    copied every ``window`` cycles (default: the longest safe window)."""
+    FSMs the engines use (default all); ``sram_split``: the driver's partition heuristic. ``parts`` (rank
+    lists): simulate as those partitions, with cut links copied every ``window`` cycles (default: the longest
+    safe window)."""
     if parts is None:
         dut = AceSystem(cfg, topology, latency, rate, inline=True)
 

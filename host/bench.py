@@ -20,9 +20,11 @@ import json
 import sys
 import time
 
+from ..sim.golden.topology import Torus
+from ..sim.golden.topology import parse as parse_topology
 from .run import passed, run_collective
 
-__all__ = ["bench_efficiency", "bench_simspeed", "bench_sweep", "bench_transports", "busbw", "main"]
+__all__ = ["BENCH_LATENCY", "bench_efficiency", "bench_latency", "bench_simspeed", "bench_sweep", "bench_transports", "busbw", "main"]
 
 
 def busbw(r):
@@ -55,7 +57,21 @@ def _table(rows, cols):
     return "\n".join(lines)
 
 
+#: The engine benchmarks' link latency on rings and switches when none is given (a torus keeps its own links).
+BENCH_LATENCY = 10
+
+
+def bench_latency(topology, latency):
+    """The link latency an engine benchmark runs ``topology`` with: ``latency`` when given; otherwise
+    :data:`BENCH_LATENCY` on rings and switches and ``None`` (the topology's own links) on a torus, whose
+    package hierarchy (90-cycle local, 500-cycle inter-package links at 1/8 rate) is the point of running one."""
+    if latency is not None:
+        return latency
+    return None if isinstance(parse_topology(topology), Torus) else BENCH_LATENCY
+
+
 def _run(progress, **kw):
+    kw["latency"] = bench_latency(kw["topology"], kw.get("latency"))
     t0 = time.monotonic()
     r = run_collective(progress=progress, **kw)
     if progress:
@@ -68,7 +84,7 @@ def _run(progress, **kw):
     return r
 
 
-def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bidir-ring:8"), latency=10,
+def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bidir-ring:8"), latency=None,
                      backend="verilator", progress=True, rate=None, chunk_bytes=None, threads="auto"):
     """All-reduce of each size on each topology (``config``: a profile name or an AceConfig; ``rate``: every
     link's flits per cycle, default the topology's; ``chunk_bytes``: default the largest; ``threads``:
@@ -82,7 +98,7 @@ def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bi
     return rows
 
 
-def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=10,
+def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=None,
                    backends=("verilator", "icarus"), npu_mems=("hdl", "cocotb"), progress=True, partitions=(),
                    threads=("auto",)):
     """The same all-reduce on each backend with each kind of NPU memory (the HDL RAMs inside the design, the
@@ -106,7 +122,7 @@ def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=10
     return rows
 
 
-def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=10, buffers=(4, 8, 16, 32),
+def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=None, buffers=(4, 8, 16, 32),
                 fsms=(1, 2, 4, 8, 16), backend="verilator", progress=True, rate=None, chunk_bytes=None,
                 threads="auto"):
     """All-reduce with each (buffers, FSMs) pair the configuration has (``rate``, ``chunk_bytes`` as
@@ -217,8 +233,11 @@ def _one_threads(args):
 def main(args):
     """Run the benchmark ``args.bench`` with the parsed command line options; print a table."""
     sizes = args.bytes or [1 << 20]
-    print(f"syncfabric bench {args.bench}: engine configuration {args.config}, link latency {args.latency} "
-          f"cycles", flush=True)
+    if args.bench in ("transports", "faults") and args.latency is None:
+        args.latency = BENCH_LATENCY
+    links = (f"link latency {args.latency} cycles" if args.latency is not None else
+             f"link latency {BENCH_LATENCY} cycles on rings and switches, a torus's own links")
+    print(f"syncfabric bench {args.bench}: engine configuration {args.config}, {links}", flush=True)
     if args.bench == "efficiency":
         rows = bench_efficiency(args.config, sizes, args.topology or ["ring:8", "bidir-ring:8"], args.latency,
                                 args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes,

@@ -218,7 +218,6 @@ def _cmd_bench(args):
         if args.bench in BENCH_COLLECTIVES:
             return nccl_main(args)
         args.config = args.config or ("small" if args.bench in ("transports", "faults") else "paper")
-        args.latency = 10 if args.latency is None else args.latency
         return bench_main(args)
     except (ValueError, RuntimeError) as exc:
         print(f"syncfabric bench: error: {exc}", file=sys.stderr)
@@ -285,7 +284,8 @@ def main(argv=None):
                          help="simulator (default: amaranth for collective sweeps unless --system says otherwise; "
                               "verilator for the engine benchmarks; simspeed: verilator and icarus)")
     p_bench.add_argument("--latency", type=int, default=None, help="link latency in cycles (engine benchmarks: "
-                                                                    "default 10)")
+                         "default 10 on rings and switches; a torus keeps its own links, the ACE paper's 90-cycle "
+                         "local and 500-cycle inter-package links at 1/8 rate)")
     p_bench.add_argument("--rate", type=float, default=None,
                          help="efficiency, sweep: every link's rate in flits per cycle (default the topology's, 1)")
     p_bench.add_argument("--chunk-bytes", type=parse_size, default=None,

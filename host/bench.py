@@ -24,7 +24,8 @@ from ..sim.golden.topology import Torus
 from ..sim.golden.topology import parse as parse_topology
 from .run import passed, run_collective
 
-__all__ = ["BENCH_LATENCY", "bench_efficiency", "bench_latency", "bench_simspeed", "bench_sweep", "bench_transports", "busbw", "main"]
+__all__ = ["BENCH_LATENCY", "bench_efficiency", "bench_latency", "bench_npu_mem", "bench_simspeed", "bench_sweep",
+           "bench_transports", "busbw", "main"]
 
 
 def busbw(r):
@@ -70,6 +71,13 @@ def bench_latency(topology, latency):
     return None if isinstance(parse_topology(topology), Torus) else BENCH_LATENCY
 
 
+def bench_npu_mem(backend, npu_mem=None):
+    """The NPU memories an engine benchmark runs with: ``npu_mem`` when given, else the HDL RAMs on Verilator
+    and Icarus (as ``syncfabric run``; about 3x faster than the cocotbext-axi models) and the simulator's own
+    model on Amaranth."""
+    return npu_mem or ("hdl" if backend in ("verilator", "icarus") else "cocotb")
+
+
 def _run(progress, **kw):
     kw["latency"] = bench_latency(kw["topology"], kw.get("latency"))
     t0 = time.monotonic()
@@ -85,16 +93,19 @@ def _run(progress, **kw):
 
 
 def bench_efficiency(config="paper", sizes=(1 << 20,), topologies=("ring:8", "bidir-ring:8"), latency=None,
-                     backend="verilator", progress=True, rate=None, chunk_bytes=None, threads="auto"):
-    """All-reduce of each size on each topology (``config``: a profile name or an AceConfig; ``rate``: every
-    link's flits per cycle, default the topology's; ``chunk_bytes``: default the largest; ``threads``:
-    Verilator threads); returns the rows."""
+                     backend="verilator", progress=True, rate=None, chunk_bytes=None, threads="auto",
+                     npu_mem=None):
+    """All-reduce of each size on each topology (``config``: a profile name or an AceConfig; ``latency``:
+    :func:`bench_latency`; ``rate``: every link's flits per cycle, default the topology's; ``chunk_bytes``:
+    default the largest; ``threads``: Verilator threads; ``npu_mem``: :func:`bench_npu_mem`); returns the
+    rows."""
     rows = []
     for topo in topologies:
         for size in sizes:
             rows.append(_row(_run(progress, collective="allreduce", topology=topo, nbytes=size, dtype="fp32",
                                   op="sum", config=config, latency=latency, backend=backend, rate=rate,
-                                  chunk_bytes=chunk_bytes, threads=threads)))
+                                  chunk_bytes=chunk_bytes, threads=threads,
+                                  npu_mem=bench_npu_mem(backend, npu_mem))))
     return rows
 
 
@@ -124,8 +135,8 @@ def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=No
 
 def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=None, buffers=(4, 8, 16, 32),
                 fsms=(1, 2, 4, 8, 16), backend="verilator", progress=True, rate=None, chunk_bytes=None,
-                threads="auto"):
-    """All-reduce with each (buffers, FSMs) pair the configuration has (``rate``, ``chunk_bytes`` as
+                threads="auto", npu_mem=None):
+    """All-reduce with each (buffers, FSMs) pair the configuration has (the other options as
     :func:`bench_efficiency`); returns the rows."""
     from ..hdl.ace.config import AceConfig
 
@@ -137,7 +148,8 @@ def bench_sweep(config="paper", nbytes=1 << 20, topology="ring:8", latency=None,
                 continue
             rows.append(_row(_run(progress, collective="allreduce", topology=topology, nbytes=nbytes,
                                   dtype="fp32", op="sum", config=config, latency=latency, backend=backend,
-                                  buffers=b, fsms=f, rate=rate, chunk_bytes=chunk_bytes, threads=threads)))
+                                  buffers=b, fsms=f, rate=rate, chunk_bytes=chunk_bytes, threads=threads,
+                                  npu_mem=bench_npu_mem(backend, npu_mem))))
     return rows
 
 
@@ -241,7 +253,7 @@ def main(args):
     if args.bench == "efficiency":
         rows = bench_efficiency(args.config, sizes, args.topology or ["ring:8", "bidir-ring:8"], args.latency,
                                 args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes,
-                                threads=_one_threads(args))
+                                threads=_one_threads(args), npu_mem=args.npu_mem)
     elif args.bench == "transports":
         rows = bench_transports([args.backend] if args.backend else ["amaranth", "verilator", "icarus"],
                                 (args.topology or ["ring:2"])[0], sizes[0] if args.bytes else 4096,
@@ -278,7 +290,7 @@ def main(args):
         rows = bench_sweep(args.config, sizes[0], (args.topology or ["ring:8"])[0], args.latency,
                            args.buffers or [4, 8, 16, 32], args.fsms or [1, 2, 4, 8, 16],
                            args.backend or "verilator", rate=args.rate, chunk_bytes=args.chunk_bytes,
-                           threads=_one_threads(args))
+                           threads=_one_threads(args), npu_mem=args.npu_mem)
     print(_table(rows, COLUMNS))
     if args.json:
         with open(args.json, "w") as f:

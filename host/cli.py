@@ -290,6 +290,9 @@ def main(argv=None):
                          help="efficiency, sweep: every link's rate in flits per cycle (default the topology's, 1)")
     p_bench.add_argument("--chunk-bytes", type=parse_size, default=None,
                          help="efficiency, sweep: chunk size (default: the largest the engine runs the program with)")
+    p_bench.add_argument("--npu-mem", choices=("cocotb", "hdl"), default=None,
+                         help="efficiency, sweep: NPU memories (default: hdl, the HDL RAMs, on Verilator and "
+                              "Icarus; the simulator's own model on Amaranth)")
     p_bench.add_argument("--buffers", type=int, action="append", help="sweep: chunk buffers (repeatable)")
     p_bench.add_argument("--fsms", type=int, action="append", help="sweep: FSMs (repeatable)")
     p_bench.add_argument("--partitions", type=int, action="append", default=None,

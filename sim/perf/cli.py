@@ -3,6 +3,8 @@
 import json
 import sys
 
+from .profile import DECOMPOSITIONS, DIRECTIONS
+
 __all__ = ["register"]
 
 
@@ -25,6 +27,20 @@ def _sched(p):
     p.add_argument("--scheduler", default=None,
                    help="Dask scheduler address, 'local' (a LocalCluster) or 'processes' (a process pool); default: "
                         "a LocalCluster when dask.distributed is installed, else a process pool")
+
+
+def _size(text):
+    from ...host.cli import parse_size
+    return parse_size(text)
+
+
+def _directions(text):
+    import argparse
+    dirs = tuple(d.strip() for d in text.split(","))
+    if len(dirs) != 3 or any(d not in DIRECTIONS for d in dirs):
+        raise argparse.ArgumentTypeError(f"{text!r}: three of {', '.join(DIRECTIONS)} separated by commas "
+                                         f"(local,vertical,horizontal)")
+    return dirs
 
 
 def register(subparsers):
@@ -52,6 +68,20 @@ def register(subparsers):
     p.add_argument("--fsms", type=int, action="append", help="FSM counts (repeatable)")
     _add_common(p)
     _sched(p)
+    p = sub.add_parser("algorithms", help="all-reduce on a torus decomposed as ACE does and as ASTRA-sim does, "
+                                          "per-dimension link directions: phases, traffic, bound, time")
+    p.add_argument("--topology", default="torus:4x4x4", help="a torus (default %(default)s)")
+    p.add_argument("--bytes", type=_size, default=64 << 20, help="all-reduce bytes per NPU (default 64M)")
+    p.add_argument("--config", action="append", help="endpoint configuration (repeatable; default ACE and Ideal)")
+    p.add_argument("--decomposition", action="append", choices=DECOMPOSITIONS,
+                   help="phases of the all-reduce (repeatable; default all): hierarchical (ACE: RS local, AR "
+                        "vertical and horizontal on the 1/L share, AG local), rs-ar (ASTRA-sim localBWAware: RS on "
+                        "all but the last dimension, AR on the last, AG back), rs-ag (RS on every dimension, AG "
+                        "back), baseline (AR on each dimension in turn)")
+    p.add_argument("--directions", action="append", type=_directions,
+                   help="link direction per dimension, local,vertical,horizontal each bidir or uni (repeatable; "
+                        "default bidir,bidir,bidir)")
+    _add_common(p)
     p = sub.add_parser("fig10", help="compute and network utilization timelines (ACE Fig. 10)")
     p.add_argument("--workload", default="resnet50")
     p.add_argument("--npus", type=int, default=128)
@@ -148,6 +178,12 @@ def _dispatch(args):
                                     fsms=tuple(args.fsms or (4, 8, 12, 16, 20)), npus=args.npus, nbytes=args.bytes,
                                     scheduler=args.scheduler, progress=progress)
         _table(rows, ["sram_MB", "fsms", "network_bw_GBps", "normalized"])
+    elif c == "algorithms":
+        rows = repro.algorithms(args.out, args.topology, args.bytes, tuple(args.config or ("ACE", "Ideal")),
+                                tuple(args.decomposition or DECOMPOSITIONS),
+                                tuple(args.directions or (("bidir",) * 3,)), progress=progress)
+        _table(rows, ["decomposition", "directions", "config", "sent_per_read", "bound_us", "time_us",
+                      "of_bound"])
     elif c == "fig10":
         rows = repro.fig10(args.out, args.workload, args.npus, progress=progress,
                            compute_efficiency=args.compute_efficiency, compute=args.compute)

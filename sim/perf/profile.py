@@ -31,7 +31,8 @@ from ..golden.chunking import normalize_collective
 from ..golden.program import StepOp
 from ..golden.topology import Ring, Torus, parse as parse_topology
 
-__all__ = ["PhaseProfile", "CollectiveProfile", "profile", "profile_from_programs", "MAX_PROGRAM_RANKS"]
+__all__ = ["PhaseProfile", "CollectiveProfile", "profile", "profile_from_programs", "parse_torus_algorithm",
+           "DECOMPOSITIONS", "DIRECTIONS", "MAX_PROGRAM_RANKS"]
 
 #: Largest rank count the program encoding supports (9-bit rank fields).
 MAX_PROGRAM_RANKS = 512
@@ -194,21 +195,64 @@ def _scaled(ph, name, ports, scale, input_frac, ace_read, ace_write, port_map):
 
 _DIM = ("local", "vertical", "horizontal")
 
+#: How an all-reduce on a torus is split into per-dimension phases (``hierarchical`` is ACE's, the engine's
+#: programs; the others follow ASTRA-sim's system layer, ``Sys::generate_collective``):
+#:
+#: ``hierarchical``  reduce-scatter on the first dimension, all-reduce of its 1/L share on each other dimension,
+#:                   all-gather on the first (ACE section IV-F's four phases)
+#: ``rs-ar``         reduce-scatter on every dimension but the last, all-reduce on the last, all-gather back
+#:                   (ASTRA-sim's ``localBWAware``: each later dimension carries a smaller share)
+#: ``rs-ag``         reduce-scatter on every dimension, then all-gather on each in reverse (ASTRA-sim's greedy
+#:                   schedulers' shape, here in the fixed dimension order)
+#: ``baseline``      all-reduce of the whole chunk on each dimension in turn (ASTRA-sim's ``baseline``)
+DECOMPOSITIONS = ("hierarchical", "rs-ar", "rs-ag", "baseline")
 
-def _composed_torus(collective, topo):
-    """Hierarchical profile on a torus too large for the program encoding, from per-dimension ring programs."""
+#: A dimension's ring: both directions (half of each message each way: the engine's ``bidir-ring``) or one
+#: (``uni``, the ``ring`` program on the dimension's + port only).
+DIRECTIONS = ("bidir", "uni")
+
+
+def _allreduce_parts(topo, decomposition):
+    """``(dim, kind, scale)`` per phase of an all-reduce: ``scale`` is the share of the chunk that is the
+    phase's working set (an all-gather's: its output)."""
+    dims = [d for d in range(3) if topo.dims[d] > 1]
+    if not dims:
+        return []
+    if decomposition == "hierarchical":
+        first, rest = (dims[0], dims[1:]) if dims[0] == 0 else (None, dims)
+        share = 1.0 / topo.dims[0]
+        return ([(0, "reduce_scatter", 1.0)] if first is not None else []) \
+            + [(d, "allreduce", share) for d in rest] + ([(0, "allgather", 1.0)] if first is not None else [])
+    if decomposition == "baseline":
+        return [(d, "allreduce", 1.0) for d in dims]
+    down, shares, share = [], [], 1.0
+    last = dims if decomposition == "rs-ag" else dims[:-1]
+    for d in last:
+        down.append((d, "reduce_scatter", share))
+        shares.append(share)
+        share /= topo.dims[d]
+    middle = [] if decomposition == "rs-ag" else [(dims[-1], "allreduce", share)]
+    up = [(d, "allgather", sh) for d, sh in reversed(list(zip(last, shares)))]
+    return down + middle + up
+
+
+def _composed_torus(collective, topo, decomposition="hierarchical", directions=None):
+    """A torus collective's profile composed from per-dimension ring programs (any size; the generated
+    programs cover ``hierarchical`` with bidirectional rings up to :data:`MAX_PROGRAM_RANKS` ranks and agree
+    with this, ``tests/perf``). ``directions``: per dimension, ``bidir`` or ``uni`` (default all ``bidir``)."""
     L, V, H = topo.dims
+    directions = tuple(directions or ("bidir",) * 3)
+    if len(directions) != 3 or any(d not in DIRECTIONS for d in directions):
+        raise ValueError(f"directions {directions!r}: three of {DIRECTIONS} (local, vertical, horizontal)")
+    if decomposition not in DECOMPOSITIONS:
+        raise ValueError(f"decomposition {decomposition!r}: one of {DECOMPOSITIONS}")
     active = [d for d in range(3) if topo.dims[d] > 1]
     parts = []   # (dim, kind, scale)
     if collective == "allreduce":
-        if L > 1:
-            parts.append((0, "reduce_scatter", 1.0))
-        share = 1.0 / L
-        for d in (1, 2):
-            if topo.dims[d] > 1:
-                parts.append((d, "allreduce", share))
-        if L > 1:
-            parts.append((0, "allgather", 1.0))
+        parts = _allreduce_parts(topo, decomposition)
+    elif decomposition != "hierarchical":
+        raise ValueError(f"decomposition {decomposition!r} is an all-reduce's; {collective} on a torus is "
+                         f"composed one way (reduce-scatter down the dimensions, all-gather up them)")
     elif collective == "reduce_scatter":
         share = 1.0
         for d in active:
@@ -220,11 +264,12 @@ def _composed_torus(collective, topo):
             share *= topo.dims[d]
             parts.append((d, "allgather", share))
     else:
-        raise ValueError(f"{collective} on {topo.spec}: programs are limited to {MAX_PROGRAM_RANKS} ranks and "
-                         f"only all-reduce, reduce-scatter and all-gather are composed beyond that")
+        raise ValueError(f"{collective} on {topo.spec}: only all-reduce, reduce-scatter and all-gather are "
+                         f"composed from per-dimension rings")
     phases = []
     for k, (d, kind, scale) in enumerate(parts):
-        ring = Ring(topo.dims[d], bidirectional=True, attr=topo.attrs[d])
+        bidir = directions[d] == "bidir"
+        ring = Ring(topo.dims[d], bidirectional=bidir, attr=topo.attrs[d])
         ph = _ring_profile(kind, ring).phases[0]
         first, last = k == 0, k == len(parts) - 1
         ace_read = 1.0 if first else 0.0
@@ -237,20 +282,47 @@ def _composed_torus(collective, topo):
         in_frac = scale / topo.dims[d] if kind == "allgather" else scale
         name = {"reduce_scatter": "rs", "allreduce": "ar", "allgather": "ag"}[kind] + "-" + _DIM[d]
         port_map = {0: 2 * d, 1: 2 * d + 1}
-        phases.append(_scaled(ph, name, (2 * d, 2 * d + 1), scale, in_frac, ace_read, ace_write, port_map))
-    return CollectiveProfile(collective, "hierarchical", topo.spec, topo.n_endpoints, tuple(phases))
+        ports = (2 * d, 2 * d + 1) if bidir else (2 * d,)
+        phases.append(_scaled(ph, name, ports, scale, in_frac, ace_read, ace_write, port_map))
+    algo = "hierarchical" if decomposition == "hierarchical" else f"hierarchical:{decomposition}"
+    if directions != ("bidir",) * 3:
+        algo += "/" + ",".join(directions)
+    return CollectiveProfile(collective, algo, topo.spec, topo.n_endpoints, tuple(phases))
 
 
 @lru_cache(maxsize=64)
 def _ring_profile(kind, ring):
-    return profile_from_programs(generate(kind, "bidir-ring", ring), ring)
+    return profile_from_programs(generate(kind, "bidir-ring" if ring.bidirectional else "ring", ring), ring)
+
+
+def parse_torus_algorithm(algorithm):
+    """``hierarchical[:DECOMPOSITION][/DIR,DIR,DIR]`` -> (decomposition, directions or None); None for any
+    other algorithm name (a generated program's)."""
+    if not algorithm or not algorithm.startswith("hierarchical"):
+        return None
+    head, _, dirs = algorithm.partition("/")
+    _, _, decomposition = head.partition(":")
+    if head not in ("hierarchical", f"hierarchical:{decomposition}") or (":" in head and not decomposition):
+        raise ValueError(f"algorithm {algorithm!r}: hierarchical[:DECOMPOSITION][/DIR,DIR,DIR] with "
+                         f"DECOMPOSITION one of {DECOMPOSITIONS} and DIR one of {DIRECTIONS}")
+    directions = tuple(dirs.split(",")) if dirs else None
+    return decomposition or "hierarchical", directions
 
 
 @lru_cache(maxsize=256)
 def _cached(collective, algorithm, topo):
+    torus = parse_torus_algorithm(algorithm) if isinstance(topo, Torus) else None
+    if torus is not None:
+        decomposition, directions = torus
+        composed_only = decomposition != "hierarchical" or directions not in (None, ("bidir",) * 3)
+        if composed_only or topo.n_endpoints > MAX_PROGRAM_RANKS:
+            if collective not in ("allreduce", "reduce_scatter", "allgather"):
+                raise ValueError(f"{collective}/{algorithm} on {topo.spec}: only all-reduce, reduce-scatter and "
+                                 f"all-gather are composed from per-dimension rings"
+                                 + (f" (programs are limited to {MAX_PROGRAM_RANKS} ranks)"
+                                    if not composed_only else ""))
+            return _composed_torus(collective, topo, decomposition, directions)
     if topo.n_endpoints > MAX_PROGRAM_RANKS:
-        if isinstance(topo, Torus) and algorithm == "hierarchical":
-            return _composed_torus(collective, topo)
         raise ValueError(f"{collective}/{algorithm} on {topo.spec}: programs are limited to {MAX_PROGRAM_RANKS} "
                          f"ranks (only hierarchical torus collectives are composed beyond that)")
     return profile_from_programs(generate(collective, algorithm, topo), topo)
@@ -258,7 +330,9 @@ def _cached(collective, algorithm, topo):
 
 def profile(collective, topology, algorithm=None):
     """The :class:`CollectiveProfile` of ``collective`` on ``topology`` (a spec or a Topology) with
-    ``algorithm`` (default: the topology's default). Cached."""
+    ``algorithm`` (default: the topology's default; on a torus also ``hierarchical:DECOMPOSITION`` and a
+    ``/DIR,DIR,DIR`` suffix, :data:`DECOMPOSITIONS` and :data:`DIRECTIONS`, composed from per-dimension rings).
+    Cached."""
     topo = parse_topology(topology)
     coll = normalize_collective(collective)
     algo = algorithm or default_algorithm(coll, topo)

@@ -110,6 +110,41 @@ def fig9a(out_dir, srams=(0.5, 1, 2, 4, 8), fsms=(4, 8, 12, 16, 20), npus=128, n
     return rows, backend
 
 
+# ---- Hierarchical decompositions: ACE's and ASTRA-sim's, algorithm for algorithm ---------------------------
+
+def algorithms(out_dir, topology="torus:4x4x4", nbytes=64 * MB, configs=("ACE", "Ideal"),
+               decompositions=None, directions=(("bidir",) * 3,), progress=True):
+    """One all-reduce on a torus with each decomposition (:data:`.profile.DECOMPOSITIONS`) and each per-dimension
+    link direction set, for each endpoint configuration: the phases, bytes sent per byte an engine reads, the
+    bandwidth bound of the busiest port and the model's time (``of_bound``: bound / time)."""
+    from ..golden.topology import Torus, parse
+    from .collective import collective_time
+    from .profile import DECOMPOSITIONS, profile
+    from .system import endpoint
+
+    topo = parse(topology)
+    if not isinstance(topo, Torus):
+        raise ValueError(f"--topology {topology}: decompositions are a torus's (got {type(topo).__name__})")
+    rows = []
+    for dirs in directions:
+        for dec in decompositions or DECOMPOSITIONS:
+            algo = ("hierarchical" if dec == "hierarchical" else f"hierarchical:{dec}") \
+                + ("" if tuple(dirs) == ("bidir",) * 3 else "/" + ",".join(dirs))
+            prof = profile("allreduce", topo, algo)
+            for name in configs:
+                r = collective_time("allreduce", nbytes, topo, endpoint(name), algorithm=algo)
+                rows.append({"decomposition": dec, "directions": ",".join(dirs), "config": endpoint(name).name,
+                             "phases": " ".join(p.name for p in prof.phases),
+                             "sent_per_read": round(prof.sent_per_read, 4),
+                             "bound_us": r.bound * 1e6, "time_us": r.time * 1e6,
+                             "of_bound": r.bound / r.time if r.time else 0.0,
+                             "algbw_GBps": nbytes / r.time / 1e9 if r.time else 0.0})
+                if progress:
+                    print(f"  {algo} {rows[-1]['config']}: {r.time * 1e6:.1f} us", flush=True)
+    write_outputs(out_dir, "algorithms", rows, {"topology": topo.spec, "bytes": nbytes})
+    return rows
+
+
 # ---- Fig. 10: utilization timelines ----------------------------------------------------------------------
 
 def _utilization(res, system, topo, bins):

@@ -34,3 +34,10 @@ def test_engine_benchmarks_keep_a_torus_links_unless_a_latency_is_given(monkeypa
     bench.bench_sweep("small", nbytes=4096, topology=topology, latency=given, buffers=[2], fsms=[1],
                       progress=True)
     assert [kw["latency"] for kw in calls] == [expected]
+    assert calls[0]["npu_mem"] == "hdl"          # the HDL RAMs by default on Verilator, as `syncfabric run`
+
+
+@pytest.mark.parametrize("backend, given, expected", [
+    ("verilator", None, "hdl"), ("icarus", None, "hdl"), ("amaranth", None, "cocotb"), ("verilator", "cocotb", "cocotb")])
+def test_engine_benchmarks_npu_memories(backend, given, expected):
+    assert bench.bench_npu_mem(backend, given) == expected

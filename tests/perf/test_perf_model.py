@@ -273,3 +273,72 @@ def test_with_the_paper_compute_ace_beats_every_baseline_on_resnet50_at_128_npus
     t = {k: simulate(w, torus_for(128), v, compute_s=paper_compute("resnet50", k)).time for k, v in CONFIGS.items()}
     assert t["Ideal"] <= t["ACE"] < min(t[k] for k in CONFIGS if k.startswith("Baseline"))
     assert t["BaselineCommOpt"] > t["BaselineCompOpt"]
+
+
+@pytest.mark.parametrize("algorithm, sent, phases", [
+    # ACE: RS local 3/4, AR of the 1/4 share on vertical and horizontal 2 x 3/16 each, AG local 3/4
+    ("hierarchical", 2.25, ["rs-local", "ar-vertical", "ar-horizontal", "ag-local"]),
+    # ASTRA-sim localBWAware: each later dimension carries a quarter of the one before
+    ("hierarchical:rs-ar", 1.5 + 2 * 3 / 16 + 2 * 3 / 64,
+     ["rs-local", "rs-vertical", "ar-horizontal", "ag-vertical", "ag-local"]),
+    ("hierarchical:rs-ag", 1.5 + 2 * 3 / 16 + 2 * 3 / 64,
+     ["rs-local", "rs-vertical", "rs-horizontal", "ag-horizontal", "ag-vertical", "ag-local"]),
+    ("hierarchical:baseline", 3 * 1.5, ["ar-local", "ar-vertical", "ar-horizontal"])])
+def test_torus_decompositions_carry_the_textbook_traffic(algorithm, sent, phases):
+    prof = profile("allreduce", "torus:4x4x4", algorithm)
+    assert [p.name for p in prof.phases] == phases
+    assert prof.sent_per_read == pytest.approx(sent)
+    assert sum(p.ace_read for p in prof.phases) == 1.0 and sum(p.ace_write for p in prof.phases) == 1.0
+    # each dimension's all-reduce of a share reduces that share once: every byte is reduced (L-1)/L + ... times
+    big = profile("allreduce", "torus:4x4x64", algorithm)       # composed beyond the programs' 512 ranks
+    assert [p.name for p in big.phases] == phases
+
+
+def test_explicit_bidirectional_hierarchical_is_the_engine_programs():
+    gen = profile("allreduce", "torus:4x2x2")
+    comp = _composed_torus("allreduce", parse("torus:4x2x2"), "hierarchical", ("bidir",) * 3)
+    assert [p.name for p in gen.phases] == [p.name for p in comp.phases]
+    for a, b in zip(gen.phases, comp.phases):
+        assert a.link == pytest.approx(b.link) and a.depth == b.depth
+
+
+def test_a_unidirectional_dimension_sends_on_its_plus_port_only():
+    bi = profile("allreduce", "torus:4x4x4", "hierarchical")
+    uni = profile("allreduce", "torus:4x4x4", "hierarchical/uni,bidir,bidir")
+    assert uni.phases[0].ports == (0,) and set(uni.phases[0].link) == {0}
+    assert uni.phases[0].link[0] == pytest.approx(bi.phases[0].link[0] + bi.phases[0].link[1])
+    assert uni.phases[1].link == pytest.approx(bi.phases[1].link)
+    t_bi = collective_time("allreduce", 64 * MB, "torus:4x4x4", CONFIGS["Ideal"], algorithm="hierarchical")
+    # with the paper's links (inter-package at 1/8 rate) the local and inter-package ports tie on 4x4x4: one
+    # direction locally moves the bound nowhere, one direction vertically doubles it
+    t_uni = {dirs: collective_time("allreduce", 64 * MB, "torus:4x4x4", CONFIGS["Ideal"],
+                                   algorithm=f"hierarchical/{dirs}").bound
+             for dirs in ("uni,bidir,bidir", "bidir,uni,bidir")}
+    assert t_uni["uni,bidir,bidir"] == pytest.approx(t_bi.bound)
+    assert t_uni["bidir,uni,bidir"] == pytest.approx(2 * t_bi.bound)
+
+
+@pytest.mark.parametrize("algorithm", ["hierarchical:", "hierarchical:rs", "hierarchical/uni", "hierarchicalx",
+                                       "hierarchical:rs-ar/uni,uni,both"])
+def test_bad_torus_algorithms_are_refused(algorithm):
+    with pytest.raises(ValueError):
+        profile("allreduce", "torus:4x4x4", algorithm)
+
+
+def test_decompositions_are_an_allreduce_s():
+    with pytest.raises(ValueError, match="all-reduce"):
+        profile("reduce_scatter", "torus:4x4x4", "hierarchical:rs-ar")
+    assert profile("reduce_scatter", "torus:4x4x4", "hierarchical/uni,uni,uni").phases[0].ports == (0,)
+
+
+def test_perf_algorithms_prints_every_decomposition(tmp_path, capsys):
+    assert main(["perf", "algorithms", "--topology", "torus:4x2x2", "--bytes", "4M", "--config", "Ideal",
+                 "--directions", "bidir,bidir,bidir", "--directions", "uni,uni,uni", "--quiet",
+                 "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "algorithms.json").read_text())["rows"]
+    assert {(r["decomposition"], r["directions"]) for r in rows} == {
+        (d, dirs) for d in ("hierarchical", "rs-ar", "rs-ag", "baseline")
+        for dirs in ("bidir,bidir,bidir", "uni,uni,uni")}
+    assert all(0 < r["of_bound"] <= 1 for r in rows)
+    assert main(["perf", "algorithms", "--topology", "ring:8", "--out", str(tmp_path)]) == 2
+    assert "torus" in capsys.readouterr().err

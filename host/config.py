@@ -19,6 +19,10 @@ Example (every key but ``topology`` is optional; the values shown are the defaul
       dup: 0                  # the link retransmission: docs/engine.md section 15)
     memory:
       bytes: 1MiB             # per endpoint (its emulated NPU memory)
+    driver:
+      sram_split: residence   # how the driver splits the SRAM's chunk buffers among a program's phases:
+                              # residence (in proportion to the time a chunk stays in each) or ace (the paper's)
+      buffers: null           # chunk buffers the partitions share; null: all of the engine's (fewer: a smaller SRAM)
 
 A prototype board (``backend: serial``) is reached through its UART bridge; its memory size and clock are read
 from the board unless given, and ``engine`` must describe the configuration the board was built with (the
@@ -56,7 +60,7 @@ __all__ = ["SystemConfig", "ConfigError", "load_config", "parse_bytes", "BACKEND
 
 #: Backends of the host API: three simulators and a prototype board on a serial port.
 BACKENDS = ("amaranth", "verilator", "icarus", "serial")
-_TOP_KEYS = ("topology", "backend", "clock_mhz", "seed", "engine", "links", "memory", "serial")
+_TOP_KEYS = ("topology", "backend", "clock_mhz", "seed", "engine", "links", "memory", "serial", "driver")
 #: Units of byte sizes (``64K``, ``1MiB``), binary.
 SIZE_UNITS = _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
@@ -141,6 +145,10 @@ class SystemConfig:
     memory_bytes: int = 1 << 20
     #: ``backend: serial``: ``{"port": path or [paths], "baud": int, "timeout_s": float, "quiet_s": float}``
     serial: dict = None
+    #: the drivers' SRAM partition heuristic (:data:`~syncfabric.sim.golden.partitions.SPLITS`)
+    sram_split: str = "residence"
+    #: chunk buffers the drivers' partitions share (None: all of the engine's)
+    buffers: int = None
     source: dict = field(default=None, compare=False, repr=False)
 
     @property
@@ -284,9 +292,21 @@ def load_config(source=None, **overrides):
     elif mem_bytes > 1 << engine.addr_width:
         raise ConfigError(f"memory.bytes: {mem_bytes} bytes do not fit the engine's {engine.addr_width}-bit "
                           f"addresses")
+    from ..sim.golden.partitions import SPLITS
+
+    drv = _mapping(raw.get("driver"), "driver")
+    _unknown(drv, ("sram_split", "buffers"), "driver.")
+    split = drv.get("sram_split", "residence")
+    if split not in SPLITS:
+        raise ConfigError(f"driver.sram_split: expected one of {', '.join(SPLITS)}, got {split!r}")
+    buffers = drv.get("buffers")
+    if buffers is not None:
+        _int(buffers, "driver.buffers", 1)
+        if buffers > engine.n_buffers:
+            raise ConfigError(f"driver.buffers: the engine has {engine.n_buffers} chunk buffers, got {buffers}")
     return SystemConfig(topology=topo.spec, engine=engine, backend=backend, clock_mhz=float(clock), seed=seed,
                         latency=latency, rate=rate, faults=faults or None, memory_bytes=mem_bytes, serial=serial,
-                        source=raw)
+                        sram_split=split, buffers=buffers, source=raw)
 
 
 def _yaml(text, where):

@@ -492,6 +492,9 @@ class System:
             self._adopt_board()
         self.transports = list(self.backend.transports)
         self.drivers = [SyncAceDriver(t, cfg) for t in self.transports]
+        for drv in self.drivers:
+            drv.sram_split = self.config.sram_split
+            drv.buffer_budget = self.config.buffers
         self.size = len(self.drivers)
         #: Where rings, spill window and buffers are in each endpoint's memory.
         self.layout = lay = memory_layout(self.config.memory_bytes, cfg)

@@ -21,6 +21,10 @@ def test_defaults_and_a_full_file(tmp_path):
     assert c.latency == 20 and c.rate == Fraction(1, 8) and c.memory_bytes == 2 << 20
     assert c.cycles_to_us(1000) == 2.0
     assert load_config(str(path), backend="icarus").backend == "icarus"
+    assert (c.sram_split, c.buffers) == ("residence", None)
+    c = load_config({"topology": "torus:4x2x2", "engine": {"profile": "paper"},
+                     "driver": {"sram_split": "ace", "buffers": 16}})
+    assert (c.sram_split, c.buffers) == ("ace", 16)
 
 
 @pytest.mark.parametrize("raw, key", [
@@ -57,6 +61,10 @@ def test_defaults_and_a_full_file(tmp_path):
     ({"topology": "ring:2", "backend": "serial", "serial": {"port": "/dev/x", "speed": 9600}},
      "serial.speed: unknown key"),
     ({"topology": "ring:2", "serial": {"port": "/dev/x"}}, "serial: only with backend: serial"),
+    ({"topology": "ring:4", "driver": {"sram_split": "bytes"}}, "driver.sram_split: expected one of residence, ace"),
+    ({"topology": "ring:4", "driver": {"buffers": 0}}, "driver.buffers: must be at least 1"),
+    ({"topology": "ring:4", "driver": {"buffers": 99}}, "driver.buffers: the engine has"),
+    ({"topology": "ring:4", "driver": {"split": "ace"}}, "driver.split: unknown key"),
     ({"topology": "ring:2", "backend": "serial", "serial": {"port": []}}, "serial.port: required"),
     ({"topology": "ring:2", "backend": "serial", "serial": {"port": ["/dev/a", 3]}}, "serial.port: required"),
     ({"topology": "ring:2", "backend": "serial", "serial": {"port": ["/dev/a", "/dev/a"]}}, "listed twice"),

@@ -72,11 +72,15 @@ BACKENDS = [pytest.param("amaranth"), pytest.param("verilator", marks=pytest.mar
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def ring2(request):
-    with System({"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(5)}, backend=request.param) as s:
+    # the paper's SRAM split (one-phase ring programs partition alike under both): the YAML's driver settings
+    # must reach every driver
+    with System({"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(5),
+                 "driver": {"sram_split": "ace"}}, backend=request.param) as s:
         yield s
 
 
 def test_every_collective_and_dtype_against_the_golden_model(ring2):
+    assert [(d.sram_split, d.buffer_budget) for d in ring2.drivers] == [("ace", None)] * 2
     rng = np.random.default_rng(seed_for(11))
     cases = [("allreduce", "fp32", "sum"), ("allreduce", "bf16", "max"), ("reduce_scatter", "int32", "min"),
              ("allgather", "fp16", "sum"), ("alltoall", "int32", "sum"), ("broadcast", "fp32", "sum"),
@@ -368,7 +372,9 @@ def test_split_communicators_on_a_torus():
     """torus:2x2x1 on Verilator: an all-reduce on a split line of the torus, then on the world (the engines
     of the line ran one command more than the others: chunk-to-FSM assignment must not depend on that); a
     freed communicator's id serves the next split."""
-    with System({"topology": "torus:2x2x1", "links": {"latency": 3}}, backend="verilator") as s:
+    with System({"topology": "torus:2x2x1", "links": {"latency": 3}, "driver": {"buffers": 6}},
+                backend="verilator") as s:
+        assert all(d.buffer_budget == 6 for d in s.drivers)
         line = s.split([1, 3])
         assert line.topology.spec == "torus:1x2x1" and line.ranks == (1, 3)
         run_and_check(s, line, "allreduce", 40, "fp32", seed=21)

@@ -76,6 +76,11 @@ RTL_POINTS = (
              20770, latency=90, buffers=52, fsms=2),
     RtlPoint(_P + " --topology bidir-ring:8 --latency 90 --fsms 16", "paper", "allreduce", "bidir-ring:8",
              1 << 20, 18513, latency=90, buffers=52, fsms=16),
+    # the design point on a torus (16 paper engines, the paper's 90/500-cycle links, 1/8 rate between packages;
+    # SRAM split by residence time; 44,010 cycles with the paper's split): 3 min of simulation after a 10 min
+    # conversion and a 10 min Verilator build
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 1M", "paper", "allreduce",
+             "torus:4x2x2", 1 << 20, 25595),
     # the small engine's rows measured with `syncfabric perf calibrate --measure --config small` on ff93be0
     # (the all-to-all programs spreading their ties)
     RtlPoint("syncfabric run --config small --collective allreduce --topology ring:4 --bytes 16384 --latency 10",

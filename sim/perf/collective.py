@@ -8,15 +8,21 @@ For every chunk ``c`` and phase ``p`` (in order) the model computes
   a memory-backed endpoint);
 * a reservation on every resource the phase uses - each output port's link (``rate * link_bw *
   efficiency``), the memory channel(s) reserved for communication, the ALUs, the phase's FSMs - of
-  ``demand / capacity`` seconds starting when both the chunk and the resource are free;
+  ``demand / capacity`` seconds starting when both the chunk and the resource are free (a resource keeps its
+  reservations as busy intervals and a later request may fill a gap an earlier one left); for an RTL engine
+  all of them start together (the chunk streams through them: memory, SRAM, ALU and link move the same data
+  in one pass) at the first time the chunk is there and every one of them has room;
 * the exit time: the last reservation's end plus the phase's latency, ``depth * (link latency + step
-  overhead)`` (the longest chain of dependent messages, each crossing one link and one endpoint).
+  overhead)`` (the longest chain of dependent messages, each crossing one link and one endpoint); an RTL
+  engine's STORE of what the phase received follows that (it cannot start before the data has arrived) and
+  holds the chunk's buffer until it is written.
 
 So a lone chunk pays every hop (the alpha-beta time of the ring), and many chunks in flight approach the
 busiest resource's bound (the link bound for ACE, the memory bound for a baseline short of memory bandwidth).
 Demands come from :mod:`.profile` (the golden programs), so the model follows whatever algorithm runs.
 """
 
+import bisect
 from dataclasses import dataclass, field
 import heapq
 import math
@@ -46,6 +52,46 @@ class CollectiveResult:
     def network_bw(self):
         """Bytes per second one NPU drives into the network."""
         return self.sent / self.time if self.time > 0 else 0.0
+
+
+class _Timeline:
+    """One resource's reservations: disjoint busy intervals, sorted. A reservation takes the earliest gap at or
+    after its request that fits it (the resource is work conserving: a later request may use time an earlier
+    one left idle), adjacent intervals merged."""
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self):
+        self.starts, self.ends = [], []
+
+    def earliest(self, t, d):
+        """The earliest start ``>= t`` of a free gap of ``d`` seconds."""
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_right(ends, t)             # intervals before i end at or before t
+        s = t
+        while i < len(starts) and starts[i] < s + d:
+            s = max(s, ends[i])
+            i += 1
+        return s
+
+    def reserve(self, s, d):
+        """Reserve ``[s, s + d)`` (free: found by :meth:`earliest`)."""
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_left(starts, s)
+        e = s + d
+        # i: the first interval starting at or after e; merge with the neighbours that touch [s, e)
+        lo = i
+        if lo > 0 and ends[lo - 1] >= s:
+            lo -= 1
+            s0 = min(starts[lo], s)
+        else:
+            s0 = s
+        if i < len(starts) and starts[i] <= e:
+            e = max(e, ends[i])
+            i += 1
+        starts[lo:i] = [s0]
+        ends[lo:i] = [e]
+        return s
 
 
 def link_capacity(topo, port, system):
@@ -163,7 +209,13 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
 
     # Event-driven: chunks ask for a phase in time order; each resource serves its reservations first come,
     # first served (so phases sharing a link, like a torus's first and last, interleave their chunks).
-    free, busy = {}, {}
+    lines, busy = {}, {}
+    # The RTL's engines (``buffer_granular``, calibrated against it): a chunk streams through a phase's resources
+    # together (``gang``: one start for all), and the engine stores what a phase received once it has arrived:
+    # the STORE follows the phase's messages (their links and latency) instead of overlapping them, and the
+    # chunk's buffer is free only after it. The paper's endpoints keep independent reservations.
+    gang = ep.kind == "ace" and ep.buffer_granular
+    serial_after = [{"mem_wr", "mem"} if gang and ph.ace_write and ph.link else set() for ph in prof.phases]
     inphase = [0] * n_ph
     waiting = [[] for _ in range(n_ph)]
     done = [0.0] * n_chunks
@@ -177,20 +229,34 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
         dem, fixed, lat = plans[pi]
         size = sizes[c]
         end = t
-        for r, spb in dem.items():
-            d = spb * size
-            s = max(t, free.get(r, 0.0))
-            free[r] = s + d
+        post = [(r, spb * size) for r, spb in dem.items() if r in serial_after[pi]]
+        need = [(r, spb * size) for r, spb in dem.items() if r not in serial_after[pi]] + list(fixed.items())
+        for r, _ in need + post:
+            if r not in lines:
+                lines[r] = _Timeline()
+        if gang:
+            # the chunk streams through its resources together: one start at which every one has room
+            s = t
+            while True:
+                s2 = max((lines[r].earliest(s, d) for r, d in need), default=s)
+                if s2 == s:
+                    break
+                s = s2
+        for r, d in need:
+            if not gang:
+                s = lines[r].earliest(t, d)
+            lines[r].reserve(s, d)
             busy[r] = busy.get(r, 0.0) + d
             end = max(end, s + d)
-        for r, d in fixed.items():
-            s = max(t, free.get(r, 0.0))
-            free[r] = s + d
+        end += lat
+        for r, d in post:
+            s = lines[r].earliest(end, d)
+            lines[r].reserve(s, d)
             busy[r] = busy.get(r, 0.0) + d
-            end = max(end, s + d)
+            end = s + d
         inphase[pi] += 1
         seq += 1
-        heapq.heappush(events, (end + lat, seq, 1, c))
+        heapq.heappush(events, (end, seq, 1, c))
 
     while events:
         t, _, kind, c = heapq.heappop(events)

@@ -342,3 +342,31 @@ def test_perf_algorithms_prints_every_decomposition(tmp_path, capsys):
     assert all(0 < r["of_bound"] <= 1 for r in rows)
     assert main(["perf", "algorithms", "--topology", "ring:8", "--out", str(tmp_path)]) == 2
     assert "torus" in capsys.readouterr().err
+
+
+def test_a_resource_timeline_fills_gaps_and_merges_neighbours():
+    from syncfabric.sim.perf.collective import _Timeline
+    tl = _Timeline()
+    tl.reserve(tl.earliest(0, 10), 10)           # [0, 10)
+    tl.reserve(tl.earliest(30, 10), 10)          # [30, 40)
+    assert tl.earliest(5, 10) == 10              # the gap [10, 30) fits 10 from 10
+    assert tl.earliest(5, 25) == 40              # but not 25
+    tl.reserve(10, 20)                           # fills the gap exactly: one interval
+    assert (tl.starts, tl.ends) == ([0], [40])
+    assert tl.earliest(0, 1) == 40
+
+
+def test_an_rtl_engine_stores_a_received_chunk_after_it_arrived():
+    """One chunk of an all-to-all on a switch (one phase that loads, sends, receives and stores): the RTL
+    engine's time is the streaming part, then the hop latency, then the STORE, serially."""
+    from syncfabric.hdl.ace.config import AceConfig
+    from syncfabric.sim.perf.system import endpoint_from_ace
+    cfg = AceConfig.profile("small")
+    ep = endpoint_from_ace(cfg)
+    system = SystemParams(clock_hz=1.0, link_bw=float(cfg.beat_bytes), link_efficiency=1.0)
+    topo = "switch:8"
+    one = collective_time("alltoall", cfg.chunk_bytes, topo, ep, system)
+    load = store = cfg.chunk_bytes / ep.comm_mem_bw   # the chunk read, then its blocks written back
+    prof = profile("alltoall", topo)
+    lat = prof.phases[0].depth * (2 * parse(topo).link_attr(0, 0).latency + ep.step_cycles)
+    assert one.time >= ep.command_cycles + load + lat + store

@@ -41,6 +41,7 @@ from ..hdl.ace.retry import replay_timeout
 from ..hdl.common.layouts import DescFlags, completion_layout
 from ..hdl.system.top import system_links
 from ..sim.golden.algorithms import default_algorithm, generate
+from ..sim.golden.arith import bf16_from_float32, float32_from_bf16
 from ..sim.golden.chunking import buffer_counts, decomposition_for
 from ..sim.golden.executor import NULL_COLLECTIVES, landing_deadlock
 from ..sim.golden.topology import Torus, parse as parse_topology
@@ -152,6 +153,9 @@ class Buffer:
         self.system, self.addr, self.nbytes = system, addr, nbytes
         self.window, self.parent = window, parent
         self._registered = parent is None
+        #: rank -> the element type of the numpy data last written to (or collected into) the region (root
+        #: buffers only; None after raw bytes): a collective of another type on it is refused
+        self._holds = {}
 
     @property
     def registered(self):
@@ -170,19 +174,40 @@ class Buffer:
             raise RegistrationError(f"{self!r} is not registered (deregistered)")
         self.system._check_rank(rank)
 
-    def write(self, rank, data, offset=0):
-        """Write ``data`` (a numpy array, taken as its little-endian bytes, or bytes) at ``offset`` of endpoint
-        ``rank``'s copy."""
+    def write(self, rank, data, offset=0, dtype=None):
+        """Write ``data`` at ``offset`` of endpoint ``rank``'s copy: bytes (taken as they are), or a numpy array
+        of an element type the engine has (float32, float16, int32; unsigned integers and int8 are element bits
+        or raw bytes, as the golden model stores them; bf16 values with ``dtype="bf16"``). ``dtype`` (a syncfabric dtype name) converts the
+        array to that type first (floats rounded to nearest even, integers checked for range); an array of any
+        other type (float64, int64, ...) is refused rather than written as bytes the engine would misread.
+        The buffer remembers the type, and a collective of another type on it is refused."""
         self._check(rank)
-        raw = np.ascontiguousarray(data).view(np.uint8).tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        holds = None
+        if isinstance(data, np.ndarray):
+            data, holds = _engine_array(data, dtype)
+            raw = np.ascontiguousarray(data).astype(data.dtype.newbyteorder("<"), copy=False).view(np.uint8)
+            raw = raw.tobytes()
+        else:
+            if dtype is not None:
+                raise UsageError(f"write: dtype={dtype!r} converts numpy arrays; bytes are written as they are")
+            raw = bytes(data)
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+            raise UsageError(f"write: offset must be an integer, got {offset!r}")
+        offset = int(offset)
         if offset < 0 or offset + len(raw) > self.nbytes:
             raise UsageError(f"writing {len(raw)} bytes at offset {offset} overflows the {self.nbytes}-byte buffer")
         self.system.transports[rank].write_mem(self.addr + offset, raw)
+        (self.parent or self)._holds[int(rank)] = holds
 
-    def read(self, rank, dtype=None, count=None, offset=0):
+    def read(self, rank, dtype=None, count=None, offset=0, float32=False):
         """Endpoint ``rank``'s copy: ``count`` elements of ``dtype`` (a syncfabric dtype name or numpy dtype;
-        None: raw bytes) from ``offset``."""
+        None: raw bytes) from ``offset``. bf16 elements come as their uint16 bits, or with ``float32=True`` as
+        float32 values (exact: bf16 is the top half of a float32)."""
         self._check(rank)
+        if float32:
+            if dtype is None or _numpy_dtype(dtype) != np.uint16 or not isinstance(dtype, str):
+                raise UsageError(f"read: float32=True converts bf16 elements, not {dtype!r}")
+            return float32_from_bf16(self.read(rank, dtype, count, offset))
         if dtype is None:
             n = self.nbytes - offset if count is None else count
             np_dtype = np.uint8
@@ -198,6 +223,40 @@ class Buffer:
     def __repr__(self):
         kind = "view" if self.parent is not None else f"window {self.window}"
         return f"Buffer({self.nbytes} B at {self.addr:#x}, {kind})"
+
+
+#: numpy element types a write takes as they are, and the engine type each holds (None: raw bytes)
+#: (unsigned integers are element bit patterns, the golden model's storage types, of no one type)
+_ARRAY_TYPES = {np.dtype(np.float32): DType.FP32, np.dtype(np.float16): DType.FP16,
+                np.dtype(np.int32): DType.INT32, np.dtype(np.uint8): None, np.dtype(np.int8): None,
+                np.dtype(np.uint16): None, np.dtype(np.uint32): None}
+
+
+def _engine_array(data, dtype):
+    """``data`` as an array of an engine element type, and that type (None: raw bytes); ``dtype`` converts."""
+    if dtype is None:
+        dt = np.dtype(data.dtype).newbyteorder("=")
+        if dt not in _ARRAY_TYPES:
+            raise UsageError(f"write: a {data.dtype} array is not an element type of the engine (float32, float16, "
+                             f"int32; unsigned integers as element bits; bf16 as write(..., dtype='bf16')): "
+                             f"convert it first, e.g. data.astype(np.float32), or pass dtype='fp32' to convert")
+        return data, _ARRAY_TYPES[dt]
+    try:
+        dt = DType.parse(dtype)
+    except ValueError as e:
+        raise UsageError(f"write: {e}") from None
+    if dt == DType.BF16:
+        if data.dtype == np.uint16:                       # bf16 bits already
+            return data, dt
+        return bf16_from_float32(np.asarray(data, dtype=np.float32)), dt
+    target = {DType.FP32: np.float32, DType.FP16: np.float16, DType.INT32: np.int32}[dt]
+    if dt == DType.INT32:
+        if not np.issubdtype(data.dtype, np.integer):
+            raise UsageError(f"write: a {data.dtype} array as int32 would truncate; round it first")
+        info = np.iinfo(np.int32)
+        if data.size and (data.min() < info.min or data.max() > info.max):
+            raise UsageError(f"write: values outside int32's {info.min}..{info.max}")
+    return data.astype(target), dt
 
 
 def _numpy_dtype(dtype):
@@ -375,12 +434,17 @@ class Communicator:
         if Collective.parse(coll).reduces and not engine.supports(dt):
             raise UsageError(f"{coll}: this system's engines reduce only {', '.join(engine.dtypes)} (engine.dtypes), "
                              f"not {dt.name.lower()}")
-        lo = 0 if coll == "barrier" else 1          # the engine rejects an empty collective (ZERO_COUNT)
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not lo <= count <= _COUNT_MAX:
-            raise UsageError(f"{coll}: count must be an integer in {lo}..{_COUNT_MAX}, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= _COUNT_MAX:
+            raise UsageError(f"{coll}: count must be an integer in 0..{_COUNT_MAX}, got {count!r}")
         count = int(count)
-        if coll in ("broadcast", "reduce") and not (isinstance(root, int) and 0 <= root < self.size):
-            raise UsageError(f"{coll}: root {root!r} is not a rank of {self!r} (0..{self.size - 1})")
+        if coll in ("broadcast", "reduce"):
+            if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
+                raise UsageError(f"{coll}: root {root!r} is not a rank of {self!r} (0..{self.size - 1})")
+            root = int(root)
+        if count == 0 and coll != "barrier":       # torch's rule: a collective of nothing is a no-op
+            req = Request(self, coll, None, {}, system.now)
+            req.done_cycle = system.now
+            return req
         null = sorted(set(null_ranks))
         if null:
             if coll not in NULL_COLLECTIVES or rop != ReduceOp.SUM:
@@ -409,6 +473,12 @@ class Communicator:
                         if b.addr % eb:
                             raise UsageError(f"{coll}: the {what} buffer at {b.addr:#x} is not aligned to the "
                                              f"{eb}-byte {dt.name.lower()} element")
+                        held = (b.parent or b)._holds.get(sr)
+                        if what == "send" and n_in and held is not None and held != dt:
+                            raise UsageError(f"{coll}: rank {sr}'s send buffer holds {held.name.lower()} data "
+                                             f"(its last write), the collective is {dt.name.lower()}: write the "
+                                             f"data as {dt.name.lower()} (Buffer.write(..., dtype="
+                                             f"'{dt.name.lower()}')) or post the collective with its type")
                 if in_place:
                     if buf is None:
                         raise UsageError(f"{coll}: no buffer given")
@@ -446,6 +516,10 @@ class Communicator:
             }
         req = Request(self, coll, cookie, descs, system.now)
         req.chunk_bytes = system.chunk_bytes
+        out = recv if recv is not None else send
+        if out is not None:
+            for sr in descs:                        # what the collective leaves there is of its type
+                (out.parent or out)._holds[sr] = dt
         system._requests[cookie] = req
         for sr, desc in descs.items():
             system.drivers[sr].post(desc)
@@ -826,8 +900,13 @@ class System:
         progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
         stuck = landing_deadlock(progs, comm.topology, cfg.landing_headers, cfg.landing_beats, beats)
         if stuck:
+            enough = next((h for h in (1 << k for k in range(2, 8)) if h > cfg.landing_headers
+                           and not landing_deadlock(progs, comm.topology, h, cfg.landing_beats, beats)), None)
+            fix = (f"set engine.landing_headers: {enough} in the system configuration (the engine's landing "
+                   f"buffers hold that many message headers per port and FSM)" if enough is not None else
+                   "no landing_headers up to 128 is enough: use a larger engine.landing_beats or a smaller count")
             raise UsageError(f"{coll} on {comm!r} needs more landing buffer space per port and FSM than the "
-                             f"engine has (landing_headers {cfg.landing_headers}); it would never finish")
+                             f"engine has (landing_headers {cfg.landing_headers}; it would never finish): {fix}")
 
     def _drain(self, why, comm=None):
         """Wait for the outstanding requests (of ``comm``, or all); a request that does not finish within

@@ -18,6 +18,7 @@ from syncfabric.host.system import (CollectiveError, CommunicatorError, Registra
 from syncfabric.sim.golden.algorithms import default_algorithm, generate
 from syncfabric.sim.golden.chunking import buffer_counts
 from syncfabric.sim.golden.executor import execute
+from syncfabric.sim.golden.topology import parse as parse_topology
 from syncfabric.sim.golden.types import DType, ReduceOp, dtype_bytes
 
 
@@ -498,3 +499,70 @@ def test_faulty_links_fail_collectives_but_never_silently():
             s.set_link_faults(0.1, rank=0)
         with pytest.raises(UsageError, match="probability"):
             s.set_link_faults(1.5)
+
+
+def test_typed_writes_reads_and_torch_like_arguments(ring2):
+    """Numpy data reaches the engine only as an element type it has; a buffer remembers what it holds and a
+    collective of another type on it is refused; bf16 reads as float32 on request; numpy integer ranks and
+    roots are accepted; a collective of zero elements is a no-op, as in torch."""
+    from syncfabric.sim.golden.arith import bf16_from_float32
+    a, b = ring2.register(1024), ring2.register(1024)
+    try:
+        with pytest.raises(UsageError, match="float64 array is not an element type"):
+            a.write(0, np.ones(4))
+        with pytest.raises(UsageError, match="would truncate"):
+            a.write(0, np.ones(4), dtype="int32")
+        with pytest.raises(UsageError, match="outside int32"):
+            a.write(0, np.array([1 << 40]), dtype="int32")
+        with pytest.raises(UsageError, match="converts numpy arrays"):
+            a.write(0, b"\0" * 4, dtype="fp32")
+        values = np.array([1.0, 1 / 3, -2.5e-3, 3e38], np.float64)
+        a.write(np.int64(0), values, dtype="fp32")
+        assert a.read(0, "fp32", 4).tolist() == values.astype(np.float32).tolist()
+        a.write(1, values, dtype="bf16")
+        bits = bf16_from_float32(values.astype(np.float32))
+        assert a.read(1, "bf16", 4).tolist() == bits.tolist()
+        assert a.read(1, "bf16", 4, float32=True).tolist() == \
+            (bits.astype(np.uint32) << 16).view(np.float32).tolist()
+        with pytest.raises(UsageError, match="float32=True converts bf16"):
+            a.read(0, "fp32", 4, float32=True)
+        # a buffer holding fp32 on rank 0 and bf16 on rank 1: an fp32 collective is refused for rank 1
+        with pytest.raises(UsageError, match="rank 1's send buffer holds bf16 data"):
+            ring2.world.allreduce(a, b, 4, "fp32")
+        for r in range(2):
+            a.write(r, np.arange(8, dtype=np.int32) + r)
+        assert ring2.world.allreduce(a, b, np.int64(8), "int32").wait(timeout_cycles=200_000).done
+        assert b.read(0, "int32", 8).tolist() == (2 * np.arange(8) + 1).tolist()
+        # the result is int32 data: a following fp32 collective on it is refused, an int32 one runs
+        with pytest.raises(UsageError, match="holds int32 data"):
+            ring2.world.allreduce(b, a, 8, "fp32")
+        req = ring2.world.broadcast(a, b, 8, "int32", root=np.int64(1))
+        assert req.wait(timeout_cycles=200_000).done
+        assert b.read(0, "int32", 8).tolist() == (np.arange(8) + 1).tolist()
+        with pytest.raises(UsageError, match="root True is not a rank"):
+            ring2.world.broadcast(a, b, 8, "int32", root=True)
+        # nothing to do: done at once, no engine touched (torch's rule for zero-size tensors)
+        tails = [d.sq["tail"] for d in ring2.drivers]
+        req = ring2.world.allreduce(a, b, 0, "fp32")
+        assert req.done and req.test() and req.cycles == 0 and not req.descriptors
+        assert [d.sq["tail"] for d in ring2.drivers] == tails          # no descriptor posted
+    finally:
+        ring2.deregister(a)
+        ring2.deregister(b)
+
+
+def test_a_collective_that_would_overflow_the_landing_buffers_names_the_setting_that_fits_it():
+    """all-to-all on ring:8 with the small engine's 4 landing headers would never finish: the error says which
+    configuration key to set and to what (checked without a simulator)."""
+    from syncfabric.hdl.ace.config import AceConfig
+    from syncfabric.host.run import engine_config_for
+    cfg = engine_config_for(AceConfig.profile("small"), "ring:8")
+    comm = SimpleNamespace(id=0, size=8, topology=parse_topology("ring:8"))
+    progs = generate("alltoall", default_algorithm("alltoall", comm.topology), comm.topology)
+    fake = SimpleNamespace(config=SimpleNamespace(engine=cfg), _programs={(0, "alltoall", 0): progs[0]},
+                           chunk_bytes=cfg.chunk_bytes)
+    with pytest.raises(UsageError, match=r"set engine.landing_headers: 8 in the system configuration"):
+        System._check_landing(fake, comm, "alltoall", 0, 16, 4)
+    fits = SimpleNamespace(config=SimpleNamespace(engine=cfg.replace(landing_headers=8)),
+                           _programs=fake._programs, chunk_bytes=cfg.chunk_bytes)
+    System._check_landing(fits, comm, "alltoall", 0, 16, 4)

@@ -36,9 +36,16 @@ every clock edge):
 In the timed variant a host access takes its own memory ports (it never waits for AXI): two cycles from the
 request to ``ack``. The memory is the Verilog array ``mem`` of this module, which is what
 :class:`syncfabric.tb.backdoor.MemoryBackdoor` reads and writes from a cocotb testbench.
+
+``storage="verilog"`` (simulation builds of large memories) keeps the words in an instance ``array`` of the
+hand-written Verilog module :data:`RAM_ARRAY_MODULE` (:data:`RAM_ARRAY_VERILOG`, appended to the design's
+Verilog; the back door's array is then ``array.mem``) instead of an Amaranth ``Memory``: the same ports and
+timing, but Amaranth and yosys never see the rows. An Amaranth memory's zero initialiser is one constant of
+``depth x width`` bits in the RTLIL, so a 16 MiB memory took yosys over half an hour and Python 15 GB to
+convert; the Verilog module's size does not depend on its depth.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, ClockSignal, Const, Elaboratable, Instance, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -47,7 +54,93 @@ from amaranth.lib.wiring import In, Out
 from .axi import AXI4Signature, AxiBurst, AxiResp
 from .csr import CsrSignature
 
-__all__ = ["AxiRam", "Lfsr", "stall_threshold"]
+__all__ = ["AxiRam", "Lfsr", "RamArray", "RAM_ARRAY_MODULE", "RAM_ARRAY_VERILOG", "stall_threshold"]
+
+#: Verilog module name of :class:`RamArray`.
+RAM_ARRAY_MODULE = "sf_ram_array"
+
+#: :class:`RamArray`'s Verilog: ``DEPTH`` words of ``WIDTH`` bits, two read ports (registered, read-first:
+#: a read in the cycle of a write to its word returns the old word, as an Amaranth read port not transparent
+#: for the write port) and two write ports with byte enables (the second wins a same-word same-byte
+#: collision), zero at time 0 by one loop. ``mem`` is public for Verilator's VPI (the back door).
+RAM_ARRAY_VERILOG = f"""module {RAM_ARRAY_MODULE} #(parameter WIDTH = 32, parameter DEPTH = 2, parameter ABITS = 1) (
+  input clk,
+  input r0_en, input [ABITS-1:0] r0_addr, output reg [WIDTH-1:0] r0_data,
+  input r1_en, input [ABITS-1:0] r1_addr, output reg [WIDTH-1:0] r1_data,
+  input [WIDTH/8-1:0] w0_en, input [ABITS-1:0] w0_addr, input [WIDTH-1:0] w0_data,
+  input [WIDTH/8-1:0] w1_en, input [ABITS-1:0] w1_addr, input [WIDTH-1:0] w1_data
+);
+  reg [WIDTH-1:0] mem [0:DEPTH-1] /*verilator public_flat_rw*/;
+  integer row, lane;
+  initial begin
+    for (row = 0; row < DEPTH; row = row + 1) mem[row] = 0;
+    r0_data = 0;
+    r1_data = 0;
+  end
+  always @(posedge clk) begin
+    if (r0_en) r0_data <= mem[r0_addr];
+    if (r1_en) r1_data <= mem[r1_addr];
+    for (lane = 0; lane < WIDTH / 8; lane = lane + 1) begin
+      if (w0_en[lane]) mem[w0_addr][8 * lane +: 8] <= w0_data[8 * lane +: 8];
+      if (w1_en[lane]) mem[w1_addr][8 * lane +: 8] <= w1_data[8 * lane +: 8];
+    end
+  end
+endmodule
+"""
+
+
+class _Port:
+    """A port of :class:`RamArray`: the signals of an Amaranth memory port that :class:`AxiRam` drives."""
+
+    def __init__(self, abits, width, write):
+        self.addr = Signal(abits)
+        self.data = Signal(width)
+        # as an Amaranth port: a read port is enabled unless driven low, a write port writes nothing
+        self.en = Signal(width // 8) if write else Signal(init=1)
+
+
+class RamArray(Elaboratable):
+    """``depth`` words of ``width`` bits as an instance of :data:`RAM_ARRAY_MODULE` (whose Verilog the design
+    must include), with up to two read ports and two write ports (byte granularity) handed out like an
+    Amaranth ``Memory``'s; ports not taken are tied off."""
+
+    def __init__(self, width, depth):
+        self.width, self.depth = width, depth
+        self.abits = max(1, (depth - 1).bit_length())
+        self._reads = [_Port(self.abits, width, False) for _ in range(2)]
+        self._writes = [_Port(self.abits, width, True) for _ in range(2)]
+        self._taken = {"r": 0, "w": 0}
+
+    def _take(self, kind, ports):
+        if self._taken[kind] == len(ports):
+            raise ValueError(f"RamArray has {len(ports)} {'read' if kind == 'r' else 'write'} ports")
+        self._taken[kind] += 1
+        return ports[self._taken[kind] - 1]
+
+    def read_port(self):
+        return self._take("r", self._reads)
+
+    def write_port(self, granularity=8):
+        if granularity != 8:
+            raise ValueError(f"RamArray writes bytes (granularity 8), not {granularity} bits")
+        return self._take("w", self._writes)
+
+    def elaborate(self, platform):
+        # the instance itself is the fragment: the words are then ``<this submodule's name>.mem``
+        r = [p.__dict__ if k < self._taken["r"] else {"en": Const(0, 1), "addr": Const(0, self.abits), "data": None}
+             for k, p in enumerate(self._reads)]
+        w = [p.__dict__ if k < self._taken["w"] else {"en": Const(0, self.width // 8), "addr": Const(0, self.abits),
+                                                       "data": Const(0, self.width)}
+             for k, p in enumerate(self._writes)]
+        ports = {}
+        for k, port in enumerate(r):
+            ports.update({f"i_r{k}_en": port["en"], f"i_r{k}_addr": port["addr"]})
+            if port["data"] is not None:
+                ports[f"o_r{k}_data"] = port["data"]
+        for k, port in enumerate(w):
+            ports.update({f"i_w{k}_en": port["en"], f"i_w{k}_addr": port["addr"], f"i_w{k}_data": port["data"]})
+        return Instance(RAM_ARRAY_MODULE, p_WIDTH=self.width, p_DEPTH=self.depth, p_ABITS=self.abits,
+                        i_clk=ClockSignal("sync"), **ports)
 
 _TAPS = 0xB400      # x^16 + x^14 + x^13 + x^11 + 1, a maximal-length 16-bit Galois LFSR
 
@@ -118,7 +211,11 @@ class AxiRam(wiring.Component):
 
     def __init__(self, size_bytes, *, data_width=128, addr_width=32, id_width=1, read_latency=0,
                  write_latency=0, jitter=0, ready_stall=0.0, valid_stall=0.0, seed=1, error_ranges=(),
-                 max_reads=1, max_writes=1, seed_port=False, stall_port=False):
+                 max_reads=1, max_writes=1, seed_port=False, stall_port=False, storage="memory"):
+        if storage not in ("memory", "verilog"):
+            raise ValueError(f"storage must be 'memory' (an Amaranth Memory) or 'verilog' (RamArray), got "
+                             f"{storage!r}")
+        self.storage = storage
         if data_width < 32 or data_width & (data_width - 1):
             raise ValueError(f"data_width must be a power of two >= 32, got {data_width}")
         beat = data_width // 8
@@ -169,7 +266,10 @@ class AxiRam(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         depth = self.size_bytes // (self.data_width // 8)
-        m.submodules.mem = mem = Memory(shape=self.data_width, depth=depth, init=[])
+        if self.storage == "verilog":
+            m.submodules.array = mem = RamArray(self.data_width, depth)
+        else:
+            m.submodules.mem = mem = Memory(shape=self.data_width, depth=depth, init=[])
         wp = mem.write_port(granularity=8)
         rp = mem.read_port()
         if self.timed:

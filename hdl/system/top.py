@@ -6,7 +6,8 @@ text. Each endpoint's CSR bus, interrupt and AXI master are top-level ports name
 ``ep<i>_irq`` and ``ep<i>_axi__*`` (the testbench attaches one AXI RAM per endpoint: the NPU's memory).
 With ``npu_mem`` (the arguments of an :class:`~syncfabric.hdl.common.axiram.AxiRam`, ``size_bytes`` among
 them) the system holds that RAM per endpoint instead (instance ``mem<i>`` of the separately converted module
-:data:`NPU_MEM_MODULE`, memory array ``mem``) and has no ``ep<i>_axi`` ports: a testbench reaches the memories
+:data:`NPU_MEM_MODULE`, its words in the array ``array.mem``: a :class:`~syncfabric.hdl.common.axiram.RamArray`,
+so that conversion does not grow with the memory) and has no ``ep<i>_axi`` ports: a testbench reaches the memories
 through their back door (:mod:`syncfabric.tb.backdoor`), with no Python on the clock edges. Every endpoint's
 RAM is the same module; its ``lfsr_seed`` input, a constant per endpoint, makes their stalls differ, and the
 top-level inputs ``mem<i>_stall_ready``/``mem<i>_stall_valid`` (0..256, in 1/256) set each RAM's stall
@@ -35,7 +36,6 @@ engine port it leaves or enters (:attr:`AceSystem.external`): ``ep<r>_tx<p>`` (t
 :mod:`syncfabric.hdl.system.pinlink`).
 """
 
-import re
 from fractions import Fraction
 
 from amaranth.hdl import (Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetInserter, ResetSignal,
@@ -45,14 +45,14 @@ from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.topology import parse as parse_topology
 from ..ace.engine import AceEngine
-from ..common.axiram import AxiRam
+from ..common.axiram import RAM_ARRAY_VERILOG, AxiRam
 from ..common.layouts import credit_layout, flit_layout
 from .cut import LinkReceiver, LinkSender
 from .link import LINK_FAULTS, RATE_DEN_MAX, Link, fault_threshold
 from .switch import Switch
 
 __all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
-           "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "loop_zero_init", "link_params",
+           "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "link_params",
            "system_links", "split_links", "SWITCH", "link_port_values", "ExternalPort"]
 
 #: Verilog module name of the engine in system builds.
@@ -64,14 +64,15 @@ LINK_MODULE = "ace_link"
 NPU_MEM_MODULE = "ace_npu_mem"
 
 
-def npu_mem_ram(cfg, npu_mem):
+def npu_mem_ram(cfg, npu_mem, storage="memory"):
     """The :class:`AxiRam` an endpoint of configuration ``cfg`` gets for ``npu_mem`` (a dict of its arguments,
-    ``size_bytes`` among them)."""
+    ``size_bytes`` among them); ``storage``: ``"verilog"`` for the separately converted module (its words in
+    a :class:`~syncfabric.hdl.common.axiram.RamArray`), ``"memory"`` inline in an Amaranth simulation."""
     options = dict(npu_mem)
     if "error_ranges" in options:
         options["error_ranges"] = [tuple(r) for r in options["error_ranges"]]
     return AxiRam(options.pop("size_bytes"), data_width=8 * cfg.beat_bytes, addr_width=cfg.addr_width,
-                  seed_port=True, stall_port=True, **options)
+                  seed_port=True, stall_port=True, storage=storage, **options)
 
 
 #: Default of the largest link latency a system build accepts (cycles; ACE Table V's inter-package links
@@ -381,37 +382,12 @@ class AceSystem(wiring.Component):
 
 
 def npu_mem_verilog(cfg, npu_mem):
-    """Verilog text of the NPU memory of ``npu_mem`` as module :data:`NPU_MEM_MODULE` (its zero initialiser
-    written as a loop: :func:`loop_zero_init`)."""
+    """Verilog text of the NPU memory of ``npu_mem`` as module :data:`NPU_MEM_MODULE`, followed by its
+    array's module (:data:`~syncfabric.hdl.common.axiram.RAM_ARRAY_VERILOG`: the words, zeroed by one loop;
+    the text's size and conversion time do not depend on the memory's size)."""
     from amaranth.back import verilog
-    return loop_zero_init(verilog.convert(npu_mem_ram(cfg, npu_mem), name=NPU_MEM_MODULE, emit_src=False))
-
-
-_ZERO_ROW = re.compile(r"    (\\?[\w$.]+ ?)\[(\d+)\] = \d+'h0+;")
-
-
-def loop_zero_init(text):
-    """``text`` with every ``initial`` block that sets rows 0..N-1 of one memory to zero, one line per row (how
-    yosys writes an Amaranth memory's initialiser), written as one loop instead: a memory of a million rows is
-    a million lines otherwise, which Verilator's build cannot hold in memory."""
-    lines, out, i, k = text.split("\n"), [], 0, 0
-    while i < len(lines):
-        if lines[i] == "  initial begin":
-            j = i + 1
-            rows = []
-            while j < len(lines) and (mo := _ZERO_ROW.fullmatch(lines[j])):
-                rows.append(mo.groups())
-                j += 1
-            if (len(rows) > 1 and j < len(lines) and lines[j] == "  end" and len({r[0] for r in rows}) == 1
-                    and all(int(r[1]) == n for n, r in enumerate(rows))):
-                name, var = rows[0][0], f"zero_init_row_{k}"
-                out += [f"  integer {var};",
-                        f"  initial for ({var} = 0; {var} < {len(rows)}; {var} = {var} + 1) {name}[{var}] = 0;"]
-                i, k = j + 1, k + 1
-                continue
-        out.append(lines[i])
-        i += 1
-    return "\n".join(out)
+    return (verilog.convert(npu_mem_ram(cfg, npu_mem, storage="verilog"), name=NPU_MEM_MODULE, emit_src=False)
+            + "\n" + RAM_ARRAY_VERILOG)
 
 
 def _cut_half(m, system, k, x, eng):

@@ -7,8 +7,8 @@ HDL ``AxiRam`` in the system, or a cocotbext-axi ``AxiRam``), driven by the host
 """
 
 from ...hdl.ace.config import AceConfig
-from ...hdl.system.top import (ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, engine_verilog, link_verilog, loop_zero_init,
-                               npu_mem_ram)
+from ...hdl.common.axiram import RAM_ARRAY_MODULE
+from ...hdl.system.top import ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, engine_verilog, link_verilog, npu_mem_verilog
 from ..harness import verilog_for
 
 __all__ = ["ace_system_verilog", "ace_engine", "ace_npu_mem", "run_system", "npu_mem_for", "NPU_MEM_MIN_BYTES"]
@@ -24,9 +24,10 @@ def ace_engine(cfg):
 
 
 def ace_npu_mem(beat_bytes, addr_width, npu_mem):
-    """The NPU memory (:class:`~syncfabric.hdl.common.axiram.AxiRam`) of ``npu_mem`` for engines of
-    ``beat_bytes`` and ``addr_width`` (all the RAM depends on: one conversion serves every configuration)."""
-    return npu_mem_ram(AceConfig.small(beat_bytes=beat_bytes, addr_width=addr_width), npu_mem)
+    """Verilog of the NPU memory (:class:`~syncfabric.hdl.common.axiram.AxiRam`, :func:`~syncfabric.hdl.system.
+    top.npu_mem_verilog`) of ``npu_mem`` for engines of ``beat_bytes`` and ``addr_width`` (all the RAM depends
+    on: one conversion serves every configuration)."""
+    return npu_mem_verilog(AceConfig.small(beat_bytes=beat_bytes, addr_width=addr_width), npu_mem)
 
 
 def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None, ranks=None, cut=False):
@@ -40,9 +41,9 @@ def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None, ranks=None
     top = verilog.convert(system, name="ace_system", emit_src=False)
     text = top + "\n" + link_verilog(cfg["beat_bytes"], system.max_latency) + "\n" + engine
     if npu_mem is not None:
-        # its zero initialiser as one loop: a line per row would not fit Verilator's build for large memories
+        # its words in a RamArray: the text does not grow with the memory (npu_mem_verilog)
         ram = {"beat_bytes": cfg["beat_bytes"], "addr_width": cfg["addr_width"], "npu_mem": npu_mem}
-        text += "\n" + loop_zero_init(verilog_for(ace_npu_mem, ram, NPU_MEM_MODULE).read_text())
+        text += "\n" + verilog_for(ace_npu_mem, ram, NPU_MEM_MODULE).read_text()
     return text
 
 
@@ -101,7 +102,7 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
     public = ()
     if npu_mem is not None:
         params["npu_mem"] = npu_mem_for(cfg, topology, jobs) if npu_mem is True else dict(npu_mem)
-        public = ((NPU_MEM_MODULE, "mem"),)
+        public = ((RAM_ARRAY_MODULE, "mem"),)
     if partition is not None:
         # the cut halves' rings, reached by the partition exchange (a module per half: ace_system.cut<k>)
         params.update(ranks=list(partition["ranks"]), cut=True)

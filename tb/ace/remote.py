@@ -34,7 +34,8 @@ class RemoteSystem:
                  connect_timeout=3600, progress=False):
         import dataclasses
 
-        from ...hdl.system.top import ENGINE_MODULE, MAX_LATENCY, NPU_MEM_MODULE, link_params
+        from ...hdl.common.axiram import RAM_ARRAY_MODULE
+        from ...hdl.system.top import ENGINE_MODULE, MAX_LATENCY, link_params
         from ..harness import run_dir_for, run_cocotb
         from . import ace_system_verilog
 
@@ -61,7 +62,7 @@ class RemoteSystem:
                 run_cocotb(ace_system_verilog, params, toplevel="ace_system",
                            test_module="syncfabric.tb.ace.test_server", sim=sim, testcase="serve", tb_params=tbp,
                            build_tag=self.build_tag, hier_blocks=(ENGINE_MODULE,), log_file=self.log_file,
-                           public=((NPU_MEM_MODULE, "mem"),))
+                           public=((RAM_ARRAY_MODULE, "mem"),))
             except BaseException as e:          # handed to the host thread
                 self._error = e
 

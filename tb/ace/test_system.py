@@ -131,7 +131,7 @@ class SystemTB:
                 self.drivers.append(None)
                 continue
             if hdl_mem is not None:
-                ram = MemoryBackdoor(getattr(dut, f"mem{i}").mem)
+                ram = MemoryBackdoor(getattr(dut, f"mem{i}").array.mem)    # the RamArray's words
                 assert ram.size >= self.mem_bytes, \
                     f"the system's NPU memories hold {ram.size:#x} bytes, the jobs need {self.mem_bytes:#x}"
                 self._add_driver(dut, i, ram, p)

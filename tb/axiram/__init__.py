@@ -1,8 +1,8 @@
 """cocotb test of :class:`~syncfabric.hdl.common.axiram.AxiRam` as the top level (ports ``clk``, ``rst``,
-``axi__*``, ``host__*``; the memory array ``mem``) and its back door, :class:`~syncfabric.tb.backdoor.MemoryBackdoor`.
+``axi__*``, ``host__*``; the memory array ``mem``, or ``array.mem`` with ``storage="verilog"``) and its back door, :class:`~syncfabric.tb.backdoor.MemoryBackdoor`.
 """
 
-from ...hdl.common.axiram import AxiRam
+from ...hdl.common.axiram import RAM_ARRAY_VERILOG, AxiRam
 
 __all__ = ["axiram_test_top"]
 
@@ -12,4 +12,8 @@ def axiram_test_top(size_bytes=1 << 16, **options):
     ranges as lists)."""
     if "error_ranges" in options:
         options["error_ranges"] = [tuple(r) for r in options["error_ranges"]]
-    return AxiRam(size_bytes, **options)
+    ram = AxiRam(size_bytes, **options)
+    if ram.storage == "memory":
+        return ram
+    from amaranth.back import verilog        # the RamArray's module goes with the design's Verilog
+    return verilog.convert(ram, name="axiram_top", emit_src=False) + "\n" + RAM_ARRAY_VERILOG

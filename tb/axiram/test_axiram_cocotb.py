@@ -42,13 +42,20 @@ def _setup():
     return params, random.Random(seed), seed, dut_params
 
 
+def _array(dut):
+    """The RAM's words: the Amaranth memory ``mem``, or the ``mem`` of its RamArray instance ``array``
+    (``storage="verilog"``)."""
+    params = _setup()[0]
+    return dut.array.mem if params.get("params", {}).get("storage") == "verilog" else dut.mem
+
+
 @cocotb.test()
 async def test_backdoor_unaligned_writes_read_back_without_clock(dut):
     """Back-door writes at any alignment (read-modify-write of partial words) match a byte model, before
     any clock edge."""
     params, rng, seed, _ = _setup()
     dut._log.info(f"seed {seed}")
-    mem = MemoryBackdoor(dut.mem)
+    mem = MemoryBackdoor(_array(dut))
     model = bytearray(mem.read(0, 4096))
     for _ in range(200):
         addr = rng.randrange(0, 4000)
@@ -70,7 +77,7 @@ async def test_backdoor_loaded_data_moved_by_axi_master_reads_back(dut):
     size = int(dut_params.get("size_bytes", 1 << 16))
     errors = [tuple(r) for r in dut_params.get("error_ranges", [])]
     await _start(dut)
-    mem = MemoryBackdoor(dut.mem)
+    mem = MemoryBackdoor(_array(dut))
     half = size // 2
     model = bytearray(rng.randbytes(size))
     mem.write(0, model)
@@ -96,7 +103,7 @@ async def test_backdoor_load_and_dump_whole_memory_timed(dut):
     """Load the whole memory and dump it through the back door (no clock); the bytes survive and the wall
     times go to backdoor_timing.json."""
     params, rng, seed, dut_params = _setup()
-    mem = MemoryBackdoor(dut.mem)
+    mem = MemoryBackdoor(_array(dut))
     data = rng.randbytes(mem.size)
     t0 = time.perf_counter()
     mem.write(0, data)

@@ -426,10 +426,15 @@ def test_bad_options_are_refused():
 
 #: The cocotb test's RAM: 64 KiB, plain or with every timing option on (so AxiMaster checks the protocol
 #: under latency, jitter, stalls and several bursts in flight).
+#: The ``-array`` variants keep the words in a RamArray (``storage="verilog"``, the NPU memory of system builds):
+#: the same traffic and back door must give the same bytes.
 COCOTB_VARIANTS = {
     "plain": {"size_bytes": 1 << 16},
     "timed": {"size_bytes": 1 << 16, "read_latency": 7, "write_latency": 3, "jitter": 5, "ready_stall": 0.3,
               "valid_stall": 0.3, "max_reads": 4, "max_writes": 3, "seed": 5},
+    "plain-array": {"size_bytes": 1 << 16, "storage": "verilog"},
+    "timed-array": {"size_bytes": 1 << 16, "read_latency": 7, "write_latency": 3, "jitter": 5, "ready_stall": 0.3,
+                    "valid_stall": 0.3, "max_reads": 4, "max_writes": 3, "seed": 5, "storage": "verilog"},
 }
 
 
@@ -450,25 +455,29 @@ def test_cocotb_backdoor_load_axi_master_moves_data_backdoor_dump(sim, variant):
           f"run {summary['test_s']:.1f} s")
 
 
-def test_the_npu_memory_verilog_zeroes_its_rows_with_one_loop(tmp_path):
-    """The system's NPU memory (``npu_mem_verilog``) sets its rows to zero with one loop instead of a line per
-    row (a 4 MiB memory is 262,144 lines otherwise, which Verilator's build could not hold); Icarus runs the
-    loop (a row reads 0, not X). Blocks that are not all-zero rows 0..N-1 of one memory stay as they are."""
+def test_the_npu_memory_verilog_does_not_grow_with_the_memory_and_starts_at_zero(tmp_path):
+    """The system's NPU memory (``npu_mem_verilog``) keeps its words in a RamArray: the Verilog of a 16 MiB
+    memory is the size of a 4 KiB one's and converts in about a second (an Amaranth memory's zero initialiser
+    is a depth x width constant: a 16 MiB memory took yosys over half an hour); Icarus runs the array's zero
+    loop (a row reads 0, not X)."""
     import shutil
     import subprocess
+    import time
 
     from syncfabric.hdl.ace.config import AceConfig
-    from syncfabric.hdl.system.top import NPU_MEM_MODULE, loop_zero_init, npu_mem_verilog
+    from syncfabric.hdl.system.top import NPU_MEM_MODULE, npu_mem_verilog
 
-    text = npu_mem_verilog(AceConfig.small(), {"size_bytes": 4096})
-    assert "zero_init_row_0 < 256;" in text and "    mem[0] = " not in text
-    keep = "  initial begin\n    a[0] = 8'h00;\n    a[2] = 8'h00;\n  end\n  initial begin\n    b[0] = 8'h01;\n  end\n"
-    assert loop_zero_init(keep) == keep
+    small = npu_mem_verilog(AceConfig.small(), {"size_bytes": 4096})
+    t0 = time.monotonic()
+    big = npu_mem_verilog(AceConfig.profile("paper"), {"size_bytes": 16 << 20})
+    print(f"16 MiB NPU memory converted in {time.monotonic() - t0:.1f} s")
+    assert len(big) < 2 * len(small) + 100_000 and "DEPTH(32'd262144)" in big
+    assert "initial begin\n    mem[0]" not in small and "row < DEPTH" in small
     if shutil.which("iverilog") is None:
         pytest.skip("iverilog not installed")
-    (tmp_path / "mem.v").write_text(text)
+    (tmp_path / "mem.v").write_text(small)
     (tmp_path / "tb.v").write_text(f"module tb; {NPU_MEM_MODULE} dut(); initial begin #1 "
-                                   f"$display(\"row=%h\", dut.mem[77]); $finish; end endmodule\n")
+                                   f"$display(\"row=%h\", dut.array.mem[77]); $finish; end endmodule\n")
     out = subprocess.run(["iverilog", "-o", str(tmp_path / "a.out"), str(tmp_path / "mem.v"), str(tmp_path / "tb.v")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -71,19 +71,26 @@ RAM_ARRAY_VERILOG = f"""module {RAM_ARRAY_MODULE} #(parameter WIDTH = 32, parame
   input [WIDTH/8-1:0] w1_en, input [ABITS-1:0] w1_addr, input [WIDTH-1:0] w1_data
 );
   reg [WIDTH-1:0] mem [0:DEPTH-1] /*verilator public_flat_rw*/;
-  integer row, lane;
+  integer row;
   initial begin
     for (row = 0; row < DEPTH; row = row + 1) mem[row] = 0;
     r0_data = 0;
     r1_data = 0;
   end
+  // byte enables as bit masks: a write is one masked word update (no per-byte loop on every edge)
+  wire [WIDTH-1:0] m0, m1;
+  genvar lane;
+  generate for (lane = 0; lane < WIDTH / 8; lane = lane + 1) begin : lanes
+    assign m0[8 * lane +: 8] = {{8{{w0_en[lane]}}}};
+    assign m1[8 * lane +: 8] = {{8{{w1_en[lane]}}}};
+  end endgenerate
+  wire same = |w0_en && |w1_en && w0_addr == w1_addr;
+  wire [WIDTH-1:0] w0_word = (mem[w0_addr] & ~m0) | (w0_data & m0);
   always @(posedge clk) begin
     if (r0_en) r0_data <= mem[r0_addr];
     if (r1_en) r1_data <= mem[r1_addr];
-    for (lane = 0; lane < WIDTH / 8; lane = lane + 1) begin
-      if (w0_en[lane]) mem[w0_addr][8 * lane +: 8] <= w0_data[8 * lane +: 8];
-      if (w1_en[lane]) mem[w1_addr][8 * lane +: 8] <= w1_data[8 * lane +: 8];
-    end
+    if (|w0_en && !same) mem[w0_addr] <= w0_word;
+    if (|w1_en) mem[w1_addr] <= ((same ? w0_word : mem[w1_addr]) & ~m1) | (w1_data & m1);
   end
 endmodule
 """

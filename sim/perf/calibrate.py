@@ -81,6 +81,9 @@ RTL_POINTS = (
     # conversion and a 10 min Verilator build
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 1M", "paper", "allreduce",
              "torus:4x2x2", 1 << 20, 25595),
+    # the same at 4 MiB per NPU (16 MiB NPU memories; 21 min wall with the build)
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M", "paper", "allreduce",
+             "torus:4x2x2", 4 << 20, 78436),
     # the small engine's rows measured with `syncfabric perf calibrate --measure --config small` on ff93be0
     # (the all-to-all programs spreading their ties)
     RtlPoint("syncfabric run --config small --collective allreduce --topology ring:4 --bytes 16384 --latency 10",

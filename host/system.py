@@ -153,8 +153,9 @@ class Buffer:
         self.system, self.addr, self.nbytes = system, addr, nbytes
         self.window, self.parent = window, parent
         self._registered = parent is None
-        #: rank -> the element type of the numpy data last written to (or collected into) the region (root
-        #: buffers only; None after raw bytes): a collective of another type on it is refused
+        #: rank -> the element type of the numpy data last written through this object (or collected into it;
+        #: None after raw bytes): a collective of another type on this object is refused. Kept per object, not
+        #: per region, so views of one registration may hold different types.
         self._holds = {}
 
     @property
@@ -176,11 +177,12 @@ class Buffer:
 
     def write(self, rank, data, offset=0, dtype=None):
         """Write ``data`` at ``offset`` of endpoint ``rank``'s copy: bytes (taken as they are), or a numpy array
-        of an element type the engine has (float32, float16, int32; unsigned integers and int8 are element bits
-        or raw bytes, as the golden model stores them; bf16 values with ``dtype="bf16"``). ``dtype`` (a syncfabric dtype name) converts the
-        array to that type first (floats rounded to nearest even, integers checked for range); an array of any
-        other type (float64, int64, ...) is refused rather than written as bytes the engine would misread.
-        The buffer remembers the type, and a collective of another type on it is refused."""
+        of an element type the engine has (float32, float16, int32; unsigned integers and int8 are element
+        bits or raw bytes, as the golden model stores them; bf16 values with ``dtype="bf16"``). ``dtype`` (a
+        syncfabric dtype name) converts the array to that type first (floats rounded to nearest even, integers
+        checked for range); an array of any other type (float64, int64, ...) is refused rather than written as
+        bytes the engine would misread. This buffer object remembers the type, and a collective of another
+        type on it is refused."""
         self._check(rank)
         holds = None
         if isinstance(data, np.ndarray):
@@ -197,7 +199,7 @@ class Buffer:
         if offset < 0 or offset + len(raw) > self.nbytes:
             raise UsageError(f"writing {len(raw)} bytes at offset {offset} overflows the {self.nbytes}-byte buffer")
         self.system.transports[rank].write_mem(self.addr + offset, raw)
-        (self.parent or self)._holds[int(rank)] = holds
+        self._holds[int(rank)] = holds
 
     def read(self, rank, dtype=None, count=None, offset=0, float32=False):
         """Endpoint ``rank``'s copy: ``count`` elements of ``dtype`` (a syncfabric dtype name or numpy dtype;
@@ -473,7 +475,7 @@ class Communicator:
                         if b.addr % eb:
                             raise UsageError(f"{coll}: the {what} buffer at {b.addr:#x} is not aligned to the "
                                              f"{eb}-byte {dt.name.lower()} element")
-                        held = (b.parent or b)._holds.get(sr)
+                        held = b._holds.get(sr)
                         if what == "send" and n_in and held is not None and held != dt:
                             raise UsageError(f"{coll}: rank {sr}'s send buffer holds {held.name.lower()} data "
                                              f"(its last write), the collective is {dt.name.lower()}: write the "
@@ -519,7 +521,7 @@ class Communicator:
         out = recv if recv is not None else send
         if out is not None:
             for sr in descs:                        # what the collective leaves there is of its type
-                (out.parent or out)._holds[sr] = dt
+                out._holds[sr] = dt
         system._requests[cookie] = req
         for sr, desc in descs.items():
             system.drivers[sr].post(desc)

@@ -541,6 +541,14 @@ def test_typed_writes_reads_and_torch_like_arguments(ring2):
         assert b.read(0, "int32", 8).tolist() == (np.arange(8) + 1).tolist()
         with pytest.raises(UsageError, match="root True is not a rank"):
             ring2.world.broadcast(a, b, 8, "int32", root=True)
+        # views of one registration hold their own types: an int32 view and an fp32 view side by side
+        lo, hi = a.view(0, 32), a.view(512, 32)
+        for r in range(2):
+            lo.write(r, np.arange(8, dtype=np.int32))
+            hi.write(r, np.ones(8, np.float32))
+        assert ring2.world.allreduce(hi, b.view(512, 32), 8, "fp32").wait(timeout_cycles=200_000).done
+        with pytest.raises(UsageError, match="holds int32 data"):
+            ring2.world.allreduce(lo, b.view(0, 32), 8, "fp32")
         # nothing to do: done at once, no engine touched (torch's rule for zero-size tensors)
         tails = [d.sq["tail"] for d in ring2.drivers]
         req = ring2.world.allreduce(a, b, 0, "fp32")

@@ -134,18 +134,18 @@ class RamArray(Elaboratable):
 
     def elaborate(self, platform):
         # the instance itself is the fragment: the words are then ``<this submodule's name>.mem``
-        r = [p.__dict__ if k < self._taken["r"] else {"en": Const(0, 1), "addr": Const(0, self.abits), "data": None}
-             for k, p in enumerate(self._reads)]
-        w = [p.__dict__ if k < self._taken["w"] else {"en": Const(0, self.width // 8), "addr": Const(0, self.abits),
-                                                       "data": Const(0, self.width)}
-             for k, p in enumerate(self._writes)]
         ports = {}
-        for k, port in enumerate(r):
-            ports.update({f"i_r{k}_en": port["en"], f"i_r{k}_addr": port["addr"]})
-            if port["data"] is not None:
-                ports[f"o_r{k}_data"] = port["data"]
-        for k, port in enumerate(w):
-            ports.update({f"i_w{k}_en": port["en"], f"i_w{k}_addr": port["addr"], f"i_w{k}_data": port["data"]})
+        for k, port in enumerate(self._reads):
+            taken = k < self._taken["r"]
+            ports[f"i_r{k}_en"] = port.en if taken else Const(0, 1)
+            ports[f"i_r{k}_addr"] = port.addr
+            if taken:
+                ports[f"o_r{k}_data"] = port.data
+        for k, port in enumerate(self._writes):
+            taken = k < self._taken["w"]
+            ports[f"i_w{k}_en"] = port.en if taken else Const(0, self.width // 8)
+            ports[f"i_w{k}_addr"] = port.addr
+            ports[f"i_w{k}_data"] = port.data
         return Instance(RAM_ARRAY_MODULE, p_WIDTH=self.width, p_DEPTH=self.depth, p_ABITS=self.abits,
                         i_clk=ClockSignal("sync"), **ports)
 

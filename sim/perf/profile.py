@@ -32,6 +32,7 @@ from ..golden.program import StepOp
 from ..golden.topology import Ring, Torus, parse as parse_topology
 
 __all__ = ["PhaseProfile", "CollectiveProfile", "profile", "profile_from_programs", "parse_torus_algorithm",
+           "torus_algorithm",
            "DECOMPOSITIONS", "DIRECTIONS", "MAX_PROGRAM_RANKS"]
 
 #: Largest rank count the program encoding supports (9-bit rank fields).
@@ -284,15 +285,22 @@ def _composed_torus(collective, topo, decomposition="hierarchical", directions=N
         port_map = {0: 2 * d, 1: 2 * d + 1}
         ports = (2 * d, 2 * d + 1) if bidir else (2 * d,)
         phases.append(_scaled(ph, name, ports, scale, in_frac, ace_read, ace_write, port_map))
-    algo = "hierarchical" if decomposition == "hierarchical" else f"hierarchical:{decomposition}"
-    if directions != ("bidir",) * 3:
-        algo += "/" + ",".join(directions)
-    return CollectiveProfile(collective, algo, topo.spec, topo.n_endpoints, tuple(phases))
+    return CollectiveProfile(collective, torus_algorithm(decomposition, directions), topo.spec, topo.n_endpoints,
+                             tuple(phases))
 
 
 @lru_cache(maxsize=64)
 def _ring_profile(kind, ring):
     return profile_from_programs(generate(kind, "bidir-ring" if ring.bidirectional else "ring", ring), ring)
+
+
+def torus_algorithm(decomposition="hierarchical", directions=None):
+    """The algorithm name of a torus ``decomposition`` with per-dimension ``directions`` (the inverse of
+    :func:`parse_torus_algorithm`): ``hierarchical[:DECOMPOSITION][/DIR,DIR,DIR]``."""
+    name = "hierarchical" if decomposition == "hierarchical" else f"hierarchical:{decomposition}"
+    if directions and tuple(directions) != ("bidir",) * 3:
+        name += "/" + ",".join(directions)
+    return name
 
 
 def parse_torus_algorithm(algorithm):

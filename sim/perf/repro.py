@@ -119,7 +119,7 @@ def algorithms(out_dir, topology="torus:4x4x4", nbytes=64 * MB, configs=("ACE", 
     bandwidth bound of the busiest port and the model's time (``of_bound``: bound / time)."""
     from ..golden.topology import Torus, parse
     from .collective import collective_time
-    from .profile import DECOMPOSITIONS, profile
+    from .profile import DECOMPOSITIONS, profile, torus_algorithm
     from .system import endpoint
 
     topo = parse(topology)
@@ -128,8 +128,7 @@ def algorithms(out_dir, topology="torus:4x4x4", nbytes=64 * MB, configs=("ACE", 
     rows = []
     for dirs in directions:
         for dec in decompositions or DECOMPOSITIONS:
-            algo = ("hierarchical" if dec == "hierarchical" else f"hierarchical:{dec}") \
-                + ("" if tuple(dirs) == ("bidir",) * 3 else "/" + ",".join(dirs))
+            algo = torus_algorithm(dec, dirs)
             prof = profile("allreduce", topo, algo)
             for name in configs:
                 r = collective_time("allreduce", nbytes, topo, endpoint(name), algorithm=algo)

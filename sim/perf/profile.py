@@ -32,8 +32,7 @@ from ..golden.program import StepOp
 from ..golden.topology import Ring, Torus, parse as parse_topology
 
 __all__ = ["PhaseProfile", "CollectiveProfile", "profile", "profile_from_programs", "parse_torus_algorithm",
-           "torus_algorithm",
-           "DECOMPOSITIONS", "DIRECTIONS", "MAX_PROGRAM_RANKS"]
+           "torus_algorithm", "DECOMPOSITIONS", "DIRECTIONS", "MAX_PROGRAM_RANKS"]
 
 #: Largest rank count the program encoding supports (9-bit rank fields).
 MAX_PROGRAM_RANKS = 512

@@ -41,8 +41,8 @@ request to ``ack``. The memory is the Verilog array ``mem`` of this module, whic
 hand-written Verilog module :data:`RAM_ARRAY_MODULE` (:data:`RAM_ARRAY_VERILOG`, appended to the design's
 Verilog; the back door's array is then ``array.mem``) instead of an Amaranth ``Memory``: the same ports and
 timing, but Amaranth and yosys never see the rows. An Amaranth memory's zero initialiser is one constant of
-``depth x width`` bits in the RTLIL, so a 16 MiB memory took yosys over half an hour (the Python process up to 15 GB) to
-convert; the Verilog module's size does not depend on its depth.
+``depth x width`` bits in the RTLIL, so a 16 MiB memory took yosys over half an hour to convert (the Python
+process up to 15 GB); the Verilog module's size does not depend on its depth.
 """
 
 from amaranth.hdl import Cat, ClockSignal, Const, Elaboratable, Instance, Module, Mux, Signal

@@ -199,20 +199,21 @@ class ControlUnit(wiring.Component):
         m.d.comb += [iss.load_ready.eq(dp.load_room2 & ~ist.hold_load),
                      iss.store_ready.eq(dp.store_job.ready & ~ist.hold_store), iss.hold.eq(ist.hold_fsm),
                      iss.fsm.eq(bank.offers), iss.age.eq(bank.age),
-                     bank.grant.eq(iss.grant_oh),
                      ist.grant.valid.eq(iss.grant.valid), ist.grant.fsm.eq(iss.grant.fsm),
                      ist.grant.ch.eq(iss.grant.ch), ist.grant.count.eq(iss.grant.count),
-                     ist.step.eq(bank.g_step), ist.ctx.eq(bank.g_ctx), ist.view.eq(bank.g_view),
-                     ist.count.eq(bank.g_count)]
-        # the registered grant becomes a unit job (jobs.py)
+                     ist.grant_oh.eq(iss.grant_oh), ist.take.eq(iss.take),
+                     bank.grant.eq(ist.o.oh)]
+        m.d.comb += [ist.status[f].eq(bank.ctx[f].status) for f in range(cfg.n_fsms)]
+        # the registered grant becomes a unit job (jobs.py), from the granted FSM's registers
         m.submodules.jobs = jb = JobBuilder(cfg)
-        js, g, gv = ist.o, ist.o.step, ist.o.view
+        js, g, gv = ist.o, bank.g_step, bank.g_view
         for k, p in enumerate(ports):
             _wire_port(m, p, iss, ist, jb, k)
         m.d.comb += [
             jb.grant.valid.eq(js.grant.valid), jb.grant.fsm.eq(js.grant.fsm), jb.grant.ch.eq(js.grant.ch),
-            jb.msg_count.eq(js.grant.count), jb.step.eq(g), jb.ctx.eq(js.ctx), jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
-            jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(js.slot_count),
+            jb.msg_count.eq(js.grant.count), jb.step.eq(g), jb.ctx.eq(bank.g_ctx), jb.ctx.status.eq(js.status),
+            jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
+            jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(bank.g_count),
             bank.recv_count.eq(jb.recv),
             jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq").null),
             table.fold.eq(jb.fold), bank.own_load.valid.eq(jb.fsm_load), bank.own_load.fsm.eq(js.grant.fsm),

@@ -14,6 +14,15 @@ A decoded step may wait for its slot's LOAD (``wait``); the FSM clears the wait 
 buffer's slot ends (``filled``: the load unit's completion or the sequencer skipping an empty block), and sets
 it for a step decoded while its own LOAD of that slot goes to the load unit (``own_load``: the cycle after its
 grant, when the FSM's next step cannot be granted; the buffer's loading mask shows it from the cycle after).
+
+The FSM learns of a grant a cycle late, from the issue stage's register (``granted``: the step it offered last
+cycle was granted and its job goes out now). It keeps the granted step in ``step`` through that cycle, so the
+job builder reads the step, the chunk's context and its slot count from the FSM's own registers, and takes its
+next step at the end of it. In that cycle the FSM offers nothing (it could not be granted twice in a row
+anyway: its next step may need the landing header or credits the job is taking), and what it tells the rest
+of the engine - decode requests, phase end, ``gap`` - is computed as if the step had left at the grant, so
+that a grant is decided by the arbiter and ends at the issue stage's register, not in every FSM's step
+registers.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
@@ -65,7 +74,7 @@ class ChunkFsm(wiring.Component):
     FSM holds the chunk),
     ``fetch``/``picked``/``pc`` (a decode request and the decoder taking it), ``wb`` (a decoded step coming
     back), ``offer`` (the current step for the issue arbiter: ``ready`` if no hazard stops it, ``behind`` if a
-    step is in flight), ``granted``, ``own_load`` (this FSM's LOAD of ``slot`` goes to the load unit now), ``filled``
+    step is in flight), ``granted`` (the step offered last cycle was granted), ``own_load`` (this FSM's LOAD of ``slot`` goes to the load unit now), ``filled``
     (LOADs that ended this cycle, any buffer), ``load_err`` (a LOAD into ``buf`` ended with an error: its data,
 and every message the chunk sends from now on, is bad), ``unit_done`` (a unit retired one of this FSM's SEND/RECV),
     ``at_end``/``move`` (the phase is done and more follow / the chunk moved on), ``state``, ``ctx``, ``gap``
@@ -107,7 +116,16 @@ and every message the chunk sends from now on, is bad), ``unit_done`` (a unit re
         ex_op, ex_port, ex_fwd = Signal(3), Signal(3), Signal(4)
         ex_slot = [Signal(10, name=f"ex{i}_slot") for i in range(2)]
         ex_wr = [Signal(name=f"ex{i}_writes") for i in range(2)]
-        m.d.comb += [self.pc.eq(pc), self.fetch.eq((st == RUN) & ~in_dec & ~nstep_v & (pc != stop))]
+        # a grant registered by the issue stage: `step` leaves at the end of this cycle. The pipeline's state as
+        # if it had left at the grant (as the rest of the engine must see it): the next step is current, and
+        # a SEND/RECV is in flight
+        s = step
+        granted = self.granted
+        posted = (s.op == StepOp.LOAD) | (s.op == StepOp.STORE) | s.noop
+        issue_exec = granted & ~posted          # a SEND or RECV: in flight until its unit reports done
+        eff_cur_v, eff_nstep_v = Mux(granted, nstep_v, cur_v), nstep_v & ~granted
+        eff_idle = (n_exec == 0) & ~issue_exec                  # nothing in flight
+        m.d.comb += [self.pc.eq(pc), self.fetch.eq((st == RUN) & ~in_dec & ~eff_nstep_v & (pc != stop))]
         with m.If(self.picked):
             m.d.sync += pc.eq(pc + 1)
         m.d.sync += in_dec.eq((in_dec | self.picked) & ~self.wb.valid)
@@ -115,27 +133,24 @@ and every message the chunk sends from now on, is bad), ``unit_done`` (a unit re
         # the issue conditions: nothing in flight; a SEND/RECV also behind one SEND/RECV in flight on the same
         # unit that touches another slot (two SENDs may read the same one); a STORE behind steps that do not
         # write its slot; a no-op at any time
-        s = step
         overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & (s.op == ex_op) & (s.port == ex_port)
                       & (Cat(s.fwd_port, s.fwd) == ex_fwd) & ((s.op == StepOp.SEND) | (s.slot != ex_slot[0])))
         store_ok = ((s.op == StepOp.STORE) & ~((n_exec != 0) & ex_wr[0] & (ex_slot[0] == s.slot))
                     & ~((n_exec == 2) & ex_wr[1] & (ex_slot[1] == s.slot)))
         issue_ok = (n_exec == 0) | ((n_exec == 1) & overlap_ok) | store_ok | s.noop
         m.d.comb += [self.offer.step.eq(step), self.offer.behind.eq(n_exec != 0),
-                     self.offer.ready.eq((st == RUN) & cur_v & ~s.wait & issue_ok)]
+                     self.offer.ready.eq((st == RUN) & cur_v & ~granted & ~s.wait & issue_ok)]
 
         def settle(x):
-            """Step ``x`` with its ``wait`` brought up to date: set by this FSM's LOAD of its slot going out now,
-            cleared when its slot's LOAD ends this cycle."""
+            """Step ``x`` with its ``wait`` brought up to date: cleared when its slot's LOAD ends this cycle, set by
+            this FSM's LOAD of its slot going out now (which wins: a LOAD ending now is an earlier one)."""
             out = Signal(sl)
             own = self.own_load.valid & (self.own_load.slot == x.slot) & ~x.noop & (x.op != StepOp.LOAD)
             filled = Cat(*[f.valid & (f.buf == ctx.buf) & (f.slot == x.slot) for f in self.filled]).any()
-            m.d.comb += [out.eq(x), out.wait.eq((x.wait | own) & ~filled)]
+            m.d.comb += [out.eq(x), out.wait.eq((x.wait & ~filled) | own)]
             return out
 
         cur_s, nxt_s, wb_s = settle(step), settle(nstep), settle(self.wb.step)
-        posted = (s.op == StepOp.LOAD) | (s.op == StepOp.STORE) | s.noop
-        issue_exec = self.granted & ~posted          # a SEND or RECV: in flight until its unit reports done
         done = self.unit_done.valid
         m.d.sync += n_exec.eq(n_exec + issue_exec - done)
         with m.If(done):            # the older entry retired
@@ -150,7 +165,7 @@ and every message the chunk sends from now on, is bad), ``unit_done`` (a unit re
                 m.d.sync += [ex_slot[1].eq(s.slot), ex_wr[1].eq(s.op == StepOp.RECV)]
         # the step registers: the granted step makes room for the next decoded one
         m.d.sync += [step.eq(cur_s), nstep.eq(nxt_s)]
-        with m.If(~cur_v | self.granted):
+        with m.If(~cur_v | granted):
             with m.If(nstep_v):
                 m.d.sync += [step.eq(nxt_s), cur_v.eq(1), nstep_v.eq(0)]
             with m.Elif(self.wb.valid):
@@ -172,10 +187,10 @@ and every message the chunk sends from now on, is bad), ``unit_done`` (a unit re
         # the phase is the command's last: decided with the phase's bounds (entering it) and kept in a
         # flip-flop, so that ``at_end`` - the partition manager's move requests - starts from registers
         last_phase = Signal()
-        phase_done = (pc == stop) & ~in_dec & ~cur_v & ~nstep_v & (n_exec == 0)   # decoded and retired
+        phase_done = (pc == stop) & ~in_dec & ~eff_cur_v & ~eff_nstep_v & eff_idle   # decoded and retired
         m.d.comb += [
             self.at_end.eq((st == ADVANCE) & ~enter & (pc == stop) & ~last_phase),
-            self.gap.eq(((st == RUN) & ~cur_v & (n_exec == 0)) | ((st == ADVANCE) & ~self.phase_wait)),
+            self.gap.eq(((st == RUN) & ~eff_cur_v & eff_idle) | ((st == ADVANCE) & ~self.phase_wait)),
         ]
         with m.Switch(st):
             with m.Case(IDLE):

@@ -8,10 +8,11 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
 - Decode: of the FSMs asking for a step (``fetch``), the one holding the oldest chunk is picked
   (:class:`~.arbiter.OldestPick`) and handed to the decoder (``dec_req``); the decoded step comes back
   ``StepDecoder.LATENCY`` cycles later (``dec_wb``) to the FSM it names.
-- Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``); the
-  granted FSM's step, context, view and its step's slot count are selected for the issue stage register
-  (``g_step``, ``g_ctx``, ``g_view``, ``g_count``), whose job goes out a cycle later; an FSM's own LOAD reaches
-  it then (``own_load``).
+- Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``). The
+  grant comes back a cycle later from the issue stage's register (``grant``), when its job goes out: the
+  granted FSM still holds the step, so its step, context, view and its step's slot count are selected for the
+  job builder from the FSM's registers (``g_step``, ``g_ctx``, ``g_view``, ``g_count``); an FSM's own LOAD
+  reaches it then too (``own_load``).
 - Count lanes: each FSM's chunk's slot counts (:class:`~.slotcount.SlotCounts`), cleared when it takes a chunk
   and set by its granted RECVs (``recv_count``, from the job builder).
 - The units' completions (``unit_done``, by FSM), the LOADs that ended (``filled``) and the partition
@@ -53,12 +54,13 @@ class FsmBank(wiring.Component):
     offers : Out(fsm_request_layout per FSM)
         What the issue arbiter sees of each FSM.
     grant : In(n_fsms)
-        The arbiter's grant this cycle, one-hot (no bit set: no grant).
+        The issue stage's registered grant, one-hot: the step FSM ``f`` offered last cycle was granted and its
+        job goes out now (no bit set: no grant).
     own_load : In(valid, fsm, slot)
         FSM ``fsm``'s LOAD of ``slot`` goes to the load unit now (the issue stage's job, granted the cycle before).
     g_step, g_ctx, g_view, g_count : Out
         The granted FSM's step, chunk context, command view and its step's slot count (an AND-OR on
-        ``grant``).
+        ``grant``, from the FSMs' registers).
     recv_count : In(valid, fsm, slot, count)
         A granted RECV sets its FSM's slot count (the job builder, a cycle after the grant).
     filled : In(2 x (valid, buf, slot))

@@ -24,7 +24,7 @@ The per-FSM wait causes feed the STALL counters. An FSM in ``hold`` is not grant
 its previous step's job: :mod:`.issuestage`); its wait is not counted as a stall.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -36,7 +36,7 @@ from .arbiter import OldestPick, age_layout
 from .decoder import step_layout
 from .units import _w
 
-__all__ = ["IssueArbiter", "fsm_request_layout", "port_status_layout", "channel_of"]
+__all__ = ["IssueArbiter", "fsm_request_layout", "port_status_layout", "take_layout", "channel_of"]
 
 
 def channel_of(cfg, f, peer):
@@ -67,10 +67,17 @@ def port_status_layout(cfg):
     })
 
 
+def take_layout(cfg):
+    """What a granted step's job takes as it goes out: its port's send or receive unit, the TX mux order queue
+    of the port its message leaves on (a SEND's, a forward's), the load or the store unit (one-hot per port)."""
+    K = cfg.n_ports
+    return data.StructLayout({"send": K, "recv": K, "order": K, "load": 1, "store": 1})
+
+
 class IssueArbiter(wiring.Component):
     """Grants one step per cycle (``grant``: the FSM and, for a RECV, the landing channel it takes; the FSM
-    one-hot too, ``grant_oh``) and reports per FSM why a ready step waits (``cause_port``/``cause_cred``/
-    ``cause_land``/``cause_dma``)."""
+    one-hot too, ``grant_oh``), what its job will take (``take``, for the issue stage's holds) and reports per
+    FSM why a ready step waits (``cause_port``/``cause_cred``/``cause_land``/``cause_dma``)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -81,7 +88,7 @@ class IssueArbiter(wiring.Component):
             "load_ready": In(1), "store_ready": In(1), "hold": In(F), "age": In(age_layout(F)),
             "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS),
                                             "second": 1, "count": unsigned(COUNT_BITS)})),
-            "grant_oh": Out(F),
+            "grant_oh": Out(F), "take": Out(take_layout(cfg)),
             "cause_port": Out(F), "cause_cred": Out(F), "cause_land": Out(F), "cause_dma": Out(F),
         })
 
@@ -111,8 +118,14 @@ class IssueArbiter(wiring.Component):
                         m.d.comb += [hit[k][f].eq(1), hit_ch[k][f].eq(c), hit_count[k][f].eq(h.count)]
 
         can = Signal(F)
+        takes = [Signal(take_layout(cfg), name=f"fsm{f}_take") for f in range(F)]
         for f, r in enumerate(self.fsm):
             s = r.step
+            real_op = [~s.noop & (s.op == op) for op in (StepOp.SEND, StepOp.RECV, StepOp.LOAD, StepOp.STORE)]
+            m.d.comb += [takes[f].load.eq(real_op[2]), takes[f].store.eq(real_op[3])]
+            m.d.comb += [t for k in range(K) for t in (
+                takes[f].send[k].eq(real_op[0] & (s.port == k)), takes[f].recv[k].eq(real_op[1] & (s.port == k)),
+                takes[f].order[k].eq((real_op[0] & (s.port == k)) | (real_op[1] & s.fwd & (s.fwd_port == k))))]
             ch = channel_of(cfg, f, s.peer)      # the credits of this step's message (same index on every port)
             cred_at = [(p.beat_credits[ch] >= s.beats) & (p.hdr_credits[ch] >= 1) for p in ports]
             tx_ok = [p.send_ready & p.order_ready & (p.tx_room | r.behind) for p in ports]
@@ -154,7 +167,8 @@ class IssueArbiter(wiring.Component):
         # the landing channel of the granted step and the count lane of the header it takes (for a RECV): an
         # AND-OR over the one-hot winner
         took = [(f, k, arb.onehot[f] & (r.step.port == k)) for f, r in enumerate(self.fsm) for k in range(K)]
-        m.d.comb += [self.grant.ch.eq(one_hot_mux([(t, hit_ch[k][f]) for f, k, t in took])),
+        m.d.comb += [self.take.eq(one_hot_mux([(arb.onehot[f], Value.cast(takes[f])) for f in range(F)])),
+                     self.grant.ch.eq(one_hot_mux([(t, hit_ch[k][f]) for f, k, t in took])),
                      self.grant.second.eq(one_hot_mux([(t, second[k][f]) for f, k, t in took])),
                      self.grant.count.eq(one_hot_mux([(t, hit_count[k][f]) for f, k, t in took]))]
         return m

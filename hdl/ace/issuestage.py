@@ -1,12 +1,17 @@
-"""The issue stage register: the arbiter's grant and the granted step become unit jobs one cycle later.
+"""The issue stage register: the arbiter's grant becomes unit jobs one cycle later.
 
 The grant decision (ready steps, unit and port status, credits, landing heads, oldest first) and what a grant
 sets off (the job's header, the slot's count lane, credit reservations, the TX mux order entry, the FSM's own
-LOAD) were one cycle of about 56 logic levels. This stage registers the grant with the granted FSM's step,
-chunk context and command view; the job builder works from the register in the next cycle.
+LOAD) were one cycle of about 56 logic levels. This stage registers the grant: the granted FSM (binary and
+one-hot), the landing channel and count lane of the header a RECV takes, the chunk's status (a step that
+failed in the grant's cycle poisons what the chunk sends from then on, not this job) and what the job takes.
+The job builder works from the register in the next cycle; it reads the granted step, the chunk's context and
+command view and the slot's count from the granted FSM's registers (:class:`~.fsmbank.FsmBank` selects them by
+the registered one-hot), because the FSM keeps its step until it sees the grant here (:mod:`.fsm`). So the
+grant ends at this register's few dozen flip-flops, not at every FSM's step registers or a copy of the step.
 
 A grant is checked against the status of its own cycle, so the stage keeps the arbiter from granting, in the
-cycle the registered job goes out, what that job is about to take (``hold_*``):
+cycle the registered job goes out, what that job is about to take (``hold_*``, flip-flops):
 
 - its FSM (``hold_fsm``): the FSM's next step could use the same landing header (its channel is the FSM's) or
   credits, and its slot's LOAD wait is set only when the job goes;
@@ -18,62 +23,47 @@ The load unit is also fed by the load sequencer, which may take it in the cycle 
 grants an FSM LOAD only while the load unit has room for two jobs (``LoadUnit.room2``).
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Module, Signal, Value, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...sim.golden.program import StepOp
 from ..common.layouts import CHANNEL_BITS, COUNT_BITS
-from .cmdtable import fsm_view_layout
-from .decoder import step_layout
-from .fsm import fsm_context_layout
-from .units import _w
+from ..common.logic import one_hot_mux
+from .issue import take_layout
+from .units import STATUS_SHAPE, _w
 
-__all__ = ["IssueStage"]
+__all__ = ["IssueStage", "grant_layout"]
+
+
+def grant_layout(cfg):
+    """A grant as the issue stage registers it: the FSM, the landing channel and count lane of the header a
+    RECV takes."""
+    return data.StructLayout({"valid": 1, "fsm": _w(cfg.n_fsms), "ch": unsigned(CHANNEL_BITS),
+                              "count": unsigned(COUNT_BITS)})
 
 
 class IssueStage(wiring.Component):
-    """Registers a grant (``grant``) with the granted FSM's ``step``, ``ctx``, the fields of its command
-    ``view`` a job takes and its step's slot count (``count``) (``o``), and says what the arbiter must not grant while the registered job goes out
-    (``hold_*``, from flip-flops)."""
+    """Registers a grant (``grant``, ``grant_oh``, what its job takes: ``take``) with the granted FSM's chunk
+    status (one of ``status``, by ``grant_oh``) into ``o`` (``grant``, ``oh``, ``status``), and says what the
+    arbiter must not grant while the registered job goes out (``hold_*``, from flip-flops)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         F, K = cfg.n_fsms, cfg.n_ports
-        grant = data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS),
-                                   "count": unsigned(COUNT_BITS)})
-        view = fsm_view_layout(cfg).members
-        self.view_fields = ("tag", "rank", "dtype", "op", "null")       # what a unit job takes of the view
-        job = data.StructLayout({"grant": grant, "step": step_layout(cfg), "ctx": fsm_context_layout(cfg),
-                                 "view": data.StructLayout({n: view[n] for n in self.view_fields}),
-                                 "slot_count": unsigned(COUNT_BITS)})
         super().__init__({
-            "grant": In(grant), "step": In(step_layout(cfg)), "ctx": In(fsm_context_layout(cfg)),
-            "view": In(fsm_view_layout(cfg)), "count": In(COUNT_BITS),
-            "o": Out(job),
+            "grant": In(grant_layout(cfg)), "grant_oh": In(F), "take": In(take_layout(cfg)),
+            "status": In(data.ArrayLayout(STATUS_SHAPE, F)),
+            "o": Out(data.StructLayout({"grant": grant_layout(cfg), "oh": F, "status": STATUS_SHAPE})),
             "hold_fsm": Out(F), "hold_send": Out(K), "hold_recv": Out(K), "hold_order": Out(K),
             "hold_load": Out(1), "hold_store": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        F, K = self.cfg.n_fsms, self.cfg.n_ports
-        o = self.o
-        m.d.sync += [o.grant.eq(self.grant), o.step.eq(self.step), o.ctx.eq(self.ctx), o.slot_count.eq(self.count)]
-        m.d.sync += [getattr(o.view, n).eq(getattr(self.view, n)) for n in self.view_fields]
-        s = o.step
-        real = Signal()
-        m.d.comb += real.eq(o.grant.valid & ~s.noop)
-        send, recv = real & (s.op == StepOp.SEND), real & (s.op == StepOp.RECV)
-        m.d.comb += [
-            self.hold_fsm.eq(Cat(*(o.grant.valid & (o.grant.fsm == f) for f in range(F)))),
-            self.hold_load.eq(real & (s.op == StepOp.LOAD)),
-            self.hold_store.eq(real & (s.op == StepOp.STORE)),
-        ]
-        for k in range(K):
-            m.d.comb += [
-                self.hold_send[k].eq(send & (s.port == k)),
-                self.hold_recv[k].eq(recv & (s.port == k)),
-                self.hold_order[k].eq((send & (s.port == k)) | (recv & s.fwd & (s.fwd_port == k))),
-            ]
+        F, o = self.cfg.n_fsms, self.o
+        take = Signal(take_layout(self.cfg))
+        m.d.sync += [o.grant.eq(self.grant), o.oh.eq(self.grant_oh), take.eq(self.take),
+                     o.status.eq(one_hot_mux([(self.grant_oh[f], Value.cast(self.status[f])) for f in range(F)]))]
+        m.d.comb += [self.hold_fsm.eq(o.oh), self.hold_send.eq(take.send), self.hold_recv.eq(take.recv),
+                     self.hold_order.eq(take.order), self.hold_load.eq(take.load), self.hold_store.eq(take.store)]
         return m

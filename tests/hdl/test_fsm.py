@@ -1,5 +1,6 @@
 """ChunkFsm in Amaranth's simulator: the testbench plays the decoder (a step comes back three cycles after the
-FSM's decode request is picked), the issue arbiter (grants a ready step at random), the units (retire
+FSM's decode request is picked), the issue arbiter and stage (grant a ready step at random; the FSM hears of
+the grant a cycle later, when the step's job goes out, and offers nothing in that cycle), the units (retire
 SEND/RECVs after random delays, in order) and the partition manager (moves the chunk on at random). Random
 programs of LOAD/SEND/RECV/STORE steps over two phases, some waiting for their slot's LOAD.
 
@@ -75,7 +76,13 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
             filled_keys = set()     # waiting steps whose LOAD has ended
             waiting = {}            # waiting step key -> its fill (any fill of the slot ends the wait)
             wb_at, own_loads = {}, []   # when each step came back; the FSM's own LOADs: [cycle, slot, ended]
+            pend = None                 # the step granted last cycle: its job goes out this cycle
             for cycle in range(3000):
+                # issue stage: last cycle's grant reaches the FSM (whose decode request depends on it: set first),
+                # and its own LOAD goes to the load unit
+                ctx.set(dut.granted, pend is not None)
+                ctx.set(dut.own_load, {"valid": pend is not None and pend["op"] == StepOp.LOAD,
+                                       "slot": 0 if pend is None else pend["slot"]})
                 # decoder: a picked request comes back three cycles later
                 pick = ctx.get(dut.fetch) and rng.random() < 0.8
                 ctx.set(dut.picked, pick)
@@ -119,9 +126,8 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
                                        "buf": (ck["buf"] + other) % CFG.n_buffers})
                 # arbiter: grant the offered step at random
                 offer = ctx.get(dut.offer)
+                assert pend is None or not offer.ready, "offered while its grant goes out"
                 grant = bool(offer.ready) and rng.random() < 0.7
-                ctx.set(dut.granted, grant)
-                ctx.set(dut.own_load, {"valid": grant and offer.step.op == StepOp.LOAD, "slot": offer.step.slot})
                 if offer.ready:
                     s = prog[offer.step.key]
                     assert not s["wait"] or s["key"] in filled_keys, "a waiting step was offered"
@@ -131,8 +137,8 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
                 await ctx.tick()
                 if done:
                     inflight.pop(0)
-                if grant:
-                    s = prog[offer.step.key]
+                s, pend = pend, prog[offer.step.key] if grant else None
+                if s is not None:
                     granted.append(s["key"])
                     if s["op"] == StepOp.LOAD:      # the load unit finishes it later
                         fills.append([rng.randrange(3, 30), s["slot"]])
@@ -147,7 +153,7 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
                         inflight.append(s)
                         assert len(inflight) <= 2
                         stats["pairs"] += len(inflight) == 2
-                    if s["op"] == StepOp.STORE:
+                    if s["op"] == StepOp.STORE and not s["noop"]:      # (a no-op touches nothing)
                         assert not any(o["op"] == StepOp.RECV and o["slot"] == s["slot"] for o in inflight)
                         stats["stores_behind"] += bool(inflight)
                 if ctx.get(dut.state) == FsmState.IDLE:

@@ -1,10 +1,12 @@
 """FsmBank in Amaranth's simulator: chunks enqueued for random FSMs, the testbench playing the decoder (a
-picked request comes back three cycles later), the issue arbiter (grants a random ready FSM), the SEND unit
+picked request comes back three cycles later), the issue arbiter and stage (grant a random ready FSM, a cycle late), the SEND unit
 (retires SENDs by FSM after random delays) and the partition manager (moves chunks on at random).
 
 Checked: every request the decoder gets carries the picked FSM's own chunk and pc (which of the FSMs asking for a
 step is picked is OldestPick's, tested in test_arbiter.py); the age matrix is the one of the FSMs' chunks in every
-cycle; a decoded step reaches the FSM it names; the granted FSM's step, context and view are the ones selected; each FSM runs its chunks in the order they were enqueued and each chunk's
+cycle; a decoded step reaches the FSM it names; in the cycle after a grant the granted FSM's step (still the one
+it offered), context and view are the ones selected and it offers nothing; each FSM runs its chunks in the order
+they were enqueued and each chunk's
 steps in program order; unit completions reach the FSM they name (an FSM with a SEND in flight holds its
 chunk); the bank ends with no FSM active.
 
@@ -41,7 +43,12 @@ def test_the_bank_routes_every_fsm_event_to_its_fsm():
         decoding, inflight = [], {f: 0 for f in range(F)}
         view_of = [None] * F
         picks = 0
+        g_prev = prev_step = None               # the FSM granted last cycle and its step
         for cycle in range(4000):
+            # issue stage: last cycle's grant, whose job goes out now, selects the granted FSM's registers (and
+            # reaches the FSM, whose decode request depends on it: set first)
+            ctx.set(dut.grant, 0 if g_prev is None else 1 << g_prev)
+            ctx.set(dut.own_load.valid, 0)
             # the view memory: the row of the address presented last cycle
             ctx.set(dut.views, [views[a] if a is not None else {} for a in view_of])
             view_of = [ctx.get(dut.view_addr[f]) for f in range(F)]
@@ -66,18 +73,17 @@ def test_the_bank_routes_every_fsm_event_to_its_fsm():
                 op = StepOp.SEND if wb[2] % 2 else StepOp.STORE
                 ctx.set(dut.dec_wb.payload, {"fsm": wb[1], "step": {"op": op, "key": wb[2], "slot": wb[2]}})
             ctx.set(dut.dec_wb.valid, wb is not None)
-            # arbiter: a random ready FSM
+            await ctx.delay(1e-9)
             offers = [ctx.get(dut.offers[f]) for f in range(F)]
+            if g_prev is not None:
+                assert ctx.get(dut.g_step) == prev_step
+                gc = ctx.get(dut.g_ctx)
+                assert (gc.cmd, gc.chunk, gc.seq) == (ctxs[g_prev].cmd, ctxs[g_prev].chunk, ctxs[g_prev].seq)
+                assert ctx.get(dut.g_view.tag) == 100 + ctxs[g_prev].cmd
+                assert not offers[g_prev].ready, "offered while its grant goes out"
+            # arbiter: a random ready FSM
             ready = [f for f in range(F) if offers[f].ready]
             g = rng.choice(ready) if ready and rng.random() < 0.7 else None
-            ctx.set(dut.grant, 0 if g is None else 1 << g)
-            ctx.set(dut.own_load.valid, 0)
-            await ctx.delay(1e-9)
-            if g is not None:
-                assert ctx.get(dut.g_step) == offers[g].step
-                gc = ctx.get(dut.g_ctx)
-                assert (gc.cmd, gc.chunk, gc.seq) == (ctxs[g].cmd, ctxs[g].chunk, ctxs[g].seq)
-                assert ctx.get(dut.g_view.tag) == 100 + ctxs[g].cmd == offers[g].tag
             # SEND unit: retire one FSM's oldest SEND now and then
             busy = [f for f in range(F) if inflight[f]]
             u = rng.choice(busy) if busy and rng.random() < 0.3 else None
@@ -94,13 +100,14 @@ def test_the_bank_routes_every_fsm_event_to_its_fsm():
             if go:
                 e = enq.pop(0)
                 started[e["fsm"]].append(e["chunk"])
-            if g is not None:
-                s = offers[g].step
-                granted.setdefault(ctxs[g].chunk, []).append(s.key)
-                inflight[g] += s.op == StepOp.SEND
+            if g_prev is not None:
+                granted.setdefault(ctxs[g_prev].chunk, []).append(prev_step.key)
+                inflight[g_prev] += prev_step.op == StepOp.SEND
+            g_prev, prev_step = g, None if g is None else offers[g].step
             if u is not None:
                 inflight[u] -= 1
-            if not enq and not decoding and ctx.get(dut.active) == 0 and cycle > 10:
+            if (not enq and not decoding and ctx.get(dut.active) == 0
+                    and sum(map(len, granted.values())) == len(to_enqueue) * N_STEPS):     # (none still queued)
                 break
         assert not enq and ctx.get(dut.active) == 0, "did not finish"
         assert picks == len(to_enqueue) * N_STEPS

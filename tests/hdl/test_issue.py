@@ -1,4 +1,5 @@
-"""IssueArbiter in Amaranth's simulator against a model of the grant rules (docs/engine.md section 4): random
+"""IssueArbiter in Amaranth's simulator against a model of the grant rules (docs/engine.md section 4) and of
+what the granted step's job takes (the issue stage's holds): random
 steps of every kind offered by random FSMs against random unit readiness, credits, landing heads,
 TX_LOOKAHEAD room and held FSMs (the issue stage's), on point-to-point ports and through a switch (several
 landing channels per FSM).
@@ -137,6 +138,16 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
             got = ctx.get(dut.grant)
             assert bool(got.valid) == (g is not None), (cycle, fsms, ports)
             assert ctx.get(dut.grant_oh) == (0 if g is None else 1 << g), cycle
+            take = ctx.get(dut.take)
+            want = {"send": 0, "recv": 0, "order": 0, "load": 0, "store": 0}
+            if g is not None:
+                s = fsms[g]["step"]
+                if not s["noop"]:
+                    op, k = s["op"], s["port"]
+                    want.update(send=int(op == StepOp.SEND) << k, recv=int(op == StepOp.RECV) << k,
+                                load=int(op == StepOp.LOAD), store=int(op == StepOp.STORE))
+                    want["order"] = want["send"] | (int(op == StepOp.RECV and s["fwd"]) << s["fwd_port"])
+            assert {n: getattr(take, n) for n in want} == want, (cycle, g)
             if g is not None:
                 grants += 1
                 assert got.fsm == g, cycle

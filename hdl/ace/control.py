@@ -203,7 +203,8 @@ class ControlUnit(wiring.Component):
                      ist.grant.ch.eq(iss.grant.ch), ist.grant.count.eq(iss.grant.count),
                      ist.grant_oh.eq(iss.grant_oh), ist.take.eq(iss.take),
                      bank.grant.eq(ist.o.oh)]
-        m.d.comb += [ist.status[f].eq(bank.ctx[f].status) for f in range(cfg.n_fsms)]
+        m.d.comb += [t for f in range(cfg.n_fsms)
+                     for t in (ist.status[f].eq(bank.ctx[f].status), ist.counts[f].eq(bank.counts[f]))]
         # the registered grant becomes a unit job (jobs.py), from the granted FSM's registers
         m.submodules.jobs = jb = JobBuilder(cfg)
         js, g, gv = ist.o, bank.g_step, bank.g_view
@@ -213,7 +214,7 @@ class ControlUnit(wiring.Component):
             jb.grant.valid.eq(js.grant.valid), jb.grant.fsm.eq(js.grant.fsm), jb.grant.ch.eq(js.grant.ch),
             jb.msg_count.eq(js.grant.count), jb.step.eq(g), jb.ctx.eq(bank.g_ctx), jb.ctx.status.eq(js.status),
             jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
-            jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(bank.g_count),
+            jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(js.slot_count),
             bank.recv_count.eq(jb.recv),
             jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq").null),
             table.fold.eq(jb.fold), bank.own_load.valid.eq(jb.fsm_load), bank.own_load.fsm.eq(js.grant.fsm),

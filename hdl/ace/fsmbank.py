@@ -11,8 +11,10 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
 - Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``). The
   grant comes back a cycle later from the issue stage's register (``grant``), when its job goes out: the
   granted FSM still holds the step, so its step, context, view and its step's slot count are selected for the
-  job builder from the FSM's registers (``g_step``, ``g_ctx``, ``g_view``, ``g_count``); an FSM's own LOAD
-  reaches it then too (``own_load``).
+  job builder from the FSM's registers (``g_step``, ``g_ctx``, ``g_view``); an FSM's own LOAD reaches it then
+  too (``own_load``). The count of each FSM's current step's slot (``counts``) goes to the issue stage, which
+  registers the granted one's: the job builder adds it to a message's count, and that sum is written back to
+  the count lanes in the same cycle.
 - Count lanes: each FSM's chunk's slot counts (:class:`~.slotcount.SlotCounts`), cleared when it takes a chunk
   and set by its granted RECVs (``recv_count``, from the job builder).
 - The units' completions (``unit_done``, by FSM), the LOADs that ended (``filled``) and the partition
@@ -58,9 +60,11 @@ class FsmBank(wiring.Component):
         job goes out now (no bit set: no grant).
     own_load : In(valid, fsm, slot)
         FSM ``fsm``'s LOAD of ``slot`` goes to the load unit now (the issue stage's job, granted the cycle before).
-    g_step, g_ctx, g_view, g_count : Out
-        The granted FSM's step, chunk context, command view and its step's slot count (an AND-OR on
-        ``grant``, from the FSMs' registers).
+    g_step, g_ctx, g_view : Out
+        The granted FSM's step, chunk context and command view (an AND-OR on ``grant``, from the FSMs'
+        registers).
+    counts : Out(COUNT_BITS per FSM)
+        The count of each FSM's current step's slot (from registers).
     recv_count : In(valid, fsm, slot, count)
         A granted RECV sets its FSM's slot count (the job builder, a cycle after the grant).
     filled : In(2 x (valid, buf, slot))
@@ -97,7 +101,7 @@ class FsmBank(wiring.Component):
             "offers": Out(data.ArrayLayout(fsm_request_layout(cfg), F)),
             "grant": In(F), "own_load": In(own),
             "g_step": Out(step_layout(cfg)), "g_ctx": Out(fsm_context_layout(cfg)),
-            "g_view": Out(fsm_view_layout(cfg)), "g_count": Out(COUNT_BITS),
+            "g_view": Out(fsm_view_layout(cfg)), "counts": Out(data.ArrayLayout(COUNT_BITS, F)),
             "recv_count": In(data.StructLayout({"valid": 1, "fsm": _w(F), "slot": unsigned(10),
                                                 "count": unsigned(COUNT_BITS)})),
             "filled": In(data.ArrayLayout(ev, 2)),
@@ -162,8 +166,8 @@ class FsmBank(wiring.Component):
             return one_hot_mux([(g[f], Value.cast(value(f))) for f in range(F)])
         m.d.comb += [self.g_step.eq(granted(lambda f: fsms[f].offer.step)),
                      self.g_ctx.eq(granted(lambda f: fsms[f].ctx)),
-                     self.g_view.eq(granted(lambda f: self.views[f])),
-                     self.g_count.eq(granted(lambda f: counts[f].rd))]
+                     self.g_view.eq(granted(lambda f: self.views[f]))]
+        m.d.comb += [self.counts[f].eq(counts[f].rd) for f in range(F)]
 
         for f, fsm in enumerate(fsms):
             c, r = fsm.ctx, self.offers[f]

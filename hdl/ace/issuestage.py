@@ -3,10 +3,11 @@
 The grant decision (ready steps, unit and port status, credits, landing heads, oldest first) and what a grant
 sets off (the job's header, the slot's count lane, credit reservations, the TX mux order entry, the FSM's own
 LOAD) were one cycle of about 56 logic levels. This stage registers the grant: the granted FSM (binary and
-one-hot), the landing channel and count lane of the header a RECV takes, the chunk's status (a step that
+one-hot), the landing channel and count lane of the header a RECV takes, the count of the step's slot (the job
+builder adds the two and writes the sum back to the FSM's count lanes), the chunk's status (a step that
 failed in the grant's cycle poisons what the chunk sends from then on, not this job) and what the job takes.
 The job builder works from the register in the next cycle; it reads the granted step, the chunk's context and
-command view and the slot's count from the granted FSM's registers (:class:`~.fsmbank.FsmBank` selects them by
+command view from the granted FSM's registers (:class:`~.fsmbank.FsmBank` selects them by
 the registered one-hot), because the FSM keeps its step until it sees the grant here (:mod:`.fsm`). So the
 grant ends at this register's few dozen flip-flops, not at every FSM's step registers or a copy of the step.
 
@@ -44,16 +45,18 @@ def grant_layout(cfg):
 
 class IssueStage(wiring.Component):
     """Registers a grant (``grant``, ``grant_oh``, what its job takes: ``take``) with the granted FSM's chunk
-    status (one of ``status``, by ``grant_oh``) into ``o`` (``grant``, ``oh``, ``status``), and says what the
-    arbiter must not grant while the registered job goes out (``hold_*``, from flip-flops)."""
+    status and slot count (one of ``status`` and ``counts``, by ``grant_oh``) into ``o`` (``grant``, ``oh``,
+    ``status``, ``slot_count``), and says what the arbiter must not grant while the registered job goes out
+    (``hold_*``, from flip-flops)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         F, K = cfg.n_fsms, cfg.n_ports
         super().__init__({
             "grant": In(grant_layout(cfg)), "grant_oh": In(F), "take": In(take_layout(cfg)),
-            "status": In(data.ArrayLayout(STATUS_SHAPE, F)),
-            "o": Out(data.StructLayout({"grant": grant_layout(cfg), "oh": F, "status": STATUS_SHAPE})),
+            "status": In(data.ArrayLayout(STATUS_SHAPE, F)), "counts": In(data.ArrayLayout(COUNT_BITS, F)),
+            "o": Out(data.StructLayout({"grant": grant_layout(cfg), "oh": F, "status": STATUS_SHAPE,
+                                        "slot_count": unsigned(COUNT_BITS)})),
             "hold_fsm": Out(F), "hold_send": Out(K), "hold_recv": Out(K), "hold_order": Out(K),
             "hold_load": Out(1), "hold_store": Out(1),
         })
@@ -63,7 +66,8 @@ class IssueStage(wiring.Component):
         F, o = self.cfg.n_fsms, self.o
         take = Signal(take_layout(self.cfg))
         m.d.sync += [o.grant.eq(self.grant), o.oh.eq(self.grant_oh), take.eq(self.take),
-                     o.status.eq(one_hot_mux([(self.grant_oh[f], Value.cast(self.status[f])) for f in range(F)]))]
+                     o.status.eq(one_hot_mux([(self.grant_oh[f], Value.cast(self.status[f])) for f in range(F)])),
+                     o.slot_count.eq(one_hot_mux([(self.grant_oh[f], self.counts[f]) for f in range(F)]))]
         m.d.comb += [self.hold_fsm.eq(o.oh), self.hold_send.eq(take.send), self.hold_recv.eq(take.recv),
                      self.hold_order.eq(take.order), self.hold_load.eq(take.load), self.hold_store.eq(take.store)]
         return m

@@ -1,5 +1,6 @@
-"""The issue stage's second half: the granted step becomes a unit job, in the cycle after its grant (from the
-issue stage register, :mod:`.issuestage`).
+"""The issue stage's second half: the granted step becomes a unit job, in the cycle after its grant (the issue
+stage's register, :mod:`.issuestage`, names the FSM; the step, its chunk's context and command fields come from
+the granted FSM's registers, which still hold them).
 
 - SEND on port ``k``: a send job with the message header (this rank, the FSM's virtual channel, the chunk's tag,
   chunk and phase, the step's key and length, the slot's count, the command's op and dtype); the port's

@@ -41,7 +41,7 @@ from .fsm import FsmState
 from .fsmbank import FsmBank
 from .geometry import BlockGeometry
 from .issue import IssueArbiter
-from .issuestage import IssueStage
+from .issuestage import STEP_FIELDS, IssueStage
 from .jobs import JobBuilder
 from .partition import TERMINAL, PartitionManager
 from .progmem import ProgramMemories
@@ -204,7 +204,8 @@ class ControlUnit(wiring.Component):
                      ist.grant_oh.eq(iss.grant_oh), ist.take.eq(iss.take),
                      bank.grant.eq(ist.o.oh)]
         m.d.comb += [t for f in range(cfg.n_fsms)
-                     for t in (ist.status[f].eq(bank.ctx[f].status), ist.counts[f].eq(bank.counts[f]))]
+                     for t in (ist.status[f].eq(bank.ctx[f].status), ist.counts[f].eq(bank.counts[f]),
+                               ist.steps[f].eq(bank.offers[f].step))]
         # the registered grant becomes a unit job (jobs.py), from the granted FSM's registers
         m.submodules.jobs = jb = JobBuilder(cfg)
         js, g, gv = ist.o, bank.g_step, bank.g_view
@@ -212,13 +213,16 @@ class ControlUnit(wiring.Component):
             _wire_port(m, p, iss, ist, jb, k)
         m.d.comb += [
             jb.grant.valid.eq(js.grant.valid), jb.grant.fsm.eq(js.grant.fsm), jb.grant.ch.eq(js.grant.ch),
+            jb.take.eq(ist.take_q),
             jb.msg_count.eq(js.grant.count), jb.step.eq(g), jb.ctx.eq(bank.g_ctx), jb.ctx.status.eq(js.status),
+            # (the fields the issue stage registers override the FSM's: the same values, from flip-flops)
+            *[getattr(jb.step, n).eq(getattr(js.step, n)) for n in STEP_FIELDS],
             jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
             jb.dtype.eq(gv.dtype), jb.op.eq(gv.op), jb.null.eq(gv.null), jb.slot_count.eq(js.slot_count),
             bank.recv_count.eq(jb.recv),
             jb.seq_zero.eq(entry_of(seqr.issue.payload.cmd, "seq").null),
             table.fold.eq(jb.fold), bank.own_load.valid.eq(jb.fsm_load), bank.own_load.fsm.eq(js.grant.fsm),
-            bank.own_load.slot.eq(g.slot),
+            bank.own_load.slot.eq(js.step.slot),
         ]
         wiring.connect(m, seqr.issue, jb.seq_load)
         wiring.connect(m, jb.load_job, wiring.flipped(dp.load_job))

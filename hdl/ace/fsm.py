@@ -126,8 +126,12 @@ and every message the chunk sends from now on, is bad), ``unit_done`` (a unit re
         eff_cur_v, eff_nstep_v = Mux(granted, nstep_v, cur_v), nstep_v & ~granted
         eff_idle = (n_exec == 0) & ~issue_exec                  # nothing in flight
         m.d.comb += [self.pc.eq(pc), self.fetch.eq((st == RUN) & ~in_dec & ~eff_nstep_v & (pc != stop))]
+        # pc + 1 from a flip-flop a cycle behind pc (the pick arrives late: it only selects). It is stale only
+        # in the cycle after pc moved, when no pick can come (a pick sets in_dec; entering a phase is ADVANCE)
+        pc1 = Signal(11)
+        m.d.sync += pc1.eq(pc + 1)
         with m.If(self.picked):
-            m.d.sync += pc.eq(pc + 1)
+            m.d.sync += pc.eq(pc1)
         m.d.sync += in_dec.eq((in_dec | self.picked) & ~self.wb.valid)
 
         # the issue conditions: nothing in flight; a SEND/RECV also behind one SEND/RECV in flight on the same

@@ -176,7 +176,7 @@ class FsmBank(wiring.Component):
                 r.tag.eq(self.views[f].tag), r.chunk.eq(c.chunk), r.phase.eq(c.phase),
                 # the FSM's events: the decoder picked it / wrote its step back; its grant; its own LOAD
                 # going out now; LOADs that ended; a unit's completion; its chunk moved on
-                fsm.picked.eq(pick.valid & (pick.sel == f)),
+                fsm.picked.eq(pick.onehot[f]),
                 fsm.wb.valid.eq(wb.valid & (wb.payload.fsm == f)), fsm.wb.step.eq(wb.payload.step),
                 fsm.granted.eq(g[f]),
                 fsm.own_load.valid.eq(self.own_load.valid & (self.own_load.fsm == f)),

@@ -4,8 +4,10 @@ The grant decision (ready steps, unit and port status, credits, landing heads, o
 sets off (the job's header, the slot's count lane, credit reservations, the TX mux order entry, the FSM's own
 LOAD) were one cycle of about 56 logic levels. This stage registers the grant: the granted FSM (binary and
 one-hot), the landing channel and count lane of the header a RECV takes, the count of the step's slot (the job
-builder adds the two and writes the sum back to the FSM's count lanes), the chunk's status (a step that
-failed in the grant's cycle poisons what the chunk sends from then on, not this job) and what the job takes.
+builder adds the two and writes the sum back to the FSM's count lanes), the step's beats and slot (``STEP_FIELDS``:
+what the job builder's reservations, the TX ports' queued-beat counters, the FSMs' own-LOAD waits and the
+count lanes' write decode start from), the chunk's status (a step that failed in the grant's cycle poisons what
+the chunk sends from then on, not this job) and what the job takes.
 The job builder works from the register in the next cycle; it reads the granted step, the chunk's context and
 command view from the granted FSM's registers (:class:`~.fsmbank.FsmBank` selects them by
 the registered one-hot), because the FSM keeps its step until it sees the grant here (:mod:`.fsm`). So the
@@ -30,10 +32,14 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import CHANNEL_BITS, COUNT_BITS
 from ..common.logic import one_hot_mux
+from .decoder import step_layout
 from .issue import take_layout
 from .units import STATUS_SHAPE, _w
 
-__all__ = ["IssueStage", "grant_layout"]
+__all__ = ["IssueStage", "grant_layout", "STEP_FIELDS"]
+
+#: The fields of the granted step the stage registers (the rest the job builder reads from the FSM).
+STEP_FIELDS = ("beats", "slot")
 
 
 def grant_layout(cfg):
@@ -45,20 +51,23 @@ def grant_layout(cfg):
 
 class IssueStage(wiring.Component):
     """Registers a grant (``grant``, ``grant_oh``, what its job takes: ``take``) with the granted FSM's chunk
-    status and slot count (one of ``status`` and ``counts``, by ``grant_oh``) into ``o`` (``grant``, ``oh``,
-    ``status``, ``slot_count``), and says what the arbiter must not grant while the registered job goes out
-    (``hold_*``, from flip-flops)."""
+    status, slot count and step fields ``STEP_FIELDS`` (one of ``status``, ``counts`` and ``steps``, by
+    ``grant_oh``) into ``o`` (``grant``, ``oh``, ``status``, ``slot_count``, ``step``), and says what the arbiter
+    must not grant while the registered job goes out (``hold_*``, from flip-flops; ``take_q``: all of them)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         F, K = cfg.n_fsms, cfg.n_ports
+        sl = step_layout(cfg)
+        fields = data.StructLayout({n: sl.members[n] for n in STEP_FIELDS})
         super().__init__({
             "grant": In(grant_layout(cfg)), "grant_oh": In(F), "take": In(take_layout(cfg)),
             "status": In(data.ArrayLayout(STATUS_SHAPE, F)), "counts": In(data.ArrayLayout(COUNT_BITS, F)),
+            "steps": In(data.ArrayLayout(sl, F)),
             "o": Out(data.StructLayout({"grant": grant_layout(cfg), "oh": F, "status": STATUS_SHAPE,
-                                        "slot_count": unsigned(COUNT_BITS)})),
+                                        "slot_count": unsigned(COUNT_BITS), "step": fields})),
             "hold_fsm": Out(F), "hold_send": Out(K), "hold_recv": Out(K), "hold_order": Out(K),
-            "hold_load": Out(1), "hold_store": Out(1),
+            "hold_load": Out(1), "hold_store": Out(1), "take_q": Out(take_layout(cfg)),
         })
 
     def elaborate(self, platform):
@@ -68,6 +77,9 @@ class IssueStage(wiring.Component):
         m.d.sync += [o.grant.eq(self.grant), o.oh.eq(self.grant_oh), take.eq(self.take),
                      o.status.eq(one_hot_mux([(self.grant_oh[f], Value.cast(self.status[f])) for f in range(F)])),
                      o.slot_count.eq(one_hot_mux([(self.grant_oh[f], self.counts[f]) for f in range(F)]))]
-        m.d.comb += [self.hold_fsm.eq(o.oh), self.hold_send.eq(take.send), self.hold_recv.eq(take.recv),
+        m.d.sync += [getattr(o.step, n).eq(one_hot_mux([(self.grant_oh[f], getattr(self.steps[f], n))
+                                                        for f in range(F)])) for n in STEP_FIELDS]
+        m.d.comb += [self.take_q.eq(take), self.hold_fsm.eq(o.oh), self.hold_send.eq(take.send),
+                     self.hold_recv.eq(take.recv),
                      self.hold_order.eq(take.order), self.hold_load.eq(take.load), self.hold_store.eq(take.store)]
         return m

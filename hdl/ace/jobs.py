@@ -25,7 +25,7 @@ from ...sim.golden.program import StepOp
 from ..common.layouts import CHANNEL_BITS, COUNT_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
 from .decoder import step_layout
 from .fsm import fsm_context_layout
-from .issue import channel_of
+from .issue import channel_of, take_layout
 from .link import reserve_layout
 from .units import _w, job_layouts
 
@@ -35,9 +35,10 @@ __all__ = ["JobBuilder"]
 class JobBuilder(wiring.Component):
     """Unit jobs for the step granted this cycle (see the module docstring).
 
-    Inputs: ``grant`` (valid, FSM, landing channel), the granted FSM's ``step`` and ``ctx``, the fields of its
-    command it needs (``rank``, ``tag``, ``dtype``, ``op``, ``null``), the granted slot's count (``slot_count``), the
-    count of the message a RECV takes (``msg_count``) and the load sequencer's LOAD (``seq_load``: taken when
+    Inputs: ``grant`` (valid, FSM, landing channel), what the granted step takes (``take``: its unit, order
+    queue and reservation port, as the issue stage registered it), the granted FSM's ``step`` and ``ctx``, the
+    fields of its command it needs (``rank``, ``tag``, ``dtype``, ``op``, ``null``), the granted slot's count
+    (``slot_count``), the count of the message a RECV takes (``msg_count``) and the load sequencer's LOAD (``seq_load``: taken when
     the load unit takes a job and no FSM LOAD goes; ``seq_zero``). Outputs: the job streams (valid in the cycle
     after a grant, which the issue arbiter gives only when the unit will take the job then), reservations and
     order entries, and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
@@ -50,6 +51,7 @@ class JobBuilder(wiring.Component):
         order = data.StructLayout({"valid": 1, "src": range(1 + K), "empty": 1})
         super().__init__({
             "grant": In(data.StructLayout({"valid": 1, "fsm": _w(cfg.n_fsms), "ch": unsigned(CHANNEL_BITS)})),
+            "take": In(take_layout(cfg)),
             "step": In(step_layout(cfg)), "ctx": In(fsm_context_layout(cfg)),
             "rank": In(9), "tag": In(16), "dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE), "null": In(1),
             "slot_count": In(COUNT_BITS), "msg_count": In(COUNT_BITS),
@@ -67,10 +69,9 @@ class JobBuilder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        g, c, gr = self.step, self.ctx, self.grant
-        real = gr.valid & ~g.noop                    # a no-op step takes a grant but no unit
-        send, recv = real & (g.op == StepOp.SEND), real & (g.op == StepOp.RECV)
-        load, store = real & (g.op == StepOp.LOAD), real & (g.op == StepOp.STORE)
+        g, c, gr, tk = self.step, self.ctx, self.grant, self.take
+        # which unit takes the job, from flip-flops (a no-op step takes a grant but no unit)
+        recv, load, store = tk.recv.any(), tk.load, tk.store
 
         # headers: the one a SEND or forward sends, the one a RECV expects; the count lane
         new_count = Signal(COUNT_BITS)
@@ -94,17 +95,15 @@ class JobBuilder(wiring.Component):
             return [port.valid.eq(valid)] + [getattr(port.payload, name).eq(v) for name, v in fields]
 
         for k in range(cfg.n_ports):
-            here = g.port == k
-            m.d.comb += job(self.send_job[k], send & here, common + [("hdr", out)])
-            m.d.comb += job(self.recv_job[k], recv & here, common + [
+            m.d.comb += job(self.send_job[k], tk.send[k], common + [("hdr", out)])
+            m.d.comb += job(self.recv_job[k], tk.recv[k], common + [
                 ("reduce", g.reduce), ("dtype", self.dtype), ("op", self.op), ("fwd", g.fwd),
                 ("fwd_port", g.fwd_port), ("ch", gr.ch), ("exp", exp), ("fwd_hdr", out)])
             # a whole message's credits are reserved at the grant, and the port's TX mux learns its place
-            res = (send & here) | (recv & g.fwd & (g.fwd_port == k))
             m.d.comb += [
-                self.reserve[k].valid.eq(res), self.reserve[k].vc.eq(channel_of(cfg, gr.fsm, g.peer)),
+                self.reserve[k].valid.eq(tk.order[k]), self.reserve[k].vc.eq(channel_of(cfg, gr.fsm, g.peer)),
                 self.reserve[k].beats.eq(g.beats),
-                self.order[k].valid.eq(res), self.order[k].src.eq(Mux(send & here, 0, 1 + g.port)),
+                self.order[k].valid.eq(tk.order[k]), self.order[k].src.eq(Mux(tk.send[k], 0, 1 + g.port)),
                 self.order[k].empty.eq(g.beats == 0),
             ]
         m.d.comb += job(self.store_job, store, common + memory)

@@ -44,7 +44,14 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
             seq = {"fsm": 1, "cmd": 2, "buf": 3, "sram_addr": 4, "beats": 5, "addr": 6, "nbytes": 7, "slot": 1,
                    "zero": 0}
             seq_valid, seq_zero, load_ready = rng.randrange(2), rng.randrange(2), rng.randrange(2)
-            for name, v in (("step", step), ("ctx", c), ("grant", grant), ("slot_count", slot_count),
+            # what the step takes, as the issue stage registers it from the arbiter (zero without a grant)
+            take = {"send": 0, "recv": 0, "order": 0, "load": 0, "store": 0}
+            if grant["valid"] and not step["noop"]:
+                bit = 1 << step["port"]
+                take.update(send=bit * (op == StepOp.SEND), recv=bit * (op == StepOp.RECV),
+                            load=int(op == StepOp.LOAD), store=int(op == StepOp.STORE))
+                take["order"] = take["send"] | ((1 << step["fwd_port"]) * (op == StepOp.RECV and step["fwd"]))
+            for name, v in (("step", step), ("ctx", c), ("grant", grant), ("take", take), ("slot_count", slot_count),
                             ("msg_count", msg_count), ("seq_zero", seq_zero), *e.items()):
                 ctx.set(getattr(dut, name), v)
             ctx.set(dut.seq_load.payload, seq)

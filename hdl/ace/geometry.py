@@ -120,7 +120,8 @@ def geometry_layout(cfg):
 
     ``m`` sub-blocks per segment, ``m_shift`` = floor(log2 m) and ``m_pow2`` (m is a power of two: then block
     ``b`` is segment ``b >> m_shift``, sub-block ``b & (m - 1)``); ``seg_chunk_beats`` per-segment beats of a
-    full chunk; ``e_elems`` its elements (E); ``n_chunks``; ``q_full``/``rem_full`` = divmod(seg_chunk_beats,
+    full chunk; ``e_elems`` its elements (E); ``n_chunks`` and ``last_chunk`` = n_chunks - 1 (a block
+    lookup compares a chunk with it instead of adding 1 first); ``q_full``/``rem_full`` = divmod(seg_chunk_beats,
     m) (beat split of a full chunk); ``last_bytes`` per-segment bytes of the last chunk and
     ``q_last``/``rem_last`` = divmod(ceil(last_bytes / W), m); ``slot_beats`` = ceil(seg_chunk_beats / m),
     the largest block (golden ``slot_bytes / W``).
@@ -133,6 +134,7 @@ def geometry_layout(cfg):
         "seg_chunk_beats": unsigned(_BEAT_BITS),
         "e_elems": unsigned(wide),
         "n_chunks": unsigned(_CHUNK_BITS + 1),
+        "last_chunk": unsigned(_CHUNK_BITS + 1),
         "q_full": unsigned(_BEAT_BITS),
         "rem_full": unsigned(_BLOCK_BITS),
         "last_bytes": unsigned(wide),
@@ -286,7 +288,7 @@ class CommandGeometry(wiring.Component):
                             ]
                         with m.Case(2):
                             m.d.sync += [
-                                g.n_chunks.eq(n_chunks),
+                                g.n_chunks.eq(n_chunks), g.last_chunk.eq(n_chunks - 1),
                                 g.last_bytes.eq(Mux(tail != 0, tail << eshift, g.seg_chunk_beats << wb)),
                                 # not a second reason when seg_chunk_beats == 0 made the quotient all ones
                                 err.too_many_chunks.eq((n_chunks > MAX_CHUNKS) & ~div.div_zero),
@@ -372,7 +374,7 @@ class BlockGeometry(wiring.Component):
                   chunk=_CHUNK_BITS, scb=_BEAT_BITS, count=_COUNT_BITS, eshift=2, in_base=A, out_base=A,
                   in_seg=1, out_seg=1)
         is_last = Signal()
-        m.d.comb += is_last.eq(self.chunk + 1 == g.n_chunks)
+        m.d.comb += is_last.eq(self.chunk == g.last_chunk)
         m.d.sync += [
             r1["is_last"].eq(is_last),
             r1["q"].eq(Mux(is_last, g.q_last, g.q_full)),

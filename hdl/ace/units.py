@@ -509,6 +509,7 @@ class LoadSequencer(wiring.Component):
         pc = Signal(11)
         word = Signal(64)
         geo_wait = Signal(range(max(2, self.GEO_LATENCY)))
+        sram_addr = Signal.like(self.issue.payload.sram_addr)   # the slot's place: multiplied while geometry runs
         fields = {name: (lsb, width) for name, lsb, width in FIELDS}
 
         def field(name):
@@ -523,7 +524,7 @@ class LoadSequencer(wiring.Component):
             self.issue.payload.cmd.eq(cur.cmd),
             self.issue.payload.buf.eq(cur.buf),
             self.issue.payload.slot.eq(field("slot")),
-            self.issue.payload.sram_addr.eq(field("slot") * self.slot_beats),
+            self.issue.payload.sram_addr.eq(sram_addr),
             self.issue.payload.beats.eq(self.geo_beats),
             self.issue.payload.addr.eq(self.geo_addr),
             self.issue.payload.nbytes.eq(self.geo_nbytes),
@@ -546,7 +547,7 @@ class LoadSequencer(wiring.Component):
                 m.next = "GEO"
             with m.State("GEO"):         # the block's geometry is BlockGeometry.LATENCY cycles away
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += geo_wait.eq(geo_wait - 1)
+                m.d.sync += [geo_wait.eq(geo_wait - 1), sram_addr.eq(field("slot") * self.slot_beats)]
                 with m.If(geo_wait == 0):
                     m.next = "ISSUE"
             with m.State("ISSUE"):

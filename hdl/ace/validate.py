@@ -221,7 +221,7 @@ class DescriptorValidator(wiring.Component):
         g = Signal.like(self.geom)
         m.d.comb += g.eq(self.geom)
         with m.If(barrier):
-            m.d.comb += [g.n_chunks.eq(1), g.last_bytes.eq(0), g.q_last.eq(0), g.rem_last.eq(0)]
+            m.d.comb += [g.n_chunks.eq(1), g.last_chunk.eq(0), g.last_bytes.eq(0), g.q_last.eq(0), g.rem_last.eq(0)]
 
         def one_of(value, choices):
             return Cat(*[value == c for c in choices]).any()

@@ -121,6 +121,7 @@ def expected_geometry(cfg, d):
     return {
         "m": m, "m_shift": m.bit_length() - 1, "m_pow2": int(pow2),
         "seg_chunk_beats": scb, "e_elems": d.segment_chunk_elems, "n_chunks": d.n_chunks,
+        "last_chunk": d.n_chunks - 1,
         "q_full": q_full, "rem_full": rem_full, "last_bytes": last_bytes, "q_last": q_last,
         "rem_last": rem_last, "slot_beats": d.slot_bytes // W,
     }

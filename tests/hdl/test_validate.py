@@ -72,7 +72,7 @@ def model(cfg, c):
         in_place_ok = not uses_src or not uses_dst or d["dst"] == d["src"]
     emask = (1 << eshift) - 1
     if barrier:
-        g.update(n_chunks=1, last_bytes=0, q_last=0, rem_last=0)
+        g.update(n_chunks=1, last_chunk=0, last_bytes=0, q_last=0, rem_last=0)
     sb = g["slot_beats"]
     failed = {
         "fetch_err": c["fetch_err"],

@@ -182,7 +182,6 @@ class ControlUnit(wiring.Component):
             pmem.dec_imem_addr.eq(dec.imem_addr), dec.imem_data.eq(pmem.dec_imem_data),
             pmem.dec_route_addr.eq(dec.route_addr), dec.route_data.eq(pmem.dec_route_data),
             dec.e1.eq(entry_of(dec.e1_cmd, "dec1")),
-            dec.e3.eq(entry_of(dec.e3_cmd, "dec3")),
             dec.loading.eq(bufs.loading[dec.loading_buf]),
         ]
         # the illegal-step report a cycle late (the decoder's legality compare reads the command entry): the
@@ -278,7 +277,7 @@ class ControlUnit(wiring.Component):
 
 
 #: The shared readers of the command table's entries, one combinational lookup each.
-_LOOKUPS = ("load", "dispatch", "dec1", "dec3", "seq", "deposit")
+_LOOKUPS = ("load", "dispatch", "dec1", "seq", "deposit")
 
 
 def _count(cnt, bank, iss, ist, disp, pm):

@@ -81,8 +81,9 @@ class StepDecoder(wiring.Component):
         A synchronous read port of the instruction memory: the word of ``imem_addr`` arrives the next cycle.
     route_addr : Out(16), route_data : In(4)
         Same for the routing table (bit 3: the entry is valid).
-    e1_cmd/e1, e3_cmd/e3 : Out(cmd), In(cmd_entry_layout)
-        Combinational command-table lookups of stages 1 (communicator and geometry) and 3.
+    e1_cmd/e1 : Out(cmd), In(cmd_entry_layout)
+        The combinational command-table lookup of stage 1 (communicator, geometry, slot size and count: the
+        last stage reads none of the entry).
     loading_buf : Out(buf), loading : In(NMASK)
         Combinational: the slots of the stage-3 buffer with a LOAD outstanding.
     o : Out(stream(decoded_layout), always_ready)
@@ -101,7 +102,6 @@ class StepDecoder(wiring.Component):
             "imem_addr": Out(10), "imem_data": In(64),
             "route_addr": Out(16), "route_data": In(4),
             "e1_cmd": Out(cmd), "e1": In(entry),
-            "e3_cmd": Out(cmd), "e3": In(entry),
             "loading_buf": Out(sram_read_layout(cfg).members["buf"]), "loading": In(self.nmask),
             "o": Out(stream.Signature(decoded_layout(cfg), always_ready=True)),
         })
@@ -134,16 +134,21 @@ class StepDecoder(wiring.Component):
             geo.chunk.eq(s1.chunk), geo.block.eq(_field(w1, "block")), geo.in_base.eq(e1.src),
             geo.out_base.eq(e1.dst), geo.in_seg.eq(e1.in_seg), geo.out_seg.eq(e1.out_seg),
         ]
-        m.d.sync += [s2.eq(s1), w2.eq(w1)]
-        # stage 2 on: the ROUTE entry arrives; the step's context waits beside the geometry's pipeline
-        prev = (s2, w2, self.route_data)
+        sb2, ns2 = Signal.like(e1.geom.slot_beats), Signal.like(e1.n_slots)
+        m.d.sync += [s2.eq(s1), w2.eq(w1), sb2.eq(e1.geom.slot_beats), ns2.eq(e1.n_slots)]
+        # stage 2 on: the ROUTE entry arrives; the step's context waits beside the geometry's pipeline, with the
+        # slot's SRAM address and range check (from the command's slot size and count, taken at stage 1)
+        sa2, bad2 = Signal(self.o.payload.step.sram_addr.shape()), Signal()
+        m.d.comb += [sa2.eq(_field(w2, "slot") * sb2), bad2.eq(_field(w2, "slot") >= ns2)]
+        prev = (s2, w2, self.route_data, sa2, bad2)
         for i in range(geo.LATENCY - 2):
-            nxt = (Signal(ctx, name=f"g{i}_ctx"), Signal(64, name=f"g{i}_word"), Signal(4, name=f"g{i}_route"))
+            nxt = (Signal(ctx, name=f"g{i}_ctx"), Signal(64, name=f"g{i}_word"), Signal(4, name=f"g{i}_route"),
+                   Signal.like(sa2, name=f"g{i}_sram_addr"), Signal(name=f"g{i}_bad_slot"))
             m.d.sync += [a.eq(b) for a, b in zip(nxt, prev)]
             prev = nxt
-        m.d.sync += [a.eq(b) for a, b in zip((s3, w3, route3), prev)]
+        sa3, bad3 = Signal.like(sa2), Signal()
+        m.d.sync += [a.eq(b) for a, b in zip((s3, w3, route3, sa3, bad3), prev)]
         # stage 3: the step
-        e3 = self.e3
         w = w3
         op = _field(w, "op")
         slot = _field(w, "slot")
@@ -153,11 +158,10 @@ class StepDecoder(wiring.Component):
         out = self.o.payload
         st = out.step
         m.d.comb += [
-            self.e3_cmd.eq(s3.cmd),
             self.loading_buf.eq(s3.buf),
             illegal.eq(~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE)
                          | is_put)
-                       | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K) | (slot >= e3.n_slots)
+                       | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K) | bad3
                        | (emits & (route3[3] == 0))),
             self.o.valid.eq(s3.v),
             out.fsm.eq(s3.fsm), out.cmd.eq(s3.cmd), out.buf.eq(s3.buf), out.word_lo.eq(w[:32]),
@@ -176,7 +180,7 @@ class StepDecoder(wiring.Component):
             st.beats.eq(geo.beats),
             # LOAD reads the block's input range, STORE writes its output range
             st.addr.eq(Mux(op == StepOp.STORE, geo.out_addr, geo.in_addr)),
-            st.sram_addr.eq(slot * e3.geom.slot_beats),
+            st.sram_addr.eq(sa3),
             st.illegal.eq(illegal),
             st.noop.eq(illegal | (((op == StepOp.LOAD) | (op == StepOp.STORE)) & (geo.nbytes == 0))),
             st.wait.eq(~st.noop & (op != StepOp.LOAD) & self.loading.bit_select(slot[:sbits], 1)),

@@ -42,11 +42,10 @@ class DecoderBench(Elaboratable):
         ip, rp = imem.read_port(), route.read_port()
         m.d.comb += [ip.addr.eq(dec.imem_addr), dec.imem_data.eq(ip.data),
                      rp.addr.eq(dec.route_addr), dec.route_data.eq(rp.data)]
-        for sel, out in ((dec.e1_cmd, dec.e1), (dec.e3_cmd, dec.e3)):
-            with m.Switch(sel):
-                for i, e in enumerate(self.entries):
-                    with m.Case(i):
-                        m.d.comb += out.eq(e)
+        with m.Switch(dec.e1_cmd):
+            for i, e in enumerate(self.entries):
+                with m.Case(i):
+                    m.d.comb += dec.e1.eq(e)
         with m.Switch(dec.loading_buf):
             for b, mask in enumerate(self.loading):
                 with m.Case(b):

@@ -118,6 +118,9 @@ class TxPort(wiring.Component):
         offset = Signal(LENGTH_BITS)
         crc = Signal(32)
         stomp = Signal()            # a beat of the packet so far was poisoned
+        # the latched message's current packet is its last (offset + packet >= length), in a flip-flop: the
+        # header word, which the CRC covers, does not wait for an add and a compare
+        pkt_last = Signal()
 
         # The flit being formed: from the latched message, or straight from `msg` when idle so that the first
         # flit does not wait a cycle for the header to be latched.
@@ -155,7 +158,7 @@ class TxPort(wiring.Component):
         m.d.comb += [
             hw.eq(h),
             hw.offset.eq(off_c),
-            hw.last.eq(off_c + pb >= h.length),
+            hw.last.eq(Mux(active, pkt_last, pb >= length)),     # (a new message starts at offset 0)
         ]
 
         # Zero the bytes of the message's last beat beyond its length.
@@ -194,7 +197,7 @@ class TxPort(wiring.Component):
 
         def start(hdr):
             return [cur.eq(hdr), active.eq(1), idle.eq(0), rem.eq(ceil_beats(hdr.length, w)), pkt_beat.eq(0),
-                    offset.eq(0), rem_one.eq((hdr.length != 0) & (hdr.length <= w)), rem_many.eq(hdr.length > w)]
+                    offset.eq(0), pkt_last.eq(pb >= hdr.length), rem_one.eq((hdr.length != 0) & (hdr.length <= w)), rem_many.eq(hdr.length > w)]
 
         load = self.msg.valid & self.msg.ready
         with m.If(go & ~finishing):                 # more than one beat was left
@@ -206,6 +209,7 @@ class TxPort(wiring.Component):
                 rem_many.eq(Mux(active, rem > 2, length > 2 * w)),
                 pkt_beat.eq(Mux(last_flit, 0, pkt_c + 1)),
                 offset.eq(Mux(last_flit, off_c + pb, off_c)),
+                pkt_last.eq(Mux(last_flit, off_c + 2 * pb >= h.length, hw.last)),
                 crc.eq(crc_after),
             ]
             with m.If(~active):                     # the first flit went out straight from `msg`

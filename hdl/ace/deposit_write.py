@@ -76,6 +76,7 @@ class DepositWriter(wiring.Component):
         m = Module()
         job = Signal(deposit_job_layout(self.cfg))
         count = Signal(16)
+        last_beat = Signal(17)           # job.beats - 1, taken with the job: the last beat is a compare, no add
         crc = Signal()                   # the landing channel flagged an error when the header was popped
         rd_err = Signal()
         land, wr_data = self.land, self.wr_data
@@ -88,7 +89,8 @@ class DepositWriter(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.job.ready.eq(1)
                 with m.If(self.job.valid):
-                    m.d.sync += [job.eq(self.job.payload), count.eq(0), crc.eq(0), rd_err.eq(0)]
+                    m.d.sync += [job.eq(self.job.payload), count.eq(0), crc.eq(0), rd_err.eq(0),
+                                 last_beat.eq(self.job.payload.beats - 1)]
                     with m.If(self.job.payload.src == DepositSource.DRAIN):
                         m.next = "DRAIN"
                     with m.Else():
@@ -102,7 +104,7 @@ class DepositWriter(wiring.Component):
                     with m.Else():
                         m.next = "WDATA"
             with m.State("WDATA"):       # landing buffer -> writer
-                last = count + 1 == job.beats
+                last = count == last_beat
                 m.d.comb += [self.hold.eq(1), wr_data.valid.eq(land.valid), wr_data.payload.data.eq(land.payload),
                              wr_data.payload.last.eq(last), land.ready.eq(wr_data.ready)]
                 with m.If(land.valid & wr_data.ready):
@@ -128,7 +130,7 @@ class DepositWriter(wiring.Component):
                 m.d.comb += [self.hold.eq(1), land.ready.eq(count != job.beats)]
                 with m.If(land.valid & (count != job.beats)):
                     m.d.sync += count.eq(count + 1)
-                with m.If((count == job.beats) | ((count + 1 == job.beats) & land.valid)):
+                with m.If((count == job.beats) | ((count == last_beat) & land.valid)):
                     pop_header()
                     m.d.comb += [self.done.valid.eq(1),
                                  self.done.status.eq(Mux(self.ch_err, Status.LINK_CRC, Status.OK))]

@@ -184,7 +184,7 @@ class ControlUnit(wiring.Component):
             dec.e1.eq(entry_of(dec.e1_cmd, "dec1")),
             dec.loading.eq(bufs.loading[dec.loading_buf]),
         ]
-        # the illegal-step report a cycle late (the decoder's legality compare reads the command entry): the
+        # the illegal-step report a cycle late (off the decoder's last stage, where the legality is decided): the
         # step retires at its grant, cycles after this, so its command cannot finish without the report
         ill_v, ill_cmd, ill_word = Signal(), Signal.like(dec.o.payload.cmd), Signal(32)
         m.d.sync += [ill_v.eq(dec.o.valid & dec.o.payload.step.illegal), ill_cmd.eq(dec.o.payload.cmd),

@@ -17,8 +17,8 @@ grant, when the FSM's next step cannot be granted; the buffer's loading mask sho
 
 The FSM learns of a grant a cycle late, from the issue stage's register (``granted``: the step it offered last
 cycle was granted and its job goes out now). It keeps the granted step in ``step`` through that cycle, so the
-job builder reads the step, the chunk's context and its slot count from the FSM's own registers, and takes its
-next step at the end of it. In that cycle the FSM offers nothing (it could not be granted twice in a row
+job builder reads the step and the chunk's context from the FSM's own registers, and takes its next step at the
+end of it. In that cycle the FSM offers nothing (it could not be granted twice in a row
 anyway: its next step may need the landing header or credits the job is taking), and what it tells the rest
 of the engine - decode requests, phase end, ``gap`` - is computed as if the step had left at the grant, so
 that a grant is decided by the arbiter and ends at the issue stage's register, not in every FSM's step
@@ -69,16 +69,15 @@ def fsm_context_layout(cfg):
 class ChunkFsm(wiring.Component):
     """One FSM (see the module docstring).
 
-    Ports: ``chunk`` (from its chunk queue), ``view_addr``/``view`` (a read port of the command table's view
-    memory: the FSM addresses its next chunk's command, the row comes back a cycle later and stays while the
-    FSM holds the chunk),
-    ``fetch``/``picked``/``pc`` (a decode request and the decoder taking it), ``wb`` (a decoded step coming
-    back), ``offer`` (the current step for the issue arbiter: ``ready`` if no hazard stops it, ``behind`` if a
-    step is in flight), ``granted`` (the step offered last cycle was granted), ``own_load`` (this FSM's LOAD of ``slot`` goes to the load unit now), ``filled``
-    (LOADs that ended this cycle, any buffer), ``load_err`` (a LOAD into ``buf`` ended with an error: its data,
-and every message the chunk sends from now on, is bad), ``unit_done`` (a unit retired one of this FSM's SEND/RECV),
-    ``at_end``/``move`` (the phase is done and more follow / the chunk moved on), ``state``, ``ctx``, ``gap``
-    (the FSM had nothing to offer: a cycle of the STEP_GAP counter).
+    Ports: ``chunk`` (from its chunk queue), ``view_addr``/``view`` (a read port of the command table's view memory:
+    the FSM addresses its next chunk's command, the row comes back a cycle later and stays while the FSM holds the
+    chunk), ``fetch``/``picked``/``pc`` (a decode request and the decoder taking it), ``wb`` (a decoded step coming
+    back), ``offer`` (the current step for the issue arbiter: ``ready`` if no hazard stops it, ``behind`` if a step
+    is in flight), ``granted`` (the step offered last cycle was granted), ``own_load`` (this FSM's LOAD of ``slot``
+    goes to the load unit now), ``filled`` (LOADs that ended this cycle, any buffer), ``load_err`` (a LOAD into
+    ``buf`` ended with an error: its data, and every message the chunk sends from now on, is bad), ``unit_done`` (a
+    unit retired one of this FSM's SEND/RECV), ``at_end``/``move`` (the phase is done and more follow / the chunk
+    moved on), ``state``, ``ctx``, ``gap`` (the FSM had nothing to offer: a cycle of the STEP_GAP counter).
     """
 
     def __init__(self, cfg):

@@ -35,13 +35,13 @@ __all__ = ["JobBuilder"]
 class JobBuilder(wiring.Component):
     """Unit jobs for the step granted this cycle (see the module docstring).
 
-    Inputs: ``grant`` (valid, FSM, landing channel), what the granted step takes (``take``: its unit, order
-    queue and reservation port, as the issue stage registered it), the granted FSM's ``step`` and ``ctx``, the
-    fields of its command it needs (``rank``, ``tag``, ``dtype``, ``op``, ``null``), the granted slot's count
-    (``slot_count``), the count of the message a RECV takes (``msg_count``) and the load sequencer's LOAD (``seq_load``: taken when
-    the load unit takes a job and no FSM LOAD goes; ``seq_zero``). Outputs: the job streams (valid in the cycle
-    after a grant, which the issue arbiter gives only when the unit will take the job then), reservations and
-    order entries, and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
+    Inputs: ``grant`` (valid, FSM, landing channel), what the granted step takes (``take``: its unit, order queue
+    and reservation port, as the issue stage registered it), the granted FSM's ``step`` and ``ctx``, the fields of
+    its command it needs (``rank``, ``tag``, ``dtype``, ``op``, ``null``), the granted slot's count
+    (``slot_count``), the count of the message a RECV takes (``msg_count``) and the load sequencer's LOAD
+    (``seq_load``: taken when the load unit takes a job and no FSM LOAD goes; ``seq_zero``). Outputs: the job
+    streams (valid in the cycle after a grant, which the issue arbiter gives only when the unit will take the job
+    then), reservations and order entries, and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
     """
 
     def __init__(self, cfg):

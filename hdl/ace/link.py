@@ -197,7 +197,8 @@ class TxPort(wiring.Component):
 
         def start(hdr):
             return [cur.eq(hdr), active.eq(1), idle.eq(0), rem.eq(ceil_beats(hdr.length, w)), pkt_beat.eq(0),
-                    offset.eq(0), pkt_last.eq(pb >= hdr.length), rem_one.eq((hdr.length != 0) & (hdr.length <= w)), rem_many.eq(hdr.length > w)]
+                    offset.eq(0), pkt_last.eq(pb >= hdr.length), rem_one.eq((hdr.length != 0) & (hdr.length <= w)),
+                    rem_many.eq(hdr.length > w)]
 
         load = self.msg.valid & self.msg.ready
         with m.If(go & ~finishing):                 # more than one beat was left

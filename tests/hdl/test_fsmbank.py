@@ -1,6 +1,7 @@
 """FsmBank in Amaranth's simulator: chunks enqueued for random FSMs, the testbench playing the decoder (a
-picked request comes back three cycles later), the issue arbiter and stage (grant a random ready FSM, a cycle late), the SEND unit
-(retires SENDs by FSM after random delays) and the partition manager (moves chunks on at random).
+picked request comes back three cycles later), the issue arbiter and stage (grant a random ready FSM, a cycle
+late), the SEND unit (retires SENDs by FSM after random delays) and the partition manager (moves chunks on at
+random).
 
 Checked: every request the decoder gets carries the picked FSM's own chunk and pc (which of the FSMs asking for a
 step is picked is OldestPick's, tested in test_arbiter.py); the age matrix is the one of the FSMs' chunks in every

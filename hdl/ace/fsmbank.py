@@ -10,9 +10,8 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
   ``StepDecoder.LATENCY`` cycles later (``dec_wb``) to the FSM it names.
 - Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``). The
   grant comes back a cycle later from the issue stage's register (``grant``), when its job goes out: the
-  granted FSM still holds the step, so its step, context, view and its step's slot count are selected for the
-  job builder from the FSM's registers (``g_step``, ``g_ctx``, ``g_view``); an FSM's own LOAD reaches it then
-  too (``own_load``). The count of each FSM's current step's slot (``counts``) goes to the issue stage, which
+  granted FSM still holds the step, so its step, context and view are selected for the job builder from the
+  FSM's registers (``g_step``, ``g_ctx``, ``g_view``); an FSM's own LOAD reaches it then too (``own_load``). The count of each FSM's current step's slot (``counts``) goes to the issue stage, which
   registers the granted one's: the job builder adds it to a message's count, and that sum is written back to
   the count lanes in the same cycle.
 - Count lanes: each FSM's chunk's slot counts (:class:`~.slotcount.SlotCounts`), cleared when it takes a chunk

@@ -6,7 +6,8 @@ at its head, header-valid bit, fill levels), so the deposit unit's decisions sta
 the RX ports' header FIFOs through a ``n_ports * n_channels``-way mux. From the stage: whether the head is a
 complete PUT message (header valid, ``put`` set, every payload beat landed), whether the channel is *full* (it
 cannot take another message of the largest size, or its header FIFO is full: the sender would wait), and the
-lowest live command with the message's tag (``hit``/``cmd``, looked up in the command table as it is now).
+lowest live command with the message's tag (``hit``/``cmd``, looked up as the header enters the stage, in the
+command table of that cycle, and kept if that command is still live).
 
 A snapshot a cycle old is safe to act on: a complete PUT message stays at its channel's head with every beat
 until the deposit unit itself pops it (the pop moves the header FIFO's read pointer at the clock edge, and the
@@ -84,23 +85,28 @@ class LandingScan(wiring.Component):
         cptr = Signal(range(K * n))
         m.d.sync += cptr.eq(Mux(cptr == K * n - 1, 0, cptr + 1))
         # the stage: the channel under the pointer and its state, as of this cycle
+        nxt = Signal(packet_header_layout())
         head_v = Signal()
         level = Signal(exact_log2(lb) + 1)
         hlevel = Signal(exact_log2(nh) + 1)
-        m.d.sync += [self.port.eq(cptr // n if K > 1 else 0), self.ch.eq(cptr % n)]
+        m.d.sync += [self.port.eq(cptr // n if K > 1 else 0), self.ch.eq(cptr % n), self.head.eq(nxt)]
         with m.Switch(cptr):
             for k in range(K):
                 for c in range(n):
                     with m.Case(k * n + c):
-                        m.d.sync += [self.head.eq(self.heads[k][c]), head_v.eq(self.hdr_valid[k][c]),
-                                     level.eq(self.levels[k][c]), hlevel.eq(self.hdr_levels[k][c])]
-        head = self.head
-        head_beats = (head.length + W - 1) >> exact_log2(W)
-        hit, cmd = command_lookup(m, head.tag, self.cmd_tag, self.cmd_live, "head")
+                        m.d.comb += nxt.eq(self.heads[k][c])
+                        m.d.sync += [head_v.eq(self.hdr_valid[k][c]), level.eq(self.levels[k][c]),
+                                     hlevel.eq(self.hdr_levels[k][c])]
+        # what depends on the header alone goes into the stage with it: its payload beats, and the command
+        # lookup (against the tags and live bits of that cycle; a command live in both cycles kept its tag, as
+        # a slot's tag is written only while the slot is free, so the lookup stands if its command is still
+        # live: one posted in between is found a lap later, as one posted a cycle late always was)
+        hit_n, cmd_n = command_lookup(m, nxt.tag, self.cmd_tag, self.cmd_live, "next")
+        hit_q = Signal()
+        m.d.sync += [self.beats.eq((nxt.length + W - 1) >> exact_log2(W)), hit_q.eq(hit_n), self.cmd.eq(cmd_n)]
         m.d.comb += [
-            self.beats.eq(head_beats),
-            self.complete.eq(head_v & head.put & (level >= head_beats)),
+            self.complete.eq(head_v & self.head.put & (level >= self.beats)),
             self.full.eq(((lb - level) < mmb) | (hlevel >= nh)),
-            self.hit.eq(hit), self.cmd.eq(cmd),
+            self.hit.eq(hit_q & self.cmd_live.bit_select(self.cmd, 1)),
         ]
         return m

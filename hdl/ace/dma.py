@@ -115,7 +115,8 @@ class _BurstSplitter(wiring.Component):
             burst.valid.eq(left != 0),
             burst.payload.addr.eq(addr),
             burst.payload.len.eq(n - 1),
-            burst.payload.last.eq(n == left),
+            # n == left, decided from the clamps, not from their minimum (the run hand-over waits on it)
+            burst.payload.last.eq((left <= cfg.dma_max_burst) & (left <= to_page)),
             self.run.ready.eq((left == 0) | (burst.ready & burst.payload.last)),
         ]
         with m.If(burst.valid & burst.ready):
@@ -154,7 +155,10 @@ def _split_command(m, cfg, cmd_in, splitter, meta_fifo):
     cmd = cmd_slice.o
     c = cmd.payload
     off = c.addr[:lw]
-    axi_beats = (off + c.length + (w - 1))[lw:]
+    # (off + length + W - 1) // W as the length's whole beats plus the 0-2 beats its low part and the offset
+    # carry in: a short increment into the splitter's beat counter instead of a full-width three-input add
+    carry = (off + c.length[:lw] + (w - 1))[lw:]
+    axi_beats = c.length[lw:] + carry
     stream_beats = (c.length + (w - 1))[lw:]
     meta = _meta_layout(cfg)(meta_fifo.w_data)
     meta_done, run_done = Signal(name="meta_done"), Signal(name="run_done")   # this command's side taken

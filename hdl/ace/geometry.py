@@ -25,6 +25,7 @@ by the sub-block index and two address multiplies.
 from amaranth.hdl import Cat, Const as C, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for
 
 __all__ = ["SeqDivider", "geometry_layout", "geometry_error_layout", "CommandGeometry", "BlockGeometry",
            "slot_offset", "MAX_CHUNKS"]
@@ -323,8 +324,10 @@ class BlockGeometry(wiring.Component):
 
     Stages (each ends in registers; about one adder, compare or multiply deep, for a 1 GHz-class clock):
 
-    1. last chunk?; the full or last chunk's beat split (q, rem) and bytes; segment and sub-block (shifts)
-    2. the three products: sub * q, chunk * seg_chunk_beats, segment * count; min(sub, rem)
+    1. last chunk?; the full or last chunk's beat split (q, rem) and bytes; segment and sub-block (shifts); a
+       segment's bytes (count << elem_shift)
+    2. the three products: sub * q, chunk * seg_chunk_beats, segment * segment bytes (each beat count and the
+       segment only as wide as the configuration's ``chunk_beats`` allows); min(sub, rem)
     3. the sub-block's first beat and end beat; each buffer's base plus segment and chunk offsets
     4. clip both ends to the chunk's bytes; size, beats and the two addresses
     """
@@ -371,8 +374,7 @@ class BlockGeometry(wiring.Component):
         # m is a power of two whenever S > 1 (else CommandGeometry reports bad); with S == 1 every b < m
         # gives segment 0 and sub-block b either way.
         r1 = regs("s1", is_last=1, q=_BEAT_BITS, rem=_BLOCK_BITS, cb=cbw, seg=_SEGMENT_BITS, sub=_BLOCK_BITS,
-                  chunk=_CHUNK_BITS, scb=_BEAT_BITS, count=_COUNT_BITS, eshift=2, in_base=A, out_base=A,
-                  in_seg=1, out_seg=1)
+                  chunk=_CHUNK_BITS, scb=_BEAT_BITS, seg_bytes=A, in_base=A, out_base=A, in_seg=1, out_seg=1)
         is_last = Signal()
         m.d.comb += is_last.eq(self.chunk == g.last_chunk)
         m.d.sync += [
@@ -382,43 +384,49 @@ class BlockGeometry(wiring.Component):
             r1["cb"].eq(Mux(is_last, g.last_bytes, g.seg_chunk_beats << wb)),
             r1["seg"].eq(Mux(g.m_pow2, b >> g.m_shift, 0)),
             r1["sub"].eq(Mux(g.m_pow2, b & (g.m - 1), b)),
-            r1["chunk"].eq(self.chunk), r1["scb"].eq(g.seg_chunk_beats), r1["count"].eq(self.count),
-            r1["eshift"].eq(self.elem_shift), r1["in_base"].eq(self.in_base), r1["out_base"].eq(self.out_base),
+            r1["chunk"].eq(self.chunk), r1["scb"].eq(g.seg_chunk_beats),
+            r1["seg_bytes"].eq(self.count << self.elem_shift),     # a segment's bytes (modulo the address space)
+            r1["in_base"].eq(self.in_base), r1["out_base"].eq(self.out_base),
             r1["in_seg"].eq(self.in_seg), r1["out_seg"].eq(self.out_seg),
         ]
 
         # ---- stage 2: the products ----------------------------------------------------------------------------
-        # c * E * eb = c * seg_chunk_beats * W: a 16 x 16 multiply instead of 16 x E
+        # c * E * eb = c * seg_chunk_beats * W: a 16 x 16 multiply instead of 16 x E. The operands are only as
+        # wide as a looked-up command allows: it passed validation (CHUNK_BEATS <= cfg.chunk_beats), so a
+        # segment's beats and a sub-block's (q <= seg_chunk_beats) fit ``cbb`` bits, and its segments
+        # (<= chunk_beats, else chunk_too_small) bound the segment of a block < n_blocks to ``sgb`` bits
+        cbb = bits_for(self.cfg.chunk_beats)
+        sgb = bits_for(max(self.cfg.chunk_beats - 1, 1))
         r2 = regs("s2", subq=_BLOCK_BITS + _BEAT_BITS, minsr=_BLOCK_BITS, extra=1, coff=_CHUNK_BITS + _BEAT_BITS,
-                  segcount=_SEGMENT_BITS + _COUNT_BITS, q=_BEAT_BITS, cb=cbw, seg=_SEGMENT_BITS,
-                  sub=_BLOCK_BITS, is_last=1, eshift=2, in_base=A, out_base=A, in_seg=1, out_seg=1)
+                  in_soff=A, out_soff=A, q=_BEAT_BITS, cb=cbw, seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1,
+                  in_base=A, out_base=A)
+        seg_off = Signal(A)
+        m.d.comb += seg_off.eq(r1["seg"][:sgb] * r1["seg_bytes"])
         extra = Signal()
         m.d.comb += extra.eq(r1["sub"] < r1["rem"])
         m.d.sync += [
-            r2["subq"].eq(r1["sub"] * r1["q"]),
+            r2["subq"].eq(r1["sub"] * r1["q"][:cbb]),
             r2["minsr"].eq(Mux(extra, r1["sub"], r1["rem"])),
             r2["extra"].eq(extra),
-            r2["coff"].eq(r1["chunk"] * r1["scb"]),
-            r2["segcount"].eq(r1["seg"] * r1["count"]),
-        ] + [r2[k].eq(r1[k]) for k in ("q", "cb", "seg", "sub", "is_last", "eshift", "in_base", "out_base",
-                                        "in_seg", "out_seg")]
+            r2["coff"].eq(r1["chunk"] * r1["scb"][:cbb]),
+            r2["in_soff"].eq(Mux(r1["in_seg"], seg_off, 0)),
+            r2["out_soff"].eq(Mux(r1["out_seg"], seg_off, 0)),
+        ] + [r2[k].eq(r1[k]) for k in ("q", "cb", "seg", "sub", "is_last", "in_base", "out_base")]
 
         # ---- stage 3: the sub-block's beats, and the buffers' offsets up to the chunk -------------------------
         r3 = regs("s3", first=_BEAT_BITS + 1, end=_BEAT_BITS + 2, in_part=A, out_part=A, cb=cbw,
                   seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1)
-        seg_off = Signal(A)
         chunk_off = Signal(A)
         first = Signal(_BEAT_BITS + 1)
         m.d.comb += [
-            seg_off.eq(r2["segcount"] << r2["eshift"]),
             chunk_off.eq(r2["coff"] << wb),
             first.eq(r2["subq"] + r2["minsr"]),
         ]
         m.d.sync += [
             r3["first"].eq(first),
             r3["end"].eq(r2["subq"] + r2["minsr"] + r2["q"] + r2["extra"]),
-            r3["in_part"].eq(r2["in_base"] + Mux(r2["in_seg"], seg_off, 0) + chunk_off),
-            r3["out_part"].eq(r2["out_base"] + Mux(r2["out_seg"], seg_off, 0) + chunk_off),
+            r3["in_part"].eq(r2["in_base"] + r2["in_soff"] + chunk_off),
+            r3["out_part"].eq(r2["out_base"] + r2["out_soff"] + chunk_off),
         ] + [r3[k].eq(r2[k]) for k in ("cb", "seg", "sub", "is_last")]
 
         # ---- stage 4: clip to the chunk's bytes; size and addresses -------------------------------------------

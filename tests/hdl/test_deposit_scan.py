@@ -34,28 +34,38 @@ def random_header(rng):
 
 def test_landing_scan_shows_each_channel_in_turn_a_cycle_later_and_classifies_its_head():
     """The pointer moves every cycle; the outputs describe the channel it pointed at a cycle before, with
-    that cycle's landing state, and look the head's tag up in the command table of this cycle."""
+    that cycle's landing state, and the lowest command live then with the head's tag, if it is still live.
+    The command table behaves as the engine's: a slot's tag changes only while the slot is not live (a
+    command is posted into a free slot), slots go live and dead at random."""
     rng = random.Random(seed_for(91))
     dut = LandingScan(CFG)
 
     async def bench(ctx):
-        prev = None                         # (pointer, heads, hdr_valid, levels, hdr_levels) of the cycle before
+        prev = None                         # (pointer, heads, hdr_valid, levels, hdr_levels, tags, live) before
+        tags, live = [rng.randrange(TAGS) for _ in range(NC)], 0
         for cycle in range(2000):
             heads = [[random_header(rng) for _ in range(N)] for _ in range(K)]
             hv = [rng.randrange(1 << N) for _ in range(K)]
             levels = [[rng.randrange(LB + 1) for _ in range(N)] for _ in range(K)]
             hlevels = [[rng.randrange(NH + 1) for _ in range(N)] for _ in range(K)]
-            tags = [rng.randrange(TAGS) for _ in range(NC)]
-            live = rng.randrange(1 << NC)
+            tags, was_live = list(tags), live
+            for i in range(NC):
+                if was_live >> i & 1:
+                    if rng.random() < 0.3:
+                        live &= ~(1 << i)                       # retired (its tag stays until reused)
+                elif rng.random() < 0.5:
+                    tags[i] = rng.randrange(TAGS)               # posted into the free slot
+                    live |= 1 << i
             for port, value in ((dut.heads, heads), (dut.hdr_valid, hv), (dut.levels, levels),
                                 (dut.hdr_levels, hlevels), (dut.cmd_tag, tags), (dut.cmd_live, live)):
                 ctx.set(port, value)
             if prev is not None:
-                ptr, p_heads, p_hv, p_levels, p_hlevels = prev
+                ptr, p_heads, p_hv, p_levels, p_hlevels, p_tags, p_live = prev
                 k, c = divmod(ptr, N)
                 h = p_heads[k][c]
                 beats = -(-h["length"] // W)
-                hit, cmd = lookup(h["tag"], tags, live)
+                hit, cmd = lookup(h["tag"], p_tags, p_live)
+                hit = int(hit and bool(live >> cmd & 1))
                 assert (ctx.get(dut.port), ctx.get(dut.ch)) == (k, c), cycle
                 for f in ("tag", "chunk", "key", "length", "put", "poison"):
                     assert ctx.get(dut.head[f]) == h[f], (cycle, f)
@@ -66,7 +76,7 @@ def test_landing_scan_shows_each_channel_in_turn_a_cycle_later_and_classifies_it
                 assert ctx.get(dut.hit) == hit, cycle
                 if hit:
                     assert ctx.get(dut.cmd) == cmd, cycle
-            prev = (cycle % (K * N), heads, hv, levels, hlevels)
+            prev = (cycle % (K * N), heads, hv, levels, hlevels, tags, live)
             await ctx.tick()
 
     run_sim(dut, bench)

@@ -13,6 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Status
 from ..common.layouts import COMPLETION_BYTES, completion_layout
+from ..common.logic import late
 from .units import beat_stream, dma_cmd_layout
 
 __all__ = ["CompletionWriter"]
@@ -117,12 +118,13 @@ class CompletionWriter(wiring.Component):
             with m.State("WAIT"):
                 m.d.comb += self.wr_done.ready.eq(1)
                 with m.If(self.wr_done.valid):
-                    m.d.sync += [
-                        self.cq_tail.eq((self.cq_tail + 1) & cq_mask),
-                        self.cpl_bytes.eq(self.cpl_bytes + COMPLETION_BYTES),
-                    ]
+                    m.d.sync += self.cq_tail.eq((self.cq_tail + 1) & cq_mask)
                     m.d.comb += [self.irq_cpl.eq(1), self.irq_err.eq(cur.status != Status.OK)]
                     m.next = "SETTLE"
             with m.State("SETTLE"):
                 m.next = "IDLE"
+        # the byte counter steps a cycle after the write's response (its 64-bit add starts at a flip-flop, not at
+        # the FSM's state decode)
+        with m.If(late(m, self.wr_done.valid & self.wr_done.ready, name="cpl_written")):
+            m.d.sync += self.cpl_bytes.eq(self.cpl_bytes + COMPLETION_BYTES)
         return m

@@ -31,6 +31,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.axi import AXI4ReadSignature, AXI4WriteSignature, AxiBurst
+from ..common.logic import late
 from ..common.skid import SkidBuffer
 from .config import AceConfig
 
@@ -119,9 +120,18 @@ class _BurstSplitter(wiring.Component):
             burst.payload.last.eq((left <= cfg.dma_max_burst) & (left <= to_page)),
             self.run.ready.eq((left == 0) | (burst.ready & burst.payload.last)),
         ]
+        # the next burst's address: a burst that is not the run's last ends at its page's end or after
+        # dma_max_burst beats, both made from flip-flops, and the page clamp (a compare against a constant)
+        # picks one; after a run's last burst the address is not used
+        at_page = Signal()
+        if cfg.dma_max_burst > page_beats:
+            m.d.comb += at_page.eq(1)
+        else:                                                           # to_page < dma_max_burst
+            m.d.comb += at_page.eq(addr[lw:_PAGE_BITS] > page_beats - cfg.dma_max_burst)
+        next_page = Cat(Const(0, _PAGE_BITS), addr[_PAGE_BITS:] + 1)
         with m.If(burst.valid & burst.ready):
             m.d.sync += [
-                addr.eq(addr + (n << lw)),
+                addr.eq(Mux(at_page, next_page, addr + (cfg.dma_max_burst << lw))),
                 left.eq(left - n),
             ]
         with m.If(self.run.valid & self.run.ready):
@@ -357,7 +367,7 @@ class DmaReader(wiring.Component):
             m.d.sync += [self.beats.eq(self.beats + 1), self.bytes.eq(self.bytes + out_bytes)]
         with m.If(axi.arvalid & axi.arready):
             m.d.sync += self.bursts.eq(self.bursts + 1)
-        with m.If(busy):
+        with m.If(late(m, busy, name="busy_q")):          # counted a cycle late: the add starts at a flip-flop
             m.d.sync += self.busy.eq(self.busy + 1)
         return m
 
@@ -527,6 +537,6 @@ class DmaWriter(wiring.Component):
                          self.bytes.eq(self.bytes + Mux(left == 1, tail + 1, w))]
         with m.If(axi.awvalid & axi.awready):
             m.d.sync += self.bursts.eq(self.bursts + 1)
-        with m.If(busy):
+        with m.If(late(m, busy, name="busy_q")):          # counted a cycle late: the add starts at a flip-flop
             m.d.sync += self.busy.eq(self.busy + 1)
         return m

@@ -79,16 +79,18 @@ def _beats_bits(cfg):
 
 
 class _BurstSplitter(wiring.Component):
-    """Cuts a run of ``beats`` beat-aligned AXI beats from ``addr`` into bursts of at most ``dma_max_burst``
-    beats that do not cross a 4 KiB page. ``burst`` leaves through a register slice: the burst length's
-    page and size clamps and the owner's admission check (buffer space, queues) would otherwise be one cycle;
-    a new run is taken in the cycle the previous run's last burst enters the slice."""
+    """Cuts the AXI beats that ``length`` bytes from ``addr`` touch into bursts of at most ``dma_max_burst``
+    beats that do not cross a 4 KiB page. The beat count is computed here, next to the counter it loads (one
+    module, so that synthesis sees the whole path from the command slice's flip-flops). ``burst`` leaves
+    through a register slice: the burst length's page and size clamps and the owner's admission check (buffer
+    space, queues) would otherwise be one cycle; a new run is taken in the cycle the previous run's last burst
+    enters the slice."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
             "run": In(stream.Signature(data.StructLayout({
-                "addr": unsigned(cfg.addr_width), "beats": unsigned(_beats_bits(cfg))}))),
+                "addr": unsigned(cfg.addr_width), "length": unsigned(LENGTH_BITS)}))),
             "burst": Out(stream.Signature(data.StructLayout({
                 "addr": unsigned(cfg.addr_width), "len": unsigned(8), "last": 1}))),
         })
@@ -135,9 +137,10 @@ class _BurstSplitter(wiring.Component):
                 left.eq(left - n),
             ]
         with m.If(self.run.valid & self.run.ready):
+            run = self.run.payload
             m.d.sync += [
-                addr.eq(Cat(Const(0, lw), self.run.payload.addr[lw:])),
-                left.eq(self.run.payload.beats),
+                addr.eq(Cat(Const(0, lw), run.addr[lw:])),
+                left.eq((run.addr[:lw] + run.length + (cfg.beat_bytes - 1))[lw:]),
             ]
         return m
 
@@ -165,10 +168,7 @@ def _split_command(m, cfg, cmd_in, splitter, meta_fifo):
     cmd = cmd_slice.o
     c = cmd.payload
     off = c.addr[:lw]
-    # (off + length + W - 1) // W as the length's whole beats plus the 0-2 beats its low part and the offset
-    # carry in: a short increment into the splitter's beat counter instead of a full-width three-input add
-    carry = (off + c.length[:lw] + (w - 1))[lw:]
-    axi_beats = c.length[lw:] + carry
+    axi_beats = (off + c.length + (w - 1))[lw:]
     stream_beats = (c.length + (w - 1))[lw:]
     meta = _meta_layout(cfg)(meta_fifo.w_data)
     meta_done, run_done = Signal(name="meta_done"), Signal(name="run_done")   # this command's side taken
@@ -180,7 +180,7 @@ def _split_command(m, cfg, cmd_in, splitter, meta_fifo):
         m.d.sync += [meta_done.eq(0), run_done.eq(0)]
     m.d.comb += [
         splitter.run.payload.addr.eq(c.addr),
-        splitter.run.payload.beats.eq(axi_beats),
+        splitter.run.payload.length.eq(c.length),
         splitter.run.valid.eq(cmd.valid & ~run_done),
         meta_fifo.w_en.eq(cmd.valid & ~meta_done),
         cmd.ready.eq(meta_ok & run_ok),

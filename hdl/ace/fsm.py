@@ -191,8 +191,11 @@ class ChunkFsm(wiring.Component):
         # flip-flop, so that ``at_end`` - the partition manager's move requests - starts from registers
         last_phase = Signal()
         phase_done = (pc == stop) & ~in_dec & ~eff_cur_v & ~eff_nstep_v & eff_idle   # decoded and retired
+        # in ADVANCE past the bounds' load, pc == stop from a flip-flop (pc does not move in ADVANCE): set
+        # from the bounds as they are loaded, and on leaving RUN (which needs pc == stop)
+        at_stop = Signal()
         m.d.comb += [
-            self.at_end.eq((st == ADVANCE) & ~enter & (pc == stop) & ~last_phase),
+            self.at_end.eq((st == ADVANCE) & ~enter & at_stop & ~last_phase),
             self.gap.eq(((st == RUN) & ~eff_cur_v & eff_idle) | ((st == ADVANCE) & ~self.phase_wait)),
         ]
         with m.Switch(st):
@@ -207,8 +210,9 @@ class ChunkFsm(wiring.Component):
                 with m.If(enter):
                     # entering the phase: load its bounds (phase 0 after the LOADs the sequencer issued)
                     m.d.sync += [pc.eq(bounds.first), stop.eq(bounds.stop), enter.eq(0),
+                                 at_stop.eq(bounds.first == bounds.stop),
                                  last_phase.eq(ctx.phase + 1 >= e.n_phases)]
-                with m.Elif(pc == stop):
+                with m.Elif(at_stop):
                     with m.If(last_phase):
                         m.d.sync += st.eq(HANDOFF)
                     with m.Elif(self.move):             # moved to the next phase's partition
@@ -217,7 +221,7 @@ class ChunkFsm(wiring.Component):
                     m.d.sync += st.eq(RUN)
             with m.Case(RUN):
                 with m.If(phase_done):
-                    m.d.sync += st.eq(ADVANCE)
+                    m.d.sync += [st.eq(ADVANCE), at_stop.eq(1)]
             with m.Case(HANDOFF):
                 with m.If(self.move):
                     m.d.sync += st.eq(IDLE)

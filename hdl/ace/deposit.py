@@ -116,6 +116,7 @@ class DepositUnit(wiring.Component):
         op_addr = Signal(cfg.addr_width)
         op_status = Signal(STATUS_SHAPE)
         op_drain = Signal()              # do not write (length mismatch): take the beats and drop them
+        op_src = Signal(DepositSource)   # where the writer takes the beats from (a drain: nowhere), from CHECK
         op_spill = Signal()              # this message goes to the spill window
         geo_wait = Signal(range(max(2, BlockGeometry.LATENCY)))     # cycles until the geometry is valid
         m.d.comb += [self.geo_cmd.eq(op_cmd), self.geo_chunk.eq(op_hdr.chunk), self.geo_block.eq(op_hdr.key),
@@ -164,14 +165,15 @@ class DepositUnit(wiring.Component):
             with m.State("CHECK"):
                 bad_len = ~op_spill & (self.geo_nbytes != op_hdr.length)
                 m.d.sync += [op_addr.eq(Mux(op_spill, self.spill_base + (op_e << rec_shift), self.geo_addr)),
-                             op_drain.eq(bad_len)]
+                             op_drain.eq(bad_len),
+                             op_src.eq(Mux((op_hdr.length == 0) | bad_len, DepositSource.DRAIN,
+                                           DepositSource.LANDING))]
                 with m.If(bad_len):
                     m.d.sync += op_status.eq(Status.PROTOCOL)
                 m.next = "OWN"
             with m.State("OWN"):         # borrow the RX port's read side, then hand the message to the writer
                 m.d.comb += [req.eq(1 << op_port), wr.job.valid.eq(self.own.bit_select(op_port, 1)),
-                             job.src.eq(Mux((op_hdr.length == 0) | op_drain, DepositSource.DRAIN,
-                                            DepositSource.LANDING))]
+                             job.src.eq(op_src)]
                 with m.If(wr.job.valid & wr.job.ready):
                     m.next = "WRITE"
             with m.State("WRITE"):

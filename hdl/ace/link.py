@@ -210,7 +210,10 @@ class TxPort(wiring.Component):
                 rem_many.eq(Mux(active, rem > 2, length > 2 * w)),
                 pkt_beat.eq(Mux(last_flit, 0, pkt_c + 1)),
                 offset.eq(Mux(last_flit, off_c + pb, off_c)),
-                pkt_last.eq(Mux(last_flit, off_c + 2 * pb >= h.length, hw.last)),
+                # (the next packet's compare made from the latched message's registers or, for a message
+                # that starts now, against a constant: the active select picks a result, not operands)
+                pkt_last.eq(Mux(last_flit, Mux(active, offset + 2 * pb >= cur.length, 2 * pb >= length),
+                                hw.last)),
                 crc.eq(crc_after),
             ]
             with m.If(~active):                     # the first flit went out straight from `msg`

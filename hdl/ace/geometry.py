@@ -96,12 +96,17 @@ class SeqDivider(wiring.Component):
         ]
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
+            # 3 x divisor is added from the registers in the first busy cycle, not from the operands (their
+            # select is the caller's): the first step compares a partial remainder below 4, which only a
+            # divisor of 0 or 1 fits three times, so d3 starts as 0 or 3 for those and as "too large" otherwise
             m.d.sync += [
                 rem.eq(0), quo.eq(self.dividend), d1.eq(self.divisor), d2.eq(self.divisor << 1),
-                d3.eq((self.divisor << 1) + self.divisor), left.eq(N // 2),
+                d3.eq(Mux(self.divisor[1:] == 0, Cat(self.divisor[0], self.divisor[0]), -1)), left.eq(N // 2),
                 self.busy.eq(1), self.div_zero.eq(self.divisor == 0),
             ]
         with m.Elif(self.busy):
+            with m.If(left == N // 2):
+                m.d.sync += d3.eq(d1 + d2)
             with m.If(~t3[N + 2]):
                 m.d.sync += [rem.eq(t3[:N + 2]), quo.eq(Cat(C(3, 2), quo[:N - 2]))]
             with m.Elif(~t2[N + 2]):

@@ -89,7 +89,9 @@ class DepositWriter(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.job.ready.eq(1)
                 with m.If(self.job.valid):
-                    m.d.sync += [job.eq(self.job.payload), count.eq(0), crc.eq(0), rd_err.eq(0),
+                    # (count is 0 here: it is cleared on the way back to IDLE, so that the job's valid, which
+                    # the deposit unit decides late, selects no count)
+                    m.d.sync += [job.eq(self.job.payload), crc.eq(0), rd_err.eq(0),
                                  last_beat.eq(self.job.payload.beats - 1)]
                     with m.If(self.job.payload.src == DepositSource.DRAIN):
                         m.next = "DRAIN"
@@ -134,6 +136,7 @@ class DepositWriter(wiring.Component):
                     pop_header()
                     m.d.comb += [self.done.valid.eq(1),
                                  self.done.status.eq(Mux(self.ch_err, Status.LINK_CRC, Status.OK))]
+                    m.d.sync += count.eq(0)
                     m.next = "IDLE"
             with m.State("WDONE"):
                 m.d.comb += self.wr_done.ready.eq(1)
@@ -143,5 +146,6 @@ class DepositWriter(wiring.Component):
                         m.d.comb += self.done.status.eq(Status.AXI_ERROR)
                     with m.Elif(crc):
                         m.d.comb += self.done.status.eq(Status.LINK_CRC)
+                    m.d.sync += count.eq(0)
                     m.next = "IDLE"
         return m

@@ -396,7 +396,7 @@ class BlockGeometry(wiring.Component):
         ]
 
         # ---- stage 2: the products ----------------------------------------------------------------------------
-        # c * E * eb = c * seg_chunk_beats * W: a 16 x 16 multiply instead of 16 x E. The operands are only as
+        # c * E * eb = c * seg_chunk_beats * W: a chunk x beats multiply instead of chunk x E. The operands are only as
         # wide as a looked-up command allows: it passed validation (CHUNK_BEATS <= cfg.chunk_beats), so a
         # segment's beats and a sub-block's (q <= seg_chunk_beats) fit ``cbb`` bits, and its segments
         # (<= chunk_beats, else chunk_too_small) bound the segment of a block < n_blocks to ``sgb`` bits

@@ -440,13 +440,20 @@ class BlockGeometry(wiring.Component):
         lo = Signal(cbw)
         hi = Signal(cbw)
         nbytes = Signal(cbw)
+        lo_in = Signal()
         m.d.comb += [
             lo_raw.eq(r3["first"] << wb),
             hi_raw.eq(r3["end"] << wb),
-            lo.eq(Mux(lo_raw < r3["cb"], lo_raw, r3["cb"])),
+            lo_in.eq(lo_raw < r3["cb"]),
+            lo.eq(Mux(lo_in, lo_raw, r3["cb"])),
             hi.eq(Mux(hi_raw < r3["cb"], hi_raw, r3["cb"])),
             nbytes.eq(hi - lo),
         ]
+        # each address is summed with both clip candidates while the compare runs, and the compare picks one
+        # (a compare, a mux and a 32-bit add in series missed 1 GHz by a fraction of a picosecond)
+        addrs = {}
+        for k in ("in", "out"):
+            addrs[k] = Mux(lo_in, r3[f"{k}_part"] + lo_raw, r3[f"{k}_part"] + r3["cb"])
         m.d.sync += [
             self.segment.eq(r3["seg"]),
             self.sub.eq(r3["sub"]),
@@ -454,8 +461,8 @@ class BlockGeometry(wiring.Component):
             self.nbytes.eq(nbytes),
             self.beats.eq((hi - lo + (W - 1)) >> wb),
             self.first_beat.eq(r3["first"]),
-            self.in_addr.eq(r3["in_part"] + lo),
-            self.out_addr.eq(r3["out_part"] + lo),
+            self.in_addr.eq(addrs["in"]),
+            self.out_addr.eq(addrs["out"]),
         ]
         return m
 

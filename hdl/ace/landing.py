@@ -113,9 +113,14 @@ class LandingBuffer(wiring.Component):
         hdr_ok = self.hdr_in.valid & ~hdr_full.bit_select(h_idx, 1)
         beat_ok = self.beat_in.valid & ~beat_full.bit_select(v_idx, 1)
         hdr_drop, beat_drop = self.hdr_in.valid & ~hdr_ok, self.beat_in.valid & ~beat_ok
+        out_valid = Signal()
+        osel = Signal(CHANNEL_BITS)
         for v in range(n):
             h_push, b_push = hdr_ok & (h_idx == v), beat_ok & (v_idx == v)
-            h_pop, b_pop = pop & (sel_idx == v), take & (sel_idx == v)
+            # take & (sel_idx == v), without the osel == sel compare in series: a valid output beat's osel
+            # is a channel < n, so it equals sel == v exactly when osel == v (a decode of a register)
+            h_pop = pop & (sel_idx == v)
+            b_pop = out_valid & (osel == v) & (self.sel == v) & self.data.ready
             _full_flag(m, hdr_full[v], (hwp[v] - hrp[v])[:hbits + 1], nh, h_push, h_pop)
             _full_flag(m, beat_full[v], (wp[v] - rp[v])[:abits + 1], lb, b_push, b_pop)
             with m.If(h_push):
@@ -151,8 +156,6 @@ class LandingBuffer(wiring.Component):
         # -- consumer side: a one-beat read pipeline (sync read, `en` holds the beat while stalled).
         # `osel` is the VC of the beat in the read port's output; a beat of another VC than `sel` is not
         # shown and may be overwritten: the ring's read pointer only moves when a beat is taken.
-        out_valid = Signal()
-        osel = Signal(CHANNEL_BITS)
         rp_s, count = Signal.like(rp[0]), Signal.like(rp[0])
         m.d.comb += [
             mine.eq(out_valid & (osel == self.sel)),

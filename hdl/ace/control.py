@@ -248,7 +248,8 @@ class ControlUnit(wiring.Component):
         # against its command
         m.submodules.dep_geo = pgeo = BlockGeometry(cfg)
         m.d.comb += _drive_geometry(pgeo, entry_of(dp.dep_geo_cmd, "deposit"), dp.dep_geo_chunk, dp.dep_geo_block)
-        m.d.comb += [dp.dep_geo_addr.eq(pgeo.out_addr), dp.dep_geo_nbytes.eq(pgeo.nbytes)]
+        m.d.comb += [dp.dep_geo_addr.eq(pgeo.out_addr), dp.dep_geo_nbytes.eq(pgeo.nbytes),
+                     dp.dep_geo_in_range.eq(pgeo.in_range)]
         for i in range(NC):
             m.d.comb += [dp.cmd_tag[i].eq(entries[i].tag), dp.cmd_live[i].eq(busy[i] & (entries[i].arrivals != 0))]
         report(dp.arrived.valid & (dp.arrived.status != 0), dp.arrived.cmd, dp.arrived.status)

@@ -68,8 +68,8 @@ def datapath_signature(cfg):
     return wiring.Signature({
         "load_job": Out(stream.Signature(jl["load"])), "load_room2": In(1), "load_done": In(dl),
         "store_job": Out(stream.Signature(jl["store"])), "store_done": In(dl),
-        "dep_geo_cmd": In(_w(NC)), "dep_geo_chunk": In(16), "dep_geo_block": In(10),
-        "dep_geo_addr": Out(cfg.addr_width), "dep_geo_nbytes": Out(24),
+        "dep_geo_cmd": In(_w(NC)), "dep_geo_chunk": In(16), "dep_geo_block": In(12),
+        "dep_geo_addr": Out(cfg.addr_width), "dep_geo_nbytes": Out(24), "dep_geo_in_range": Out(1),
         "cmd_tag": Out(data.ArrayLayout(unsigned(16), NC)), "cmd_live": Out(NC),
         "arrived": In(data.StructLayout({"valid": 1, "cmd": _w(NC), "status": STATUS_SHAPE})),
         "dep_idle": In(1),
@@ -272,6 +272,7 @@ class Datapath(wiring.Component):
         m.d.comb += [
             ctl.dep_geo_cmd.eq(dep.geo_cmd), ctl.dep_geo_chunk.eq(dep.geo_chunk), ctl.dep_geo_block.eq(dep.geo_block),
             dep.geo_addr.eq(ctl.dep_geo_addr), dep.geo_nbytes.eq(ctl.dep_geo_nbytes),
+            dep.geo_in_range.eq(ctl.dep_geo_in_range),
             dep.cmd_tag.eq(ctl.cmd_tag), dep.cmd_live.eq(ctl.cmd_live),
             ctl.arrived.eq(dep.arrived), ctl.dep_idle.eq(dep.idle),
             dep.spill_base.eq(self.spill_base), dep.spill_entries.eq(self.spill_entries),

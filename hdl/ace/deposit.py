@@ -25,7 +25,7 @@ Blocks: :class:`LandingScan` (one landing channel per cycle: is its head a compl
 channel full, which command has its tag), :class:`SpillTable` (the spilled headers, their scan and the free-entry
 pick), :class:`DepositWriter` (one message's DMA writes, from the landing buffer or a spill record, or its
 drain) and :class:`DepositCounters` (``arrived`` and the counters). ``DepositUnit`` itself sequences them:
-scan, geometry lookup and length check, port hand-over, write, then the arrival or the spill entry.
+scan, geometry lookup and range and length check, port hand-over, write, then the arrival or the spill entry.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -71,9 +71,10 @@ class DepositUnit(wiring.Component):
             "cmd_live": In(NC),
             "geo_cmd": Out(_w(NC)),
             "geo_chunk": Out(16),
-            "geo_block": Out(10),
+            "geo_block": Out(12),
             "geo_addr": In(cfg.addr_width),
             "geo_nbytes": In(24),
+            "geo_in_range": In(1),
             "spill_base": In(cfg.addr_width),
             "spill_entries": In(8),
             **dma_ports(cfg),
@@ -115,7 +116,7 @@ class DepositUnit(wiring.Component):
         op_beats = Signal(16)
         op_addr = Signal(cfg.addr_width)
         op_status = Signal(STATUS_SHAPE)
-        op_drain = Signal()              # do not write (length mismatch): take the beats and drop them
+        op_drain = Signal()              # do not write (out of range, length mismatch): take the beats, drop them
         op_src = Signal(DepositSource)   # where the writer takes the beats from (a drain: nowhere), from CHECK
         op_spill = Signal()              # this message goes to the spill window
         geo_wait = Signal(range(max(2, BlockGeometry.LATENCY)))     # cycles until the geometry is valid
@@ -163,7 +164,8 @@ class DepositUnit(wiring.Component):
                 with m.If(geo_wait == 0):
                     m.next = "CHECK"
             with m.State("CHECK"):
-                bad_len = ~op_spill & (self.geo_nbytes != op_hdr.length)
+                # a block outside the command's chunks and blocks would be written outside its output buffer
+                bad_len = ~op_spill & ((self.geo_nbytes != op_hdr.length) | ~self.geo_in_range)
                 m.d.sync += [op_addr.eq(Mux(op_spill, self.spill_base + (op_e << rec_shift), self.geo_addr)),
                              op_drain.eq(bad_len),
                              op_src.eq(Mux((op_hdr.length == 0) | bad_len, DepositSource.DRAIN,
@@ -195,7 +197,7 @@ class DepositUnit(wiring.Component):
                 with m.If(geo_wait == 0):
                     m.next = "COPY_CHECK"
             with m.State("COPY_CHECK"):
-                bad_len = self.geo_nbytes != op_hdr.length
+                bad_len = (self.geo_nbytes != op_hdr.length) | ~self.geo_in_range
                 with m.If(bad_len):
                     m.d.sync += op_status.eq(Status.PROTOCOL)
                 with m.If(bad_len | (op_hdr.length == 0)):

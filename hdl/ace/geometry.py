@@ -38,6 +38,7 @@ _BLOCK_BITS = 11        # n_blocks <= 1024 (10-bit block field of an instruction
 _SEGMENT_BITS = 10      # segments <= 512 ranks
 _BEAT_BITS = 16         # chunk_beats register and every beat count derived from it
 _CHUNK_BITS = 16        # chunk index
+_KEY_BITS = 12          # a block number as a packet header's ``key`` carries it (a lookup may be out of range)
 
 
 def _log2(x):
@@ -130,7 +131,8 @@ def geometry_layout(cfg):
     lookup compares a chunk with it instead of adding 1 first); ``q_full``/``rem_full`` = divmod(seg_chunk_beats,
     m) (beat split of a full chunk); ``last_bytes`` per-segment bytes of the last chunk and
     ``q_last``/``rem_last`` = divmod(ceil(last_bytes / W), m); ``slot_beats`` = ceil(seg_chunk_beats / m),
-    the largest block (golden ``slot_bytes / W``).
+    the largest block (golden ``slot_bytes / W``); ``n_blocks`` blocks per chunk (a deposit's block is checked
+    against it).
     """
     wide = _BEAT_BITS + _log2(cfg.beat_bytes)     # a full chunk's bytes (or elements, eb >= 1)
     return data.StructLayout({
@@ -147,6 +149,7 @@ def geometry_layout(cfg):
         "q_last": unsigned(_BEAT_BITS),
         "rem_last": unsigned(_BLOCK_BITS),
         "slot_beats": unsigned(_BEAT_BITS),
+        "n_blocks": unsigned(_BLOCK_BITS),
     })
 
 
@@ -276,7 +279,7 @@ class CommandGeometry(wiring.Component):
                             mq = q[:_BLOCK_BITS]
                             pow2 = (mq != 0) & ((mq & (mq - 1)) == 0)
                             m.d.sync += [
-                                g.m.eq(mq), g.m_pow2.eq(pow2),
+                                g.m.eq(mq), g.m_pow2.eq(pow2), g.n_blocks.eq(n_blocks),
                                 err.blocks_indivisible.eq((r != 0) | div.div_zero | (n_blocks == 0)),
                                 err.m_not_pow2.eq((segments > 1) & ~pow2),
                                 err.count_zero.eq(count == 0),
@@ -316,7 +319,7 @@ class BlockGeometry(wiring.Component):
     one cycle is answered :attr:`LATENCY` cycles later, one lookup per cycle.
 
     Inputs: the command's ``geom`` (:func:`geometry_layout`), ``count``, ``elem_shift``, ``chunk``, ``block``
-    (< n_blocks), the send / receive buffer bases ``in_base`` / ``out_base`` and whether each is segmented for
+    (a header's whole ``key``), the send / receive buffer bases ``in_base`` / ``out_base`` and whether each is segmented for
     this collective (``in_seg``: reduce-scatter, all-to-all; ``out_seg``: all-gather, all-to-all).
 
     Outputs, registered (valid :attr:`LATENCY` cycles after the inputs): ``segment`` and ``sub`` (block =
@@ -324,13 +327,15 @@ class BlockGeometry(wiring.Component):
     ceil(nbytes / W), ``first_beat`` (the sub-block's first beat inside the chunk's segment range, before
     clipping to the payload tail) and the byte addresses ``in_addr`` / ``out_addr`` of the block's first byte,
     equal to the golden :func:`~syncfabric.sim.golden.chunking.block_buffer_ranges` ``lo * eb`` plus the base,
-    also for an empty block (modulo ``2**addr_width``). The buffer's segment is the block's segment: the engine
+    also for an empty block (modulo ``2**addr_width``), and ``in_range``: chunk < n_chunks and block <
+    n_blocks (the other outputs hold only for a lookup in range: an FSM's or the load sequencer's lookups are
+    by the program's legality; the deposit unit's come from a packet header and are checked). The buffer's segment is the block's segment: the engine
     only looks up blocks whose data the rank has (LOAD/STORE legality is the program's).
 
     Stages (each ends in registers; about one adder, compare or multiply deep, for a 1 GHz-class clock):
 
-    1. last chunk?; the full or last chunk's beat split (q, rem) and bytes; segment and sub-block (shifts); a
-       segment's bytes (count << elem_shift)
+    1. last chunk?; in range?; the full or last chunk's beat split (q, rem) and bytes; segment and sub-block
+       (shifts); a segment's bytes (count << elem_shift)
     2. the three products: sub * q, chunk * seg_chunk_beats, segment * segment bytes (each beat count and the
        segment only as wide as the configuration's ``chunk_beats`` allows); min(sub, rem)
     3. the sub-block's first beat and end beat; each buffer's base plus segment and chunk offsets
@@ -347,7 +352,7 @@ class BlockGeometry(wiring.Component):
             "count": In(_COUNT_BITS),
             "elem_shift": In(2),
             "chunk": In(_CHUNK_BITS),
-            "block": In(_BLOCK_BITS),
+            "block": In(_KEY_BITS),
             "in_base": In(cfg.addr_width),
             "out_base": In(cfg.addr_width),
             "in_seg": In(1),
@@ -360,6 +365,7 @@ class BlockGeometry(wiring.Component):
             "first_beat": Out(_BEAT_BITS),
             "in_addr": Out(cfg.addr_width),
             "out_addr": Out(cfg.addr_width),
+            "in_range": Out(1),
         })
 
     def elaborate(self, platform):
@@ -368,7 +374,7 @@ class BlockGeometry(wiring.Component):
         A = self.cfg.addr_width
         wb = _log2(W)
         g = self.geom
-        b = self.block
+        b = self.block[:_BLOCK_BITS]
         cbw = _BEAT_BITS + wb                   # bytes of a chunk's segment range
         ext = wb + 1                            # first/end beats -> bytes, one bit of headroom
 
@@ -379,11 +385,13 @@ class BlockGeometry(wiring.Component):
         # m is a power of two whenever S > 1 (else CommandGeometry reports bad); with S == 1 every b < m
         # gives segment 0 and sub-block b either way.
         r1 = regs("s1", is_last=1, q=_BEAT_BITS, rem=_BLOCK_BITS, cb=cbw, seg=_SEGMENT_BITS, sub=_BLOCK_BITS,
-                  chunk=_CHUNK_BITS, scb=_BEAT_BITS, seg_bytes=A, in_base=A, out_base=A, in_seg=1, out_seg=1)
+                  chunk=_CHUNK_BITS, scb=_BEAT_BITS, seg_bytes=A, in_base=A, out_base=A, in_seg=1, out_seg=1,
+                  in_range=1)
         is_last = Signal()
         m.d.comb += is_last.eq(self.chunk == g.last_chunk)
         m.d.sync += [
             r1["is_last"].eq(is_last),
+            r1["in_range"].eq((self.chunk <= g.last_chunk) & (self.block < g.n_blocks)),
             r1["q"].eq(Mux(is_last, g.q_last, g.q_full)),
             r1["rem"].eq(Mux(is_last, g.rem_last, g.rem_full)),
             r1["cb"].eq(Mux(is_last, g.last_bytes, g.seg_chunk_beats << wb)),
@@ -404,7 +412,7 @@ class BlockGeometry(wiring.Component):
         sgb = bits_for(max(self.cfg.chunk_beats - 1, 1))
         r2 = regs("s2", subq=_BLOCK_BITS + _BEAT_BITS, minsr=_BLOCK_BITS, extra=1, coff=_CHUNK_BITS + _BEAT_BITS,
                   in_soff=A, out_soff=A, q=_BEAT_BITS, cb=cbw, seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1,
-                  in_base=A, out_base=A)
+                  in_base=A, out_base=A, in_range=1)
         seg_off = Signal(A)
         m.d.comb += seg_off.eq(r1["seg"][:sgb] * r1["seg_bytes"])
         extra = Signal()
@@ -416,11 +424,11 @@ class BlockGeometry(wiring.Component):
             r2["coff"].eq(r1["chunk"] * r1["scb"][:cbb]),
             r2["in_soff"].eq(Mux(r1["in_seg"], seg_off, 0)),
             r2["out_soff"].eq(Mux(r1["out_seg"], seg_off, 0)),
-        ] + [r2[k].eq(r1[k]) for k in ("q", "cb", "seg", "sub", "is_last", "in_base", "out_base")]
+        ] + [r2[k].eq(r1[k]) for k in ("q", "cb", "seg", "sub", "is_last", "in_base", "out_base", "in_range")]
 
         # ---- stage 3: the sub-block's beats, and the buffers' offsets up to the chunk -------------------------
         r3 = regs("s3", first=_BEAT_BITS + 1, end=_BEAT_BITS + 2, in_part=A, out_part=A, cb=cbw,
-                  seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1)
+                  seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1, in_range=1)
         chunk_off = Signal(A)
         first = Signal(_BEAT_BITS + 1)
         m.d.comb += [
@@ -432,7 +440,7 @@ class BlockGeometry(wiring.Component):
             r3["end"].eq(r2["subq"] + r2["minsr"] + r2["q"] + r2["extra"]),
             r3["in_part"].eq(r2["in_base"] + r2["in_soff"] + chunk_off),
             r3["out_part"].eq(r2["out_base"] + r2["out_soff"] + chunk_off),
-        ] + [r3[k].eq(r2[k]) for k in ("cb", "seg", "sub", "is_last")]
+        ] + [r3[k].eq(r2[k]) for k in ("cb", "seg", "sub", "is_last", "in_range")]
 
         # ---- stage 4: clip to the chunk's bytes; size and addresses -------------------------------------------
         lo_raw = Signal(_BEAT_BITS + 1 + ext)
@@ -458,6 +466,7 @@ class BlockGeometry(wiring.Component):
             self.segment.eq(r3["seg"]),
             self.sub.eq(r3["sub"]),
             self.is_last.eq(r3["is_last"]),
+            self.in_range.eq(r3["in_range"]),
             self.nbytes.eq(nbytes),
             self.beats.eq((hi - lo + (W - 1)) >> wb),
             self.first_beat.eq(r3["first"]),

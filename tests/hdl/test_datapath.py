@@ -56,25 +56,18 @@ def _beats(blob):
     return [int.from_bytes(blob[i:i + BB], "little") for i in range(0, len(blob), BB)]
 
 
-def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
-    rng = random.Random(seed_for(61))
-    src = np.array([rng.randrange(-2**30, 2**30) for _ in range(NBYTES // 4)], dtype="<i4")
-    mem = bytearray(0x1000)
-    mem[SRC:SRC + NBYTES] = src.tobytes()
-    top = Loopback(CFG)
-    dp = top.dp
-    ctl, port = dp.ctl, dp.port
-    dones = {"load": [], "store": [], "send0": [], "recv0": [], "recv1": []}
+# (the endless processes wait with plain ticks: a pending `until` would be torn down when the run ends)
+async def take(ctx, stream):
+    ctx.set(stream.ready, 1)
+    while True:
+        _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
+        if valid:
+            ctx.set(stream.ready, 0)
+            return payload
 
-    # (the endless processes wait with plain ticks: a pending `until` would be torn down when the run ends)
-    async def take(ctx, stream):
-        ctx.set(stream.ready, 1)
-        while True:
-            _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
-            if valid:
-                ctx.set(stream.ready, 0)
-                return payload
 
+def npu_memory(dp, mem):
+    """The processes serving the datapath's DMA reads and writes from ``mem`` (a bytearray)."""
     async def memory_reads(ctx):
         while True:
             cmd = await take(ctx, dp.rd_cmd)
@@ -98,6 +91,33 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
             while not (await ctx.tick().sample(dp.wr_done.ready))[2]:
                 pass
             ctx.set(dp.wr_done.valid, 0)
+    return memory_reads, memory_writes
+
+
+async def issue(ctx, job, payload, pulses=()):
+    """Offer ``payload`` on the job stream ``job`` when its unit is ready, with every (signal, value) of
+    ``pulses`` in the same cycle (as the control plane does at a grant)."""
+    while not ctx.get(job.ready):
+        await ctx.tick()
+    ctx.set(job.payload, payload)
+    ctx.set(job.valid, 1)
+    for sig, value in pulses:
+        ctx.set(sig, value)
+    await ctx.tick()
+    ctx.set(job.valid, 0)
+    for sig, _ in pulses:
+        ctx.set(sig, {} if hasattr(sig, "shape") and not isinstance(sig.shape(), Shape) else 0)
+
+
+def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
+    rng = random.Random(seed_for(61))
+    src = np.array([rng.randrange(-2**30, 2**30) for _ in range(NBYTES // 4)], dtype="<i4")
+    mem = bytearray(0x1000)
+    mem[SRC:SRC + NBYTES] = src.tobytes()
+    top = Loopback(CFG)
+    dp = top.dp
+    ctl, port = dp.ctl, dp.port
+    dones = {"load": [], "store": [], "send0": [], "recv0": [], "recv1": []}
 
     async def completions(ctx):
         watched = {"load": ctl.load_done, "store": ctl.store_done, "send0": port[0].send_done,
@@ -112,20 +132,6 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     def header(key, count=1, dtype=DType.INT32, op=ReduceOp.SUM, length=NBYTES):
         return {"dst": 0, "src": 0, "vc": 1, "tag": 0x5A, "chunk": 2, "phase": 0, "key": key, "length": length,
                 "count": count, "dtype": dtype, "op": op}
-
-    async def issue(ctx, job, payload, pulses=()):
-        """Offer ``payload`` on the job stream ``job`` when its unit is ready, with every (signal, value) of
-        ``pulses`` in the same cycle (as the control plane does at a grant)."""
-        while not ctx.get(job.ready):
-            await ctx.tick()
-        ctx.set(job.payload, payload)
-        ctx.set(job.valid, 1)
-        for sig, value in pulses:
-            ctx.set(sig, value)
-        await ctx.tick()
-        ctx.set(job.valid, 0)
-        for sig, _ in pulses:
-            ctx.set(sig, {} if hasattr(sig, "shape") and not isinstance(sig.shape(), Shape) else 0)
 
     async def wait_for(ctx, name, n):
         for _ in range(2000):
@@ -234,7 +240,7 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
 
     sim = Simulator(top)
     sim.add_clock(1e-6)
-    for proc in (memory_reads, memory_writes, completions):
+    for proc in (*npu_memory(dp, mem), completions):
         sim.add_process(proc)
     sim.add_testbench(bench)
     sim.run()
@@ -255,3 +261,86 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     # the second message streamed right behind the first: its job waited in the unit, operand-free
     assert back_to_back[1][2] - back_to_back[0][2] <= BEATS + 1, back_to_back
     assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 4, 10, 10, 2]
+
+
+def test_deposits_outside_the_command_are_drained_with_protocol_not_written():
+    """PUT messages (the asynchronous all-to-all's) looped back into the deposit unit, which looks each one's
+    (chunk, key) up in the command's geometry (played by the test: 2 chunks of 4 blocks). One in range is
+    written to its block; one of a chunk past the last, one whose 12-bit key is past the blocks (and aliases
+    block 1 in 10 bits) and one whose length disagrees are drained and counted PROTOCOL, with nothing written;
+    a last one in range shows the unit goes on. Every landing credit comes back."""
+    rng = random.Random(seed_for(62))
+    src = np.array([rng.randrange(-2**30, 2**30) for _ in range(NBYTES // 4)], dtype="<i4")
+    mem = bytearray(0x1000)
+    mem[SRC:SRC + NBYTES] = src.tobytes()
+    top = Loopback(CFG)
+    dp = top.dp
+    ctl, port = dp.ctl, dp.port
+    n_chunks, n_blocks, tag = 2, 4, 0x77
+    lookups, arrivals = [], []
+
+    def block_addr(chunk, key):
+        return DST_A + (chunk * n_blocks + key) * NBYTES
+
+    async def geometry(ctx):        # the control plane's geometry of command 0 (answered a cycle late)
+        async for _, _, cmd, chunk, key in ctx.tick().sample(ctl.dep_geo_cmd, ctl.dep_geo_chunk,
+                                                              ctl.dep_geo_block):
+            lookups.append((cmd, chunk, key))
+            ctx.set(ctl.dep_geo_addr, block_addr(chunk % n_chunks, key % n_blocks))
+            ctx.set(ctl.dep_geo_nbytes, NBYTES)
+            ctx.set(ctl.dep_geo_in_range, chunk < n_chunks and key < n_blocks)
+
+    async def arrived(ctx):
+        async for _, _, a in ctx.tick().sample(ctl.arrived):
+            if a.valid:
+                arrivals.append((a.cmd, a.status))
+
+    async def put(ctx, chunk, key, n, length=NBYTES):
+        hdr = {"dst": 0, "src": 0, "vc": 1, "tag": tag, "chunk": chunk, "phase": 0, "key": key, "length": length,
+               "count": 1, "put": 1, "dtype": DType.INT32, "op": ReduceOp.SUM}
+        await issue(ctx, port[0].send_job, {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS, "sram_addr": SLOT_A,
+                                            "hdr": hdr}, [
+            (port[0].reserve, {"valid": 1, "vc": 1, "beats": BEATS}),
+            (port[0].order.payload, {"src": 0, "empty": 0}), (port[0].order.valid, 1)])
+        for _ in range(400):
+            if len(arrivals) >= n:
+                return
+            await ctx.tick()
+        raise AssertionError(f"{len(arrivals)} deposits, expected {n}")
+
+    async def bench(ctx):
+        ctx.set(dp.tx_lookahead, 64)
+        ctx.set(dp.spill_entries, 0)
+        ctx.set(ctl.cmd_tag[0], tag)
+        ctx.set(ctl.cmd_live, 1)
+        await issue(ctx, ctl.load_job, {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS, "sram_addr": SLOT_A,
+                                        "addr": SRC, "nbytes": NBYTES, "slot": SLOT_A})
+        for _ in range(50):
+            await ctx.tick()
+        await put(ctx, 1, 2, 1)                 # in range
+        await put(ctx, 2, 0, 2)                 # chunk 2 of 2
+        await put(ctx, 0, 0x401, 3)             # key 1025 of 4 (1 in its low 10 bits)
+        await put(ctx, 0, 1, 4, length=NBYTES - 4)      # the geometry says NBYTES
+        await put(ctx, 1, 3, 5)                 # in range again
+        for _ in range(20):
+            await ctx.tick()
+        assert ctx.get(port[0].beat_credits[1]) == CFG.landing_beats
+        assert ctx.get(port[0].hdr_credits[1]) == CFG.landing_headers
+        assert ctx.get(ctl.dep_idle)
+        assert ctx.get(dp.deposits) == 5
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    for proc in (*npu_memory(dp, mem), geometry, arrived):
+        sim.add_process(proc)
+    sim.add_testbench(bench)
+    sim.run()
+
+    assert arrivals == [(0, Status.OK), (0, Status.PROTOCOL), (0, Status.PROTOCOL), (0, Status.PROTOCOL),
+                        (0, Status.OK)]
+    assert (0, 0, 0x401) in lookups             # the whole key reached the lookup
+    want = bytearray(0x1000)
+    want[SRC:SRC + NBYTES] = src.tobytes()
+    for chunk, key in ((1, 2), (1, 3)):
+        want[block_addr(chunk, key):block_addr(chunk, key) + NBYTES] = src.tobytes()
+    assert mem == want, "a deposit wrote outside the blocks it was allowed"

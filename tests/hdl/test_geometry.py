@@ -123,7 +123,7 @@ def expected_geometry(cfg, d):
         "seg_chunk_beats": scb, "e_elems": d.segment_chunk_elems, "n_chunks": d.n_chunks,
         "last_chunk": d.n_chunks - 1,
         "q_full": q_full, "rem_full": rem_full, "last_bytes": last_bytes, "q_last": q_last,
-        "rem_last": rem_last, "slot_beats": d.slot_bytes // W,
+        "rem_last": rem_last, "slot_beats": d.slot_bytes // W, "n_blocks": d.n_blocks,
     }
 
 
@@ -211,7 +211,7 @@ def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
     W = cfg.beat_bytes
     amask = (1 << cfg.addr_width) - 1
     n_commands = 200
-    checked = {"blocks": 0, "empty": 0, "commands": 0}
+    checked = {"blocks": 0, "empty": 0, "commands": 0, "out_of_range": 0}
 
     async def bench(ctx):
         for _ in range(n_commands):
@@ -233,6 +233,11 @@ def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
             ctx.set(bg.in_seg, in_seg)
             ctx.set(bg.out_seg, out_seg)
             lookups = [(c, b) for c in sample_chunks(rng, d.n_chunks) for b in range(n_blocks)]
+            # and lookups a packet header could carry outside the command (only ``in_range`` is defined)
+            lookups += [(rng.choice([d.n_chunks, d.n_chunks + 1, rng.randrange(d.n_chunks, 1 << 16)]),
+                         rng.randrange(n_blocks)) for _ in range(3)]
+            lookups += [(rng.randrange(d.n_chunks), rng.choice([n_blocks, rng.randrange(n_blocks, 1 << 12)]))
+                        for _ in range(3)]
             rng.shuffle(lookups)        # inputs change every cycle: each answer must be the one LATENCY back
             L = BlockGeometry.LATENCY
             for i in range(len(lookups) + L - 1):
@@ -243,6 +248,11 @@ def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
                 if i < L - 1:
                     continue
                 c, b = lookups[i - (L - 1)]
+                in_range = c < d.n_chunks and b < n_blocks
+                assert ctx.get(bg.in_range) == in_range, f"{what} chunk {c} block {b}"
+                if not in_range:
+                    checked["out_of_range"] += 1
+                    continue
                 chunk = d.chunk(c)
                 blk = chunk.blocks[b]
                 # rank = segment: the rank that has both the input and the output of this block
@@ -268,6 +278,7 @@ def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
     print(checked)
     assert checked["commands"] == n_commands
     assert checked["empty"] > 0, "no empty block exercised"
+    assert checked["out_of_range"] == 6 * n_commands
 
 
 def test_block_geometry_tiny_payloads_leave_trailing_blocks_empty():

@@ -34,7 +34,7 @@ from .programs import (ImemAllocator, collective_code, comm_dims, entry_words, i
                        partition_sizes, program_entry, routing_table, split_weights)
 from .transport import AsyncTransport, Transport, as_async, run_sync
 
-__all__ = ["AceDriver", "SyncAceDriver", "AceError", "RingFullError", "status_name"]
+__all__ = ["AceDriver", "SyncAceDriver", "AceError", "RingFullError", "WindowInUseError", "status_name"]
 
 
 class AceError(RuntimeError):
@@ -43,6 +43,10 @@ class AceError(RuntimeError):
 
 class RingFullError(AceError):
     """The submission ring has no free slot."""
+
+
+class WindowInUseError(AceError):
+    """The engine refused to change a memory window: a command in flight has a buffer in it."""
 
 
 def status_name(code):
@@ -242,15 +246,41 @@ class AceDriver:
             await self.read("STATUS")
         await self.abort_release()
 
-    async def add_window(self, index, base, size):
+    #: Times :meth:`add_window` writes a window again after the engine refused a write (a descriptor being
+    #: checked locks every window for a few cycles).
+    WINDOW_ATTEMPTS = 8
+
+    async def add_window(self, index, base, size, comms=None):
         """Register memory window ``index``: descriptors may only name buffers inside a window (``size`` 0
-        disables it)."""
+        disables it) open to their communicator (``comms``: the engine communicator ids that may use it;
+        None: every one).
+
+        The engine refuses writes to a window while a command in flight has a buffer in it, or while a
+        descriptor is checked against the windows (a few cycles); ``WIN_REFUSED`` counts them. The window is
+        written again when a write was refused, up to :attr:`WINDOW_ATTEMPTS` times; then
+        :class:`WindowInUseError`."""
         count = self.regmap.count("WIN_BASE")
         if not 0 <= index < count:
             raise ValueError(f"window {index} out of range (the engine has {count})")
-        await self.write("WIN_SIZE", 0, index)     # never expose a half-written window
-        await self.write("WIN_BASE", base, index)
-        await self.write("WIN_SIZE", size, index)
+        n_comms = self.regmap.count("COMM_CFG")
+        if comms is None:
+            mask = (1 << n_comms) - 1
+        else:
+            comms = list(comms)
+            bad = [c for c in comms if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < n_comms]
+            if bad:
+                raise ValueError(f"window {index}: communicator ids {bad} out of range (the engine has {n_comms})")
+            mask = sum(1 << c for c in set(comms))
+        for _ in range(self.WINDOW_ATTEMPTS):
+            refused = await self.read("WIN_REFUSED")
+            await self.write("WIN_SIZE", 0, index)     # never expose a half-written window
+            await self.write("WIN_BASE", base, index)
+            await self.write("WIN_COMMS", mask, index)
+            await self.write("WIN_SIZE", size, index)
+            if await self.read("WIN_REFUSED") == refused:
+                return
+        raise WindowInUseError(f"window {index}: the engine refused {self.WINDOW_ATTEMPTS} times to change it "
+                               f"(a command in flight has a buffer in it; wait for it first)")
 
     def spill_record_bytes(self):
         """Bytes of one record of the spill window (one message of the largest size)."""

@@ -149,14 +149,20 @@ def _open_backend(config, progress=False):
 class Buffer:
     """A registered region of ``nbytes`` at byte address ``addr`` on every endpoint (or a view into one)."""
 
-    def __init__(self, system, addr, nbytes, window=None, parent=None):
+    def __init__(self, system, addr, nbytes, window=None, parent=None, communicators=None):
         self.system, self.addr, self.nbytes = system, addr, nbytes
         self.window, self.parent = window, parent
+        self._communicators = communicators
         self._registered = parent is None
         #: rank -> the element type of the numpy data last written through this object (or collected into it;
         #: None after raw bytes): a collective of another type on this object is refused. Kept per object, not
         #: per region, so views of one registration may hold different types.
         self._holds = {}
+
+    @property
+    def communicators(self):
+        """The communicators whose collectives may use the buffer (None: every one; a view: its parent's)."""
+        return (self.parent or self)._communicators
 
     @property
     def registered(self):
@@ -472,6 +478,10 @@ class Communicator:
                                                     f"(register memory with System.register)")
                         if not b.registered:
                             raise RegistrationError(f"{coll}: the {what} buffer {b!r} is not registered")
+                        if b.communicators is not None and self not in b.communicators:
+                            raise UsageError(f"{coll}: the {what} buffer {b!r} is registered for other "
+                                             f"communicators than {self!r} (System.register(..., "
+                                             f"communicators=...))")
                         if b.addr % eb:
                             raise UsageError(f"{coll}: the {what} buffer at {b.addr:#x} is not aligned to the "
                                              f"{eb}-byte {dt.name.lower()} element")
@@ -754,11 +764,18 @@ class System:
             raise UsageError(f"rank {rank!r} is not an endpoint of {self.config.topology} (0..{self.size - 1})")
 
     # -- memory ----------------------------------------------------------------------------------------------
-    def register(self, nbytes):
+    def register(self, nbytes, *, communicators=None):
         """Allocate and register ``nbytes`` on every endpoint (the same address everywhere); returns a
-        :class:`Buffer`. Claims one engine memory window per endpoint."""
+        :class:`Buffer`. Claims one engine memory window per endpoint. ``communicators`` (a list of
+        :class:`Communicator`) restricts the buffer to their collectives: the engines refuse (``OUT_OF_WINDOW``)
+        a descriptor of another communicator that names it, and a communicator freed later loses access."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
             raise UsageError(f"register: expected a positive byte count, got {nbytes!r}")
+        if communicators is not None:
+            communicators = tuple(communicators)
+            for c in communicators:
+                if not isinstance(c, Communicator) or c.system is not self or c.freed:
+                    raise UsageError(f"register: {c!r} is not a live communicator of this system")
         if not self._windows:
             raise RegistrationError(f"register: all {self.config.engine.n_windows} memory windows of the engines "
                                     f"are in use; register fewer, larger buffers and use Buffer.view")
@@ -773,11 +790,17 @@ class System:
         if free == size:
             del self._heap[k]
         window = self._windows.pop(0)
-        for drv in self.drivers:
-            drv.add_window(window, base, size)
-        buf = Buffer(self, base, int(nbytes), window)
+        buf = Buffer(self, base, int(nbytes), window, communicators=communicators)
+        self._open_window(buf)
         self._buffers.append(buf)
         return buf
+
+    def _open_window(self, buf):
+        """Write ``buf``'s window on every engine, open to the communicators it is registered for."""
+        size = -(-buf.nbytes // ALIGN) * ALIGN
+        for r, drv in enumerate(self.drivers):
+            comms = None if buf.communicators is None else [c.id for c in buf.communicators if r in c.ranks]
+            drv.add_window(buf.window, buf.addr, size, comms)
 
     def deregister(self, buf):
         """Release ``buf`` (its window and memory). Refused while an outstanding request uses it."""
@@ -831,6 +854,10 @@ class System:
     def _release_comm(self, comm):
         for sr in comm.ranks:
             self.drivers[sr].write_fields("COMM_CFG", comm.id, enable=0)
+        for buf in self._buffers:       # its engine id goes to the next communicator: close the windows to it
+            if buf.communicators is not None and comm in buf.communicators:
+                buf._communicators = tuple(c for c in buf.communicators if c is not comm)
+                self._open_window(buf)
         for key in [k for k in self._programs if k[0] == comm.id]:
             del self._programs[key]
         comm.freed = True

@@ -46,6 +46,10 @@ class CommandProcessor(wiring.Component):
     check would take 1: four cycles more per command, accepted or rejected, for logic short enough for a
     1 GHz clock."""
 
+    #: Cycles ``checking`` stays high after a command leaves ISSUE: the control unit writes its table entry at
+    #: the clock edge that takes ``new_cmd`` and registers the windows in use from it a cycle later.
+    _LOCK_TAIL = 2
+
     def __init__(self, cfg):
         self.cfg = cfg
         A = cfg.addr_width
@@ -57,6 +61,8 @@ class CommandProcessor(wiring.Component):
             "part": In(data.ArrayLayout(unsigned(8), 5)),
             "win_base": In(data.ArrayLayout(unsigned(64), cfg.n_windows)),
             "win_size": In(data.ArrayLayout(unsigned(64), cfg.n_windows)),
+            "win_comms": In(data.ArrayLayout(unsigned(cfg.n_comms), cfg.n_windows)),
+            "checking": Out(1),
             "comm_cfg": In(data.ArrayLayout(unsigned(32), cfg.n_comms)),
             "ptab_we": In(PTAB_WORDS),
             "ptab_addr": In(range(max(2, cfg.n_programs))),
@@ -147,8 +153,17 @@ class CommandProcessor(wiring.Component):
             val.desc.eq(desc), val.fetch_err.eq(fetch.fetch_err), val.found.eq(ptab.found), val.prog.eq(prog),
             val.geom.eq(geo.result), val.geom_err.eq(geo.error),
             val.comm_cfg.eq(self.comm_cfg), val.win_base.eq(self.win_base), val.win_size.eq(self.win_size),
+            val.win_comms.eq(self.win_comms),
             val.part.eq(self.part), val.chunk_beats.eq(self.chunk_beats),
         ]
+
+        # ``checking``: from the geometry's start (the engine's window lock, a register behind it, is then up
+        # long before the validator samples the windows) until the command is in the control unit's table, and
+        # ``_LOCK_TAIL`` cycles more, until the table's windows in use take over
+        checking, tail = Signal(), Signal(range(self._LOCK_TAIL + 1))
+        m.d.comb += self.checking.eq(checking | (tail != 0))
+        with m.If(tail != 0):
+            m.d.sync += tail.eq(tail - 1)
 
         with m.FSM(name="cmd"):
             with m.State("FETCH"):
@@ -160,6 +175,7 @@ class CommandProcessor(wiring.Component):
                     m.next = "LOOKUP"
             with m.State("LOOKUP"):
                 with m.If(ptab.done):
+                    m.d.sync += checking.eq(1)
                     m.next = "GEOM"
             with m.State("GEOM"):
                 m.d.comb += [
@@ -181,6 +197,7 @@ class CommandProcessor(wiring.Component):
                     m.d.comb += [rec.i_reject.valid.eq(1), rec.i_reject.payload.status.eq(val.code),
                                  rec.i_reject.payload.detail.eq(val.det)]
                     with m.If(rec.i_reject.ready):
+                        m.d.sync += [checking.eq(0), tail.eq(self._LOCK_TAIL)]
                         m.next = "FETCH"
                 with m.Else():
                     m.d.comb += [
@@ -190,5 +207,6 @@ class CommandProcessor(wiring.Component):
                     ]
                     with m.If(self.new_cmd.ready):
                         m.d.comb += rec.save.eq(1)
+                        m.d.sync += [checking.eq(0), tail.eq(self._LOCK_TAIL)]
                         m.next = "FETCH"
         return m

@@ -45,6 +45,7 @@ def cmd_entry_layout(cfg):
         "n_slots": unsigned(11),
         "null": 1,          # null contribution: LOADs fill zeros, the count lane starts at 0
         "arrivals": unsigned(24),   # deposits (PUT messages) the command receives before it completes
+        "windows": unsigned(cfg.n_windows),     # the memory windows holding its buffers (locked while it runs)
     })
 
 

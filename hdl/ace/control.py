@@ -25,7 +25,7 @@ Dataflow of a command (see docs/engine.md):
    is acknowledged its buffer is freed; when all chunks of a command are done it completes.
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -60,7 +60,8 @@ def _w(n):
 class ControlUnit(wiring.Component):
     """The engine's control plane: everything between the command processor and the datapath.
 
-    Ports: ``new_cmd`` (a validated command and the table slot it takes; ``slot_busy`` tells which are free),
+    Ports: ``new_cmd`` (a validated command and the table slot it takes; ``slot_busy`` tells which are free;
+    ``win_busy``, registered: the memory windows that hold a buffer of a command in the table),
     ``cmd_done`` (slot, status, detail when a command finished), the instruction memory and routing table
     write/read ports for the register windows, ``part`` (partition sizes), ``dp`` and ``port`` (the datapath's
     units and, per link port, its units, credits and landing-buffer heads: :func:`~.datapath.datapath_signature`,
@@ -77,6 +78,7 @@ class ControlUnit(wiring.Component):
             "new_cmd": In(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
                                                               "entry": cmd_entry_layout(cfg)}))),
             "slot_busy": Out(cfg.n_cmds),
+            "win_busy": Out(cfg.n_windows),
             "cmd_done": Out(stream.Signature(cmd_done_layout(cfg))),
             "imem_we": In(2),
             "imem_addr": In(10),
@@ -252,6 +254,12 @@ class ControlUnit(wiring.Component):
                      dp.dep_geo_in_range.eq(pgeo.in_range)]
         for i in range(NC):
             m.d.comb += [dp.cmd_tag[i].eq(entries[i].tag), dp.cmd_live[i].eq(busy[i] & (entries[i].arrivals != 0))]
+        # the memory windows holding a buffer of a command in the table: the register bank refuses host writes
+        # to them (a window moved under a running command would let its DMA reach memory no window allows)
+        win_busy = 0
+        for i in range(cfg.n_cmds):
+            win_busy = win_busy | Mux(busy[i], entries[i].windows, 0)
+        m.d.sync += self.win_busy.eq(win_busy)
         report(dp.arrived.valid & (dp.arrived.status != 0), dp.arrived.cmd, dp.arrived.status)
 
         # ---- command completion --------------------------------------------------------------------------

@@ -159,8 +159,16 @@ class AceEngine(wiring.Component):
         ]
         for i in range(5):
             m.d.comb += [cp.part[i].eq(bank.reg("PART", i)), cu.part[i].eq(bank.reg("PART", i))]
+        # a window is locked while a command in the table uses it or a descriptor is being checked against it
+        win_lock = Signal(cfg.n_windows)
+        m.d.sync += win_lock.eq(cu.win_busy | Mux(cp.checking, (1 << cfg.n_windows) - 1, 0))
         for i in range(cfg.n_windows):
-            m.d.comb += [cp.win_base[i].eq(bank.reg("WIN_BASE", i)), cp.win_size[i].eq(bank.reg("WIN_SIZE", i))]
+            m.d.comb += [cp.win_base[i].eq(bank.reg("WIN_BASE", i)), cp.win_size[i].eq(bank.reg("WIN_SIZE", i)),
+                         cp.win_comms[i].eq(bank.reg("WIN_COMMS", i)[:cfg.n_comms])]
+            for name in ("WIN_BASE", "WIN_SIZE", "WIN_COMMS"):
+                m.d.comb += bank.lock(name, i).eq(win_lock[i])
+        with m.If(bank.refused):
+            m.d.sync += bank.reg("WIN_REFUSED").eq(bank.reg("WIN_REFUSED") + 1)
         for c in range(cfg.n_comms):
             m.d.comb += cp.comm_cfg[c].eq(bank.reg("COMM_CFG", c))
         # the watchdog: cycles with work in the engine and no transfer on any of its ports

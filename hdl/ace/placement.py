@@ -13,6 +13,10 @@ Four of :class:`~.validate.DescriptorValidator`'s pipeline stages for the checks
 3. each buffer's end against each window's end (one add, one compare), the in-place offset against
    ``hi - lo`` (one compare) -> registers.
 
+A window counts for a buffer only if it is enabled (size != 0) and open to the descriptor's communicator
+(``win_ok``, sampled in the start cycle); ``windows`` names every window that holds a used buffer (the engine
+refuses host writes to those windows' registers while the command runs).
+
 In place means the output overwrites the input where both exist. Reduce-scatter: ``src + nbytes * rank ==
 dst``; all-gather: ``dst + nbytes * rank == src`` (both as ``hi - lo == nbytes * rank``, without wrapping at
 2**64); the others (and a rank that has only one of the buffers of a broadcast/reduce, and a barrier):
@@ -50,9 +54,14 @@ class PlacementCheck(wiring.Component):
         (:func:`placement_mode_layout`).
     win_base, win_size : In
         The memory windows (size 0 = disabled).
+    win_ok : In(n_windows)
+        Per window: the descriptor's communicator may name buffers in it.
     in_place, src_window, dst_window : Out(1)
         Failed checks, from the :attr:`LATENCY`-th cycle after ``start`` until the cycle after the next ``start``: IN_PLACE
-        flagged but the output does not overwrite the input; a used buffer not inside one enabled window.
+        flagged but the output does not overwrite the input; a used buffer not inside one enabled window open to
+        the communicator.
+    windows : Out(n_windows)
+        As long: the windows that hold a used buffer whole.
     """
 
     #: Cycles from a ``start`` cycle to the first cycle its results are valid.
@@ -68,7 +77,8 @@ class PlacementCheck(wiring.Component):
             "mode": In(placement_mode_layout()),
             "win_base": In(data.ArrayLayout(64, NW)),
             "win_size": In(data.ArrayLayout(64, NW)),
-            "in_place": Out(1), "src_window": Out(1), "dst_window": Out(1),
+            "win_ok": In(NW),
+            "in_place": Out(1), "src_window": Out(1), "dst_window": Out(1), "windows": Out(NW),
         })
 
     def elaborate(self, platform):
@@ -87,7 +97,7 @@ class PlacementCheck(wiring.Component):
         s0_dst = Signal(64)
         s0_hi = Signal(64)                  # the in-place difference's operands, picked in the start cycle (the
         s0_lo = Signal(64)                  # pick fans out to 128 bits: not in front of a 64-bit subtractor)
-        s0_src_lo = Signal(NW)              # per window: enabled and the buffer starts inside it
+        s0_src_lo = Signal(NW)              # per window: enabled, open to the communicator, the buffer starts in it
         s0_dst_lo = Signal(NW)
         s0_win_end = [Signal(65, name=f"s0_win{i}_end") for i in range(NW)]
         m.d.sync += s0_valid.eq(self.start)
@@ -99,9 +109,9 @@ class PlacementCheck(wiring.Component):
                 s0_hi.eq(Mux(md.rs, dst, src)), s0_lo.eq(Mux(md.rs, src, dst)),
             ]
             for i in range(NW):
-                b, s = self.win_base[i], self.win_size[i]
+                b, s, ok = self.win_base[i], self.win_size[i], self.win_ok[i]
                 m.d.sync += [s0_win_end[i].eq(b + s),
-                             s0_src_lo[i].eq((s != 0) & (src >= b)), s0_dst_lo[i].eq((s != 0) & (dst >= b))]
+                             s0_src_lo[i].eq(ok & (s != 0) & (src >= b)), s0_dst_lo[i].eq(ok & (s != 0) & (dst >= b))]
 
         # ---- stage 1: the partial products, the address difference -----------------------------------------
         p_valid = Signal()
@@ -143,5 +153,6 @@ class PlacementCheck(wiring.Component):
             self.in_place.eq(s0_ip_other | s2_ip_bad),
             self.src_window.eq(s0_mode.uses_src & ~s2_src_in.any()),
             self.dst_window.eq(s0_mode.uses_dst & ~s2_dst_in.any()),
+            self.windows.eq(Mux(s0_mode.uses_src, s2_src_in, 0) | Mux(s0_mode.uses_dst, s2_dst_in, 0)),
         ]
         return m

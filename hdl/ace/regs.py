@@ -247,9 +247,21 @@ def ace_regmap(cfg=None):
                      "above the link's round trip (both latencies plus a packet's time at the link's rate); "
                      "too low wastes bandwidth on needless resends, too high slows recovery from a lost last "
                      "packet or a lost resend."),
+        Register("WIN_REFUSED", 0x0AC, "ro",
+                 doc="Host writes to a window register (WIN_BASE, WIN_SIZE, WIN_COMMS) the engine refused "
+                     "because the window was in use: it holds a buffer of a command in flight, or a descriptor "
+                     "was being checked against the windows (a few cycles per descriptor; write again). "
+                     "Counts every refused word; wraps."),
+        RegisterArray("WIN_COMMS", 0x0C0, cfg.n_windows, 0x4, (Register(
+            "WIN_COMMS", 0, "rw", init=(1 << cfg.n_comms) - 1,
+            doc="Communicators (bit c: communicator c) whose descriptors may name buffers in memory window i "
+                "(reset: every communicator). Its registers are locked like WIN_BASE's."),), prefix=""),
         RegisterArray("WIN", 0x100, cfg.n_windows, 0x10, (
-            Register("BASE", 0x0, "rw", 64, doc="Byte address of memory window i."),
-            Register("SIZE", 0x8, "rw", 64, doc="Bytes of memory window i (0 = disabled)."))),
+            Register("BASE", 0x0, "rw", 64,
+                     doc="Byte address of memory window i. Locked while the window is in use: a write then "
+                         "changes nothing and counts in WIN_REFUSED."),
+            Register("SIZE", 0x8, "rw", 64, doc="Bytes of memory window i (0 = disabled). Locked like "
+                                                 "WIN_BASE."))),
         RegisterArray("COMM", 0x200, cfg.n_comms, 0x10, (
             Register("CFG", 0x0, "rw", fields=(
                 _f("rank", 8, 0, "this endpoint's rank in communicator i"),

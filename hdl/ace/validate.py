@@ -27,8 +27,8 @@ check                  status            detail        fails when
 ``misaligned_dst``     MISALIGNED        1             dst (used by this rank) not a multiple of the element size
 ``bad_root``           BAD_ROOT          root          root >= size (every collective)
 ``bad_algorithm``      BAD_ALGORITHM     algorithm     no program entry found, or its n_phases not 1..MAX_PHASES
-``src_window``         OUT_OF_WINDOW     0             src buffer (used) not inside one enabled window
-``dst_window``         OUT_OF_WINDOW     1             dst buffer (used) not inside one enabled window
+``src_window``         OUT_OF_WINDOW     0             src buffer (used) not inside one enabled window open to comm
+``dst_window``         OUT_OF_WINDOW     1             dst buffer (used) not inside one enabled window open to comm
 ``geometry``           SRAM_TOO_SMALL    slot_beats    CommandGeometry error (other than count_zero)
 ``chunk_beats``        SRAM_TOO_SMALL    slot_beats    CHUNK_BEATS is 0 or above the configured chunk
 ``partitions``         SRAM_TOO_SMALL    slot_beats    PART[0] or the terminal partition has no buffer
@@ -148,9 +148,9 @@ class DescriptorValidator(wiring.Component):
     geom, geom_err : In
         :class:`~.geometry.CommandGeometry`'s ``result`` and ``error`` for the descriptor's count and the
         program's blocks and segments.
-    comm_cfg, win_base, win_size, part, chunk_beats : In
-        Register values: COMM_CFG (:func:`comm_cfg_layout`) per communicator, the memory windows, the SRAM
-        partitions, CHUNK_BEATS.
+    comm_cfg, win_base, win_size, win_comms, part, chunk_beats : In
+        Register values: COMM_CFG (:func:`comm_cfg_layout`) per communicator, the memory windows and the
+        communicators each is open to (bit c: communicator c), the SRAM partitions, CHUNK_BEATS.
     done : Out(1)
         Pulses :attr:`LATENCY` cycles after ``start``.
     code, det, checks : Out
@@ -177,6 +177,7 @@ class DescriptorValidator(wiring.Component):
             "comm_cfg": In(data.ArrayLayout(comm_cfg_layout(cfg), cfg.n_comms)),
             "win_base": In(data.ArrayLayout(unsigned(64), cfg.n_windows)),
             "win_size": In(data.ArrayLayout(unsigned(64), cfg.n_windows)),
+            "win_comms": In(data.ArrayLayout(unsigned(cfg.n_comms), cfg.n_windows)),
             "part": In(data.ArrayLayout(unsigned(8), N_PARTITIONS)),
             "chunk_beats": In(16),
             "done": Out(1),
@@ -284,6 +285,8 @@ class DescriptorValidator(wiring.Component):
             place.start.eq(start), place.src.eq(d.src), place.dst.eq(d.dst), place.nbytes.eq(nbytes),
             place.rank.eq(rank), place.size.eq(size), place.win_base.eq(self.win_base),
             place.win_size.eq(self.win_size),
+            place.win_ok.eq(Cat(*[self.win_comms[i].bit_select(d.comm, 1)
+                                  for i in range(cfg.n_windows)])),
             place.mode.rs.eq(is_rs), place.mode.ag.eq(is_ag), place.mode.in_seg.eq(in_seg),
             place.mode.out_seg.eq(out_seg), place.mode.uses_src.eq(uses_src), place.mode.uses_dst.eq(uses_dst),
             place.mode.in_place.eq(flag_in_place),
@@ -302,6 +305,8 @@ class DescriptorValidator(wiring.Component):
                 "buffer": s2_buffer}
         for name, _, _ in CHECKS:
             m.d.comb += getattr(first.failed, name).eq(late[name] if name in late else s1[name])
+        with m.If(s4_valid):
+            m.d.sync += e.windows.eq(place.windows)
         m.d.comb += [first.details.eq(s1_det), first.capture.eq(s4_valid),
                      self.code.eq(first.code), self.det.eq(first.det), self.checks.eq(first.checks)]
         m.d.sync += [s1_valid.eq(start), s2_valid.eq(s1_valid & ~start), s3_valid.eq(s2_valid & ~start),

@@ -130,7 +130,9 @@ class CsrBank(wiring.Component):
     """Decodes the register bus for ``regmap`` (a :class:`~.regmap.RegisterMap`).
 
     Ports: ``bus`` (:class:`CsrSignature`, ``addr_width`` bits, by default the fewest that cover
-    ``regmap.size`` and at least 16) and ``unmapped`` (a saturating count of accesses to unmapped addresses).
+    ``regmap.size`` and at least 16), ``unmapped`` (a saturating count of accesses to unmapped addresses) and
+    ``refused`` (a pulse, the cycle after the decode cycle, for each host write ignored because its register
+    was locked: :meth:`lock`).
     ``window_latency`` is the read latency of every window (an int) or a ``{window name: latency}`` dict
     (missing windows: 1).
 
@@ -157,9 +159,9 @@ class CsrBank(wiring.Component):
             unknown = set(window_latency) - set(self._latency)
             if unknown:
                 raise RegisterMapError(f"window_latency names unknown windows: {', '.join(sorted(unknown))}")
-        super().__init__({"bus": Out(CsrSignature(addr_width)), "unmapped": Out(16)})
+        super().__init__({"bus": Out(CsrSignature(addr_width)), "unmapped": Out(16), "refused": Out(1)})
 
-        self._regs, self._strobes, self._sets, self._shadows = {}, {}, {}, {}
+        self._regs, self._strobes, self._sets, self._shadows, self._locks = {}, {}, {}, {}, {}
         for reg in regmap.registers():
             name = _signal_name(reg)
             self._regs[reg.key] = Signal(reg.width, init=reg.init, name=name)
@@ -194,6 +196,15 @@ class CsrBank(wiring.Component):
                                    f"{self.regmap.register(name, index).access}: only rw and wo registers "
                                    f"have a write strobe")
         return self._strobes[key]
+
+    def lock(self, name, index=None):
+        """A signal the engine drives for ``rw`` register ``name``: while it is high in the decode cycle of a
+        host write, the write is ignored (no new value, no strobe; the bus still acknowledges it) and
+        ``refused`` pulses. Drive it from a register: it is decided on in the decode cycle."""
+        reg = self.regmap.register(name, index)
+        if reg.access != "rw":
+            raise RegisterMapError(f"{reg.label} is {reg.access}: only rw registers can be locked")
+        return self._locks.setdefault(reg.key, Signal(name=f"{_signal_name(reg)}_lock"))
 
     def set(self, name, index=None):
         """The set mask the engine drives for ``w1c`` register ``name``."""
@@ -259,12 +270,18 @@ class CsrBank(wiring.Component):
 
         # registers: one flat comparator per word, not behind the window decode (their addresses are disjoint)
         clear = {key: Signal(len(self._regs[key]), name=f"{self._regs[key].name}_clear") for key in self._sets}
+        refused = []
         for reg in self.regmap.registers():
             for half, addr in enumerate(reg.addresses):
                 match = Signal(name=f"at_{_signal_name(reg)}_{half}" if reg.width == 64 else
                                f"at_{_signal_name(reg)}")
                 m.d.comb += match.eq(req.addr == addr)
-                self._word_access(m, req.wdata, wr & match, rd & match, reg, half, clear)
+                write = wr & match
+                if reg.key in self._locks:
+                    refused.append(write & self._locks[reg.key])
+                    write = write & ~self._locks[reg.key]
+                self._word_access(m, req.wdata, write, rd & match, reg, half, clear)
+        m.d.sync += self.refused.eq(_or_all(refused) if refused else 0)
 
         # w1c registers: an engine set wins over a host clear in the same cycle, so no event is lost. The clear
         # takes effect in the decode cycle; a set in the request cycle (the cycle before) wins as well, through

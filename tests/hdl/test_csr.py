@@ -139,6 +139,52 @@ def test_rw_register_keeps_value_and_strobes_once_per_write():
     assert sum(strobes) == 2, "one strobe per host write"
 
 
+def test_a_locked_register_ignores_host_writes_and_reports_each_one():
+    """A lock the engine holds on CTRL and on one half of an array's 64-bit register: writes are acknowledged
+    as usual but change nothing and strobe nothing, ``refused`` pulses once per refused word, the other
+    registers and the unlocked copy take their writes, and writes go through again once the lock drops."""
+    h = Harness()
+    bank, rm = h.bank, h.regmap
+    lock_ctrl, lock_addr = bank.lock("CTRL"), bank.lock("CH_ADDR", 1)
+    strobes, refused = [], []
+
+    async def watch(ctx):
+        async for _, _, s, r in ctx.tick().sample(bank.strobe("CTRL"), bank.refused):
+            strobes.append(s)
+            refused.append(r)
+
+    async def bench(ctx):
+        host = Host(ctx, bank.bus)
+        ctx.set(lock_ctrl, 1)
+        ctx.set(lock_addr, 1)
+        await host.write(rm.addr("CTRL"), 0x3)
+        assert host.last_latency == WRITE_LATENCY
+        assert await host.read(rm.addr("CTRL")) == 0x5
+        await host.write(rm.addr("CH_ADDR", 1), 0xAAAA)          # both halves refused
+        await host.write(rm.addr("CH_ADDR", 1) + 4, 0xBBBB)
+        await host.write(rm.addr("CH_ADDR", 0), 0x1234)          # another copy: taken
+        await host.write(rm.addr("BASE"), 0x77)                  # another register: taken
+        assert ctx.get(bank.reg("CH_ADDR", 1)) == 0 and ctx.get(bank.reg("CH_ADDR", 0)) == 0x1234
+        assert ctx.get(bank.reg("BASE")) & 0xFFFFFFFF == 0x77
+        await ctx.tick()
+        assert sum(refused) == 3 and sum(strobes) == 0
+        ctx.set(lock_ctrl, 0)
+        ctx.set(lock_addr, 0)
+        await host.write(rm.addr("CTRL"), 0x3)
+        await host.write(rm.addr("CH_ADDR", 1), 0xAAAA)
+        assert await host.read(rm.addr("CTRL")) == 0x3 and ctx.get(bank.reg("CH_ADDR", 1)) == 0xAAAA
+        await ctx.tick()
+        assert sum(refused) == 3 and sum(strobes) == 1
+
+    sim = Simulator(h)
+    sim.add_clock(1e-6)
+    sim.add_process(watch)
+    sim.add_testbench(bench)
+    sim.run()
+    with pytest.raises(RegisterMapError, match="only rw registers can be locked"):
+        h.bank.lock("STAT")
+
+
 def test_ro_register_is_sampled_on_read_and_ignores_writes():
     h = Harness()
     bank, rm = h.bank, h.regmap

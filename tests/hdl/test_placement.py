@@ -1,7 +1,8 @@
 """PlacementCheck in Amaranth's simulator against a model of the in-place and memory window rules: random
 buffers placed inside windows, across their edges by an element, before them, in disabled windows, near the top
-of the 64-bit space, and in-place layouts right, off by an element, or right only modulo 2**64. The inputs change
-right after ``start``: the block must have sampled them.
+of the 64-bit space, in windows closed to the communicator, and in-place layouts right, off by an element, or
+right only modulo 2**64; and the windows that hold a used buffer. The inputs change right after ``start``: the
+block must have sampled them.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -20,13 +21,22 @@ TOP = 1 << 64
 
 
 def model(c):
-    """(in_place, src_window, dst_window) failed, by the rules of the module docstring."""
+    """(in_place, src_window, dst_window) failed and the windows holding a used buffer, by the rules of the
+    module docstring."""
     md, n = c["mode"], c["nbytes"]
     in_len = n * c["size"] if md["in_seg"] else n
     out_len = n * c["size"] if md["out_seg"] else n
 
+    def holds(addr, length):
+        return [(c["win_ok"] >> i) & 1 and s != 0 and b <= addr and addr + length <= b + s
+                for i, (b, s) in enumerate(zip(c["win_base"], c["win_size"]))]
+
     def inside(addr, length):
-        return any(s != 0 and b <= addr and addr + length <= b + s for b, s in zip(c["win_base"], c["win_size"]))
+        return any(holds(addr, length))
+
+    used = [(md["uses_src"] and a) or (md["uses_dst"] and b)
+            for a, b in zip(holds(c["src"], in_len), holds(c["dst"], out_len))]
+    windows = sum(1 << i for i, u in enumerate(used) if u)
 
     if md["rs"]:
         ok = c["src"] + n * c["rank"] == c["dst"]
@@ -35,7 +45,7 @@ def model(c):
     else:
         ok = not md["uses_src"] or not md["uses_dst"] or c["src"] == c["dst"]
     return (bool(md["in_place"] and not ok), bool(md["uses_src"] and not inside(c["src"], in_len)),
-            bool(md["uses_dst"] and not inside(c["dst"], out_len)))
+            bool(md["uses_dst"] and not inside(c["dst"], out_len)), windows)
 
 
 def random_case(rng):
@@ -71,7 +81,8 @@ def random_case(rng):
         elif rng.random() < 0.8:
             dst = src
     return {"src": src, "dst": dst, "nbytes": nbytes, "rank": rank, "size": size, "mode": mode,
-            "win_base": bases, "win_size": sizes}
+            "win_base": bases, "win_size": sizes,
+            "win_ok": rng.choice([(1 << NW) - 1] * 3 + [rng.getrandbits(NW)])}
 
 
 def apply(ctx, dut, c):
@@ -86,6 +97,10 @@ def test_in_place_and_window_checks_match_the_model_latency_cycles_after_start()
     outcomes = [model(c) for c in cases]
     for k in range(3):          # every check both passes and fails somewhere
         assert 50 < sum(o[k] for o in outcomes) < len(cases) - 50, k
+    # windows closed to the communicator decide some cases, and some buffers lie in two windows
+    assert sum(any(o[1:3]) and any(model({**c, "win_ok": (1 << NW) - 1})[1:3]) is False
+               for c, o in zip(cases, outcomes)) > 20
+    assert sum(bin(o[3]).count("1") > 1 for o in outcomes) > 0
 
     async def bench(ctx):
         for n, (c, want) in enumerate(zip(cases, outcomes)):
@@ -96,9 +111,10 @@ def test_in_place_and_window_checks_match_the_model_latency_cycles_after_start()
             apply(ctx, dut, cases[(n + 1) % len(cases)])       # sampled at start: these must not matter
             for _ in range(PlacementCheck.LATENCY - 1):
                 await ctx.tick()
-            got = (ctx.get(dut.in_place), ctx.get(dut.src_window), ctx.get(dut.dst_window))
+            got = (ctx.get(dut.in_place), ctx.get(dut.src_window), ctx.get(dut.dst_window), ctx.get(dut.windows))
             assert got == want, (n, c)
             await ctx.tick()        # and they hold until the next start
-            assert (ctx.get(dut.in_place), ctx.get(dut.src_window), ctx.get(dut.dst_window)) == want, n
+            assert (ctx.get(dut.in_place), ctx.get(dut.src_window), ctx.get(dut.dst_window),
+                    ctx.get(dut.windows)) == want, n
 
     run_sim(dut, bench)

@@ -59,10 +59,13 @@ def model(cfg, c):
     uses_dst = not barrier and (coll != C.REDUCE or is_root)
     in_len = nbytes * size if in_seg else nbytes
     out_len = nbytes * size if out_seg else nbytes
-    windows = list(zip(c["win_base"], c["win_size"]))
+    windows = list(zip(c["win_base"], c["win_size"], c["win_comms"]))
+
+    def holds(addr, n):     # per window: open to the communicator, enabled, the buffer inside
+        return [(k >> d["comm"]) & 1 and s != 0 and b <= addr and addr + n <= b + s for b, s, k in windows]
 
     def inside(addr, n):
-        return any(s != 0 and b <= addr and addr + n <= b + s for b, s in windows)
+        return any(holds(addr, n))
 
     if coll == C.REDUCE_SCATTER:
         in_place_ok = d["src"] + nbytes * rank == d["dst"]
@@ -137,6 +140,8 @@ def model(cfg, c):
         "phase_start": p["phase_start"], "phase_len": p["phase_len"], "load_end": p["load_end"],
         "load_mask": p["load_mask"], "n_slots": p["n_slots"], "null": int(bool(d["flags"] & NULL)),
         "arrivals": (p["arrivals"] * g["n_chunks"]) & 0xFFFFFF,
+        "windows": sum(1 << i for i, (a, b) in enumerate(zip(holds(d["src"], in_len), holds(d["dst"], out_len)))
+                       if (uses_src and a) or (uses_dst and b)),
     }
     return f, code, det, entry
 
@@ -215,6 +220,8 @@ def valid_case(cfg, rng):
             "cookie": rng.getrandbits(64), "reserved": rng.getrandbits(192)}
     return {"desc": desc, "fetch_err": 0, "found": 1, "prog": prog, "geom": geom, "geom_err": geom_err,
             "comm_cfg": words, "win_base": bases, "win_size": sizes, "part": part,
+            "win_comms": [(1 << cfg.n_comms) - 1 if rng.random() < 0.8 else rng.getrandbits(cfg.n_comms)
+                          for _ in range(cfg.n_windows)],
             "chunk_beats": rng.randint(1, cfg.chunk_beats)}
 
 
@@ -239,9 +246,11 @@ def _move_out(cfg, c, rng, key):
               if s and b <= d[key] < b + s), None)
     if i is None:
         return
-    how = rng.randrange(3)
+    how = rng.randrange(4)
     if how == 0:
         c["win_size"][i] = 0
+    elif how == 3:          # closed to the descriptor's communicator
+        c["win_comms"][i] &= ~(1 << d["comm"])
     elif how == 1:
         d[key] = max(0, c["win_base"][i] - rng.choice([4, 8, 4096]))
     else:
@@ -328,7 +337,7 @@ def apply(ctx, dut, c):
         ctx.set(getattr(dut, port), c[port])
     for port in ("fetch_err", "found", "chunk_beats"):
         ctx.set(getattr(dut, port), c[port])
-    for port in ("win_base", "win_size", "part"):
+    for port in ("win_base", "win_size", "win_comms", "part"):
         ctx.set(getattr(dut, port), c[port])
     for i, w in enumerate(c["comm_cfg"]):
         ctx.set(dut.comm_cfg[i].as_value(), w)

@@ -13,7 +13,7 @@ from syncfabric.hdl.ace.regs import (ACE_ID, IRQ_CPL, IRQ_ERROR, PTAB_ENTRY_WORD
                                      ace_regmap)
 from syncfabric.hdl.common.layouts import (COMPLETION_BYTES, DESCRIPTOR_BYTES, completion_layout,
                                            descriptor_layout, pack_bytes, unpack_bytes)
-from syncfabric.host.driver import AceDriver, AceError, RingFullError, SyncAceDriver, status_name
+from syncfabric.host.driver import AceDriver, AceError, RingFullError, SyncAceDriver, WindowInUseError, status_name
 from syncfabric.host.programs import (ImemAllocator, ace_phase_weights, decode_entry, entry_words, partition_sizes,
                                       phase_weights, program_entry, program_partitions, routing_table)
 from syncfabric.sim.golden.partitions import SPLITS, phase_depth
@@ -178,6 +178,37 @@ def test_add_window_hides_the_window_while_it_changes():
     assert t.writes_to("WIN_SIZE", 3)[0] == 0
     with pytest.raises(ValueError, match="window 4 out of range"):
         drv.add_window(4, 0, 1)
+    assert t.reg("WIN_COMMS", 3) == (1 << CFG.n_comms) - 1          # every communicator by default
+    drv.add_window(2, 0x8000, 0x100, comms=[1, 3, 1])
+    assert t.reg("WIN_COMMS", 2) == 0b1010
+    with pytest.raises(ValueError, match=r"communicator ids \[9\] out of range"):
+        drv.add_window(2, 0x8000, 0x100, comms=[0, 9])
+
+
+def test_add_window_writes_again_after_a_refusal_and_gives_up_on_a_window_in_use():
+    """The engine refuses window writes while the window is in use (WIN_REFUSED counts them): one refusal (a
+    descriptor being checked) costs one more attempt; a window that stays in use raises WindowInUseError."""
+    class Locking(MemTransport):
+        refusals = 0
+
+        def write_reg(self, addr, value):
+            if self.refusals and RM.addr("WIN_BASE", 0) <= addr < RM.addr("WIN_BASE", 0) + 0x100:
+                self.refusals -= 1
+                self.regs[RM.addr("WIN_REFUSED")] += 1
+                self.now += 1
+                return
+            super().write_reg(addr, value)
+
+    t = Locking()
+    drv = SyncAceDriver(t, CFG)
+    t.refusals = 2
+    drv.add_window(1, 0x4000, 0x1000, comms=[0])
+    assert (t.reg("WIN_BASE", 1), t.reg("WIN_SIZE", 1), t.reg("WIN_COMMS", 1)) == (0x4000, 0x1000, 1)
+    assert t.reg("WIN_REFUSED") == 2
+    t.refusals = 10**6
+    with pytest.raises(WindowInUseError, match="window 1: the engine refused 8 times"):
+        drv.add_window(1, 0, 0)
+    assert (t.reg("WIN_BASE", 1), t.reg("WIN_SIZE", 1)) == (0x4000, 0x1000)
 
 
 # ---- submission ring --------------------------------------------------------------------------------------------

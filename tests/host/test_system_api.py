@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from syncfabric.hdl.common.layouts import COMPLETION_BYTES, DESCRIPTOR_BYTES
+from syncfabric.host.driver import WindowInUseError
 from syncfabric.host.job import REJECTIONS
 from syncfabric.host.run import random_inputs
 from syncfabric.host.system import (CollectiveError, CommunicatorError, RegistrationError, RequestTimeout, System,
@@ -178,6 +179,73 @@ def test_timeouts_fire_and_engine_errors_are_typed(ring2):
     s.deregister(a)
     s.deregister(b)
     run_and_check(s, w, "reduce_scatter", 32, "fp32", seed=12)
+
+
+def _int32_sum(system, comm, a, b, count, seed):
+    """Post ``comm``'s int32 all-reduce from ``a`` into ``b`` and check every rank's result."""
+    rng = np.random.default_rng(seed)
+    ins = {r: rng.integers(-2**20, 2**20, count, dtype=np.int32) for r in comm.ranks}
+    for r, x in ins.items():
+        a.write(r, x)
+    comm.allreduce(a, b, count, "int32").wait(timeout_cycles=200_000)
+    want = sum(ins.values())
+    for r in comm.ranks:
+        assert np.array_equal(b.read(r, "int32", count), want), r
+
+
+def test_a_window_in_use_is_locked_and_windows_open_only_to_their_communicators(ring2):
+    """The engines refuse to move a window while a command in flight has a buffer in it (the driver gives up
+    with WindowInUseError, WIN_REFUSED counts the refused writes, the collective completes bit-exact); a buffer
+    registered for one communicator is refused by the host for another, and by the engines (OUT_OF_WINDOW) when
+    the host check is bypassed, also for the next communicator that gets a freed communicator's engine id."""
+    s, w = ring2, ring2.world
+    a, b = s.register(4096), s.register(4096)
+    drv = s.drivers[0]
+    refused = drv.read("WIN_REFUSED")
+    rng = np.random.default_rng(seed_for(31))
+    ins = {r: rng.integers(-2**20, 2**20, 1024, dtype=np.int32) for r in w.ranks}
+    for r, x in ins.items():
+        a.write(r, x)
+    req = w.allreduce(a, b, 1024, "int32")
+    while drv.read_fields("STATUS")["cmds_active"] == 0:
+        pass
+    with pytest.raises(WindowInUseError, match=f"window {b.window}"):
+        drv.add_window(b.window, 0, 0)
+    assert drv.read("WIN_REFUSED") - refused >= 4 * drv.WINDOW_ATTEMPTS - 3
+    req.wait(timeout_cycles=200_000)
+    for r in w.ranks:
+        assert np.array_equal(b.read(r, "int32", 1024), ins[0] + ins[1]), r
+    drv.add_window(b.window, b.addr, 4096)          # not in use any more: taken
+    s.deregister(a)
+    s.deregister(b)
+
+    c = s.split(w.ranks)
+    a, b = s.register(4096, communicators=[c]), s.register(4096, communicators=[c])
+    assert a.view(0, 64).communicators == (c,)
+    with pytest.raises(UsageError, match="registered for other communicators"):
+        w.allreduce(a, b, 16, "int32")
+    _int32_sum(s, c, a, b, 300, seed_for(32))
+    for buf in (a, b):                              # behind the host's back: the engines refuse
+        buf._communicators = None
+    with pytest.raises(CollectiveError) as err:
+        w.allreduce(a, b, 16, "int32").wait(timeout_cycles=50_000)
+    assert {st for st, _ in err.value.failures.values()} == {"OUT_OF_WINDOW"}
+    for buf in (a, b):
+        buf._communicators = (c,)
+    c_id = c.id
+    c.free()
+    assert a.communicators == ()
+    c2 = s.split(w.ranks)
+    assert c2.id == c_id
+    for buf in (a, b):
+        buf._communicators = None
+    with pytest.raises(CollectiveError) as err:
+        c2.allreduce(a, b, 16, "int32").wait(timeout_cycles=50_000)
+    assert {st for st, _ in err.value.failures.values()} == {"OUT_OF_WINDOW"}
+    c2.free()
+    s.deregister(a)
+    s.deregister(b)
+    run_and_check(s, w, "allreduce", 64, "fp32", seed=15)
 
 
 @pytest.mark.parametrize("field, value", [("op", ReduceOp.MAX), ("dtype", DType.INT32)])

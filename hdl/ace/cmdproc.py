@@ -165,6 +165,10 @@ class CommandProcessor(wiring.Component):
         with m.If(tail != 0):
             m.d.sync += tail.eq(tail - 1)
 
+        # the new command's payload straight from the validator's registers, not behind the FSM's state (the
+        # control unit's table computes its phase bounds from it in the same cycle)
+        m.d.comb += [self.new_cmd.payload.slot.eq(slot), self.new_cmd.payload.entry.eq(val.entry)]
+
         with m.FSM(name="cmd"):
             with m.State("FETCH"):
                 m.d.comb += fetch.go.eq(any_free)
@@ -200,11 +204,7 @@ class CommandProcessor(wiring.Component):
                         m.d.sync += [checking.eq(0), tail.eq(self._LOCK_TAIL)]
                         m.next = "FETCH"
                 with m.Else():
-                    m.d.comb += [
-                        self.new_cmd.valid.eq(1),
-                        self.new_cmd.payload.slot.eq(slot),
-                        self.new_cmd.payload.entry.eq(val.entry),
-                    ]
+                    m.d.comb += self.new_cmd.valid.eq(1)
                     with m.If(self.new_cmd.ready):
                         m.d.comb += rec.save.eq(1)
                         m.d.sync += [checking.eq(0), tail.eq(self._LOCK_TAIL)]

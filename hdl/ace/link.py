@@ -209,7 +209,9 @@ class TxPort(wiring.Component):
                 rem_one.eq(Mux(active, rem == 2, (length > w) & (length <= 2 * w))),
                 rem_many.eq(Mux(active, rem > 2, length > 2 * w)),
                 pkt_beat.eq(Mux(last_flit, 0, pkt_c + 1)),
-                offset.eq(Mux(last_flit, off_c + pb, off_c)),
+                # (the add from the offset register, the active select after it: ``active`` fans out to the
+                # whole header mux and arrives late)
+                offset.eq(Mux(active, Mux(last_flit, offset + pb, offset), Mux(last_flit, pb, 0))),
                 # (the next packet's compare made from the latched message's registers or, for a message
                 # that starts now, against a constant: the active select picks a result, not operands)
                 pkt_last.eq(Mux(last_flit, Mux(active, offset + 2 * pb >= cur.length, 2 * pb >= length),

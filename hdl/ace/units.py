@@ -510,6 +510,7 @@ class LoadSequencer(wiring.Component):
         word = Signal(64)
         geo_wait = Signal(range(max(2, self.GEO_LATENCY)))
         sram_addr = Signal.like(self.issue.payload.sram_addr)   # the slot's place: multiplied while geometry runs
+        slot_beats = Signal.like(self.slot_beats)   # the command's, registered: the lookup is in the control unit
         fields = {name: (lsb, width) for name, lsb, width in FIELDS}
 
         def field(name):
@@ -543,11 +544,12 @@ class LoadSequencer(wiring.Component):
                     m.next = "WORD"
             with m.State("WORD"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [word.eq(self.imem_data), geo_wait.eq(self.GEO_LATENCY - 1)]
+                m.d.sync += [word.eq(self.imem_data), geo_wait.eq(self.GEO_LATENCY - 1),
+                             slot_beats.eq(self.slot_beats)]
                 m.next = "GEO"
             with m.State("GEO"):         # the block's geometry is BlockGeometry.LATENCY cycles away
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [geo_wait.eq(geo_wait - 1), sram_addr.eq(field("slot") * self.slot_beats)]
+                m.d.sync += [geo_wait.eq(geo_wait - 1), sram_addr.eq(field("slot") * slot_beats)]
                 with m.If(geo_wait == 0):
                     m.next = "ISSUE"
             with m.State("ISSUE"):

@@ -109,13 +109,18 @@ async def issue(ctx, job, payload, pulses=()):
         ctx.set(sig, {} if hasattr(sig, "shape") and not isinstance(sig.shape(), Shape) else 0)
 
 
-def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
-    rng = random.Random(seed_for(61))
+def _looped_back(seed):
+    """A block of random int32 at SRC in a 4 KiB memory, and the looped-back datapath."""
+    rng = random.Random(seed_for(seed))
     src = np.array([rng.randrange(-2**30, 2**30) for _ in range(NBYTES // 4)], dtype="<i4")
     mem = bytearray(0x1000)
     mem[SRC:SRC + NBYTES] = src.tobytes()
     top = Loopback(CFG)
-    dp = top.dp
+    return src, mem, top, top.dp
+
+
+def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
+    src, mem, top, dp = _looped_back(61)
     ctl, port = dp.ctl, dp.port
     dones = {"load": [], "store": [], "send0": [], "recv0": [], "recv1": []}
 
@@ -269,12 +274,7 @@ def test_deposits_outside_the_command_are_drained_with_protocol_not_written():
     written to its block; one of a chunk past the last, one whose 12-bit key is past the blocks (and aliases
     block 1 in 10 bits) and one whose length disagrees are drained and counted PROTOCOL, with nothing written;
     a last one in range shows the unit goes on. Every landing credit comes back."""
-    rng = random.Random(seed_for(62))
-    src = np.array([rng.randrange(-2**30, 2**30) for _ in range(NBYTES // 4)], dtype="<i4")
-    mem = bytearray(0x1000)
-    mem[SRC:SRC + NBYTES] = src.tobytes()
-    top = Loopback(CFG)
-    dp = top.dp
+    src, mem, top, dp = _looped_back(62)
     ctl, port = dp.ctl, dp.port
     n_chunks, n_blocks, tag = 2, 4, 0x77
     lookups, arrivals = [], []

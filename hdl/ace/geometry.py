@@ -319,8 +319,9 @@ class BlockGeometry(wiring.Component):
     one cycle is answered :attr:`LATENCY` cycles later, one lookup per cycle.
 
     Inputs: the command's ``geom`` (:func:`geometry_layout`), ``count``, ``elem_shift``, ``chunk``, ``block``
-    (a header's whole ``key``), the send / receive buffer bases ``in_base`` / ``out_base`` and whether each is segmented for
-    this collective (``in_seg``: reduce-scatter, all-to-all; ``out_seg``: all-gather, all-to-all).
+    (a header's whole ``key``), the send / receive buffer bases ``in_base`` / ``out_base`` and whether each is
+    segmented for this collective (``in_seg``: reduce-scatter, all-to-all; ``out_seg``: all-gather,
+    all-to-all).
 
     Outputs, registered (valid :attr:`LATENCY` cycles after the inputs): ``segment`` and ``sub`` (block =
     segment*m + sub), ``is_last`` (the last chunk), ``nbytes`` (0 for an empty block), ``beats`` =
@@ -329,8 +330,9 @@ class BlockGeometry(wiring.Component):
     equal to the golden :func:`~syncfabric.sim.golden.chunking.block_buffer_ranges` ``lo * eb`` plus the base,
     also for an empty block (modulo ``2**addr_width``), and ``in_range``: chunk < n_chunks and block <
     n_blocks (the other outputs hold only for a lookup in range: an FSM's or the load sequencer's lookups are
-    by the program's legality; the deposit unit's come from a packet header and are checked). The buffer's segment is the block's segment: the engine
-    only looks up blocks whose data the rank has (LOAD/STORE legality is the program's).
+    by the program's legality; the deposit unit's come from a packet header and are checked). The buffer's
+    segment is the block's segment: the engine only looks up blocks whose data the rank has (LOAD/STORE
+    legality is the program's).
 
     Stages (each ends in registers; about one adder, compare or multiply deep, for a 1 GHz-class clock):
 

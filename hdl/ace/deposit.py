@@ -165,12 +165,12 @@ class DepositUnit(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 # a block outside the command's chunks and blocks would be written outside its output buffer
-                bad_len = ~op_spill & ((self.geo_nbytes != op_hdr.length) | ~self.geo_in_range)
+                bad = ~op_spill & ((self.geo_nbytes != op_hdr.length) | ~self.geo_in_range)
                 m.d.sync += [op_addr.eq(Mux(op_spill, self.spill_base + (op_e << rec_shift), self.geo_addr)),
-                             op_drain.eq(bad_len),
-                             op_src.eq(Mux((op_hdr.length == 0) | bad_len, DepositSource.DRAIN,
+                             op_drain.eq(bad),
+                             op_src.eq(Mux((op_hdr.length == 0) | bad, DepositSource.DRAIN,
                                            DepositSource.LANDING))]
-                with m.If(bad_len):
+                with m.If(bad):
                     m.d.sync += op_status.eq(Status.PROTOCOL)
                 m.next = "OWN"
             with m.State("OWN"):         # borrow the RX port's read side, then hand the message to the writer
@@ -197,10 +197,10 @@ class DepositUnit(wiring.Component):
                 with m.If(geo_wait == 0):
                     m.next = "COPY_CHECK"
             with m.State("COPY_CHECK"):
-                bad_len = (self.geo_nbytes != op_hdr.length) | ~self.geo_in_range
-                with m.If(bad_len):
+                bad = (self.geo_nbytes != op_hdr.length) | ~self.geo_in_range
+                with m.If(bad):
                     m.d.sync += op_status.eq(Status.PROTOCOL)
-                with m.If(bad_len | (op_hdr.length == 0)):
+                with m.If(bad | (op_hdr.length == 0)):
                     m.next = "COPY_END"
                 with m.Else():
                     m.d.comb += [wr.job.valid.eq(1), job.src.eq(DepositSource.SPILL), job.wr_addr.eq(self.geo_addr)]

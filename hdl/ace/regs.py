@@ -255,7 +255,7 @@ def ace_regmap(cfg=None):
         RegisterArray("WIN_COMMS", 0x0C0, cfg.n_windows, 0x4, (Register(
             "WIN_COMMS", 0, "rw", init=(1 << cfg.n_comms) - 1,
             doc="Communicators (bit c: communicator c) whose descriptors may name buffers in memory window i "
-                "(reset: every communicator). Its registers are locked like WIN_BASE's."),), prefix=""),
+                "(reset: every communicator). Locked like WIN_BASE."),), prefix=""),
         RegisterArray("WIN", 0x100, cfg.n_windows, 0x10, (
             Register("BASE", 0x0, "rw", 64,
                      doc="Byte address of memory window i. Locked while the window is in use: a write then "

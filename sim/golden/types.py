@@ -114,6 +114,7 @@ class Algorithm(_Parsable):
     HALVING_DOUBLING = 4
     DIRECT = 5
     ASYNC = 6
+    HIERARCHICAL_ROTATED = 7
 
     @classmethod
     def parse(cls, name):

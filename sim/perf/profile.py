@@ -26,7 +26,7 @@ composition; ``tests/perf`` checks that both give the same profile on tori small
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..golden.algorithms import generate, default_algorithm
+from ..golden.algorithms import ALGORITHMS, generate, default_algorithm
 from ..golden.chunking import normalize_collective
 from ..golden.program import StepOp
 from ..golden.topology import Ring, Torus, parse as parse_topology
@@ -302,10 +302,14 @@ def torus_algorithm(decomposition="hierarchical", directions=None):
     return name
 
 
+#: Generated programs whose names start like a composed decomposition's (not parsed as one).
+_GENERATED = tuple(a for a in ALGORITHMS if a.startswith("hierarchical-"))
+
+
 def parse_torus_algorithm(algorithm):
     """``hierarchical[:DECOMPOSITION][/DIR,DIR,DIR]`` -> (decomposition, directions or None); None for any
     other algorithm name (a generated program's)."""
-    if not algorithm or not algorithm.startswith("hierarchical"):
+    if not algorithm or not algorithm.startswith("hierarchical") or algorithm in _GENERATED:
         return None
     head, _, dirs = algorithm.partition("/")
     _, _, decomposition = head.partition(":")

@@ -8,6 +8,7 @@ name                collectives                                                 
 ``ring``            allreduce, reduce_scatter, allgather, broadcast, reduce     ring (port 0 only), switch
 ``bidir-ring``      allreduce, reduce_scatter, allgather, broadcast, reduce     bidirectional ring
 ``hierarchical``    allreduce, reduce_scatter, allgather, broadcast, reduce     torus
+``hierarchical-rotated``  allreduce (the middle dimensions in both orders at once)  torus with V, H > 1
 ``halving-doubling``  allreduce, reduce_scatter, allgather                      switch, P a power of two
 ``direct``          alltoall                                                    ring, torus, switch
 ``async``           alltoall (Sven: deposits, no rank waits for another)        one-hop routes (switch)
@@ -35,7 +36,7 @@ __all__ = ["ALGORITHMS", "generate", "default_algorithm", "supported_algorithms"
            "ring_collective", "ring_pipeline", "torus_collective", "torus_pipeline", "direct_alltoall", "async_alltoall",
            "halving_doubling"]
 
-ALGORITHMS = ("ring", "bidir-ring", "hierarchical", "halving-doubling", "direct", "async")
+ALGORITHMS = ("ring", "bidir-ring", "hierarchical", "halving-doubling", "direct", "async", "hierarchical-rotated")
 
 _REDUCTIONS = ("allreduce", "reduce_scatter", "allgather")
 
@@ -57,6 +58,8 @@ def supported_algorithms(collective, topology):
     if isinstance(t, Ring):
         return ("bidir-ring", "ring") if t.bidirectional else ("ring",)
     if isinstance(t, Torus):
+        if c == "allreduce" and t.dims[1] > 1 and t.dims[2] > 1:
+            return ("hierarchical", "hierarchical-rotated")
         return ("hierarchical",)
     if isinstance(t, Switch):
         if c in _REDUCTIONS:
@@ -114,5 +117,7 @@ def _generate(c, algo, t, root):
         return halving_doubling(c, t)
     if algo == "hierarchical":
         return torus_pipeline(c, t, root) if c in ROOTED else torus_collective(c, t)
+    if algo == "hierarchical-rotated":
+        return torus_collective(c, t, rotated=True)
     bidir = algo == "bidir-ring"
     return ring_pipeline(c, t, root, bidir) if c in ROOTED else ring_collective(c, t, bidir)

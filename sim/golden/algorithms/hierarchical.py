@@ -12,6 +12,14 @@ vertical all-reduce splits those ``M`` blocks in ``V`` groups of ``M/V`` and the
 groups of ``M/H``. Bytes sent per byte loaded: ``(L-1)/L * 2 + 2(V-1)/(V L) + 2(H-1)/(H L)``; on 4x4x4 that
 is 0.75 + 0.375 + 0.375 + 0.75 = 2.25 (ACE section VI-A).
 
+``hierarchical-rotated`` (all-reduce only, both vertical and horizontal rings present): each rank's share
+after the local reduce-scatter is ``2M`` blocks per half, in two groups of ``M``; group 0 is all-reduced on
+the vertical ring and then the horizontal one, group 1 in the other order, in the same two middle phases.
+Every rank sends the same bytes on every link as with ``hierarchical``, but both middle phases use all four
+inter-package links, so the links of the second dimension no longer wait for the first chunk to cross the
+first, nor the first dimension's for the last chunk to cross the second (the pipeline's ends; ASTRA-sim's
+schedulers rotate dimensions per chunk for the same reason). Blocks are half as large (``4 L M`` per chunk).
+
 reduce-scatter: ring reduce-scatter in the local, vertical, horizontal dimension in turn; in the phase of
 dimension ``d`` a rank keeps the segments whose coordinates agree with its own in ``d`` and the dimensions
 before. all-gather is the mirror image (horizontal, vertical, local).
@@ -60,36 +68,49 @@ def _ring_phase(topology, dim, kind, groups_for, tag):
     return merge_ticks(*scheds)
 
 
-def torus_collective(collective, topology):
-    """Programs for hierarchical all-reduce, reduce-scatter or all-gather on a torus."""
+def torus_collective(collective, topology, rotated=False):
+    """Programs for hierarchical all-reduce, reduce-scatter or all-gather on a torus; ``rotated``: the
+    all-reduce's middle dimensions in both orders at once (``hierarchical-rotated``, see the module doc)."""
     _check(topology)
     L, V, H = topology.dims
     P = topology.n_endpoints
     active = [d for d in range(3) if topology.dims[d] > 1]
     coords = [topology.coords(r) for r in range(P)]
+    if rotated and (collective != "allreduce" or V < 2 or H < 2):
+        raise ValueError(f"hierarchical-rotated is an all-reduce on a torus with vertical and horizontal rings, "
+                         f"not {collective} on {topology.spec}")
     if collective == "allreduce":
         M = math.lcm(V, H)
-        half = L * M
+        groups = 2 if rotated else 1      # a rank's share after the local reduce-scatter, in groups of M blocks
+        share = groups * M
+        half = L * share
         n_blocks = 2 * half
-        b = Builder(P, collective, "hierarchical", n_blocks, n_blocks)
+        b = Builder(P, collective, "hierarchical-rotated" if rotated else "hierarchical", n_blocks, n_blocks)
 
         def local_groups(h):
-            return {r: [h * half + coords[r][0] * M + j for j in range(M)] for r in range(P)}
+            return {r: [h * half + coords[r][0] * share + j for j in range(share)] for r in range(P)}
 
-        def ar_groups(dim):
+        def ar_groups(dim, g=0):
             size = topology.dims[dim]
 
             def f(h):
-                return {r: [h * half + coords[r][0] * M + coords[r][dim] * (M // size) + j
+                return {r: [h * half + coords[r][0] * share + g * M + coords[r][dim] * (M // size) + j
                             for j in range(M // size)] for r in range(P)}
             return f
 
         plan = []
         if L > 1:
             plan.append((0, "rs", local_groups, "rs-local"))
-        for d in (1, 2):
-            if topology.dims[d] > 1:
-                plan.append((d, "ar", ar_groups(d), f"ar-{_DIM_NAMES[d]}"))
+        if rotated:
+            # group 0 goes vertical then horizontal, group 1 horizontal then vertical: both middle phases
+            # keep all four inter-package links busy
+            for k, (d0, d1) in enumerate(((1, 2), (2, 1))):
+                plan.append(((d0, d1), "ar", (ar_groups(d0, 0), ar_groups(d1, 1)),
+                             f"ar-{_DIM_NAMES[d0]}+{_DIM_NAMES[d1]}"))
+        else:
+            for d in (1, 2):
+                if topology.dims[d] > 1:
+                    plan.append((d, "ar", ar_groups(d), f"ar-{_DIM_NAMES[d]}"))
         if L > 1:
             plan.append((0, "ag", local_groups, "ag-local"))
         loads = {r: range(n_blocks) for r in range(P)}
@@ -115,12 +136,14 @@ def torus_collective(collective, topology):
             loads = {r: (2 * r, 2 * r + 1) for r in range(P)}
             stores = {r: range(n_blocks) for r in range(P)}
     for k, (dim, kind, groups_for, name) in enumerate(plan):
-        b.phase(name, (2 * dim, 2 * dim + 1))
+        dims, fors = (dim, groups_for) if isinstance(dim, tuple) else ((dim,), (groups_for,))
+        b.phase(name, tuple(p for d in dims for p in (2 * d, 2 * d + 1)))
         if k == 0:
             for r in range(P):
                 for blk in loads[r]:
                     b.load(r, blk, blk)
-        b.add_schedule(_ring_phase(topology, dim, kind, groups_for, k))
+        b.add_schedule(merge_ticks(*(_ring_phase(topology, d, kind, f, (k, g))
+                                     for g, (d, f) in enumerate(zip(dims, fors)))))
         if k == len(plan) - 1:
             for r in range(P):
                 for blk in stores[r]:

@@ -11,7 +11,9 @@ For every chunk ``c`` and phase ``p`` (in order) the model computes
   ``demand / capacity`` seconds starting when both the chunk and the resource are free (a resource keeps its
   reservations as busy intervals and a later request may fill a gap an earlier one left); for an RTL engine
   all of them start together (the chunk streams through them: memory, SRAM, ALU and link move the same data
-  in one pass) at the first time the chunk is there and every one of them has room;
+  in one pass) at the first time the chunk is there and every one of them has room - per torus dimension
+  when a phase sends on two (``hierarchical-rotated``: its two rings run side by side, each starting when
+  its own links have room; memory, ALU and FSM start with the first);
 * the exit time: the last reservation's end plus the phase's latency, ``depth * (link latency + step
   overhead)`` (the longest chain of dependent messages, each crossing one link and one endpoint); an RTL
   engine's STORE of what the phase received follows that (it cannot start before the data has arrived) and
@@ -29,7 +31,7 @@ import math
 
 from ...hdl.common.layouts import MAX_PHASES
 from ..golden.partitions import partition_sizes, residence
-from ..golden.topology import parse as parse_topology
+from ..golden.topology import Torus, parse as parse_topology
 from .profile import profile as get_profile
 from .system import SystemParams
 
@@ -140,6 +142,16 @@ def phase_slots(prof, topo, ep, system, chunk):
                  for wi, ph in zip(w, prof.phases))
 
 
+def _gangs(need, lead, torus):
+    """``need`` (resource, seconds) grouped by the resources that start together: on a torus one group per
+    dimension whose links the phase uses, the non-link resources with the ``lead`` dimension's links."""
+    out = {}
+    for r, d in need:
+        g = r[1] // 2 if torus and isinstance(r, tuple) and r[0] == "link" else lead
+        out.setdefault(g, []).append((r, d))
+    return out
+
+
 def fsms_per_phase(work, n_fsms):
     """FSMs per phase: at least one each, the rest one at a time to the phase with the most FSM work per FSM
     (``work``: FSM seconds per chunk). Monotone in ``n_fsms``."""
@@ -216,6 +228,8 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
     # chunk's buffer is free only after it. The paper's endpoints keep independent reservations.
     gang = ep.kind == "ace" and ep.buffer_granular
     serial_after = [{"mem_wr", "mem"} if gang and ph.ace_write and ph.link else set() for ph in prof.phases]
+    torus = isinstance(topo, Torus)
+    lead = [ph.ports[0] // 2 if torus and ph.ports else 0 for ph in prof.phases]
     inphase = [0] * n_ph
     waiting = [[] for _ in range(n_ph)]
     done = [0.0] * n_chunks
@@ -235,16 +249,20 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
             if r not in lines:
                 lines[r] = _Timeline()
         if gang:
-            # the chunk streams through its resources together: one start at which every one has room
-            s = t
-            while True:
-                s2 = max((lines[r].earliest(s, d) for r, d in need), default=s)
-                if s2 == s:
-                    break
-                s = s2
+            # the chunk streams through its resources together: one start at which every one has room, per
+            # torus dimension the phase sends on (a phase on two dimensions runs two rings side by side; the
+            # memory, ALU and FSM stream with the first)
+            starts = {}
+            for g, members in _gangs(need, lead[pi], torus).items():
+                s = t
+                while True:
+                    s2 = max((lines[r].earliest(s, d) for r, d in members), default=s)
+                    if s2 == s:
+                        break
+                    s = s2
+                starts.update((r, s) for r, _ in members)
         for r, d in need:
-            if not gang:
-                s = lines[r].earliest(t, d)
+            s = starts[r] if gang else lines[r].earliest(t, d)
             lines[r].reserve(s, d)
             busy[r] = busy.get(r, 0.0) + d
             end = max(end, s + d)

@@ -265,6 +265,25 @@ def test_per_phase_link_traffic_splits_the_links_traffic_by_phase():
     assert sum(res.phase_link_flits.values()) == res.n_messages       # every block of 0 or 4 bytes: one flit
 
 
+def test_rotated_allreduce_sends_what_hierarchical_sends_with_both_middle_phases_on_every_slow_link():
+    """``hierarchical-rotated`` on torus:4x2x2: the same bytes on every (rank, port) as ``hierarchical``, and
+    each middle phase puts the same bytes on all four vertical and horizontal ports of every rank (half of
+    what one of hierarchical's middle phases puts on its two)."""
+    t = parse("torus:4x2x2")
+    kw = dict(chunk_bytes=2048, beat_bytes=16)
+    data = [np.arange(4096, dtype=np.int32) * (r + 1) for r in range(16)]
+    base = execute(generate("allreduce", "hierarchical", t), t, data, DType.INT32, ReduceOp.SUM, 4096, **kw)
+    rot = execute(generate("allreduce", "hierarchical-rotated", t), t, data, DType.INT32, ReduceOp.SUM, 4096,
+                  **kw)
+    assert rot.link_bytes == base.link_bytes
+    assert all(np.array_equal(a, b) for a, b in zip(rot.outputs, base.outputs))
+    for r in range(16):
+        for pi in (1, 2):
+            sent = [rot.phase_link_bytes.get((pi, r, port), 0) for port in range(6)]
+            assert sent[:2] == [0, 0] and len(set(sent[2:])) == 1, f"rank {r} phase {pi}: {sent}"
+            assert sent[2] * 2 == base.phase_link_bytes[(1, r, 2)]
+
+
 def test_out_of_range_slot_is_an_error_without_check():
     progs = _two_rank((Step(StepOp.LOAD, 5, 0),), ())
     with pytest.raises(ExecutionError, match="slot or block out of range"):

@@ -30,12 +30,13 @@ COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcas
 SEGMENTED = ("reduce_scatter", "allgather", "alltoall")
 
 
-def job(collective, topology, count, dtype="fp32", op="sum", seed=1, root=0, **kw):
+def job(collective, topology, count, dtype="fp32", op="sum", seed=1, root=0, algorithm=None, **kw):
     """A job of ``count`` elements per rank and segment (NCCL convention)."""
     p = parse_topology(topology).n_endpoints
     per = p if collective in SEGMENTED else 1
     nbytes = count * per * dtype_bytes(DType.parse(dtype))
-    return {"spec": job_spec(collective, topology, nbytes, dtype, op, root=root, seed=seed), **kw}
+    return {"spec": job_spec(collective, topology, nbytes, dtype, op, root=root, seed=seed, algorithm=algorithm),
+            **kw}
 
 
 def check(result, n_jobs):
@@ -72,11 +73,16 @@ def every_collective(topology, rng, seed, dtypes=("fp32", "bf16"), max_count=90)
 
 @pytest.mark.cocotb
 def test_every_collective_on_a_2x2x2_torus_with_backpressure_and_skewed_posting():
-    """All seven collectives, two dtypes each, random sizes and roots; random AXI pauses and link stalls; the
+    """All seven collectives, two dtypes each, random sizes and roots, and the rotated all-reduce
+    (``hierarchical-rotated``: both middle dimensions in one phase, on communicator 1: a communicator holds
+    one program per collective); random AXI pauses and link stalls; the
     ranks post at random times up to 400 cycles apart."""
     seed = seed_for(20261124)
     topo = "torus:2x2x2"
-    jobs = every_collective(topo, random.Random(seed), seed)
+    rng = random.Random(seed)
+    jobs = every_collective(topo, rng, seed)
+    jobs.append(job("allreduce", topo, rng.randint(1, 90), "fp32", "sum", seed=seed + len(jobs),
+                    algorithm="hierarchical-rotated", comm=1, tag=len(jobs)))
     res = run_system(CFG, topo, jobs, sim="verilator", latency=6, seed=seed, pause=0.15, link_stall=0.05,
                      post_skew=400)
     check(res, len(jobs))

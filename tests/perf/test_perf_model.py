@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.host.cli import main
 from syncfabric.sim.golden import byteps as bp
 from syncfabric.sim.golden import coarse as co
@@ -15,7 +16,8 @@ from syncfabric.sim.perf import repro
 from syncfabric.sim.perf.calibrate import RTL_POINTS, calibrate
 from syncfabric.sim.perf.collective import collective_time, ring_bound
 from syncfabric.sim.perf.profile import _composed_torus, profile
-from syncfabric.sim.perf.system import CONFIGS, PAPER_COMPUTE_S, Endpoint, SystemParams, paper_compute, torus_for
+from syncfabric.sim.perf.system import (CONFIGS, PAPER_COMPUTE_S, Endpoint, SystemParams, endpoint_from_ace,
+                                       paper_compute, torus_for)
 from syncfabric.sim.perf.training import simulate
 from syncfabric.sim.perf.workload import WorkloadError, load_workload
 
@@ -294,6 +296,29 @@ def test_torus_decompositions_carry_the_textbook_traffic(algorithm, sent, phases
     assert [p.name for p in big.phases] == phases
 
 
+def test_rotated_torus_allreduce_profile_and_model():
+    """``hierarchical-rotated`` is a generated program (not a composed decomposition): its middle phases send on
+    all four inter-package ports, the same bytes per byte read as ``hierarchical``; the model runs it (each
+    dimension's links start together, the memory, ALU and FSM with the first) and its link busy time equals
+    hierarchical's."""
+    rot, hier = profile("allreduce", "torus:4x2x2", "hierarchical-rotated"), profile("allreduce", "torus:4x2x2")
+    assert [p.name for p in rot.phases] == ["rs-local", "ar-vertical+horizontal", "ar-horizontal+vertical",
+                                            "ag-local"]
+    assert [sorted(p.link) for p in rot.phases[1:3]] == [[2, 3, 4, 5]] * 2
+    assert rot.sent_per_read == pytest.approx(hier.sent_per_read)
+    cfg = AceConfig.profile("paper")
+    ep = endpoint_from_ace(cfg)
+    system = SystemParams(clock_hz=1.0, link_bw=float(cfg.beat_bytes), link_efficiency=1.0)
+    r = collective_time("allreduce", 4 << 20, "torus:4x2x2", ep, system, algorithm="hierarchical-rotated")
+    h = collective_time("allreduce", 4 << 20, "torus:4x2x2", ep, system)
+    assert r.bound == h.bound
+    assert {k: v for k, v in r.busy.items() if k[0] == "link"} == pytest.approx(
+        {k: v for k, v in h.busy.items() if k[0] == "link"})
+    assert h.bound < r.time < 1.2 * h.time
+    with pytest.raises(ValueError, match="does not support"):
+        profile("allreduce", "torus:4x2x1", "hierarchical-rotated")
+
+
 def test_explicit_bidirectional_hierarchical_is_the_engine_programs():
     gen = profile("allreduce", "torus:4x2x2")
     comp = _composed_torus("allreduce", parse("torus:4x2x2"), "hierarchical", ("bidir",) * 3)
@@ -359,8 +384,6 @@ def test_a_resource_timeline_fills_gaps_and_merges_neighbours():
 def test_an_rtl_engine_stores_a_received_chunk_after_it_arrived():
     """One chunk of an all-to-all on a switch (one phase that loads, sends, receives and stores): the RTL
     engine's time is the streaming part, then the hop latency, then the STORE, serially."""
-    from syncfabric.hdl.ace.config import AceConfig
-    from syncfabric.sim.perf.system import endpoint_from_ace
     cfg = AceConfig.profile("small")
     ep = endpoint_from_ace(cfg)
     system = SystemParams(clock_hz=1.0, link_bw=float(cfg.beat_bytes), link_efficiency=1.0)

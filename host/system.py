@@ -40,9 +40,9 @@ from ..hdl.ace.regs import IRQ_CPL, IRQ_ERROR
 from ..hdl.ace.retry import replay_timeout
 from ..hdl.common.layouts import DescFlags, completion_layout
 from ..hdl.system.top import system_links
-from ..sim.golden.algorithms import default_algorithm, generate
+from ..sim.golden.algorithms import default_algorithm, generate, supported_algorithms
 from ..sim.golden.arith import bf16_from_float32, float32_from_bf16
-from ..sim.golden.chunking import buffer_counts, decomposition_for
+from ..sim.golden.chunking import buffer_counts, decomposition_for, normalize_collective
 from ..sim.golden.executor import NULL_COLLECTIVES, landing_deadlock
 from ..sim.golden.topology import Torus, parse as parse_topology
 from ..sim.golden.types import Collective, DType, ReduceOp, Status, dtype_bytes
@@ -369,10 +369,41 @@ class Communicator:
         self.loaded = set()             # (collective, root) with programs on the engines
         self.last_use = {}              # (collective, root) -> when it was last posted (for eviction)
         self.freed = False
+        self._algorithms = {}           # collective -> algorithm chosen by set_algorithm
         self._tags = itertools.count(1)
 
     def __repr__(self):
         return f"Communicator({self.id}, {self.topology.spec}, ranks {list(self.ranks)})"
+
+    # -- algorithms ------------------------------------------------------------------------------------------
+    def algorithm(self, collective):
+        """The algorithm ``collective`` runs with on this communicator (its topology's default unless
+        :meth:`set_algorithm` chose another)."""
+        coll = normalize_collective(collective)
+        return self._algorithms.get(coll) or default_algorithm(coll, self.topology)
+
+    def set_algorithm(self, collective, algorithm=None):
+        """Run ``collective`` with ``algorithm`` on this communicator from its next call (None: the topology's
+        default), as ``NCCL_ALGO`` does for NCCL. The choices are
+        :func:`~syncfabric.sim.golden.algorithms.supported_algorithms` (e.g. ``hierarchical-rotated`` for an
+        all-reduce on a torus, ``async`` for an all-to-all with one-hop routes). A loaded program of another
+        algorithm is replaced at the next call, which first waits for the system's requests in flight."""
+        if self.freed:
+            raise CommunicatorError(f"{self!r} has been freed")
+        try:
+            coll = normalize_collective(collective)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        allowed = supported_algorithms(coll, self.topology)
+        algo = allowed[0] if algorithm is None else str(algorithm).strip().lower()
+        if algo not in allowed:
+            raise UsageError(f"{coll} on {self!r}: algorithm {algorithm!r} is not one of {', '.join(allowed)}")
+        if algo == self.algorithm(coll):
+            return
+        self._algorithms[coll] = algo
+        for key in [k for k in self.loaded if k[0] == coll]:
+            self.loaded.discard(key)
+            self.system._programs.pop((self.id, *key), None)
 
     # -- collectives -----------------------------------------------------------------------------------------
     def allreduce(self, send, recv, count, dtype="fp32", op="sum", *, null_ranks=()):
@@ -872,7 +903,7 @@ class System:
         comm.last_use[key] = next(self._uses)
         if key in comm.loaded:
             return
-        progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
+        progs = generate(coll, comm.algorithm(coll), comm.topology, root=root)
         head = progs[0]
         try:
             chunk = engine_chunk_bytes(self.config.engine, head.n_blocks, segments=head.segments,
@@ -910,7 +941,7 @@ class System:
         for cr, sr in enumerate(comm.ranks):
             table = {}
             for c, rt in wanted:
-                p = generate(c, default_algorithm(c, comm.topology), comm.topology, root=rt)[cr]
+                p = generate(c, comm.algorithm(c), comm.topology, root=rt)[cr]
                 if c in ("broadcast", "reduce"):
                     table.setdefault(c, []).append(p)
                 else:
@@ -926,7 +957,7 @@ class System:
         d = decomposition_for(coll, comm.size, max(1, count), eb, head.n_blocks, self.chunk_bytes,
                               cfg.packet_bytes, cfg.beat_bytes)
         beats = max(1, -(-d.slot_bytes // cfg.beat_bytes))
-        progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
+        progs = generate(coll, comm.algorithm(coll), comm.topology, root=root)
         stuck = landing_deadlock(progs, comm.topology, cfg.landing_headers, cfg.landing_beats, beats)
         if stuck:
             enough = next((h for h in (1 << k for k in range(2, 8)) if h > cfg.landing_headers

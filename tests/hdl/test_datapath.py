@@ -268,6 +268,88 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 4, 10, 10, 2]
 
 
+class _Deposits:
+    """The control plane around the deposit unit for PUT tests: command 0's geometry (``n_chunks`` chunks of
+    ``n_blocks`` blocks at ``DST_A``, answered a cycle late), its arrivals, and PUTs of the block at ``SLOT_A``
+    sent on port 0's VC 1 when a header credit is free (as the control plane grants them)."""
+
+    def __init__(self, dp, n_chunks=2, n_blocks=4, tag=0x77):
+        self.dp, self.n_chunks, self.n_blocks, self.tag = dp, n_chunks, n_blocks, tag
+        self.lookups, self.arrivals = [], []
+
+    def block_addr(self, chunk, key):
+        return DST_A + (chunk * self.n_blocks + key) * NBYTES
+
+    async def geometry(self, ctx):
+        ctl = self.dp.ctl
+        async for _, _, cmd, chunk, key in ctx.tick().sample(ctl.dep_geo_cmd, ctl.dep_geo_chunk,
+                                                              ctl.dep_geo_block):
+            self.lookups.append((cmd, chunk, key))
+            ctx.set(ctl.dep_geo_addr, self.block_addr(chunk % self.n_chunks, key % self.n_blocks))
+            ctx.set(ctl.dep_geo_nbytes, NBYTES)
+            ctx.set(ctl.dep_geo_in_range, chunk < self.n_chunks and key < self.n_blocks)
+
+    async def arrived(self, ctx):
+        async for _, _, a in ctx.tick().sample(self.dp.ctl.arrived):
+            if a.valid:
+                self.arrivals.append((a.cmd, a.status))
+
+    async def put(self, ctx, chunk, key, n=None, length=NBYTES):
+        """Send one PUT; with ``n``, wait until ``n`` deposits have arrived."""
+        port = self.dp.port[0]
+        while ctx.get(port.hdr_credits[1]) == 0:
+            await ctx.tick()
+        hdr = {"dst": 0, "src": 0, "vc": 1, "tag": self.tag, "chunk": chunk, "phase": 0, "key": key,
+               "length": length, "count": 1, "put": 1, "dtype": DType.INT32, "op": ReduceOp.SUM}
+        await issue(ctx, port.send_job, {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS, "sram_addr": SLOT_A,
+                                         "hdr": hdr}, [
+            (port.reserve, {"valid": 1, "vc": 1, "beats": BEATS}),
+            (port.order.payload, {"src": 0, "empty": 0}), (port.order.valid, 1)])
+        for _ in range(0 if n is None else 400):
+            if len(self.arrivals) >= n:
+                return
+            await ctx.tick()
+        if n is not None:
+            raise AssertionError(f"{len(self.arrivals)} deposits, expected {n}")
+
+    async def load(self, ctx):
+        """The block to send: SRC -> slot A."""
+        ctx.set(self.dp.tx_lookahead, 64)
+        await issue(ctx, self.dp.ctl.load_job, {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS,
+                                                "sram_addr": SLOT_A, "addr": SRC, "nbytes": NBYTES, "slot": SLOT_A})
+        for _ in range(50):
+            await ctx.tick()
+
+    async def settle(self, ctx, deposits):
+        """Every landing credit back, the unit idle, ``deposits`` counted."""
+        port = self.dp.port[0]
+        for _ in range(20):
+            await ctx.tick()
+        assert ctx.get(port.beat_credits[1]) == CFG.landing_beats
+        assert ctx.get(port.hdr_credits[1]) == CFG.landing_headers
+        assert ctx.get(self.dp.ctl.dep_idle)
+        assert ctx.get(self.dp.deposits) == deposits
+
+    def run(self, top, mem, bench):
+        sim = Simulator(top)
+        sim.add_clock(1e-6)
+        for proc in (*npu_memory(self.dp, mem), self.geometry, self.arrived):
+            sim.add_process(proc)
+        sim.add_testbench(bench)
+        sim.run()
+
+    def expected_memory(self, src, blocks, extra=()):
+        """The memory after deposits of ``src`` into ``blocks`` ((chunk, key)), plus (address, bytes) of
+        ``extra``."""
+        want = bytearray(0x1000)
+        want[SRC:SRC + NBYTES] = src.tobytes()
+        for chunk, key in blocks:
+            want[self.block_addr(chunk, key):self.block_addr(chunk, key) + NBYTES] = src.tobytes()
+        for addr, blob in extra:
+            want[addr:addr + len(blob)] = blob
+        return want
+
+
 def test_deposits_outside_the_command_are_drained_with_protocol_not_written():
     """PUT messages (the asynchronous all-to-all's) looped back into the deposit unit, which looks each one's
     (chunk, key) up in the command's geometry (played by the test: 2 chunks of 4 blocks). One in range is
@@ -275,72 +357,59 @@ def test_deposits_outside_the_command_are_drained_with_protocol_not_written():
     block 1 in 10 bits) and one whose length disagrees are drained and counted PROTOCOL, with nothing written;
     a last one in range shows the unit goes on. Every landing credit comes back."""
     src, mem, top, dp = _looped_back(62)
-    ctl, port = dp.ctl, dp.port
-    n_chunks, n_blocks, tag = 2, 4, 0x77
-    lookups, arrivals = [], []
-
-    def block_addr(chunk, key):
-        return DST_A + (chunk * n_blocks + key) * NBYTES
-
-    async def geometry(ctx):        # the control plane's geometry of command 0 (answered a cycle late)
-        async for _, _, cmd, chunk, key in ctx.tick().sample(ctl.dep_geo_cmd, ctl.dep_geo_chunk,
-                                                              ctl.dep_geo_block):
-            lookups.append((cmd, chunk, key))
-            ctx.set(ctl.dep_geo_addr, block_addr(chunk % n_chunks, key % n_blocks))
-            ctx.set(ctl.dep_geo_nbytes, NBYTES)
-            ctx.set(ctl.dep_geo_in_range, chunk < n_chunks and key < n_blocks)
-
-    async def arrived(ctx):
-        async for _, _, a in ctx.tick().sample(ctl.arrived):
-            if a.valid:
-                arrivals.append((a.cmd, a.status))
-
-    async def put(ctx, chunk, key, n, length=NBYTES):
-        hdr = {"dst": 0, "src": 0, "vc": 1, "tag": tag, "chunk": chunk, "phase": 0, "key": key, "length": length,
-               "count": 1, "put": 1, "dtype": DType.INT32, "op": ReduceOp.SUM}
-        await issue(ctx, port[0].send_job, {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS, "sram_addr": SLOT_A,
-                                            "hdr": hdr}, [
-            (port[0].reserve, {"valid": 1, "vc": 1, "beats": BEATS}),
-            (port[0].order.payload, {"src": 0, "empty": 0}), (port[0].order.valid, 1)])
-        for _ in range(400):
-            if len(arrivals) >= n:
-                return
-            await ctx.tick()
-        raise AssertionError(f"{len(arrivals)} deposits, expected {n}")
+    d = _Deposits(dp)
 
     async def bench(ctx):
-        ctx.set(dp.tx_lookahead, 64)
         ctx.set(dp.spill_entries, 0)
-        ctx.set(ctl.cmd_tag[0], tag)
-        ctx.set(ctl.cmd_live, 1)
-        await issue(ctx, ctl.load_job, {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS, "sram_addr": SLOT_A,
-                                        "addr": SRC, "nbytes": NBYTES, "slot": SLOT_A})
-        for _ in range(50):
-            await ctx.tick()
-        await put(ctx, 1, 2, 1)                 # in range
-        await put(ctx, 2, 0, 2)                 # chunk 2 of 2
-        await put(ctx, 0, 0x401, 3)             # key 1025 of 4 (1 in its low 10 bits)
-        await put(ctx, 0, 1, 4, length=NBYTES - 4)      # the geometry says NBYTES
-        await put(ctx, 1, 3, 5)                 # in range again
-        for _ in range(20):
-            await ctx.tick()
-        assert ctx.get(port[0].beat_credits[1]) == CFG.landing_beats
-        assert ctx.get(port[0].hdr_credits[1]) == CFG.landing_headers
-        assert ctx.get(ctl.dep_idle)
-        assert ctx.get(dp.deposits) == 5
+        ctx.set(dp.ctl.cmd_tag[0], d.tag)
+        ctx.set(dp.ctl.cmd_live, 1)
+        await d.load(ctx)
+        await d.put(ctx, 1, 2, 1)               # in range
+        await d.put(ctx, 2, 0, 2)               # chunk 2 of 2
+        await d.put(ctx, 0, 0x401, 3)           # key 1025 of 4 (1 in its low 10 bits)
+        await d.put(ctx, 0, 1, 4, length=NBYTES - 4)    # the geometry says NBYTES
+        await d.put(ctx, 1, 3, 5)               # in range again
+        await d.settle(ctx, 5)
 
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    for proc in (*npu_memory(dp, mem), geometry, arrived):
-        sim.add_process(proc)
-    sim.add_testbench(bench)
-    sim.run()
+    d.run(top, mem, bench)
+    assert d.arrivals == [(0, Status.OK), (0, Status.PROTOCOL), (0, Status.PROTOCOL), (0, Status.PROTOCOL),
+                          (0, Status.OK)]
+    assert (0, 0, 0x401) in d.lookups           # the whole key reached the lookup
+    assert mem == d.expected_memory(src, ((1, 2), (1, 3))), "a deposit wrote outside the blocks it was allowed"
 
-    assert arrivals == [(0, Status.OK), (0, Status.PROTOCOL), (0, Status.PROTOCOL), (0, Status.PROTOCOL),
-                        (0, Status.OK)]
-    assert (0, 0, 0x401) in lookups             # the whole key reached the lookup
-    want = bytearray(0x1000)
-    want[SRC:SRC + NBYTES] = src.tobytes()
-    for chunk, key in ((1, 2), (1, 3)):
-        want[block_addr(chunk, key):block_addr(chunk, key) + NBYTES] = src.tobytes()
-    assert mem == want, "a deposit wrote outside the blocks it was allowed"
+
+def test_spilled_deposits_outside_the_command_are_dropped_when_copied():
+    """PUTs that come before their command (none live has their tag) wait in the landing channel; once it
+    is full, the deposit unit spills the oldest to the spill window to make room. When the command is posted,
+    the spilled ones are copied from the window to their blocks through the same range and length check as
+    landed ones (the copy path, ``COPY_CHECK``): the spilled PUT of a chunk past the last is dropped with
+    PROTOCOL and nothing written to the output, the other spilled one and the three still landed are
+    written where they belong."""
+    src, mem, top, dp = _looped_back(63)
+    d = _Deposits(dp)
+    spill_base = 0x800
+    record = CFG.max_message_beats * BB
+
+    async def bench(ctx):
+        ctx.set(dp.spill_base, spill_base)
+        ctx.set(dp.spill_entries, 2)
+        await d.load(ctx)
+        for chunk, key in ((2, 0), (0, 1), (0, 2), (1, 0), (1, 1)):     # the first: past the last chunk
+            await d.put(ctx, chunk, key)
+        for _ in range(60):
+            await ctx.tick()
+        assert d.arrivals == [] and ctx.get(dp.spills) == 2
+        ctx.set(dp.ctl.cmd_tag[0], d.tag)
+        ctx.set(dp.ctl.cmd_live, 1)
+        for _ in range(400):
+            if len(d.arrivals) == 5:
+                break
+            await ctx.tick()
+        await d.settle(ctx, 5)
+
+    d.run(top, mem, bench)
+    assert sorted(s for _, s in d.arrivals) == [Status.OK] * 4 + [Status.PROTOCOL]
+    assert {(c, k) for _, c, k in d.lookups} >= {(2, 0), (0, 1), (0, 2), (1, 0), (1, 1)}
+    spilled = [(spill_base + e * record, src.tobytes()) for e in range(2)]     # the window holds both records
+    assert mem == d.expected_memory(src, ((0, 1), (0, 2), (1, 0), (1, 1)), spilled), \
+        "a spilled deposit was copied outside the blocks it was allowed"

@@ -34,12 +34,14 @@ class RtlPoint:
     rate: float = None
     buffers: int = None
     fsms: int = None
+    algorithm: str = None
+    chunk_bytes: int = None
 
     def run_kwargs(self):
         """Keyword arguments of :func:`~syncfabric.host.run.run_collective` for this job."""
         return {"collective": self.collective, "topology": self.topology, "nbytes": self.nbytes,
                 "config": self.config, "latency": self.latency, "rate": self.rate, "buffers": self.buffers,
-                "fsms": self.fsms}
+                "fsms": self.fsms, "algorithm": self.algorithm, "chunk_bytes": self.chunk_bytes}
 
     @property
     def run_command(self):
@@ -47,7 +49,7 @@ class RtlPoint:
         cmd = (f"syncfabric run --config {self.config} --collective {self.collective} --topology {self.topology} "
                f"--bytes {self.nbytes}")
         for flag, v in (("latency", self.latency), ("rate", self.rate), ("buffers", self.buffers),
-                        ("fsms", self.fsms)):
+                        ("fsms", self.fsms), ("algorithm", self.algorithm), ("chunk-bytes", self.chunk_bytes)):
             if v is not None:
                 cmd += f" --{flag} {v}"
         return cmd
@@ -116,14 +118,18 @@ def _topology(spec, latency, rate):
     return Torus(*t.dims, attrs=(attr,) * 3)
 
 
-def predict_cycles(config, collective, topology, nbytes, latency=None, rate=None, buffers=None, fsms=None):
-    """Cycles the model predicts for one RTL job (``config``: an AceConfig or a profile name)."""
+def predict_cycles(config, collective, topology, nbytes, latency=None, rate=None, buffers=None, fsms=None,
+                   algorithm=None, chunk_bytes=None):
+    """Cycles the model predicts for one RTL job (``config``: an AceConfig or a profile name; ``chunk_bytes``:
+    the job's chunk, each in one of the configuration's chunk buffers)."""
     from ...hdl.ace.config import AceConfig
     cfg = AceConfig.profile(config) if isinstance(config, str) else config
+    if chunk_bytes:
+        cfg = cfg.replace(chunk_bytes=chunk_bytes)
     topo = _topology(topology, latency, rate)
     ep = endpoint_from_ace(cfg, buffers=buffers, fsms=fsms)
     system = SystemParams(clock_hz=1.0, link_bw=float(cfg.beat_bytes), link_efficiency=1.0)
-    return collective_time(collective, nbytes, topo, ep, system).time
+    return collective_time(collective, nbytes, topo, ep, system, algorithm=algorithm).time
 
 
 def measure(point, backend="verilator", threads=1):
@@ -146,7 +152,8 @@ def calibrate(points=RTL_POINTS, *, measure_rtl=False, backend="verilator", on_r
     the recorded cycles. ``on_row(i, n, row)`` is called after each row (progress of long measurements)."""
     rows = []
     for i, p in enumerate(points):
-        m = predict_cycles(p.config, p.collective, p.topology, p.nbytes, p.latency, p.rate, p.buffers, p.fsms)
+        m = predict_cycles(p.config, p.collective, p.topology, p.nbytes, p.latency, p.rate, p.buffers, p.fsms,
+                           p.algorithm, p.chunk_bytes)
         row = {"command": p.run_command, "config": p.config, "collective": p.collective, "topology": p.topology,
                "bytes": p.nbytes, "rtl_cycles": p.cycles, "model_cycles": round(m), "error": m / p.cycles - 1,
                "measured": False}

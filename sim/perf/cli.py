@@ -73,11 +73,13 @@ def register(subparsers):
     p.add_argument("--topology", default="torus:4x4x4", help="a torus (default %(default)s)")
     p.add_argument("--bytes", type=_size, default=64 << 20, help="all-reduce bytes per NPU (default 64M)")
     p.add_argument("--config", action="append", help="endpoint configuration (repeatable; default ACE and Ideal)")
-    p.add_argument("--decomposition", action="append", choices=DECOMPOSITIONS,
+    p.add_argument("--decomposition", action="append", choices=(*DECOMPOSITIONS, "rotated"),
                    help="phases of the all-reduce (repeatable; default all): hierarchical (ACE: RS local, AR "
                         "vertical and horizontal on the 1/L share, AG local), rs-ar (ASTRA-sim localBWAware: RS on "
                         "all but the last dimension, AR on the last, AG back), rs-ag (RS on every dimension, AG "
-                        "back), baseline (AR on each dimension in turn)")
+                        "back), baseline (AR on each dimension in turn), rotated (the engine's "
+                        "hierarchical-rotated: half of each share AR vertical then horizontal, half the other "
+                        "way; bidirectional rings only)")
     p.add_argument("--directions", action="append", type=_directions,
                    help="link direction per dimension, local,vertical,horizontal each bidir or uni (repeatable; "
                         "default bidir,bidir,bidir)")
@@ -180,7 +182,7 @@ def _dispatch(args):
         _table(rows, ["sram_MB", "fsms", "network_bw_GBps", "normalized"])
     elif c == "algorithms":
         rows = repro.algorithms(args.out, args.topology, args.bytes, tuple(args.config or ("ACE", "Ideal")),
-                                tuple(args.decomposition or DECOMPOSITIONS),
+                                tuple(args.decomposition or (*DECOMPOSITIONS, "rotated")),
                                 tuple(args.directions or (("bidir",) * 3,)), progress=progress)
         _table(rows, ["decomposition", "directions", "config", "sent_per_read", "bound_us", "time_us",
                       "of_bound"])

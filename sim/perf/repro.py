@@ -114,9 +114,11 @@ def fig9a(out_dir, srams=(0.5, 1, 2, 4, 8), fsms=(4, 8, 12, 16, 20), npus=128, n
 
 def algorithms(out_dir, topology="torus:4x4x4", nbytes=64 * MB, configs=("ACE", "Ideal"),
                decompositions=None, directions=(("bidir",) * 3,), progress=True):
-    """One all-reduce on a torus with each decomposition (:data:`.profile.DECOMPOSITIONS`) and each per-dimension
-    link direction set, for each endpoint configuration: the phases, bytes sent per byte an engine reads, the
+    """One all-reduce on a torus with each decomposition (:data:`.profile.DECOMPOSITIONS`, and ``rotated``: the
+    engine's ``hierarchical-rotated`` program, both middle dimensions in each middle phase, with bidirectional
+    rings where V and H > 1) and each per-dimension link direction set, for each endpoint configuration: the phases, bytes sent per byte an engine reads, the
     bandwidth bound of the busiest port and the model's time (``of_bound``: bound / time)."""
+    from ..golden.algorithms import supported_algorithms
     from ..golden.topology import Torus, parse
     from .collective import collective_time
     from .profile import DECOMPOSITIONS, profile, torus_algorithm
@@ -127,8 +129,14 @@ def algorithms(out_dir, topology="torus:4x4x4", nbytes=64 * MB, configs=("ACE", 
         raise ValueError(f"--topology {topology}: decompositions are a torus's (got {type(topo).__name__})")
     rows = []
     for dirs in directions:
-        for dec in decompositions or DECOMPOSITIONS:
-            algo = torus_algorithm(dec, dirs)
+        for dec in decompositions or (*DECOMPOSITIONS, "rotated"):
+            if dec == "rotated":        # the engine's rotated program: bidirectional rings, V and H > 1 only
+                if tuple(dirs) != ("bidir",) * 3 or \
+                        "hierarchical-rotated" not in supported_algorithms("allreduce", topo):
+                    continue
+                algo = "hierarchical-rotated"
+            else:
+                algo = torus_algorithm(dec, dirs)
             prof = profile("allreduce", topo, algo)
             for name in configs:
                 r = collective_time("allreduce", nbytes, topo, endpoint(name), algorithm=algo)

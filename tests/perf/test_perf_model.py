@@ -363,7 +363,7 @@ def test_perf_algorithms_prints_every_decomposition(tmp_path, capsys):
     rows = json.loads((tmp_path / "algorithms.json").read_text())["rows"]
     assert {(r["decomposition"], r["directions"]) for r in rows} == {
         (d, dirs) for d in ("hierarchical", "rs-ar", "rs-ag", "baseline")
-        for dirs in ("bidir,bidir,bidir", "uni,uni,uni")}
+        for dirs in ("bidir,bidir,bidir", "uni,uni,uni")} | {("rotated", "bidir,bidir,bidir")}
     assert all(0 < r["of_bound"] <= 1 for r in rows)
     assert main(["perf", "algorithms", "--topology", "ring:8", "--out", str(tmp_path)]) == 2
     assert "torus" in capsys.readouterr().err

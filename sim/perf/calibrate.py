@@ -86,6 +86,20 @@ RTL_POINTS = (
     # the same at 4 MiB per NPU (16 MiB NPU memories; 21 min wall with the build)
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M", "paper", "allreduce",
              "torus:4x2x2", 4 << 20, 78436),
+    # other chunk sizes (sessions 52 and 55; 16 KiB the best, 0.898 of the bound; 8 KiB starves on credits,
+    # which the model does not see) and the rotated program (session 56; the driver gives its engines 8
+    # landing headers)
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --chunk-bytes 16K", "paper",
+             "allreduce", "torus:4x2x2", 4 << 20, 73546, chunk_bytes=16 << 10),
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --chunk-bytes 32K", "paper",
+             "allreduce", "torus:4x2x2", 4 << 20, 74402, chunk_bytes=32 << 10),
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --chunk-bytes 8K", "paper",
+             "allreduce", "torus:4x2x2", 4 << 20, 105105, chunk_bytes=8 << 10),
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --algorithm hierarchical-rotated",
+             "paper", "allreduce", "torus:4x2x2", 4 << 20, 78491, algorithm="hierarchical-rotated"),
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --algorithm hierarchical-rotated "
+             "--chunk-bytes 32K", "paper", "allreduce", "torus:4x2x2", 4 << 20, 74954,
+             algorithm="hierarchical-rotated", chunk_bytes=32 << 10),
     # the small engine's rows measured with `syncfabric perf calibrate --measure --config small` on ff93be0
     # (the all-to-all programs spreading their ties)
     RtlPoint("syncfabric run --config small --collective allreduce --topology ring:4 --bytes 16384 --latency 10",

@@ -83,6 +83,10 @@ RTL_POINTS = (
     # conversion and a 10 min Verilator build
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 1M", "paper", "allreduce",
              "torus:4x2x2", 1 << 20, 25595),
+    # with 16 KiB chunks (session 56, with 8 landing headers: --engine landing_headers=8; the model does not
+    # depend on them)
+    RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 1M --chunk-bytes 16K", "paper",
+             "allreduce", "torus:4x2x2", 1 << 20, 20953, chunk_bytes=16 << 10),
     # the same at 4 MiB per NPU (16 MiB NPU memories; 21 min wall with the build)
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M", "paper", "allreduce",
              "torus:4x2x2", 4 << 20, 78436),

@@ -957,7 +957,7 @@ class System:
         d = decomposition_for(coll, comm.size, max(1, count), eb, head.n_blocks, self.chunk_bytes,
                               cfg.packet_bytes, cfg.beat_bytes)
         beats = max(1, -(-d.slot_bytes // cfg.beat_bytes))
-        progs = generate(coll, comm.algorithm(coll), comm.topology, root=root)
+        progs = generate(coll, head.algorithm, comm.topology, root=root)        # the programs loaded
         stuck = landing_deadlock(progs, comm.topology, cfg.landing_headers, cfg.landing_beats, beats)
         if stuck:
             enough = next((h for h in (1 << k for k in range(2, 8)) if h > cfg.landing_headers

@@ -3,7 +3,7 @@
 import json
 import sys
 
-from .profile import DECOMPOSITIONS, DIRECTIONS
+from .profile import DIRECTIONS, TORUS_ALLREDUCES
 
 __all__ = ["register"]
 
@@ -73,7 +73,7 @@ def register(subparsers):
     p.add_argument("--topology", default="torus:4x4x4", help="a torus (default %(default)s)")
     p.add_argument("--bytes", type=_size, default=64 << 20, help="all-reduce bytes per NPU (default 64M)")
     p.add_argument("--config", action="append", help="endpoint configuration (repeatable; default ACE and Ideal)")
-    p.add_argument("--decomposition", action="append", choices=(*DECOMPOSITIONS, "rotated"),
+    p.add_argument("--decomposition", action="append", choices=TORUS_ALLREDUCES,
                    help="phases of the all-reduce (repeatable; default all): hierarchical (ACE: RS local, AR "
                         "vertical and horizontal on the 1/L share, AG local), rs-ar (ASTRA-sim localBWAware: RS on "
                         "all but the last dimension, AR on the last, AG back), rs-ag (RS on every dimension, AG "
@@ -182,7 +182,7 @@ def _dispatch(args):
         _table(rows, ["sram_MB", "fsms", "network_bw_GBps", "normalized"])
     elif c == "algorithms":
         rows = repro.algorithms(args.out, args.topology, args.bytes, tuple(args.config or ("ACE", "Ideal")),
-                                tuple(args.decomposition or (*DECOMPOSITIONS, "rotated")),
+                                tuple(args.decomposition or TORUS_ALLREDUCES),
                                 tuple(args.directions or (("bidir",) * 3,)), progress=progress)
         _table(rows, ["decomposition", "directions", "config", "sent_per_read", "bound_us", "time_us",
                       "of_bound"])

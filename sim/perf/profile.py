@@ -207,6 +207,10 @@ _DIM = ("local", "vertical", "horizontal")
 #: ``baseline``      all-reduce of the whole chunk on each dimension in turn (ASTRA-sim's ``baseline``)
 DECOMPOSITIONS = ("hierarchical", "rs-ar", "rs-ag", "baseline")
 
+#: What ``syncfabric perf algorithms`` compares: the decompositions and ``rotated``, the engine's generated
+#: ``hierarchical-rotated`` program (bidirectional rings, vertical and horizontal of 2 or more).
+TORUS_ALLREDUCES = (*DECOMPOSITIONS, "rotated")
+
 #: A dimension's ring: both directions (half of each message each way: the engine's ``bidir-ring``) or one
 #: (``uni``, the ``ring`` program on the dimension's + port only).
 DIRECTIONS = ("bidir", "uni")

@@ -114,14 +114,14 @@ def fig9a(out_dir, srams=(0.5, 1, 2, 4, 8), fsms=(4, 8, 12, 16, 20), npus=128, n
 
 def algorithms(out_dir, topology="torus:4x4x4", nbytes=64 * MB, configs=("ACE", "Ideal"),
                decompositions=None, directions=(("bidir",) * 3,), progress=True):
-    """One all-reduce on a torus with each decomposition (:data:`.profile.DECOMPOSITIONS`, and ``rotated``: the
-    engine's ``hierarchical-rotated`` program, both middle dimensions in each middle phase, with bidirectional
-    rings where V and H > 1) and each per-dimension link direction set, for each endpoint configuration: the phases, bytes sent per byte an engine reads, the
-    bandwidth bound of the busiest port and the model's time (``of_bound``: bound / time)."""
+    """One all-reduce on a torus in each way of :data:`.profile.TORUS_ALLREDUCES` (the decompositions, and
+    ``rotated``: the engine's ``hierarchical-rotated`` program, skipped where it does not run) and each
+    per-dimension link direction set, for each endpoint configuration: the phases, bytes sent per byte an
+    engine reads, the bandwidth bound of the busiest port and the model's time (``of_bound``: bound / time)."""
     from ..golden.algorithms import supported_algorithms
     from ..golden.topology import Torus, parse
     from .collective import collective_time
-    from .profile import DECOMPOSITIONS, profile, torus_algorithm
+    from .profile import TORUS_ALLREDUCES, profile, torus_algorithm
     from .system import endpoint
 
     topo = parse(topology)
@@ -129,7 +129,7 @@ def algorithms(out_dir, topology="torus:4x4x4", nbytes=64 * MB, configs=("ACE", 
         raise ValueError(f"--topology {topology}: decompositions are a torus's (got {type(topo).__name__})")
     rows = []
     for dirs in directions:
-        for dec in decompositions or (*DECOMPOSITIONS, "rotated"):
+        for dec in decompositions or TORUS_ALLREDUCES:
             if dec == "rotated":        # the engine's rotated program: bidirectional rings, V and H > 1 only
                 if tuple(dirs) != ("bidir",) * 3 or \
                         "hierarchical-rotated" not in supported_algorithms("allreduce", topo):

@@ -19,8 +19,9 @@ Every rank sends the same bytes on every link as with ``hierarchical``, but both
 inter-package links, so the links of the second dimension no longer wait for the first chunk to cross the
 first, nor the first dimension's for the last chunk to cross the second (the pipeline's ends; ASTRA-sim's
 schedulers rotate dimensions per chunk for the same reason). Blocks are half as large (``4 L M`` per chunk).
-It pays where the slow links alone bound the collective; at the 4x2x2 design point the NPU memory port is as
-loaded as they are and the RTL takes the same time either way (``docs/results.md``).
+The performance model expects it to pay where the slow links alone bound the collective (4x4x4); at the 4x2x2
+design point the NPU memory port is as loaded as they are and the RTL takes the same time either way
+(``docs/results.md``).
 
 reduce-scatter: ring reduce-scatter in the local, vertical, horizontal dimension in turn; in the phase of
 dimension ``d`` a rank keeps the segments whose coordinates agree with its own in ``d`` and the dimensions

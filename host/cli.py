@@ -32,6 +32,17 @@ def parse_size(text):
     return int(num) * _UNITS[unit]
 
 
+def parse_chunk(text):
+    """``--chunk-bytes``: a size (:func:`parse_size`), ``auto`` or ``max``."""
+    s = str(text).strip().lower()
+    if s in ("auto", "max"):
+        return s
+    try:
+        return parse_size(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"not a size, auto or max: {text!r} (examples: 16K, auto, max)") from None
+
+
 def check_output_path(path, option="--json"):
     """Raise ValueError unless ``path`` (an output file; None or ``-``: none or stdout) can be created: its
     directory exists and is writable, and it is not a directory. Checked before a run, not after it."""
@@ -104,8 +115,10 @@ def _add_run_args(p, defaults):
     p.add_argument("--null-ranks", type=_rank_list, default=(),
                    help="comma-separated ranks that make a null contribution (partial all-reduce, RNA): they "
                         "read nothing and count 0; allreduce, reduce_scatter or reduce with op sum")
-    p.add_argument("--chunk-bytes", type=parse_size, default=None,
-                   help="chunk size (default: the largest the engine runs the program with; golden: 64KiB)")
+    p.add_argument("--chunk-bytes", type=parse_chunk, default=None,
+                   help="chunk size, or auto (the default: the driver ranks the engine's largest chunk and its "
+                        "halves with the performance model, messages of at least 16 beats) or max (the "
+                        "largest the engine runs the program with); golden: 64KiB unless a size")
     p.add_argument("--backend", default=defaults["backend"], choices=list(BACKENDS),
                    help="verilator/icarus: one engine RTL per NPU under cocotb; amaranth: the same in Amaranth's "
                         "simulator (slow); golden: the numpy model only (default %(default)s)")
@@ -288,8 +301,9 @@ def main(argv=None):
                          "local and 500-cycle inter-package links at 1/8 rate)")
     p_bench.add_argument("--rate", type=float, default=None,
                          help="efficiency, sweep: every link's rate in flits per cycle (default the topology's, 1)")
-    p_bench.add_argument("--chunk-bytes", type=parse_size, default=None,
-                         help="efficiency, sweep: chunk size (default: the largest the engine runs the program with)")
+    p_bench.add_argument("--chunk-bytes", type=parse_chunk, default=None,
+                         help="efficiency, sweep: chunk size, auto (the default: the driver's choice per run) or "
+                              "max (the largest the engine runs the program with)")
     p_bench.add_argument("--npu-mem", choices=("cocotb", "hdl"), default=None,
                          help="efficiency, sweep: NPU memories (default: hdl, the HDL RAMs, on Verilator and "
                               "Icarus; the simulator's own model on Amaranth)")

@@ -13,6 +13,7 @@ Every endpoint gets a send buffer of seeded random data. Backends:
                         integers and max/min, within the accumulated rounding bound for float sums).
 """
 
+import numbers
 import time
 
 import numpy as np
@@ -463,6 +464,24 @@ def cfg_digest(cfg):
     return hashlib.sha1(json.dumps(cfg.as_dict(), sort_keys=True).encode()).hexdigest()[:8]
 
 
+#: ``chunk_bytes`` values that are not sizes: ``auto`` (the default) lets the driver choose the chunk for the
+#: collective (:mod:`syncfabric.host.chunksize`), ``max`` takes the largest the engine runs the program with.
+CHUNK_CHOICES = ("auto", "max")
+
+
+def _choose_chunk(spec, cfg, choose, latency, rate, buffers, fsms):
+    """The ``chunk_choice`` of a run: the chunk ``choose`` (one of :data:`CHUNK_CHOICES`) gives ``spec``'s job on
+    engines of ``cfg``, and the model's cycles for each candidate (``auto`` only)."""
+    from .chunksize import choose_chunk_bytes, chunk_candidates
+
+    head = generate(spec["collective"], spec["algorithm"], topo_mod.parse(spec["topology"]), root=spec["root"])[0]
+    if choose == "max":
+        return {"rule": "max", "chunk_bytes": chunk_candidates(cfg, head)[0]}
+    c = choose_chunk_bytes(cfg, head, spec["collective"], spec["topology"], spec["bytes"],
+                           algorithm=spec["algorithm"], latency=latency, rate=rate, buffers=buffers, fsms=fsms)
+    return {"rule": "auto", **c.as_dict()}
+
+
 def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtype="fp32", op="sum", *,
                    algorithm=None, root=0, chunk_bytes=None, backend="verilator", config="medium",
                    latency=None, rate=None, seed=1, pause=0.0, progress=True, build_tag=None,
@@ -474,7 +493,9 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     many link ports and routing entries as the topology needs, and landing buffers deep enough for the
     collective's programs: ``engine_config_for_job``); ``latency``/``rate``: every link's latency in cycles and rate in
     flits per cycle (None: the topology's, e.g. a torus's slow inter-package dimensions); ``pause``: probability that an NPU memory's AXI channel stalls in a cycle; ``chunk_bytes``:
-    the chunk size (default: the largest the engine runs the program with); ``buffers``/``fsms``: use only
+    the chunk size in bytes, or ``"auto"`` (None, the default: the driver's choice for the collective,
+    :mod:`syncfabric.host.chunksize`) or ``"max"`` (the largest the engine runs the program with; the golden
+    backend runs 64 KiB unless given a size); ``buffers``/``fsms``: use only
     that many of the engine's chunk buffers / FSMs (default all); ``null_ranks``: ranks that make a null
     contribution (partial all-reduce); ``npu_mem``: ``"cocotb"`` (the NPU memories are cocotbext-axi models
     served by Python every cycle) or ``"hdl"`` (an HDL RAM per endpoint inside the simulated system, loaded
@@ -515,8 +536,11 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     from ..tb.harness import verilator_threads
 
     verilator_threads(threads)              # a bad value fails here, before any build (whatever the backend)
+    if chunk_bytes is not None and not isinstance(chunk_bytes, numbers.Integral) and chunk_bytes not in CHUNK_CHOICES:
+        raise ValueError(f"--chunk-bytes {chunk_bytes!r}: expected a size or one of {', '.join(CHUNK_CHOICES)}")
+    choose = chunk_bytes if chunk_bytes in CHUNK_CHOICES else "auto" if chunk_bytes is None else None
     spec = job_spec(collective, topology, nbytes, dtype, op, algorithm=algorithm, root=root, null_ranks=null_ranks,
-                    chunk_bytes=chunk_bytes, seed=seed)
+                    chunk_bytes=None if choose else chunk_bytes, seed=seed)
     if spec["collective"] not in REDUCING_COLLECTIVES and spec["op"] != "sum":
         # job_spec itself stays lenient: the engine testbenches post such jobs to check the engine ignores op
         raise ValueError(f"--op {spec['op']}: {spec['collective']} does not reduce; --op applies to "
@@ -536,6 +560,9 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         cfg = config if isinstance(config, AceConfig) else AceConfig.profile(config)
         cfg = engine_config_for(cfg, spec["topology"])
         from .job import engine_config_for_job
+        if choose:
+            result["chunk_choice"] = _choose_chunk(spec, cfg, choose, latency, rate, buffers, fsms)
+            spec["chunk_bytes"] = result["chunk_bytes"] = result["chunk_choice"]["chunk_bytes"]
         cfg = engine_config_for_job(cfg, spec)
         result["config"] = config if isinstance(config, str) else "custom"
         result["engine"] = cfg.as_dict()
@@ -566,6 +593,18 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     return result
 
 
+def _choice_note(choice):
+    """How the chunk was chosen, for the summary (empty when it was given)."""
+    if not choice:
+        return ""
+    if choice["rule"] == "max":
+        return " (the largest the engine runs the program with)"
+    cands = choice["model_cycles"]
+    if len(cands) == 1:
+        return " (the largest; smaller ones would make messages under the floor)"
+    return " (the driver's choice; model cycles " + ", ".join(f"{c} B {t}" for c, t in cands.items()) + ")"
+
+
 def format_summary(r):
     from .faults import FAULT_KINDS
     """A human-readable summary of a :func:`run_collective` result."""
@@ -575,7 +614,8 @@ def format_summary(r):
         + (f", engine configuration {r['config']}, link latency "
            + (f"{r['latency']} cycles" if r.get("latency") is not None else "and rate: the topology's")
            if "config" in r else ""),
-        f"  chunk {r['chunk_bytes']} B: chunks {r['chunks']}, messages {r['messages']}, packets {r['packets']}, "
+        f"  chunk {r['chunk_bytes']} B{_choice_note(r.get('chunk_choice'))}: chunks {r['chunks']}, "
+        f"messages {r['messages']}, packets {r['packets']}, "
         f"bytes sent per byte read "
         + (f"{r['bytes_sent_per_byte_read']:.4f}" if r["bytes_sent_per_byte_read"] is not None else "- (none read)"),
         f"  NPU memory per endpoint: read {min(r['mem_read_bytes'])}..{max(r['mem_read_bytes'])} B, "

@@ -97,7 +97,7 @@ def _run_argv(draw):
         _opt("--op", st.sampled_from(["sum", "max", "MIN"])),
         _opt("--root", _INTS),
         _opt("--null-ranks", st.sampled_from(["", "1", "0,2", "7"])),
-        _opt("--chunk-bytes", st.sampled_from(["4K", "64", "64K", "100", "0"])),
+        _opt("--chunk-bytes", st.sampled_from(["4K", "64", "64K", "100", "0", "auto", "max", "most"])),
         _opt("--seed", _INTS),
         _opt("--pause", _FLOATS),
         _opt("--algorithm", st.sampled_from(["ring", "direct", "nope"])),

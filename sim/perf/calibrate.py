@@ -22,7 +22,8 @@ __all__ = ["RtlPoint", "RTL_POINTS", "predict_cycles", "measure", "calibrate"]
 
 @dataclass(frozen=True)
 class RtlPoint:
-    """One measured RTL run: the configuration, the job and the cycles it took."""
+    """One measured RTL run: the configuration, the job and the cycles it took. ``chunk_bytes`` None: the
+    largest chunk the engine runs the program with (``--chunk-bytes max``), not the driver's choice."""
 
     command: str
     config: str
@@ -41,7 +42,7 @@ class RtlPoint:
         """Keyword arguments of :func:`~syncfabric.host.run.run_collective` for this job."""
         return {"collective": self.collective, "topology": self.topology, "nbytes": self.nbytes,
                 "config": self.config, "latency": self.latency, "rate": self.rate, "buffers": self.buffers,
-                "fsms": self.fsms, "algorithm": self.algorithm, "chunk_bytes": self.chunk_bytes}
+                "fsms": self.fsms, "algorithm": self.algorithm, "chunk_bytes": self.chunk_bytes or "max"}
 
     @property
     def run_command(self):
@@ -52,7 +53,7 @@ class RtlPoint:
                         ("fsms", self.fsms), ("algorithm", self.algorithm), ("chunk-bytes", self.chunk_bytes)):
             if v is not None:
                 cmd += f" --{flag} {v}"
-        return cmd
+        return cmd + ("" if self.chunk_bytes else " --chunk-bytes max")
 
 
 _P = "syncfabric bench sweep --config paper --bytes 1M"

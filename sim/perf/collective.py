@@ -207,7 +207,10 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
             else:
                 dem["mem"] = (ph.npu_read + ph.npu_write) / cap
         lat = ph.depth * (_phase_latency(topo, ph.ports, system) + step_s)
-        plans.append([dem, {}, lat])
+        # a port's messages each cost the endpoint's per-message cycles beside their beats (full-rate links)
+        msgs = {("link", port): (frac, frac / ph.message) for port, frac in ph.link.items()
+                if ep.message_cycles and ph.message}
+        plans.append([dem, {}, lat, msgs])
     slots = phase_slots(prof, topo, ep, system, chunk)
     if ep.kind == "ace":
         # An FSM runs a chunk's steps one after another (it may hold several chunks and switch between
@@ -240,11 +243,18 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
 
     def enter(c, pi, t):
         nonlocal seq
-        dem, fixed, lat = plans[pi]
+        dem, fixed, lat, msgs = plans[pi]
         size = sizes[c]
         end = t
-        post = [(r, spb * size) for r, spb in dem.items() if r in serial_after[pi]]
-        need = [(r, spb * size) for r, spb in dem.items() if r not in serial_after[pi]] + list(fixed.items())
+
+        def hold(r, spb):
+            if r not in msgs:
+                return spb * size
+            frac, n = msgs[r]
+            return max(spb * size, (frac * size / system.link_bw + n * ep.message_cycles) / system.clock_hz)
+
+        post = [(r, hold(r, spb)) for r, spb in dem.items() if r in serial_after[pi]]
+        need = [(r, hold(r, spb)) for r, spb in dem.items() if r not in serial_after[pi]] + list(fixed.items())
         for r, _ in need + post:
             if r not in lines:
                 lines[r] = _Timeline()

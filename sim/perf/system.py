@@ -70,7 +70,10 @@ class Endpoint:
     sent: 450 GB/s for a baseline, 133 GB/s for ACE, to drive 300 GB/s); False: one budget for both. ``inflight``: chunks in flight per
     phase for ``npu``/``ideal`` endpoints (memory-backed, so not bound by SRAM). ``buffer_granular``: the SRAM
     is whole chunk buffers, one chunk each in any phase (the RTL), rather than byte-sized partitions where a
-    chunk takes only the share of it that reaches the phase (the paper's engine).
+    chunk takes only the share of it that reaches the phase (the paper's engine). ``message_cycles``: endpoint
+    cycles a link port spends per message beyond its beats (the RTL's send path between one message and the
+    next, :data:`ACE_MESSAGE_CYCLES`); a port then sends a message in ``max(beats / rate, beats +
+    message_cycles)`` cycles, so the cost shows on full-rate links and hides on slower ones.
     """
 
     name: str
@@ -88,6 +91,7 @@ class Endpoint:
     inflight: int = 16
     chunk_bytes: int = None
     buffer_granular: bool = False
+    message_cycles: float = 0.0
 
     def __post_init__(self):
         if self.kind not in ("ace", "npu", "ideal"):
@@ -137,7 +141,13 @@ def endpoint(name):
 ACE_COMMAND_CYCLES = 160.0
 
 
-def endpoint_from_ace(cfg, *, buffers=None, fsms=None, step_cycles=7.0, command_cycles=ACE_COMMAND_CYCLES):
+#: Cycles a link port of the RTL engine spends per message beyond its beats, fitted to the paper engine on
+#: ring:8 (1 MiB, latency 10) at 8 to 64 KiB chunks (docs/results.md, "The driver's chunk choice").
+ACE_MESSAGE_CYCLES = 1.0
+
+
+def endpoint_from_ace(cfg, *, buffers=None, fsms=None, step_cycles=7.0, command_cycles=ACE_COMMAND_CYCLES,
+                      message_cycles=ACE_MESSAGE_CYCLES):
     """An ``ace`` endpoint with the resources of an :class:`~syncfabric.hdl.ace.config.AceConfig` (in engine
     cycles: use it with :meth:`SystemParams` of ``clock_hz=1`` and ``link_bw=cfg.beat_bytes``). The memory
     port moves one beat per cycle on each AXI channel."""
@@ -145,7 +155,8 @@ def endpoint_from_ace(cfg, *, buffers=None, fsms=None, step_cycles=7.0, command_
     return Endpoint("ACE-" + str(cfg.beat_bytes * 8) + "b", "ace", comm_mem_bw=float(cfg.beat_bytes),
                     sram_bytes=n_buf * cfg.chunk_bytes, n_fsms=cfg.n_fsms if fsms is None else fsms,
                     alus=1, alu_bytes=cfg.beat_bytes, split_memory=True, step_cycles=step_cycles,
-                    command_cycles=command_cycles, chunk_bytes=cfg.chunk_bytes, buffer_granular=True)
+                    command_cycles=command_cycles, chunk_bytes=cfg.chunk_bytes, buffer_granular=True,
+                    message_cycles=message_cycles)
 
 
 #: The torus shape per system size (L local NPUs per package, V x H packages), as in ACE section V.

@@ -10,10 +10,10 @@ from syncfabric.sim.perf.calibrate import RTL_POINTS, calibrate
 
 SMALL_RING = next(p for p in RTL_POINTS if p.config == "small" and p.topology == "ring:4")
 
-#: How far the model may be from the small engine's 4-rank ring today. The target is 5 % (issue 28); the model
-#: errs by -5.8 % on this row (-9.0 % before a chunk's STORE followed its receives: docs/results.md).
-#: The bound catches the two drifting further apart.
-SMALL_RING_TOLERANCE = 0.07
+#: How far the model may be from the small engine's 4-rank ring: issue 28's 5 % per row. The model errs by -0.9 %
+#: on this row since it charges each message a cycle on its port (-5.8 % before, -9.0 % before a chunk's STORE
+#: followed its receives: docs/results.md).
+SMALL_RING_TOLERANCE = 0.05
 
 
 @pytest.mark.cocotb

@@ -34,11 +34,12 @@ def _message_beats(chunk_beats, n_blocks, segments):
     return -(-seg // (n_blocks // segments)) if seg else 0
 
 
-def chunk_candidates(cfg, head, min_message_beats=MIN_MESSAGE_BEATS):
+def chunk_candidates(cfg, head, min_message_beats=MIN_MESSAGE_BEATS, largest=None):
     """Chunk sizes (bytes, largest first) the driver considers for ``head``'s program on an engine of ``cfg``:
-    the largest the engine runs it with, then halves of it (whole beats) while its messages keep at least
-    ``min_message_beats`` beats. Always at least the largest."""
-    top = engine_chunk_bytes(cfg, head.n_blocks, segments=head.segments, n_slots=head.n_slots)
+    the largest the engine runs it with (or ``largest``, when other programs on the engine need less), then
+    halves of it (whole beats) while its messages keep at least ``min_message_beats`` beats. Always at least
+    the largest."""
+    top = largest or engine_chunk_bytes(cfg, head.n_blocks, segments=head.segments, n_slots=head.n_slots)
     out = [top]
     beats = top // cfg.beat_bytes
     while beats % 2 == 0 and _message_beats(beats // 2, head.n_blocks, head.segments) >= min_message_beats:
@@ -65,15 +66,17 @@ class ChunkChoice:
 
 
 def choose_chunk_bytes(cfg, head, collective, topology, nbytes, *, algorithm=None, latency=None, rate=None,
-                       buffers=None, fsms=None, min_message_beats=MIN_MESSAGE_BEATS, min_gain=MIN_GAIN):
+                       buffers=None, fsms=None, largest=None, min_message_beats=MIN_MESSAGE_BEATS,
+                       min_gain=MIN_GAIN):
     """:class:`ChunkChoice` for one collective of ``nbytes`` per NPU on ``topology`` (a spec) whose head
     program is ``head``, on engines of ``cfg`` with ``buffers`` chunk buffers and ``fsms`` FSMs in use (None:
-    all) and links of ``latency``/``rate`` (None: the topology's). A smaller chunk than the largest is taken
-    only when the model predicts it at least ``min_gain`` faster."""
+    all) and links of ``latency``/``rate`` (None: the topology's); ``largest``: the largest chunk allowed
+    (default the engine's for the program). A smaller chunk than the largest is taken only when the model
+    predicts it at least ``min_gain`` faster."""
     from ..sim.perf.calibrate import predict_cycles
 
     predicted = []
-    for c in chunk_candidates(cfg, head, min_message_beats):
+    for c in chunk_candidates(cfg, head, min_message_beats, largest):
         t = predict_cycles(cfg, collective, topology, nbytes, latency=latency, rate=rate, buffers=buffers,
                            fsms=fsms, algorithm=algorithm, chunk_bytes=c)
         predicted.append((c, t))

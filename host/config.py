@@ -23,6 +23,9 @@ Example (every key but ``topology`` is optional; the values shown are the defaul
       sram_split: residence   # how the driver splits the SRAM's chunk buffers among a program's phases:
                               # residence (in proportion to the time a chunk stays in each) or ace (the paper's)
       buffers: null           # chunk buffers the partitions share; null: all of the engine's (fewer: a smaller SRAM)
+      chunk_bytes: max        # max: every collective with the largest chunk the loaded programs allow; auto:
+                              # the chunk the model ranks fastest for each collective (host/chunksize.py), the
+                              # engines drained when it changes (CHUNK_BEATS is one register for all)
 
 A prototype board (``backend: serial``) is reached through its UART bridge; its memory size and clock are read
 from the board unless given, and ``engine`` must describe the configuration the board was built with (the
@@ -56,7 +59,10 @@ from fractions import Fraction
 from ..hdl.ace.config import PROFILES, AceConfig
 from ..sim.golden.topology import parse as parse_topology
 
-__all__ = ["SystemConfig", "ConfigError", "load_config", "parse_bytes", "BACKENDS"]
+__all__ = ["SystemConfig", "ConfigError", "load_config", "parse_bytes", "BACKENDS", "CHUNK_RULES"]
+
+#: ``driver.chunk_bytes``: the largest chunk for every collective, or the driver's choice per collective.
+CHUNK_RULES = ("max", "auto")
 
 #: Backends of the host API: three simulators and a prototype board on a serial port.
 BACKENDS = ("amaranth", "verilator", "icarus", "serial")
@@ -149,6 +155,8 @@ class SystemConfig:
     sram_split: str = "residence"
     #: chunk buffers the drivers' partitions share (None: all of the engine's)
     buffers: int = None
+    #: how the System picks the chunk: ``"max"`` or ``"auto"`` (:data:`CHUNK_RULES`)
+    chunk_bytes: str = "max"
     source: dict = field(default=None, compare=False, repr=False)
 
     @property
@@ -295,7 +303,10 @@ def load_config(source=None, **overrides):
     from ..sim.golden.partitions import SPLITS
 
     drv = _mapping(raw.get("driver"), "driver")
-    _unknown(drv, ("sram_split", "buffers"), "driver.")
+    _unknown(drv, ("sram_split", "buffers", "chunk_bytes"), "driver.")
+    chunk_rule = drv.get("chunk_bytes", "max")
+    if chunk_rule not in CHUNK_RULES:
+        raise ConfigError(f"driver.chunk_bytes: expected one of {', '.join(CHUNK_RULES)}, got {chunk_rule!r}")
     split = drv.get("sram_split", "residence")
     if split not in SPLITS:
         raise ConfigError(f"driver.sram_split: expected one of {', '.join(SPLITS)}, got {split!r}")
@@ -306,7 +317,7 @@ def load_config(source=None, **overrides):
             raise ConfigError(f"driver.buffers: the engine has {engine.n_buffers} chunk buffers, got {buffers}")
     return SystemConfig(topology=topo.spec, engine=engine, backend=backend, clock_mhz=float(clock), seed=seed,
                         latency=latency, rate=rate, faults=faults or None, memory_bytes=mem_bytes, serial=serial,
-                        sram_split=split, buffers=buffers, source=raw)
+                        sram_split=split, buffers=buffers, chunk_bytes=chunk_rule, source=raw)
 
 
 def _yaml(text, where):

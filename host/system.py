@@ -546,6 +546,8 @@ class Communicator:
                     dst = recv.addr if recv is not None else 0
             addrs[sr] = (src, dst, cr)
         system._ensure_program(self, coll, root if coll in ("broadcast", "reduce") else 0)
+        if system.config.chunk_bytes == "auto":
+            system._choose_chunk(self, coll, root if coll in ("broadcast", "reduce") else 0, count, eb)
         system._check_landing(self, coll, root, count, eb)
         cookie = next(system._cookies)
         tag = next(self._tags) & 0xFFFF
@@ -622,7 +624,9 @@ class System:
             drv.set_spill_window(lay.spill_base, lay.spill_entries)
             if cfg.replay_flits:        # the link retransmission's timer from the links' round trips
                 drv.write("REPLAY_TIMEOUT", replay_timeout(cfg, links, rank))
-        self.chunk_bytes = None
+        #: The engines' chunk (CHUNK_BEATS in bytes) and the largest the loaded programs allow.
+        self.chunk_bytes = self._chunk_limit = None
+        self._chunk_choices = {}
         self._heap = [(lay.data_base, self.config.memory_bytes - lay.data_base)]     # free (base, size), sorted
         self._windows = list(range(cfg.n_windows))
         self._buffers = []
@@ -929,11 +933,36 @@ class System:
             self._programs.pop((comm.id, *k), None)
         comm.loaded = wanted
         self._programs[(comm.id, coll, root)] = head
-        new_chunk = min(chunk, self.chunk_bytes or chunk)
-        if new_chunk != self.chunk_bytes:
-            self.chunk_bytes = new_chunk
+        self._chunk_limit = min(chunk, self._chunk_limit or chunk)
+        if self.config.chunk_bytes == "max" or self.chunk_bytes is None or self.chunk_bytes > self._chunk_limit:
+            self._set_chunk(self._chunk_limit)
+
+    def _set_chunk(self, chunk):
+        """Write ``chunk`` (bytes) to every engine's CHUNK_BEATS unless it is there (the engines must be idle)."""
+        if chunk != self.chunk_bytes:
+            self.chunk_bytes = chunk
             for drv in self.drivers:
-                drv.write("CHUNK_BEATS", new_chunk // self.config.engine.beat_bytes)
+                drv.write("CHUNK_BEATS", chunk // self.config.engine.beat_bytes)
+
+    def _choose_chunk(self, comm, coll, root, count, eb):
+        """``driver.chunk_bytes: auto``: the chunk the model ranks fastest for this collective (at most what
+        the loaded programs allow; :mod:`syncfabric.host.chunksize`), remembered per collective and size.
+        Changing CHUNK_BEATS waits for the outstanding requests first."""
+        from .chunksize import choose_chunk_bytes
+
+        n_in, n_out = buffer_counts(coll, count, comm.size, 0, root)
+        nbytes = max(n_in, n_out) * eb
+        head = self._programs[(comm.id, coll, root)]
+        key = (comm.topology.spec, coll, head.algorithm, root, nbytes, self._chunk_limit)
+        if key not in self._chunk_choices:
+            self._chunk_choices[key] = choose_chunk_bytes(
+                self.config.engine, head, coll, comm.topology, nbytes, algorithm=head.algorithm,
+                latency=self.config.latency, rate=None if self.config.rate is None else float(self.config.rate),
+                buffers=self.config.buffers, largest=self._chunk_limit).chunk_bytes
+        chunk = self._chunk_choices[key]
+        if chunk != self.chunk_bytes:
+            self._drain(f"changing the chunk size for {coll} to {chunk} B")
+            self._set_chunk(chunk)
 
     def _load_programs(self, comm, coll, wanted):
         """Replace ``comm``'s programs on every rank's engine with those of ``wanted`` ((collective, root)

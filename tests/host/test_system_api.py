@@ -665,3 +665,48 @@ def test_a_collective_that_would_overflow_the_landing_buffers_names_the_setting_
     fits = SimpleNamespace(config=SimpleNamespace(engine=cfg.replace(landing_headers=8)),
                            _programs=fake._programs, chunk_bytes=cfg.chunk_bytes)
     System._check_landing(fits, comm, "alltoall", 0, 16, 4)
+
+
+def test_driver_chunk_auto_sizes_the_chunk_per_collective_and_drains_before_changing_it(monkeypatch):
+    """``driver.chunk_bytes: auto``: each collective runs with the chunk the driver chooses for it (here a
+    stand-in rule: half the largest above 1 KiB per rank), CHUNK_BEATS is rewritten only when the engines are
+    idle (an outstanding request finishes first), and every result is exact at its request's chunk; then the
+    model's own choice on the same system."""
+    import syncfabric.host.chunksize as cs
+    from syncfabric.host.config import ConfigError, load_config
+
+    real = cs.choose_chunk_bytes
+    asked = []
+
+    def rule(cfg, head, coll, topo, nbytes, **kw):
+        asked.append((coll, nbytes, kw["largest"]))
+        return cs.ChunkChoice(kw["largest"] // 2 if nbytes > 1024 else kw["largest"], ())
+
+    monkeypatch.setattr(cs, "choose_chunk_bytes", rule)
+    conf = {"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(13), "engine": {"profile": "small"},
+            "driver": {"chunk_bytes": "auto"}}
+    with System(conf, backend="amaranth") as s:
+        w, beat = s.world, s.config.engine.beat_bytes
+        big = run_and_check(s, w, "allreduce", 600, "fp32", seed=1)          # 2,400 B: half the largest
+        assert big.chunk_bytes == 512 and asked[-1] == ("allreduce", 2400, 1024)
+        assert all(d.read("CHUNK_BEATS") == 512 // beat for d in s.drivers)
+        # a big request in flight, then a small one: the chunk changes only after the big one has finished
+        a = s.register(2400)
+        b = s.register(400)
+        for r in range(2):
+            a.write(r, np.ones(600, np.float32))
+            b.write(r, np.ones(100, np.float32))
+        first = w.allreduce(a, None, 600)
+        second = w.allreduce(b, None, 100)
+        assert first.done and first.chunk_bytes == 512 and second.chunk_bytes == 1024
+        second.wait(timeout_cycles=200_000)
+        assert all(d.read("CHUNK_BEATS") == 1024 // beat for d in s.drivers)
+        assert (a.read(0, "fp32") == 2).all() and (b.read(1, "fp32") == 2).all()
+        n = len(asked)
+        run_and_check(s, w, "allreduce", 600, "fp32", seed=2)               # the choice is remembered
+        assert len(asked) == n
+        monkeypatch.setattr(cs, "choose_chunk_bytes", real)
+        req = run_and_check(s, w, "reduce_scatter", 700, "fp32", seed=3)
+        assert req.chunk_bytes in (512, 1024)
+    with pytest.raises(ConfigError, match="driver.chunk_bytes: expected one of max, auto, got 'most'"):
+        load_config({"topology": "ring:2", "driver": {"chunk_bytes": "most"}})

@@ -68,7 +68,7 @@ class ChunkChoice:
 def choose_chunk_bytes(cfg, head, collective, topology, nbytes, *, algorithm=None, latency=None, rate=None,
                        buffers=None, fsms=None, largest=None, min_message_beats=MIN_MESSAGE_BEATS,
                        min_gain=MIN_GAIN):
-    """:class:`ChunkChoice` for one collective of ``nbytes`` per NPU on ``topology`` (a spec) whose head
+    """:class:`ChunkChoice` for one collective of ``nbytes`` per NPU on ``topology`` (a spec or a Topology) whose head
     program is ``head``, on engines of ``cfg`` with ``buffers`` chunk buffers and ``fsms`` FSMs in use (None:
     all) and links of ``latency``/``rate`` (None: the topology's); ``largest``: the largest chunk allowed
     (default the engine's for the program). A smaller chunk than the largest is taken only when the model

@@ -19,19 +19,13 @@ floor keeps it from sizes it would rank wrongly.
 
 from dataclasses import dataclass
 
-from .job import engine_chunk_bytes
+from .job import engine_chunk_bytes, slot_beats_for
 
 __all__ = ["MIN_MESSAGE_BEATS", "MIN_GAIN", "ChunkChoice", "chunk_candidates", "choose_chunk_bytes"]
 
 #: The shortest message (beats) a chosen chunk may give the program: 16 beats (1 KiB at the `paper` engine's
 #: 64 B beat) ran at 0.93 of the slow links on torus:4x2x2, 8 beats starved on credits (0.64).
 MIN_MESSAGE_BEATS = 16
-
-
-def _message_beats(chunk_beats, n_blocks, segments):
-    """Beats of the program's largest message (one slot) with chunks of ``chunk_beats``."""
-    seg = chunk_beats // segments
-    return -(-seg // (n_blocks // segments)) if seg else 0
 
 
 def chunk_candidates(cfg, head, min_message_beats=MIN_MESSAGE_BEATS, largest=None):
@@ -42,7 +36,7 @@ def chunk_candidates(cfg, head, min_message_beats=MIN_MESSAGE_BEATS, largest=Non
     top = largest or engine_chunk_bytes(cfg, head.n_blocks, segments=head.segments, n_slots=head.n_slots)
     out = [top]
     beats = top // cfg.beat_bytes
-    while beats % 2 == 0 and _message_beats(beats // 2, head.n_blocks, head.segments) >= min_message_beats:
+    while beats % 2 == 0 and slot_beats_for(beats // 2, head.n_blocks, head.segments) >= min_message_beats:
         beats //= 2
         out.append(beats * cfg.beat_bytes)
     return out

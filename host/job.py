@@ -31,7 +31,8 @@ from ..hdl.common.layouts import DescFlags
 from .run import make_inputs
 
 __all__ = ["SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "CQ_ENTRIES", "DATA_BASE", "GUARD_BYTES", "CANARY",
-           "SPILL_BASE", "spill_entries_for", "CollectiveJob", "RejectedCommand", "engine_chunk_bytes", "landing_headers_needed",
+           "SPILL_BASE", "spill_entries_for", "slot_beats_for", "CollectiveJob", "RejectedCommand",
+           "engine_chunk_bytes", "landing_headers_needed",
            "engine_config_for_job", "job_chunk_beats", "REJECTIONS", "Buffers", "EndpointResult", "memory_bytes",
            "bring_up", "load_programs", "run_endpoint"]
 
@@ -64,15 +65,18 @@ class Buffers:
     end: int        #: first byte after the job's region (guards included)
 
 
+def slot_beats_for(chunk_beats, n_blocks, segments=1):
+    """Beats of one slot (a program's largest message) with chunks of ``chunk_beats`` beats: a segment's
+    beats over its blocks, rounded up; 0 when a segment would be empty."""
+    seg = chunk_beats // segments
+    return -(-seg // (n_blocks // segments)) if seg else 0
+
+
 def _fits(cfg, chunk_beats, n_blocks, segments, n_slots):
     """Whether a chunk of ``chunk_beats`` beats passes the engine's SRAM checks for a program with these
     blocks, segments and slots (the command processor's SRAM_TOO_SMALL rule, docs/engine.md)."""
-    seg = chunk_beats // segments
-    if seg == 0:
-        return False
-    m = n_blocks // segments
-    slot = -(-seg // m)
-    return slot * n_slots <= cfg.buffer_beats and slot <= cfg.max_message_beats
+    slot = slot_beats_for(chunk_beats, n_blocks, segments)
+    return 0 < slot and slot * n_slots <= cfg.buffer_beats and slot <= cfg.max_message_beats
 
 
 def engine_chunk_bytes(cfg, n_blocks, requested=None, *, segments=1, n_slots=None):

@@ -545,9 +545,10 @@ class Communicator:
                     src = send.addr if send is not None else 0
                     dst = recv.addr if recv is not None else 0
             addrs[sr] = (src, dst, cr)
-        system._ensure_program(self, coll, root if coll in ("broadcast", "reduce") else 0)
+        prog_root = root if coll in ("broadcast", "reduce") else 0
+        system._ensure_program(self, coll, prog_root)
         if system.config.chunk_bytes == "auto":
-            system._choose_chunk(self, coll, root if coll in ("broadcast", "reduce") else 0, count, eb)
+            system._choose_chunk(self, coll, prog_root, count, eb)
         system._check_landing(self, coll, root, count, eb)
         cookie = next(system._cookies)
         tag = next(self._tags) & 0xFFFF

@@ -89,8 +89,11 @@ class Board:
                 from None
 
     def engine_config(self, name=None):
-        """The engine configuration of a build: ``name`` (a profile) or the board's own."""
-        return AceConfig.profile(name or self.config, **(self.overrides if name is None else {}))
+        """The engine configuration of a build: ``name`` (a profile) or the board's own, built for the FPGA's
+        fabric (:attr:`AceConfig.fabric`)."""
+        kw = dict(self.overrides) if name is None else {}
+        kw.setdefault("fabric", 1)
+        return AceConfig.profile(name or self.config, **kw)
 
 
 #: ULX3S GPIO header: each lane's outputs on the "+" pins of pairs, its inputs on the "-" pins of the same

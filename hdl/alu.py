@@ -47,12 +47,17 @@ class ReductionAlu(wiring.Component):
     beats, in input order, the input ``tag`` copied through). ``dtypes`` (names or :class:`DType` members,
     default all) are the element types it is built for; beats of other types give zeros. :attr:`latency` cycles from an accepted input
     beat to its output beat when the output is not stalled.
+
+    ``fabric`` builds the ALU for an FPGA's LUTs (latency 8 instead of 5, the same results): the operands
+    are registered on entry (a block RAM's output, which feeds ``i`` in the engine, then reaches no logic in
+    its cycle) and the float adders have two more stages (:class:`FloatAdder` ``fabric``).
     """
 
-    #: Cycles from ``i`` handshake to ``o.valid`` of the same beat (when ``o`` is not stalled).
+    #: Cycles from ``i`` handshake to ``o.valid`` of the same beat (when ``o`` is not stalled), of an ALU built
+    #: without ``fabric``; an instance's :attr:`latency` is its own.
     latency = FloatAdder.latency + 1
 
-    def __init__(self, lanes=16, tag_width=0, dtypes=None):
+    def __init__(self, lanes=16, tag_width=0, dtypes=None, fabric=False):
         if lanes < 1:
             raise ValueError(f"lanes must be at least 1, not {lanes}")
         try:
@@ -64,6 +69,8 @@ class ReductionAlu(wiring.Component):
             raise ValueError("dtypes must name at least one element type")
         self.lanes = lanes
         self.tag_width = tag_width
+        self.fabric = bool(fabric)
+        self.latency = FloatAdder.latency_for(self.fabric) + 1 + (1 if self.fabric else 0)
         super().__init__({
             "i": In(stream.Signature(alu_operands_layout(lanes, tag_width))),
             "o": Out(stream.Signature(alu_result_layout(lanes, tag_width))),
@@ -90,15 +97,22 @@ class ReductionAlu(wiring.Component):
                 value = reg
             return value
 
-        valid = delay(self.i.valid, stages, "valid", reset_less=False)
-        tag = delay(self.i.payload.tag, stages, "tag")
+        # ---- input register (``fabric``): the operands come from flip-flops --------------------------------
+        in_valid, p = self.i.valid, self.i.payload
+        a, b, in_dtype, in_op, in_tag = p.a, p.b, p.dtype, p.op, p.tag
+        if self.fabric:
+            in_valid = delay(in_valid, 1, "in_valid", reset_less=False)
+            a, b, in_dtype, in_op, in_tag = (delay(v, 1, f"in_{name}") for v, name in
+                                             ((a, "a"), (b, "b"), (in_dtype, "dtype"), (in_op, "op"), (in_tag, "tag")))
+            stages -= 1
+
+        valid = delay(in_valid, stages, "valid", reset_less=False)
+        tag = delay(in_tag, stages, "tag")
         # dtype/op reach the select mux in front of the last register together with the adder results.
-        dtype = delay(self.i.payload.dtype, stages - 1, "dtype")
-        op = delay(self.i.payload.op, stages - 1, "op")
+        dtype = delay(in_dtype, stages - 1, "dtype")
+        op = delay(in_op, stages - 1, "op")
 
         # ---- datapath -------------------------------------------------------------------------------------
-        a, b = self.i.payload.a, self.i.payload.b
-        in_dtype, in_op = self.i.payload.dtype, self.i.payload.op
         is_max = in_op == ReduceOp.MAX
         float_sum = op == ReduceOp.SUM          # op as it reaches S5
         result = Signal(32 * self.lanes)
@@ -108,7 +122,7 @@ class ReductionAlu(wiring.Component):
             halves = [(a32[16 * h:16 * h + 16], b32[16 * h:16 * h + 16]) for h in range(2)]
 
             def adder(fmt, x, y, name):
-                unit = FloatAdder(fmt.exp_bits, fmt.frac_bits)
+                unit = FloatAdder(fmt.exp_bits, fmt.frac_bits, fabric=self.fabric)
                 m.submodules[f"{name}_l{lane}"] = unit
                 m.d.comb += [unit.a.eq(x), unit.b.eq(y), unit.en.eq(en)]
                 return unit.result

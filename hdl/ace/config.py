@@ -58,6 +58,10 @@ class AceConfig:
     dtypes          element types the ALUs are built for (names, e.g. ``("fp32", "int32")``; default all). Each
                     float format costs adders in every lane; an engine refuses a descriptor of another type
                     with ``BAD_DTYPE``. Given in any order and case, kept in code order.
+    fabric          1 = built for an FPGA's LUTs and carry chains (the ECP5 boards), where each 45 nm stage
+                    is 15-17 ns: the ALUs register their operands (a landing buffer's block RAM output then
+                    reaches no logic in its cycle) and their float adders align and normalise in two stages
+                    each (ALU latency 8 instead of 5; the same results). 0 = the 45 nm form (default).
     """
 
     beat_bytes: int = 64
@@ -82,6 +86,7 @@ class AceConfig:
     addr_width: int = 48
     replay_flits: int = 0
     dtypes: tuple = ALL_DTYPES
+    fabric: int = 0
 
     def __post_init__(self):
         errors = []
@@ -114,6 +119,8 @@ class AceConfig:
             errors.append("dma_max_burst must be in 1..256")
         if self.landing_beats < 4 or not _pow2(self.landing_beats):
             errors.append("landing_beats must be a power of two >= 4")
+        if self.fabric not in (0, 1):
+            errors.append(f"fabric={self.fabric} must be 0 or 1")
         if not 0 <= self.spill_entries <= 255:
             errors.append(f"spill_entries={self.spill_entries} must be 0..255")
         if self.landing_headers < 2 or not _pow2(self.landing_headers):

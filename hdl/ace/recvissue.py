@@ -39,7 +39,7 @@ class RecvIssue(wiring.Component):
         Landing beats. Reduced: taken together with an operand beat when the ALU takes them; passed
         through: taken when the bypass queue has room; drained: taken while ``run``.
     reduced, copied : Out(stream.Signature(unsigned(8 * beat_bytes)))
-        The ALU's results, in order (``ReductionAlu.latency`` cycles behind; a ready-only register slice
+        The ALU's results, in order (the ALU's ``latency`` cycles behind; a ready-only register slice
         between the ALU and ``reduced`` keeps ``reduced.ready``, which depends on where the beats go, off the
         ALU's pipeline enable, a net that reaches every ALU flip-flop), and the passed-through beats (a 4-beat
         queue, one cycle behind).
@@ -64,7 +64,7 @@ class RecvIssue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        m.submodules.alu = alu = ReductionAlu(cfg.lanes, dtypes=cfg.dtypes)
+        m.submodules.alu = alu = ReductionAlu(cfg.lanes, dtypes=cfg.dtypes, fabric=cfg.fabric)
         m.submodules.streamer = st = BankStreamer(cfg)
         m.submodules.bypass = bypass = fifo.SyncFIFOBuffered(width=8 * cfg.beat_bytes, depth=4)
         m.submodules.alu_out = alu_out = SkidBuffer(unsigned(8 * cfg.beat_bytes), forward=False)

@@ -79,6 +79,10 @@ class TxPort(wiring.Component):
     flit_phase : Out(3)
         The program phase (header ``phase``) of the message the flit in the output register belongs to, for
         the per-phase counters.
+
+    Built for an FPGA's fabric (``cfg.fabric``), the flit is formed in one register stage and its CRC computed
+    in the next (one more cycle from ``msg`` to the first flit; still one flit per cycle): the CRC's parity
+    trees over a first flit's header and payload then start at flip-flops instead of behind the header mux.
     """
 
     def __init__(self, cfg: AceConfig):
@@ -101,7 +105,14 @@ class TxPort(wiring.Component):
         m = Module()
         cfg = self.cfg
         w, pb, pbeats = cfg.beat_bytes, cfg.packet_bytes, cfg.packet_beats
+        # the flit register the message logic loads: the output itself, or (fabric) a stage in front of the
+        # CRC stage, both advanced by the output's enable
+        o_valid, o_ready = self.flit.valid, self.flit.ready
         flit = self.flit.payload
+        if cfg.fabric:
+            o_valid, flit = Signal(name="form_valid"), Signal(flit_layout(w), name="form")
+            o_ready = ~self.flit.valid | self.flit.ready
+            form_poison, form_nonempty, form_phase = Signal(), Signal(), Signal(3)
 
         # -- message state: latched header, beats still to send (and whether that is one / more than one, in
         # flip-flops, so that the message's end is known without comparing the count), beat in packet, packet
@@ -140,7 +151,7 @@ class TxPort(wiring.Component):
                      many_c.eq(Mux(active, rem_many, length > w))]
         have = active | self.msg.valid
         need_data = one_c | many_c                  # an empty message's only flit carries no beat
-        can_load = ~self.flit.valid | self.flit.ready
+        can_load = ~o_valid | o_ready
         go = Signal()                               # a flit is loaded into the output register
         first = pkt_c == 0
         last_flit = (pkt_c == pbeats - 1) | ~many_c
@@ -175,22 +186,44 @@ class TxPort(wiring.Component):
         # The packet's link sequence number (retransmission; 0 without it) starts its CRC (crc_init).
         seq = Signal(SEQ_BITS)
         crc_after = Signal(32)
-        m.d.comb += crc_after.eq(crc_cases(m, first, hw, beat, seq, crc, need_data))
+        if not cfg.fabric:
+            m.d.comb += crc_after.eq(crc_cases(m, first, hw, beat, seq, crc, need_data))
 
         with m.If(go):
             m.d.sync += [
-                self.flit.valid.eq(1),
+                o_valid.eq(1),
                 flit.data.eq(Mux(need_data, beat, 0)),
                 flit.hdr.eq(Mux(first, hw.as_value(), 0)),
                 flit.first.eq(first),
                 flit.last.eq(last_flit),
-                flit.crc.eq(Mux(last_flit, crc_after ^ CRC32_XOROUT ^ Mux(poisoned, STOMP, 0), 0)),
                 flit.seq.eq(seq),
-                self.flit_phase.eq(h.phase),
                 stomp.eq(poisoned),
             ]
-        with m.Elif(self.flit.ready):
-            m.d.sync += self.flit.valid.eq(0)
+            if cfg.fabric:
+                m.d.sync += [form_poison.eq(poisoned), form_nonempty.eq(need_data), form_phase.eq(h.phase)]
+            else:
+                m.d.sync += [
+                    flit.crc.eq(Mux(last_flit, crc_after ^ CRC32_XOROUT ^ Mux(poisoned, STOMP, 0), 0)),
+                    self.flit_phase.eq(h.phase),
+                ]
+        with m.Elif(o_ready):
+            m.d.sync += o_valid.eq(0)
+        if cfg.fabric:
+            # the CRC stage: the packet's CRC register runs over the formed flits as they move out
+            out_crc = Signal(32)
+            m.d.comb += crc_after.eq(crc_cases(m, flit.first, flit.hdr, flit.data, flit.seq, out_crc,
+                                               form_nonempty))
+            with m.If(o_valid & o_ready):
+                m.d.sync += [
+                    self.flit.valid.eq(1),
+                    self.flit.payload.eq(flit),
+                    self.flit.payload.crc.eq(Mux(flit.last, crc_after ^ CRC32_XOROUT ^ Mux(form_poison, STOMP, 0),
+                                                 0)),
+                    self.flit_phase.eq(form_phase),
+                    out_crc.eq(crc_after),
+                ]
+            with m.Elif(self.flit.ready):
+                m.d.sync += self.flit.valid.eq(0)
         if cfg.replay_flits:                        # packets are numbered only where a link retransmits
             with m.If(go & last_flit):
                 m.d.sync += seq.eq(seq + 1)
@@ -216,7 +249,7 @@ class TxPort(wiring.Component):
                 # that starts now, against a constant: the active select picks a result, not operands)
                 pkt_last.eq(Mux(last_flit, Mux(active, offset + 2 * pb >= cur.length, 2 * pb >= length),
                                 hw.last)),
-                crc.eq(crc_after),
+                crc.eq(crc_after if not cfg.fabric else 0),
             ]
             with m.If(~active):                     # the first flit went out straight from `msg`
                 m.d.sync += [cur.eq(self.msg.payload), active.eq(1), idle.eq(0)]
@@ -244,7 +277,8 @@ class TxPort(wiring.Component):
         sent = late(m, self.flit.valid & self.flit.ready, "sent_late")
         m.d.sync += [
             self.flits.eq(self.flits + sent),
-            self.packets.eq(self.packets + late(m, self.flit.valid & self.flit.ready & flit.last, "packet_late")),
+            self.packets.eq(self.packets + late(m, self.flit.valid & self.flit.ready & self.flit.payload.last,
+                                                "packet_late")),
             self.busy.eq(self.busy + sent),
             self.stall.eq(self.stall + late(m, self.flit.valid & ~self.flit.ready, "stall_late")),
         ]

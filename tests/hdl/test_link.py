@@ -454,7 +454,10 @@ def test_random_messages_arrive_intact_in_per_vc_order(latency, rate, bubble, pa
     AceConfig.small(beat_bytes=8, packet_bytes=24, landing_beats=32),           # 3-flit packets
     AceConfig.small(beat_bytes=64, packet_bytes=256, n_fsms=2, landing_beats=16),
     AceConfig.small(packet_bytes=16, n_fsms=1, landing_beats=8, landing_headers=2),  # 1-flit packets, 1 VC
-], ids=["w8p3", "w64p4", "w16p1v1"])
+    AceConfig.board(),                                                          # the boards' port, ASIC form
+    AceConfig.board(fabric=1),                                                  # ... and the FPGA's (CRC stage)
+    AceConfig.small(packet_bytes=16, n_fsms=1, landing_beats=8, landing_headers=2, fabric=1),
+], ids=["w8p3", "w64p4", "w16p1v1", "board", "board-fabric", "w16p1v1-fabric"])
 def test_other_widths_and_packet_sizes(cfg):
     seed = seed_for(cfg.beat_bytes)
     rng = random.Random(seed)
@@ -481,8 +484,9 @@ def test_flit_format_matches_golden():
         assert flit_fields(cfg.beat_bytes, g) == flit_fields(cfg.beat_bytes, e), f"flit {i}"
 
 
-def test_back_to_back_messages_one_flit_per_cycle():
-    cfg = CFG.replace(landing_beats=512)
+@pytest.mark.parametrize("fabric", [0, 1], ids=["asic", "fabric"])
+def test_back_to_back_messages_one_flit_per_cycle(fabric):
+    cfg = CFG.replace(landing_beats=512, fabric=fabric)
     rng = random.Random(seed_for(11))
     # Messages of several VCs, sizes not multiples of the packet: packet and message boundaries without gaps.
     msgs = [random_msg(rng, cfg, vc=i % cfg.n_fsms, length=n)
@@ -558,14 +562,15 @@ def test_corrupted_flit_flags_only_its_vc():
     assert out["beat_credits"] == [cfg.landing_beats] * cfg.n_fsms
 
 
-def test_a_poisoned_beat_stomps_its_packet_and_flags_its_vc_without_a_crc_error():
+@pytest.mark.parametrize("fabric", [0, 1], ids=["asic", "fabric"])
+def test_a_poisoned_beat_stomps_its_packet_and_flags_its_vc_without_a_crc_error(fabric):
     """A beat handed over with ``poison`` (a forward whose input failed a check after its first packets
     left) makes its packet's CRC go out inverted (the golden ``STOMP``); the receiver flags that VC like a
     corrupted packet but counts no CRC error (the link is fine), the payload arrives as sent, and the other
-    packets and messages are untouched."""
+    packets and messages are untouched (in the FPGA form too, whose CRC is a stage of its own)."""
     seed = seed_for(23)
     rng = random.Random(seed)
-    cfg = CFG
+    cfg = CFG.replace(fabric=fabric)
     msgs = [random_msg(rng, cfg, vc=v, length=100) for v in range(cfg.n_fsms)]   # 7 beats, 2 packets each
     msgs[2].poison = 6                   # the last beat: the second packet
     msgs[3].poison = 0                   # the first beat: the first packet only

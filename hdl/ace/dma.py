@@ -114,14 +114,17 @@ class _BurstSplitter(wiring.Component):
         m.submodules.out = out = SkidBuffer(self.burst.payload.shape())
         wiring.connect(m, out.o, wiring.flipped(self.burst))
         burst = out.i
+        # n == left, decided from the clamps, not from their minimum (the run hand-over waits on it)
+        last, idle = Signal(), Signal()
         m.d.comb += [
-            burst.valid.eq(left != 0),
+            burst.valid.eq(~idle),
             burst.payload.addr.eq(addr),
             burst.payload.len.eq(n - 1),
-            # n == left, decided from the clamps, not from their minimum (the run hand-over waits on it)
-            burst.payload.last.eq((left <= cfg.dma_max_burst) & (left <= to_page)),
-            self.run.ready.eq((left == 0) | (burst.ready & burst.payload.last)),
+            burst.payload.last.eq(last),
+            self.run.ready.eq(idle | (burst.ready & last)),
         ]
+        if not cfg.fabric:
+            m.d.comb += [last.eq((left <= cfg.dma_max_burst) & (left <= to_page)), idle.eq(left == 0)]
         # the next burst's address: a burst that is not the run's last ends at its page's end or after
         # dma_max_burst beats, both made from flip-flops, and the page clamp (a compare against a constant)
         # picks one; after a run's last burst the address is not used
@@ -136,12 +139,29 @@ class _BurstSplitter(wiring.Component):
                 addr.eq(Mux(at_page, next_page, addr + (cfg.dma_max_burst << lw))),
                 left.eq(left - n),
             ]
+        run = self.run.payload
+        run_addr = Cat(Const(0, lw), run.addr[lw:])
+        run_left = (run.addr[:lw] + run.length + (cfg.beat_bytes - 1))[lw:]
         with m.If(self.run.valid & self.run.ready):
-            run = self.run.payload
-            m.d.sync += [
-                addr.eq(Cat(Const(0, lw), run.addr[lw:])),
-                left.eq((run.addr[:lw] + run.length + (cfg.beat_bytes - 1))[lw:]),
-            ]
+            m.d.sync += [addr.eq(run_addr), left.eq(run_left)]
+        if cfg.fabric:
+            # (an FPGA's LUTs) the last-burst and idle flags in flip-flops, each computed for the state the
+            # registers take next, for a run taken now and for a burst taken now side by side (the handshakes
+            # only pick one): the clamps' carry chains end at these flip-flops instead of running on through
+            # the run hand-over into the command slice
+            last_r, idle_r = Signal(), Signal(init=1)
+            m.d.comb += [last.eq(last_r), idle.eq(idle_r)]
+
+            def last_of(n_left, n_addr):
+                return (n_left <= cfg.dma_max_burst) & (n_left <= page_beats - n_addr[lw:_PAGE_BITS])
+
+            b_left = Signal.like(left)
+            b_addr = Signal.like(addr)
+            m.d.comb += [b_left.eq(left - n), b_addr.eq(Mux(at_page, next_page, addr + (cfg.dma_max_burst << lw)))]
+            with m.If(self.run.valid & self.run.ready):
+                m.d.sync += [last_r.eq(last_of(run_left, run_addr)), idle_r.eq(run_left == 0)]
+            with m.Elif(burst.valid & burst.ready):
+                m.d.sync += [last_r.eq(last_of(b_left, b_addr)), idle_r.eq(last_r)]
         return m
 
 

@@ -29,6 +29,9 @@ CONFIGS = {
     "w8_burst4_out2": AceConfig.small(beat_bytes=8, packet_bytes=64, dma_max_burst=4, dma_outstanding=2),
     "burst1_out1": AceConfig.small(dma_max_burst=1, dma_outstanding=1),
     "w64": AceConfig.small(beat_bytes=64, packet_bytes=256, dma_max_burst=16, dma_outstanding=4),
+    # the FPGA form (last-burst flags in flip-flops): the boards' DMA and one with single-beat bursts
+    "board_fabric": AceConfig.board(fabric=1),
+    "burst1_fabric": AceConfig.small(dma_max_burst=1, dma_outstanding=1, fabric=1),
 }
 MEM_BYTES = 1 << 15
 #: Random AXI timing of the random tests.

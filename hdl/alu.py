@@ -13,6 +13,10 @@ Pipeline (latency 5, one beat per cycle)::
     S4  register 4   float adders: round                                ... and delayed
     S5  register 5   float adders: overflow/pack; dtype/op select -> output register (o.payload comes from flops)
 
+Built for an FPGA (``fabric``, latency 8): a register S0 in front of S1 takes the operands, and the float adders'
+S2 and S3 are two stages each (align | add, count leading zeros | shift); the other results are delayed to
+match. Each 45 nm stage is 15-17 ns of ECP5 LUTs and routing; these are the ones that set the boards' clock.
+
 Flow control: one pipeline enable ``en = ~o.valid | o.ready`` advances every stage at once and is also
 ``i.ready``. Each stage carries a valid bit, so bubbles flow through, and a stalled output holds every stage
 in place: no beat is lost or duplicated, and the pipeline still accepts a beat each cycle while ``o.ready`` is
@@ -34,7 +38,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..sim.golden.types import DType, ReduceOp, FLOAT_FORMATS
-from .common.fp import FloatAdder, float_max_min
+from .common.fp import FloatAdder, float_pick, float_select
 from .common.layouts import alu_operands_layout, alu_result_layout
 
 __all__ = ["ReductionAlu"]
@@ -111,6 +115,8 @@ class ReductionAlu(wiring.Component):
         # dtype/op reach the select mux in front of the last register together with the adder results.
         dtype = delay(in_dtype, stages - 1, "dtype")
         op = delay(in_op, stages - 1, "op")
+        # (fabric) S2's max/min/int32 select: the dtype and whether the op is a sum, a stage on
+        dtype_d1, sum_d1 = delay(in_dtype, 1, "sel_dtype"), delay(in_op == ReduceOp.SUM, 1, "sel_sum")
 
         # ---- datapath -------------------------------------------------------------------------------------
         is_max = in_op == ReduceOp.MAX
@@ -134,24 +140,35 @@ class ReductionAlu(wiring.Component):
                 if code in self.dtypes:
                     sums[code] = Cat(*(adder(fmt, x, y, f"add_{name}_h{h}") for h, (x, y) in enumerate(halves)))
 
-            # Everything that is not a float sum is one compare or one add: done in S1, then delayed.
+            # Everything that is not a float sum is one compare or one add: done in S1, then delayed. Built for
+            # an FPGA, S1 registers the decisions (compares, NaN tests, the int32 sum) and S2 selects.
             signed_a, signed_b = a32.as_signed(), b32.as_signed()
             int_pick_a = Mux(is_max, signed_a >= signed_b, signed_a <= signed_b)
-            int_result = Mux(in_op == ReduceOp.SUM, (a32 + b32)[:32], Mux(int_pick_a, a32, b32))
+            int_sum = (a32 + b32)[:32]
+            picks = {code: [float_pick(x, y, fmt.exp_bits, fmt.frac_bits, is_max) for x, y in parts]
+                     for code, fmt, parts in ((DType.FP32, fp32, [(a32, b32)]), (DType.FP16, fp16, halves),
+                                              (DType.BF16, bf16, halves)) if code in self.dtypes}
+            sel_a, sel_b, sel_dtype, sel_sum, held = a32, b32, in_dtype, in_op == ReduceOp.SUM, 1
+            if self.fabric:
+                int_pick_a, int_sum = delay(int_pick_a, 1, f"ipick_l{lane}"), delay(int_sum, 1, f"isum_l{lane}")
+                picks = {code: [(delay(p, 1, f"pick{int(code)}_{k}_l{lane}"), delay(n, 1, f"nan{int(code)}_{k}_l{lane}"))
+                                for k, (p, n) in enumerate(ps)] for code, ps in picks.items()}
+                sel_a, sel_b = delay(a32, 1, f"sel_a_l{lane}"), delay(b32, 1, f"sel_b_l{lane}")
+                sel_dtype, sel_sum = dtype_d1, sum_d1
+                held = 2
+            sel_halves = [(sel_a[16 * h:16 * h + 16], sel_b[16 * h:16 * h + 16]) for h in range(2)]
             other = Signal(32, name=f"other_l{lane}")
-            with m.Switch(in_dtype):
-                if DType.FP32 in self.dtypes:
-                    with m.Case(DType.FP32):
-                        m.d.comb += other.eq(float_max_min(a32, b32, fp32.exp_bits, fp32.frac_bits, is_max))
-                for code, fmt in ((DType.FP16, fp16), (DType.BF16, bf16)):
+            with m.Switch(sel_dtype):
+                for code, fmt, parts in ((DType.FP32, fp32, [(sel_a, sel_b)]), (DType.FP16, fp16, sel_halves),
+                                         (DType.BF16, bf16, sel_halves)):
                     if code in self.dtypes:
                         with m.Case(code):
-                            m.d.comb += other.eq(Cat(*(float_max_min(x, y, fmt.exp_bits, fmt.frac_bits, is_max)
-                                                       for x, y in halves)))
+                            m.d.comb += other.eq(Cat(*(float_select(x, y, fmt.exp_bits, fmt.frac_bits, p, n)
+                                                       for (x, y), (p, n) in zip(parts, picks[code]))))
                 if DType.INT32 in self.dtypes:
                     with m.Case(DType.INT32):
-                        m.d.comb += other.eq(int_result)
-            other = delay(other, stages - 1, f"other_l{lane}")
+                        m.d.comb += other.eq(Mux(sel_sum, int_sum, Mux(int_pick_a, sel_a, sel_b)))
+            other = delay(other, stages - held, f"other_l{lane}")
 
             lane_result = Signal(32, name=f"result_l{lane}")
             m.d.comb += lane_result.eq(other)

@@ -33,8 +33,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["FloatAdder", "leading_zeros", "float_is_nan", "float_order_key", "float_max_min",
-           "canonical_nan"]
+__all__ = ["FloatAdder", "leading_zeros", "float_is_nan", "float_order_key", "float_max_min", "float_pick",
+           "float_select", "canonical_nan"]
 
 
 def canonical_nan(exp_bits, frac_bits):
@@ -58,15 +58,28 @@ def float_order_key(value, width):
     return Mux(sign, ~value, value | (1 << (width - 1)))[:width]
 
 
-def float_max_min(a, b, exp_bits, frac_bits, is_max):
-    """Combinational max (``is_max`` = 1) or min of two float bit patterns, as the golden model defines it:
-    one operand unchanged, ``-0 < +0``, and the canonical NaN when either operand is a NaN.
-    """
+def float_pick(a, b, exp_bits, frac_bits, is_max):
+    """The decisions of :func:`float_max_min`: ``(pick_a, nan)``, whether the max (``is_max`` = 1) or min is
+    ``a`` and whether either operand is a NaN; :func:`float_select` makes the result from them (a pipeline
+    may register them in between)."""
     width = 1 + exp_bits + frac_bits
     ka, kb = float_order_key(a, width), float_order_key(b, width)
     pick_a = Mux(is_max, ka >= kb, ka <= kb)
     nan = float_is_nan(a, exp_bits, frac_bits) | float_is_nan(b, exp_bits, frac_bits)
+    return pick_a, nan
+
+
+def float_select(a, b, exp_bits, frac_bits, pick_a, nan):
+    """The max/min of :func:`float_pick`'s decisions: the canonical NaN, or ``a`` or ``b`` unchanged."""
+    width = 1 + exp_bits + frac_bits
     return Mux(nan, canonical_nan(exp_bits, frac_bits), Mux(pick_a, a[:width], b[:width]))
+
+
+def float_max_min(a, b, exp_bits, frac_bits, is_max):
+    """Combinational max (``is_max`` = 1) or min of two float bit patterns, as the golden model defines it:
+    one operand unchanged, ``-0 < +0``, and the canonical NaN when either operand is a NaN.
+    """
+    return float_select(a, b, exp_bits, frac_bits, *float_pick(a, b, exp_bits, frac_bits, is_max))
 
 
 def leading_zeros(value):

@@ -129,8 +129,9 @@ def _rtlil(elab, name, path):
     return path
 
 
-#: The units whose RTL :attr:`AceConfig.fabric` changes (the ALU's stages).
-_FABRIC_UNITS = ("alu", "engine")
+#: The units whose RTL :attr:`AceConfig.fabric` changes (the ALU's stages, the TX port's CRC stage, the DMA
+#: burst splitter's flags).
+_FABRIC_UNITS = ("alu", "dma", "link", "engine")
 
 
 def _units(cfg, comps):
@@ -546,7 +547,7 @@ def _timing_markdown(rep):
         any_t = next(iter(ft.values()))
         lines += ["", f"ECP5 ({any_t['device']}), each unit placed and routed alone out of context (nextpnr, "
                       f"target {any_t['target_mhz']:g} MHz; the whole engine's is the control unit's), built for "
-                      f"the fabric (`fabric=1`: the ALU's operands registered, its float adders in 6 stages):", "",
+                      f"the fabric (`fabric=1`: `AceConfig` has what it changes):", "",
                   "| unit | Fmax (MHz) | meets | critical path from | to |", "|---|---|---|---|---|"]
         for unit, f in ft.items():
             a, b = f["critical_path"] or ("-", "-")

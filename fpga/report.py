@@ -129,11 +129,6 @@ def _rtlil(elab, name, path):
     return path
 
 
-#: The units whose RTL :attr:`AceConfig.fabric` changes (the ALU's stages, the TX port's CRC stage, the DMA
-#: burst splitter's flags).
-_FABRIC_UNITS = ("alu", "dma", "link", "engine")
-
-
 def _units(cfg, comps):
     """``[(unit name, top name, elaboratable factory, path -> component)]`` to synthesize for ``comps``: the
     whole engine if ``control`` is among them, else each engine component on its own."""
@@ -326,10 +321,10 @@ def run_report(config="small", *, components=None, out_dir="build/report", fpga=
         if "control" in comps:
             alone = sorted(set(alone) | {"alu", "sram", "dma", "link"}, key=COMPONENTS.index)
         counts = {}
-        # the ECP5 figures are of the engine built for the fabric (AceConfig.fabric): the units it changes are
-        # converted again in that form, the others reuse the 45 nm netlist's RTLIL
+        # the ECP5 figures are of the engine built for the fabric (AceConfig.fabric): every unit is converted
+        # again in that form unless the configuration is already
         fcfg = cfg if cfg.fabric else dataclasses.replace(cfg, fabric=1)
-        fils = {u: v for u, v in ils.items() if fcfg is cfg or u not in _FABRIC_UNITS}
+        fils = dict(ils) if fcfg is cfg else {}
         wanted = _units(fcfg, alone) + (_units(fcfg, ["control"]) if "control" in comps else [])
         for unit, top, make, comp_of in wanted:
             if unit not in fils:

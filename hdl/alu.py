@@ -13,9 +13,9 @@ Pipeline (latency 5, one beat per cycle)::
     S4  register 4   float adders: round                                ... and delayed
     S5  register 5   float adders: overflow/pack; dtype/op select -> output register (o.payload comes from flops)
 
-Built for an FPGA (``fabric``, latency 8): a register S0 in front of S1 takes the operands, and the float adders'
-S2 and S3 are two stages each (align | add, count leading zeros | shift); the other results are delayed to
-match. Each 45 nm stage is 15-17 ns of ECP5 LUTs and routing; these are the ones that set the boards' clock.
+Built for an FPGA (``fabric``, latency 8): a register S0 in front of S1 takes the operands, the float adders'
+S2 and S3 are two stages each (align | add, count leading zeros and clamp | shift), and the max/min and int32
+decisions are registered in S1 and selected in S2. Each 45 nm stage is 15-17 ns of ECP5 LUTs and routing.
 
 Flow control: one pipeline enable ``en = ~o.valid | o.ready`` advances every stage at once and is also
 ``i.ready``. Each stage carries a valid bit, so bubbles flow through, and a stalled output holds every stage

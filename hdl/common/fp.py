@@ -118,8 +118,8 @@ class FloatAdder(wiring.Component):
     data, which keeps the adder reusable inside any pipeline.
 
     ``fabric`` adds two register stages for an FPGA's LUTs and carry chains, where each of the 45 nm stages
-    is 15-17 ns on an ECP5: S2 registers the aligned operand before the add, S3 the leading-zero count and
-    the shift limit before the clamp and the shift (:attr:`latency` 6 instead of 4; the same results).
+    is 15-17 ns on an ECP5: S2 registers the aligned operand before the add, S3 the clamped leading-zero
+    count before the shift (:attr:`latency` 6 instead of 4; the same results).
     """
 
     #: Register stages (enabled clock cycles) from operands to the combinational ``result``.
@@ -227,11 +227,11 @@ class FloatAdder(wiring.Component):
         limit = (s2["exp"] - 1)[:E]
         zero = ssum == 0
         s2x = s2
-        if self.fabric:                       # the count and the limit registered before the clamp and shift
-            s2x = {k: stage(f"s3a_{k}", s2[k]) for k in ("sign", "exp", "nan", "inf", "zero_sign")}
-            lz, limit, zero = stage("s3a_lz", lz), stage("s3a_limit", limit), stage("s3a_zero", zero)
-            carry, right, low = stage("s3a_carry", carry), stage("s3a_right", right), stage("s3a_low", low)
         amount = Mux(lz > limit, limit, lz)
+        if self.fabric:                       # the clamped shift amount registered before the shift
+            s2x = {k: stage(f"s3a_{k}", s2[k]) for k in ("sign", "exp", "nan", "inf", "zero_sign")}
+            amount, zero = stage("s3a_amount", amount), stage("s3a_zero", zero)
+            carry, right, low = stage("s3a_carry", carry), stage("s3a_right", right), stage("s3a_low", low)
         left = (low << amount)[:W + 3]
         s3 = {k: stage(f"s3_{k}", s2x[k]) for k in ("sign", "nan", "inf", "zero_sign")}
         s3["norm"] = stage("s3_norm", Mux(carry, right, left))

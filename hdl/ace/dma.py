@@ -152,16 +152,20 @@ class _BurstSplitter(wiring.Component):
             last_r, idle_r = Signal(), Signal(init=1)
             m.d.comb += [last.eq(last_r), idle.eq(idle_r)]
 
-            def last_of(n_left, n_addr):
-                return (n_left <= cfg.dma_max_burst) & (n_left <= page_beats - n_addr[lw:_PAGE_BITS])
-
-            b_left = Signal.like(left)
-            b_addr = Signal.like(addr)
-            m.d.comb += [b_left.eq(left - n), b_addr.eq(Mux(at_page, next_page, addr + (cfg.dma_max_burst << lw)))]
+            mb = cfg.dma_max_burst
+            run_last = (run_left <= mb) & (run_left <= page_beats - run.addr[lw:_PAGE_BITS])
+            # after a burst that is not the run's last (after the last one the flag is not used): one that
+            # reached its page's end (to_page <= mb) leaves left - to_page beats and a whole page, the next
+            # is last when left <= to_page + min(mb, page); one of mb beats leaves left - mb and to_page - mb,
+            # last when left <= min(2 mb, to_page). Both against the registers, without the subtractions.
+            ends_page = Signal()
+            m.d.comb += ends_page.eq(addr[lw:_PAGE_BITS] >= page_beats - mb if mb <= page_beats else 1)
+            burst_last = Mux(ends_page, left <= (page_beats + min(mb, page_beats)) - addr[lw:_PAGE_BITS],
+                             (left <= 2 * mb) & (left <= to_page))
             with m.If(self.run.valid & self.run.ready):
-                m.d.sync += [last_r.eq(last_of(run_left, run_addr)), idle_r.eq(run_left == 0)]
+                m.d.sync += [last_r.eq(run_last), idle_r.eq(run_left == 0)]
             with m.Elif(burst.valid & burst.ready):
-                m.d.sync += [last_r.eq(last_of(b_left, b_addr)), idle_r.eq(last_r)]
+                m.d.sync += [last_r.eq(burst_last), idle_r.eq(last_r)]
         return m
 
 

@@ -32,6 +32,7 @@ CONFIGS = {
     # the FPGA form (last-burst flags in flip-flops): the boards' DMA and one with single-beat bursts
     "board_fabric": AceConfig.board(fabric=1),
     "burst1_fabric": AceConfig.small(dma_max_burst=1, dma_outstanding=1, fabric=1),
+    "w64_burst128_fabric": AceConfig.small(beat_bytes=64, packet_bytes=256, dma_max_burst=128, fabric=1),
 }
 MEM_BYTES = 1 << 15
 #: Random AXI timing of the random tests.

@@ -327,6 +327,9 @@ class RxPort(wiring.Component):
         Registered: a beat credit the cycle after each beat taken from ``data``, a header credit the cycle
         after each effective ``hdr_pop``.
     flits, packets, crc_errors : Out(32)
+
+    Built for an FPGA's fabric (``cfg.fabric``), a message's header enters its queue a cycle later (a
+    register between the deframer and the landing buffer's header queues).
     """
 
     def __init__(self, cfg: AceConfig):
@@ -351,7 +354,13 @@ class RxPort(wiring.Component):
         # logic fed by a module input whenever any input moves, several times per clock edge)
         m.d.comb += self.flit.ready.eq(1)
         m.d.sync += [dfr.flit.valid.eq(self.flit.valid), dfr.flit.payload.eq(self.flit.payload)]
-        wiring.connect(m, dfr.hdr, buf.hdr_in)
+        if self.cfg.fabric:
+            # (an FPGA's LUTs) a message's header reaches its queue a cycle after its flit: the header checks'
+            # outcome and the queue's full flag then drive the write enables of every stored header bit from
+            # flip-flops (a consumer waits for the header anyway; its beats land as before)
+            m.d.sync += [buf.hdr_in.valid.eq(dfr.hdr.valid), buf.hdr_in.payload.eq(dfr.hdr.payload)]
+        else:
+            wiring.connect(m, dfr.hdr, buf.hdr_in)
         wiring.connect(m, dfr.beat, buf.beat_in)
         wiring.connect(m, buf.data, wiring.flipped(self.data))
         m.d.comb += [

@@ -151,8 +151,9 @@ class ReductionAlu(wiring.Component):
             sel_a, sel_b, sel_dtype, sel_sum, held = a32, b32, in_dtype, in_op == ReduceOp.SUM, 1
             if self.fabric:
                 int_pick_a, int_sum = delay(int_pick_a, 1, f"ipick_l{lane}"), delay(int_sum, 1, f"isum_l{lane}")
-                picks = {code: [(delay(p, 1, f"pick{int(code)}_{k}_l{lane}"), delay(n, 1, f"nan{int(code)}_{k}_l{lane}"))
-                                for k, (p, n) in enumerate(ps)] for code, ps in picks.items()}
+                picks = {code: [(delay(p, 1, f"pick{int(code)}_{k}_l{lane}"),
+                                 delay(n, 1, f"nan{int(code)}_{k}_l{lane}")) for k, (p, n) in enumerate(ps)]
+                         for code, ps in picks.items()}
                 sel_a, sel_b = delay(a32, 1, f"sel_a_l{lane}"), delay(b32, 1, f"sel_b_l{lane}")
                 sel_dtype, sel_sum = dtype_d1, sum_d1
                 held = 2

@@ -24,6 +24,17 @@ def test_ecp5_pll_settings_reach_the_target_with_the_vco_in_range():
         ecp5_pll_params(25e6, 2e9)
 
 
+def test_board_builds_take_the_engine_in_its_fabric_form():
+    """A board's engines are elaborated for the FPGA's fabric (``AceConfig.fabric``), its own profile and a
+    profile named on the command line alike; the overrides that cut an engine down still apply."""
+    for name, brd in BOARDS.items():
+        cfg = brd.engine_config()
+        assert cfg.fabric == 1, name
+        for key, value in brd.overrides.items():
+            assert getattr(cfg, key) == (tuple(value) if isinstance(value, (list, tuple)) else value), (name, key)
+    assert board("ulx3s-85f").engine_config("small").fabric == 1
+
+
 def test_unknown_board_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match="ulx3s-85f"):
         board("de0-nano")

@@ -16,8 +16,6 @@ Pipeline (latency 5, one beat per cycle)::
 Built for an FPGA (``fabric``, latency 8): a register S0 in front of S1 takes the operands, the float adders'
 S2 and S3 are two stages each (align | add, count leading zeros and clamp | shift), and the max/min and int32
 decisions are registered in S1 and selected in S2. Each 45 nm stage is 15-17 ns of ECP5 LUTs and routing.
-Its stages never stall: S5's results go into an output FIFO of ``latency + 1`` entries (read the cycle after
-the write, so the latency stays 8), and ``i.ready`` counts the beats taken in and not yet given out against it.
 
 Flow control: one pipeline enable ``en = ~o.valid | o.ready`` advances every stage at once and is also
 ``i.ready``. Each stage carries a valid bit, so bubbles flow through, and a stalled output holds every stage
@@ -37,7 +35,6 @@ formed, with ``BAD_DTYPE``). On a prototype FPGA the fp16 and bf16 adders are mo
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..sim.golden.types import DType, ReduceOp, FLOAT_FORMATS
@@ -78,9 +75,6 @@ class ReductionAlu(wiring.Component):
         self.tag_width = tag_width
         self.fabric = bool(fabric)
         self.latency = FloatAdder.latency_for(self.fabric) + 1 + (1 if self.fabric else 0)
-        #: Beats the ALU holds while its output is stalled: one per stage, or (fabric) its output FIFO's
-        #: entries, one more than the latency so that a beat a cycle goes through while ``o.ready`` holds.
-        self.capacity = self.latency + 1 if self.fabric else self.latency
         super().__init__({
             "i": In(stream.Signature(alu_operands_layout(lanes, tag_width))),
             "o": Out(stream.Signature(alu_result_layout(lanes, tag_width))),
@@ -92,17 +86,11 @@ class ReductionAlu(wiring.Component):
         fp32, fp16, bf16 = FLOAT_FORMATS[DType.FP32], FLOAT_FORMATS[DType.FP16], FLOAT_FORMATS[DType.BF16]
 
         # ---- flow control -----------------------------------------------------------------------------------
-        # ASIC form: one enable stalls every stage. Fabric form: the stages never stall (that enable reaches
-        # every flip-flop of the ALU: 10 ns of ECP5 routing); results queue in an output FIFO, and a beat is
-        # taken only while the FIFO has room for it and every beat ahead of it (a credit count).
         en = Signal()
-        if self.fabric:
-            m.d.comb += en.eq(1)
-        else:
-            m.d.comb += [
-                en.eq(~self.o.valid | self.o.ready),
-                self.i.ready.eq(en),
-            ]
+        m.d.comb += [
+            en.eq(~self.o.valid | self.o.ready),
+            self.i.ready.eq(en),
+        ]
 
         def delay(value, count, name, reset_less=True):
             """``value`` after ``count`` enabled register stages. Only the valid bits need a reset."""
@@ -116,14 +104,14 @@ class ReductionAlu(wiring.Component):
         # ---- input register (``fabric``): the operands come from flip-flops --------------------------------
         in_valid, p = self.i.valid, self.i.payload
         a, b, in_dtype, in_op, in_tag = p.a, p.b, p.dtype, p.op, p.tag
-        if self.fabric:                             # (stages that never stall: a beat enters when taken)
-            in_valid = delay(in_valid & self.i.ready, 1, "in_valid", reset_less=False)
+        if self.fabric:
+            in_valid = delay(in_valid, 1, "in_valid", reset_less=False)
             a, b, in_dtype, in_op, in_tag = (delay(v, 1, f"in_{name}") for v, name in
                                              ((a, "a"), (b, "b"), (in_dtype, "dtype"), (in_op, "op"), (in_tag, "tag")))
             stages -= 1
 
-        valid = delay(in_valid, stages - 1, "valid", reset_less=False)     # valid and tag at the end of S5
-        tag = delay(in_tag, stages - 1, "tag")
+        valid = delay(in_valid, stages, "valid", reset_less=False)
+        tag = delay(in_tag, stages, "tag")
         # dtype/op reach the select mux in front of the last register together with the adder results.
         dtype = delay(in_dtype, stages - 1, "dtype")
         op = delay(in_op, stages - 1, "op")
@@ -191,25 +179,11 @@ class ReductionAlu(wiring.Component):
             lane_results.append(lane_result)
         m.d.comb += result.eq(Cat(*lane_results))
 
-        # ---- output register (the end of S5), or (fabric) the output FIFO ---------------------------------------
-        if not self.fabric:
-            m.d.comb += [
-                self.o.valid.eq(delay(valid, 1, "out_valid", reset_less=False)),
-                self.o.payload.data.eq(delay(result, 1, "data")),
-                self.o.payload.tag.eq(delay(tag, 1, "out_tag")),
-            ]
-            return m
-        width = len(result) + self.tag_width
-        m.submodules.out_fifo = q = SyncFIFO(width=width, depth=self.capacity)
-        held = Signal(range(self.capacity + 1))          # beats taken in and not yet given out
+        # ---- output register (the end of S5) ----------------------------------------------------------------
+        data = delay(result, 1, "data")
         m.d.comb += [
-            q.w_en.eq(valid),
-            q.w_data.eq(Cat(result, tag)),
-            self.o.valid.eq(q.r_rdy),
-            self.o.payload.data.eq(q.r_data[:len(result)]),
-            self.o.payload.tag.eq(q.r_data[len(result):]),
-            q.r_en.eq(self.o.ready),
-            self.i.ready.eq((held < self.capacity) | (q.r_rdy & self.o.ready)),
+            self.o.valid.eq(valid),
+            self.o.payload.data.eq(data),
+            self.o.payload.tag.eq(tag),
         ]
-        m.d.sync += held.eq(held + (self.i.valid & self.i.ready) - (self.o.valid & self.o.ready))
         return m

@@ -345,18 +345,16 @@ def test_stalled_output_holds_pipeline(fabric):
                 tag += 1
             if o_valid and o_ready:
                 taken.append((o_tag, o_data))
-            if dut.capacity + 5 <= cycle < 20:
+            if dut.latency + 5 <= cycle < 20:
                 assert not i_ready and o_valid and o_tag == 0, f"cycle {cycle}: pipeline did not hold"
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(tb)
     sim.run()
-    # While stalled, exactly `capacity` beats fit (one per stage, or the fabric form's output FIFO);
-    # afterwards one beat per cycle again.
-    assert dut.capacity == (dut.latency + 1 if fabric else dut.latency)
-    assert [c for c, _ in accepted[:dut.capacity]] == list(range(dut.capacity))
-    assert accepted[dut.capacity][0] == 20
+    # While stalled, exactly `latency` beats fit (one per stage); afterwards one beat per cycle again.
+    assert [c for c, _ in accepted[:dut.latency]] == list(range(dut.latency))
+    assert accepted[dut.latency][0] == 20
     assert taken == [(t, 4 * t) for t in range(len(taken))] and len(taken) == 10
 
 

@@ -58,10 +58,13 @@ class AceConfig:
     dtypes          element types the ALUs are built for (names, e.g. ``("fp32", "int32")``; default all). Each
                     float format costs adders in every lane; an engine refuses a descriptor of another type
                     with ``BAD_DTYPE``. Given in any order and case, kept in code order.
-    fabric          1 = built for an FPGA's LUTs and carry chains (the ECP5 boards), where each 45 nm stage
-                    is 15-17 ns: the ALUs register their operands (a landing buffer's block RAM output then
-                    reaches no logic in its cycle) and their float adders align and normalise in two stages
-                    each (ALU latency 8 instead of 5; the same results). 0 = the 45 nm form (default).
+    fabric          1 = built for an FPGA's LUTs and carry chains (the ECP5 boards; ``syncfabric build`` sets
+                    it), where each 45 nm stage is 15-17 ns: the ALUs register their operands (a landing
+                    buffer's block RAM output then reaches no logic in its cycle), their float adders align
+                    and normalise in two stages each and their max/min is decided a stage before it is
+                    selected (ALU latency 8 instead of 5); the TX ports compute a flit's CRC a stage after
+                    forming it; the RX ports queue a header a cycle after its flit; the DMA's burst splitter
+                    keeps its last-burst flag in a flip-flop. The same results; 0 = the 45 nm form (default).
     """
 
     beat_bytes: int = 64

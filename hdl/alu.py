@@ -106,8 +106,9 @@ class ReductionAlu(wiring.Component):
         a, b, in_dtype, in_op, in_tag = p.a, p.b, p.dtype, p.op, p.tag
         if self.fabric:
             in_valid = delay(in_valid, 1, "in_valid", reset_less=False)
-            a, b, in_dtype, in_op, in_tag = (delay(v, 1, f"in_{name}") for v, name in
-                                             ((a, "a"), (b, "b"), (in_dtype, "dtype"), (in_op, "op"), (in_tag, "tag")))
+            a, b, in_dtype, in_op, in_tag = (
+                delay(v, 1, f"in_{name}")
+                for v, name in ((a, "a"), (b, "b"), (in_dtype, "dtype"), (in_op, "op"), (in_tag, "tag")))
             stages -= 1
 
         valid = delay(in_valid, stages, "valid", reset_less=False)
@@ -115,8 +116,8 @@ class ReductionAlu(wiring.Component):
         # dtype/op reach the select mux in front of the last register together with the adder results.
         dtype = delay(in_dtype, stages - 1, "dtype")
         op = delay(in_op, stages - 1, "op")
-        # (fabric) S2's max/min/int32 select: the dtype and whether the op is a sum, a stage on
-        dtype_d1, sum_d1 = delay(in_dtype, 1, "sel_dtype"), delay(in_op == ReduceOp.SUM, 1, "sel_sum")
+        if self.fabric:                 # S2's max/min/int32 select: the dtype and whether the op is a sum
+            dtype_d1, sum_d1 = delay(in_dtype, 1, "sel_dtype"), delay(in_op == ReduceOp.SUM, 1, "sel_sum")
 
         # ---- datapath -------------------------------------------------------------------------------------
         is_max = in_op == ReduceOp.MAX

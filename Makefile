@@ -12,7 +12,7 @@ export AMARANTH_USE_YOSYS := builtin
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml scripts/setup.sh Makefile
-	sh scripts/setup.sh "$(VENV)" "$(PYTHON)" test,fpga,perf
+	sh scripts/setup.sh "$(VENV)" "$(PYTHON)" test,fpga,perf,torch
 	@touch $@
 
 demo: setup

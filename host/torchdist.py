@@ -332,7 +332,8 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
         for k, name in _REDUCE.items():
             if rop == k:
                 return name, rop == dist.ReduceOp.AVG
-        _unsupported(f"{op} with {rop}")
+        kind = getattr(rop, "op", rop)
+        _unsupported(f"{op} with {getattr(kind, 'name', kind)} (SUM, MAX, MIN and AVG are)")
 
     def _call(self, op, meta, data, outputs, finish):
         with self._seq_lock:
@@ -429,13 +430,14 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
     def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
         self._check([output, input], "all_to_all_single")
         n = self.size()
+        for splits in (output_splits, input_splits):
+            if splits and any(s != splits[0] for s in splits):
+                _unsupported(f"all_to_all_single with uneven splits {list(splits)}")
         if input.numel() != output.numel() or input.numel() % n:
             _unsupported(f"all_to_all_single of {input.numel()} elements into {output.numel()} on {n} ranks "
                          f"(equal slices only)")
         k = input.numel() // n
         for splits in (output_splits, input_splits):
-            if splits and any(s != splits[0] for s in splits):
-                _unsupported(f"all_to_all_single with uneven splits {list(splits)}")
             if splits and input.shape[0] and splits[0] * (input.numel() // input.shape[0]) != k:
                 _unsupported(f"all_to_all_single with splits {list(splits)} of {input.numel()} elements")
         if k == 0:

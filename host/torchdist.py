@@ -276,7 +276,8 @@ def _done_work(outputs):
 def _unsupported(what):
     raise RuntimeError(f"syncfabric: {what} is not supported (the backend runs all_reduce, reduce_scatter_tensor, "
                        f"all_gather_into_tensor, all_gather, all_to_all_single with equal splits, broadcast, "
-                       f"reduce and barrier on CPU tensors of float32, float16, bfloat16 and int32)")
+                       f"reduce and barrier on CPU tensors; reductions of float32, float16, bfloat16 and int32, "
+                       f"data movement of any type in whole 2-byte words)")
 
 
 def _as_numpy(t):
@@ -296,6 +297,45 @@ def _into(t, arr):
         t.view(-1).copy_(src.reshape(-1))
 
 
+#: Words the engines move a tensor of another element type in (its bytes unchanged): 4-byte int32, else
+#: 2-byte fp16 bit patterns (a move never looks at the values).
+_WORDS = ((4, "int32", np.int32), (2, "fp16", np.float16))
+
+
+def _encoding(t, unit):
+    """How a data-movement collective carries tensor ``t``: ``(dtype name, words per element or None, numpy
+    type)``. Its own type where the engines have it; else its bytes as words that divide ``unit`` elements (a
+    slice of an all-to-all, a whole tensor otherwise)."""
+    if t.dtype in DTYPES:
+        return DTYPES[t.dtype], None, None
+    nbytes = unit * t.element_size()
+    for size, name, np_type in _WORDS:
+        if nbytes % size == 0:
+            return name, size, np_type
+    _unsupported(f"moving {unit} x {t.dtype} ({nbytes} bytes: not whole 2-byte words)")
+
+
+def _encode(t, enc):
+    name, size, np_type = enc
+    if size is None:
+        return _as_numpy(t)
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().view(np_type).copy()
+
+
+def _decode(t, arr, enc):
+    if enc[1] is None:
+        _into(t, arr)
+        return
+    raw = torch.from_numpy(np.ascontiguousarray(arr).view(np.uint8)).view(t.dtype)
+    with torch.no_grad():
+        t.view(-1).copy_(raw)
+
+
+def _words(t, enc, elements):
+    """Engine elements carrying ``elements`` of ``t``."""
+    return elements if enc[1] is None else elements * t.element_size() // enc[1]
+
+
 class SyncfabricProcessGroup(dist.ProcessGroup):
     """A torch process group whose collectives run on the simulated engines (see the module docstring)."""
 
@@ -313,13 +353,14 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
         return f"SyncfabricProcessGroup(rank {self.rank()} of {self.size()}, global ranks {self._global})"
 
     # -- plumbing ------------------------------------------------------------------------------------------
-    def _check(self, tensors, op):
+    def _check(self, tensors, op, reduces=True):
+        """Refuse what the engines cannot do; a collective that only moves data takes any element type."""
         for t in tensors:
             if not isinstance(t, torch.Tensor):
                 _unsupported(f"{op} of a {type(t).__name__}")
             if t.device.type != "cpu":
                 _unsupported(f"{op} of a tensor on {t.device}")
-            if t.dtype not in DTYPES:
+            if reduces and t.dtype not in DTYPES:
                 _unsupported(f"{op} of {t.dtype}")
             if t.is_sparse:
                 _unsupported(f"{op} of a sparse tensor")
@@ -397,15 +438,16 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
         return self.reduce_scatter_single(outputs[0], flat, opts)
 
     def all_gather_single(self, output, input, opts=None):
-        self._check([output, input], "all_gather_into_tensor")
+        self._check([output, input], "all_gather_into_tensor", reduces=False)
         n = self.size()
         if output.numel() != n * input.numel():
             raise ValueError(f"syncfabric: all_gather_into_tensor: the output has {output.numel()} elements, "
                              f"{n} x the input's {input.numel()} expected")
         if input.numel() == 0:
             return _done_work([output])
-        return self._call("allgather", {"dtype": DTYPES[input.dtype], "count": input.numel()}, _as_numpy(input),
-                          [output], lambda res: _into(output, res))
+        enc = _encoding(input, input.numel())
+        return self._call("allgather", {"dtype": enc[0], "count": _words(input, enc, input.numel())},
+                          _encode(input, enc), [output], lambda res: _decode(output, res, enc))
 
     _allgather_base = all_gather_single
 
@@ -413,22 +455,22 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
         if len(output_lists) != 1 or len(inputs) != 1:
             _unsupported("all_gather of several tensors at once")
         outs, inp = output_lists[0], inputs[0]
-        self._check(list(outs) + [inp], "all_gather")
+        self._check(list(outs) + [inp], "all_gather", reduces=False)
         if len(outs) != self.size() or any(o.numel() != inp.numel() for o in outs):
             raise ValueError(f"syncfabric: all_gather: expected {self.size()} output tensors of {inp.numel()} "
                              f"elements")
         if inp.numel() == 0:
             return _done_work(output_lists)
-        k = inp.numel()
+        enc = _encoding(inp, inp.numel())
+        k = _words(inp, enc, inp.numel())
 
         def finish(res):
             for i, o in enumerate(outs):
-                _into(o, res[i * k:(i + 1) * k])
-        return self._call("allgather", {"dtype": DTYPES[inp.dtype], "count": k}, _as_numpy(inp), output_lists,
-                          finish)
+                _decode(o, res[i * k:(i + 1) * k], enc)
+        return self._call("allgather", {"dtype": enc[0], "count": k}, _encode(inp, enc), output_lists, finish)
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
-        self._check([output, input], "all_to_all_single")
+        self._check([output, input], "all_to_all_single", reduces=False)
         n = self.size()
         for splits in (output_splits, input_splits):
             if splits and any(s != splits[0] for s in splits):
@@ -442,23 +484,25 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
                 _unsupported(f"all_to_all_single with splits {list(splits)} of {input.numel()} elements")
         if k == 0:
             return _done_work([output])
-        return self._call("alltoall", {"dtype": DTYPES[input.dtype], "count": k}, _as_numpy(input), [output],
-                          lambda res: _into(output, res))
+        enc = _encoding(input, k)
+        return self._call("alltoall", {"dtype": enc[0], "count": _words(input, enc, k)}, _encode(input, enc),
+                          [output], lambda res: _decode(output, res, enc))
 
     alltoall_base = all_to_all_single
 
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
-        self._check(tensors, "broadcast")
+        self._check(tensors, "broadcast", reduces=False)
         if len(tensors) != 1:
             _unsupported(f"broadcast of {len(tensors)} tensors at once")
         t = tensors[0]
         if t.numel() == 0:
             return _done_work(tensors)
         root = opts.rootRank
-        data = _as_numpy(t) if self.rank() == root else None
-        return self._call("broadcast", {"dtype": DTYPES[t.dtype], "count": t.numel(), "root": root}, data,
-                          tensors, lambda res: _into(t, res))
+        enc = _encoding(t, t.numel())
+        data = _encode(t, enc) if self.rank() == root else None
+        return self._call("broadcast", {"dtype": enc[0], "count": _words(t, enc, t.numel()), "root": root}, data,
+                          tensors, lambda res: _decode(t, res, enc))
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()

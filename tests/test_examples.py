@@ -51,8 +51,20 @@ def test_serial_board_example_on_the_ulx3s_build(capsys):
     assert "2 endpoints, 16384 B of memory each" in out and "every rank holds the sum" in out
 
 
+@pytest.mark.cocotb
+def test_ddp_training_example_through_the_engines_agrees_with_gloo(capsys):
+    """DistributedDataParallel on four rank processes over the syncfabric backend and over gloo, and with
+    RNA's partial all-reduce as a communication hook (examples/ddp_train.py)."""
+    pytest.importorskip("torch")
+    assert _load("ddp_train").main(["--steps", "3", "--rna-late", "3",
+                                    "--config", str(EXAMPLES / "ring4.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "syncfabric vs gloo" in out and "- agree" in out and "same parameters after the syncfabric run: yes" in out
+    assert re.search(r"syncfabric-rna .*engines: \d", out)
+
+
 def test_every_example_is_tested():
-    tested = {"allreduce", "sweep", "training_overlap", "serial_board"}
+    tested = {"allreduce", "sweep", "training_overlap", "serial_board", "ddp_train"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 

@@ -239,13 +239,13 @@ def main(argv=None):
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--config", required=True, help="the system configuration as JSON")
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no progress output while the system builds")
+    ap.add_argument("--log", action="store_true", help="log connections and departures on standard error")
     args = ap.parse_args(argv)
     key = bytes.fromhex(os.environ.get("SYNCFABRIC_SERVER_KEY", ""))
     if not key:
         ap.error("SYNCFABRIC_SERVER_KEY (hex) must name the connection key")
-    log = (lambda msg: None) if args.quiet else (lambda msg: print(f"syncfabric server: {msg}", file=sys.stderr,
-                                                                   flush=True))
+    log = (lambda msg: print(f"syncfabric server: {msg}", file=sys.stderr, flush=True)) if args.log else None
     out, sys.stdout = sys.stdout, sys.stderr    # standard output carries the protocol lines only
     with Listener((args.host, 0), backlog=args.world + 4, authkey=key) as listener:
         host, port = listener.address

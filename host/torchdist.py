@@ -17,7 +17,8 @@ object copies into the rank's tensors.
 
 The system: ``pg_options`` of ``init_process_group`` (a YAML path, YAML text or a dict, as for
 :class:`~syncfabric.host.system.System`), else the ``SYNCFABRIC_TORCH_CONFIG`` environment variable (the same),
-else :func:`default_config` (a ring of ``small`` engines, one per rank, on Verilator). Its topology must have
+else :func:`default_config` (a ring of ``small`` engines, one per rank, on Verilator). ``SYNCFABRIC_TORCH_LOG=1``
+makes the server log each rank's arrival and departure on standard error. Its topology must have
 as many endpoints as the job has ranks; sub-groups (``dist.new_group``) are communicators of the engines
 (:meth:`~syncfabric.host.system.System.split`: the ranks must be a sub-topology the links connect).
 
@@ -43,6 +44,7 @@ import secrets
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Client
 
 import numpy as np
@@ -58,6 +60,7 @@ BACKEND = "syncfabric"
 DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "int32"}
 _REDUCE = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min", dist.ReduceOp.AVG: "sum"}
 _STORE_KEY = "syncfabric/server"
+_SEEN_KEY = "syncfabric/failure-seen"
 _ENV = "SYNCFABRIC_TORCH_CONFIG"
 
 
@@ -182,8 +185,11 @@ _CLIENT = None
 def _start_server(config, world_size):
     key = secrets.token_bytes(16)
     env = dict(os.environ, SYNCFABRIC_SERVER_KEY=key.hex())
-    proc = subprocess.Popen([sys.executable, "-m", "syncfabric.host.collserver", "--world", str(world_size),
-                             "--config", json.dumps(config)], stdout=subprocess.PIPE, text=True, env=env)
+    cmd = [sys.executable, "-m", "syncfabric.host.collserver", "--world", str(world_size), "--config",
+           json.dumps(config)]
+    if os.environ.get("SYNCFABRIC_TORCH_LOG"):
+        cmd.append("--log")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     atexit.register(lambda: proc.poll() is None and proc.kill())
     first = proc.stdout.readline().split()
     if first[:1] != ["listening"]:
@@ -197,22 +203,32 @@ def _start_server(config, world_size):
     return (host, port), key, proc, None
 
 
+def _fail_all(store, world_size, message):
+    """Rank 0 could not start the server: tell the other ranks through the store, and wait (up to 30 s) until
+    they have read it - rank 0's store goes away with its process."""
+    store.set(_STORE_KEY, json.dumps({"error": message}))
+    deadline = time.monotonic() + 30
+    while store.add(_SEEN_KEY, 0) < world_size - 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _connect(store, rank, world_size, options):
     global _CLIENT
     if rank == 0:
         try:
             address, key, proc, err = _start_server(_config(options, world_size), world_size)
         except Exception as e:
-            store.set(_STORE_KEY, json.dumps({"error": f"{type(e).__name__}: {e}"}))
+            _fail_all(store, world_size, f"{type(e).__name__}: {e}")
             raise
         if err:
-            store.set(_STORE_KEY, json.dumps({"error": err}))
+            _fail_all(store, world_size, err)
             raise RuntimeError(f"syncfabric: {err}")
         store.set(_STORE_KEY, json.dumps({"host": address[0], "port": address[1], "key": key.hex()}))
     else:
         proc = None
     info = json.loads(store.get(_STORE_KEY))
     if "error" in info:
+        store.add(_SEEN_KEY, 1)
         raise RuntimeError(f"syncfabric: rank 0 could not start the collective server: {info['error']}")
     _CLIENT = _Client((info["host"], info["port"]), bytes.fromhex(info["key"]), rank, proc)
     atexit.register(_CLIENT.close)

@@ -160,7 +160,7 @@ def test_refusals_name_the_unsupported_type_and_operation_without_a_server():
     with pytest.raises(RuntimeError, match="torch.float64"):
         pg.allreduce([torch.ones(2, dtype=torch.float64)])
     with pytest.raises(RuntimeError, match="torch.int64"):
-        pg.broadcast([torch.ones(2, dtype=torch.int64)])
+        pg.reduce([torch.ones(2, dtype=torch.int64)])
     with pytest.raises(RuntimeError, match="AVG of torch.int32"):
         pg.allreduce([torch.ones(2, dtype=torch.int32)], _opts(dist.AllreduceOptions(), dist.ReduceOp.AVG))
     with pytest.raises(RuntimeError, match="BAND"):

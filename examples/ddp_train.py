@@ -137,8 +137,9 @@ def _report(args, results):
         st = r0[name]["stats"]
         if st:
             per = st["cycles"] / args.steps
-            line += (f"; engines: {st['collectives'] / args.steps:g} all-reduce(s) per step, {per:,.0f} cycles "
-                     f"per step ({st['time_us'] / args.steps:.2f} us at the system clock)")
+            ops = ", ".join(f"{n} {op}" for op, (n, _) in sorted(st["by_op"].items()))
+            line += (f"; engines: {ops}, {per:,.0f} cycles per step ({st['time_us'] / args.steps:.2f} us at the "
+                     f"system clock)")
         print(line)
     ok = True
     if "gloo" in r0:

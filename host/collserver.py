@@ -245,7 +245,12 @@ def main(argv=None):
     key = bytes.fromhex(os.environ.get("SYNCFABRIC_SERVER_KEY", ""))
     if not key:
         ap.error("SYNCFABRIC_SERVER_KEY (hex) must name the connection key")
-    log = (lambda msg: print(f"syncfabric server: {msg}", file=sys.stderr, flush=True)) if args.log else None
+    if args.log:
+        def log(msg):
+            print(f"syncfabric server: {msg}", file=sys.stderr, flush=True)
+    else:
+        def log(msg):
+            pass
     out, sys.stdout = sys.stdout, sys.stderr    # standard output carries the protocol lines only
     with Listener((args.host, 0), backlog=args.world + 4, authkey=key) as listener:
         host, port = listener.address

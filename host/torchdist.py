@@ -384,6 +384,13 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
         if len(dtypes) > 1:
             _unsupported(f"{op} mixing element types {sorted(map(str, dtypes))}")
 
+    def _one(self, tensors, op, reduces=True):
+        """The single tensor of a one-tensor call, checked."""
+        self._check(tensors, op, reduces)
+        if len(tensors) != 1:
+            _unsupported(f"{op} of {len(tensors)} tensors at once")
+        return tensors[0]
+
     def _reduce_name(self, opts, op):
         rop = opts.reduceOp
         for k, name in _REDUCE.items():
@@ -402,10 +409,7 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
     # -- collectives -----------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
-        self._check(tensors, "all_reduce")
-        if len(tensors) != 1:
-            _unsupported(f"all_reduce of {len(tensors)} tensors at once")
-        t = tensors[0]
+        t = self._one(tensors, "all_reduce")
         red, avg = self._reduce_name(opts, "all_reduce")
         if avg and not t.is_floating_point():
             _unsupported(f"all_reduce AVG of {t.dtype}")
@@ -508,10 +512,7 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
-        self._check(tensors, "broadcast", reduces=False)
-        if len(tensors) != 1:
-            _unsupported(f"broadcast of {len(tensors)} tensors at once")
-        t = tensors[0]
+        t = self._one(tensors, "broadcast", reduces=False)
         if t.numel() == 0:
             return _done_work(tensors)
         root = opts.rootRank
@@ -522,10 +523,7 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
-        self._check(tensors, "reduce")
-        if len(tensors) != 1:
-            _unsupported(f"reduce of {len(tensors)} tensors at once")
-        t = tensors[0]
+        t = self._one(tensors, "reduce")
         red, avg = self._reduce_name(opts, "reduce")
         if avg:
             _unsupported("reduce with AVG")

@@ -240,9 +240,9 @@ class _Work(dist.Work):
     """A collective in flight: completes when the server answers; ``finish`` copies the answer into the
     caller's tensors first. ``get_future()`` gives ``outputs`` (DDP's communication hooks read it)."""
 
-    def __init__(self, fut, outputs, finish, op):
+    def __init__(self, fut, outputs, finish, op, timeout_s=None):
         super().__init__()
-        self._fut = fut
+        self._fut, self._op, self._timeout_s = fut, op, timeout_s
         self._tfut = torch.futures.Future()
         self._outputs = outputs
         #: What the server said of the collective once done: the engines' ``cycles``, ``time_us`` and
@@ -264,6 +264,14 @@ class _Work(dist.Work):
         self._tfut.set_result(self._outputs)
 
     def wait(self, timeout=None):
+        """Block until the collective is done; raises what it raised, or ``RuntimeError`` after ``timeout`` (a
+        ``timedelta``; none or zero: the process group's timeout)."""
+        limit = timeout.total_seconds() if timeout is not None else 0
+        limit = limit if limit > 0 else self._timeout_s
+        done, _ = concurrent.futures.wait([self._fut], timeout=limit)
+        if not done:
+            raise RuntimeError(f"syncfabric: {self._op} did not complete within {limit:g} s (a rank of the group "
+                               f"has not called it, or the simulation is that slow; the process group's timeout)")
         self._tfut.wait()           # raises what the collective raised
         return True
 
@@ -355,9 +363,11 @@ def _words(t, enc, elements):
 class SyncfabricProcessGroup(dist.ProcessGroup):
     """A torch process group whose collectives run on the simulated engines (see the module docstring)."""
 
-    def __init__(self, client, gid, rank, size, global_ranks, owns_client=False):
+    def __init__(self, client, gid, rank, size, global_ranks, owns_client=False, timeout=None):
         super().__init__(rank, size)
         self._client, self._gid, self._global = client, gid, list(global_ranks)
+        #: seconds a work object's ``wait()`` waits (the ``timeout`` of ``init_process_group``/``new_group``)
+        self._timeout_s = timeout.total_seconds() if timeout is not None else None
         self._owns_client = owns_client     # the world group: its shutdown ends the connection
         self._seq = 0
         self._seq_lock = threading.Lock()
@@ -404,7 +414,7 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
             seq = self._seq
             self._seq += 1
         fut = self._client.call((self._gid, seq), ("op", self._gid, seq, op, meta, data))
-        return _Work(fut, outputs, finish, op)
+        return _Work(fut, outputs, finish, op, self._timeout_s)
 
     # -- collectives -----------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -608,7 +618,7 @@ def _create(opts, backend_options):
     err = _CLIENT.call(("group", gid), ("group", gid, ranks)).result()
     if err:
         raise RuntimeError(f"syncfabric: group {ranks}: {err}")
-    return SyncfabricProcessGroup(_CLIENT, gid, rank, size, ranks, owns_client=owns)
+    return SyncfabricProcessGroup(_CLIENT, gid, rank, size, ranks, owns_client=owns, timeout=opts.timeout)
 
 
 def register():

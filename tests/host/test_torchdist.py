@@ -179,6 +179,27 @@ def test_refusals_name_the_unsupported_type_and_operation_without_a_server():
     assert w.is_completed() and w.wait()
 
 
+def test_a_collective_some_rank_never_calls_times_out_with_the_groups_timeout():
+    import concurrent.futures
+    from datetime import timedelta
+
+    from syncfabric.host.torchdist import SyncfabricProcessGroup
+
+    class Silent:           # a server that never answers: the other ranks never called
+        closed = False
+
+        def call(self, key, msg):
+            return concurrent.futures.Future()
+
+    pg = SyncfabricProcessGroup(Silent(), "g", 0, WORLD, range(WORLD), timeout=timedelta(seconds=0.2))
+    work = pg.allreduce([torch.ones(2)])
+    with pytest.raises(RuntimeError, match="allreduce did not complete within 0.2 s"):
+        work.wait()
+    with pytest.raises(RuntimeError, match="within 0.05 s"):
+        work.wait(timedelta(seconds=0.05))
+    assert not work.is_completed()
+
+
 def _opts(opts, op):
     opts.reduceOp = op
     return opts

@@ -67,6 +67,7 @@ class CollectiveServer:
         self.system, self.world, self.listener = system, world, listener
         self.log = log or (lambda msg: None)
         self.conns = {}             # rank -> connection
+        self.departed = {}          # rank -> how it went ("left", "hung up")
         self.groups = {}            # gid -> _Group
         self.buffers = [None, None]  # registered send / receive buffers, grown on demand
         self.collectives = 0
@@ -116,6 +117,7 @@ class CollectiveServer:
 
     def _gone(self, rank, how):
         self.conns.pop(rank).close()
+        self.departed[rank] = how
         self.log(f"rank {rank} {how}")
         for g in self.groups.values():      # calls that can no longer complete fail for the ranks waiting
             if rank in g.ranks:
@@ -147,6 +149,11 @@ class CollectiveServer:
         g = self.groups.get(gid)
         if g is None or rank not in g.ranks:
             self._send(rank, ("error", gid, seq, f"rank {rank} is not a member of group {gid!r}"))
+            return
+        gone = sorted((r for r in g.ranks if r in self.departed), key=lambda r: (self.departed[r] != "hung up", r))
+        if gone:
+            self._send(rank, ("error", gid, seq, f"rank {gone[0]} {self.departed[gone[0]]}: this collective "
+                                                 f"cannot complete"))
             return
         calls = g.pending.setdefault(seq, {})
         calls[rank] = (op, meta, data)

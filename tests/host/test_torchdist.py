@@ -5,6 +5,7 @@ Inputs are small integers in every element type, so every sum is exact whatever 
 result is compared exactly with numpy's.
 """
 import socket
+import time
 import warnings
 from pathlib import Path
 
@@ -150,6 +151,26 @@ def test_a_system_of_the_wrong_size_fails_on_every_rank():
     """The configuration is checked before anything is simulated; ranks other than 0 learn of it through the
     store instead of waiting for a server that never comes."""
     mp.spawn(_wrong_size, args=(_port(), {"topology": "ring:2", "backend": "verilator"}), nprocs=WORLD, join=True)
+
+
+def _one_dies(rank, port, config):
+    import os
+    _init(rank, port, config)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 3:
+        os._exit(0)                 # gone without a word: its connection closes
+    for _ in range(2):              # the call that was waiting for it, and a later one: both fail at once
+        with pytest.raises(RuntimeError, match="rank 3 hung up"):
+            dist.all_reduce(t)
+    store = dist.distributed_c10d._get_default_store()          # no rank leaves before the others' checks
+    store.add("checked", 1)
+    while store.add("checked", 0) < WORLD - 1:
+        time.sleep(0.05)
+
+
+def test_a_rank_process_that_dies_fails_the_others_calls_instead_of_hanging():
+    mp.spawn(_one_dies, args=(_port(), RING4), nprocs=WORLD, join=True)
 
 
 def test_refusals_name_the_unsupported_type_and_operation_without_a_server():

@@ -16,6 +16,7 @@ of the ``syncfabric`` run only.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -70,9 +71,10 @@ def _rna_hook(late, rank):
     return hook
 
 
-def train(backend, rank, world, store, steps, batch, rna_late=None):
-    """One rank's training run (``store``: torch's rendezvous store, or None for ``env://``); returns its
-    losses, final parameters and (syncfabric) engine statistics."""
+def train(backend, rank, world, store, steps, batch, rna_late=None, profile=None):
+    """One rank's training run (``store``: torch's rendezvous store, or None for ``env://``; ``profile``: a
+    path for a torch.profiler trace of the steps after the first); returns its losses, final parameters and
+    (syncfabric) engine statistics."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -89,13 +91,22 @@ def train(backend, rank, world, store, steps, batch, rna_late=None):
         model.register_comm_hook(None, _rna_hook(rna_late, rank))
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
     losses = []
-    for step in range(steps):
-        x, y = _batch(step, rank, batch)
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()                 # DDP all-reduces the gradient buckets here
-        opt.step()
-        losses.append(loss.item())
+    prof = contextlib.nullcontext()
+    if profile:                         # torch.profiler over the steps after the first (a warm-up)
+        from torch.profiler import ProfilerActivity, schedule
+        prof = torch.profiler.profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                                      schedule=schedule(wait=0, warmup=1, active=steps - 1),
+                                      on_trace_ready=lambda p: p.export_chrome_trace(profile))
+    with prof:
+        for step in range(steps):
+            x, y = _batch(step, rank, batch)
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()                 # DDP all-reduces the gradient buckets here
+            opt.step()
+            losses.append(loss.item())
+            if profile:
+                prof.step()
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     stats = torchdist.stats() if backend == "syncfabric" else None
     del model, opt                      # DDP's reducer goes while its process group is there
@@ -109,8 +120,11 @@ def _rank_main(args):
     # one store for the job (rank 0 serves it), a prefix of it per run
     store = dist.TCPStore("127.0.0.1", args.port, world, rank == 0)
     runs = {}
+    traced = "gloo" if not args.no_gloo else "syncfabric"       # the run whose rank 0 is profiled
     for name, backend, late in _runs(args):
-        runs[name] = train(backend, rank, world, dist.PrefixStore(name, store), args.steps, args.batch, late)
+        prof = args.profile if rank == 0 and name == traced else None
+        runs[name] = train(backend, rank, world, dist.PrefixStore(name, store), args.steps, args.batch, late,
+                           prof)
     if args.out:
         Path(args.out, f"rank{rank}.json").write_text(json.dumps(runs))
     return 0
@@ -165,6 +179,9 @@ def main(argv=None):
     ap.add_argument("--rna-late", type=int, default=None, metavar="R",
                     help="also train with RNA's partial all-reduce, rank R late on every other step")
     ap.add_argument("--no-gloo", action="store_true", help="skip the gloo run")
+    ap.add_argument("--profile", metavar="FILE", default=None,
+                    help="write a torch.profiler trace of rank 0's steps after the first (the gloo run, or the "
+                         "syncfabric run with --no-gloo): replay it with syncfabric perf iteration --trace FILE")
     ap.add_argument("--tolerance", type=float, default=1e-5,
                     help="largest difference allowed between the syncfabric and gloo runs (default 1e-5)")
     ap.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -173,6 +190,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.world < 1 or args.steps < 1 or args.batch < 1:
         ap.error("--world, --steps and --batch must be at least 1")
+    if args.profile and args.steps < 2:
+        ap.error("--profile needs --steps 2 or more (the first step is the profiler's warm-up)")
+    if args.profile:
+        args.profile = str(Path(args.profile).resolve())
     if args.rna_late is not None and not 0 <= args.rna_late < args.world:
         ap.error(f"--rna-late {args.rna_late}: not a rank of 0..{args.world - 1}")
     if args.config:
@@ -192,6 +213,8 @@ def main(argv=None):
                str(args.steps), "--batch", str(args.batch), "--port", str(_port()), "--out", out]
         if args.no_gloo:
             cmd.append("--no-gloo")
+        if args.profile:
+            cmd += ["--profile", args.profile]
         if args.rna_late is not None:
             cmd += ["--rna-late", str(args.rna_late)]
         procs = [subprocess.Popen(cmd + ["--rank", str(r)]) for r in range(args.world)]

@@ -59,6 +59,8 @@ BACKEND = "syncfabric"
 #: torch element types the engines reduce and move, and their syncfabric names.
 DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "int32"}
 _REDUCE = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min", dist.ReduceOp.AVG: "sum"}
+#: The server's operation names as torch calls them (the profiler annotations' names).
+_TORCH_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all"}
 _STORE_KEY = "syncfabric/server"
 _SEEN_KEY = "syncfabric/failure-seen"
 _ENV = "SYNCFABRIC_TORCH_CONFIG"
@@ -413,7 +415,12 @@ class SyncfabricProcessGroup(dist.ProcessGroup):
         with self._seq_lock:
             seq = self._seq
             self._seq += 1
-        fut = self._client.call((self._gid, seq), ("op", self._gid, seq, op, meta, data))
+        # in a torch.profiler trace, as the other backends' annotations (sim/perf/trace.py reads it back)
+        label = f"{BACKEND}:{_TORCH_NAMES.get(op, op)}"
+        if "dtype" in meta:
+            label += f"#{meta['dtype']}x{meta['count']}"
+        with torch.profiler.record_function(label):
+            fut = self._client.call((self._gid, seq), ("op", self._gid, seq, op, meta, data))
         return _Work(fut, outputs, finish, op, self._timeout_s)
 
     # -- collectives -----------------------------------------------------------------------------------------

@@ -52,15 +52,23 @@ def test_serial_board_example_on_the_ulx3s_build(capsys):
 
 
 @pytest.mark.cocotb
-def test_ddp_training_example_through_the_engines_agrees_with_gloo(capsys):
+def test_ddp_training_example_through_the_engines_agrees_with_gloo(capsys, tmp_path):
     """DistributedDataParallel on four rank processes over the syncfabric backend and over gloo, and with
     RNA's partial all-reduce as a communication hook (examples/ddp_train.py)."""
     pytest.importorskip("torch")
-    assert _load("ddp_train").main(["--steps", "3", "--rna-late", "3",
+    trace = tmp_path / "trace.json"
+    assert _load("ddp_train").main(["--steps", "3", "--rna-late", "3", "--profile", str(trace),
                                     "--config", str(EXAMPLES / "ring4.yaml")]) == 0
     out = capsys.readouterr().out
     assert "syncfabric vs gloo" in out and "- agree" in out and "same parameters after the syncfabric run: yes" in out
-    assert re.search(r"syncfabric-rna .*engines: \d", out)
+    assert re.search(r"syncfabric-rna .*engines: \d+ allreduce", out)
+    # rank 0's profile of the gloo run, replayed by the performance model
+    from syncfabric.host.cli import main
+    assert main(["perf", "iteration", "--trace", str(trace), "--topology", "ring:4", "--config", "ACE"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"2 step\(s\), measured per step [\d.]+ ms .*: 1 allreduce(, 2 broadcast)?; "
+                     r"11,048 B all-reduced", out)
+    assert re.search(r"ACE +[\d.]+ +[\d.]+", out)
 
 
 def test_every_example_is_tested():

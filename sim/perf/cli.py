@@ -55,6 +55,9 @@ def register(subparsers):
     p.add_argument("--config", action="append", help="Table VI configuration (repeatable; default all)")
     p.add_argument("--batch", type=int, default=None, help="batch per NPU (default: the workload's)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON ('-' for stdout)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="a torch.profiler (Kineto) Chrome trace to replay instead of --workload: its measured "
+                        "compute per step and its gradient all-reduces (sim/perf/trace.py)")
     _eff(p)
     p = sub.add_parser("fig5", help="network BW driven vs memory BW (ACE Fig. 5)")
     p.add_argument("--npus", type=int, action="append", help="system sizes (default 16 and 64)")
@@ -151,16 +154,38 @@ def _dispatch(args):
         from ...host.cli import check_output_path
 
         check_output_path(args.json)        # before the simulation, not after it
-        wl = load_workload(args.workload, batch=args.batch)
+        traced = None
+        if args.trace:
+            from .trace import load_kineto, trace_workload
+            traced = load_kineto(args.trace)
+            wl, trace_compute = trace_workload(traced)
+            kinds = {}
+            for coll in traced.collectives:
+                kinds[coll.op] = kinds.get(coll.op, 0) + 1
+            print(f"trace {args.trace}: {traced.steps} step(s), measured per step {traced.step_s * 1e3:.3f} ms "
+                  f"(compute {traced.compute_s * 1e3:.3f} ms, communication spans {traced.comm_s * 1e3:.3f} ms); "
+                  f"collectives per step: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}; "
+                  f"{traced.allreduce_bytes:,} B all-reduced")
+        else:
+            wl = load_workload(args.workload, batch=args.batch)
         topo = args.topology or torus_for(args.npus)
         rows = []
         for name in args.config or list(CONFIGS):
-            cs = paper_compute(wl.name, endpoint(name).name, wl.batch) if args.compute == "paper" else None
+            if traced is not None:
+                cs = trace_compute
+            else:
+                cs = paper_compute(wl.name, endpoint(name).name, wl.batch) if args.compute == "paper" else None
             r = simulate(wl, topo, endpoint(name), SystemParams(compute_efficiency=args.compute_efficiency),
                          compute_s=cs)
             rows.append({**r.as_dict(), "time_ms": r.time * 1e3, "compute_ms": r.compute * 1e3,
                          "exposed_ms": r.exposed * 1e3})
         _table(rows, ["config", "time_ms", "compute_ms", "exposed_ms", "collectives"])
+        if traced is not None:
+            print(f"model on {topo}: the trace's compute, its gradient all-reduces on each configuration's "
+                  f"network; measured on the traced machine: {traced.step_s * 1e3:.3f} ms per step")
+            for r in rows:
+                r["measured_step_ms"] = traced.step_s * 1e3
+                r["measured_compute_ms"] = traced.compute_s * 1e3
         if args.json == "-":
             print(json.dumps(rows, indent=1))
         elif args.json:

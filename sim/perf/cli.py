@@ -56,8 +56,9 @@ def register(subparsers):
     p.add_argument("--batch", type=int, default=None, help="batch per NPU (default: the workload's)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON ('-' for stdout)")
     p.add_argument("--trace", metavar="FILE",
-                   help="a torch.profiler (Kineto) Chrome trace to replay instead of --workload: its measured "
-                        "compute per step and its gradient all-reduces (sim/perf/trace.py)")
+                   help="a torch.profiler (Kineto) Chrome trace or a Chakra execution trace (JSON) to replay "
+                        "instead of --workload: its measured compute and its gradient all-reduces "
+                        "(sim/perf/trace.py)")
     _eff(p)
     p = sub.add_parser("fig5", help="network BW driven vs memory BW (ACE Fig. 5)")
     p.add_argument("--npus", type=int, action="append", help="system sizes (default 16 and 64)")
@@ -156,8 +157,8 @@ def _dispatch(args):
         check_output_path(args.json)        # before the simulation, not after it
         traced = None
         if args.trace:
-            from .trace import load_kineto, trace_workload
-            traced = load_kineto(args.trace)
+            from .trace import load_trace, trace_workload
+            traced = load_trace(args.trace)
             wl, trace_compute = trace_workload(traced)
             kinds = {}
             for coll in traced.collectives:

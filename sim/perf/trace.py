@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 from .workload import Layer, Workload, WorkloadError
 
-__all__ = ["TraceSummary", "TraceCollective", "load_kineto", "trace_workload", "TraceError"]
+__all__ = ["TraceSummary", "TraceCollective", "load_kineto", "load_chakra", "load_trace", "trace_workload",
+           "TraceError"]
 
 #: Element bytes by the trace's type names (``Input type`` of an annotation, ``dtype`` of record_param_comms,
 #: the syncfabric backend's names).
@@ -79,12 +80,16 @@ class TraceSummary:
         return sum(c.nbytes for c in self.collectives if c.op == "allreduce")
 
 
-def _events(path):
+def _read_json(path):
     try:
         with open(path) as f:
-            data = json.load(f)
+            return json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TraceError(f"{path}: not a readable JSON trace ({e})") from None
+
+
+def _events(path, data=None):
+    data = _read_json(path) if data is None else data
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise TraceError(f"{path}: no traceEvents list (expected a torch.profiler Chrome trace)")
@@ -133,9 +138,9 @@ def _union(intervals):
     return total
 
 
-def load_kineto(path):
-    """The :class:`TraceSummary` of the Chrome trace at ``path``."""
-    events = _events(path)
+def load_kineto(path, data=None):
+    """The :class:`TraceSummary` of the Chrome trace at ``path`` (``data``: its JSON, already read)."""
+    events = _events(path, data)
     steps = sorted(((e["ts"], e["ts"] + e["dur"]) for e in events
                     if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda w: w[0])
     if not steps:
@@ -185,10 +190,86 @@ def load_kineto(path):
     return TraceSummary(str(path), n, step_s * 1e-6, compute * 1e-6, comm_s * 1e-6, colls)
 
 
+#: Chakra's ``NodeType`` and ``CollectiveCommType`` (schema/protobuf/et_def.proto), by number and name.
+_CHAKRA_NODE = {4: "COMP_NODE", 5: "COMM_SEND_NODE", 6: "COMM_RECV_NODE", 7: "COMM_COLL_NODE"}
+_CHAKRA_COLL = {0: "allreduce", 1: "reduce", 2: "allgather", 5: "broadcast", 6: "alltoall", 7: "reduce_scatter",
+                8: "reduce_scatter", 9: "barrier"}
+_CHAKRA_COLL_NAMES = {"ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, "SCATTER": 4, "BROADCAST": 5,
+                      "ALL_TO_ALL": 6, "REDUCE_SCATTER": 7, "REDUCE_SCATTER_BLOCK": 8, "BARRIER": 9}
+
+
+def _field(node, name):
+    """A Chakra node field by its proto name or its JSON (camelCase) name."""
+    if name in node:
+        return node[name]
+    parts = name.split("_")
+    return node.get(parts[0] + "".join(p.title() for p in parts[1:]))
+
+
+def _attr(node, name):
+    for a in node.get("attr") or []:
+        if isinstance(a, dict) and a.get("name") == name:
+            for k, v in a.items():
+                if k not in ("name", "doc_string", "docString"):
+                    return v
+    return None
+
+
+def load_chakra(path, data=None):
+    """The :class:`TraceSummary` of a Chakra execution trace in its JSON form (the ``Node`` messages of
+    ``et_def.proto`` in protobuf's JSON mapping, as Chakra's jsonizer writes them: a list of nodes, or an
+    object with ``nodes``): one iteration of one rank. Compute is the sum of the ``COMP_NODE`` durations (one
+    compute stream, as the model has), communication the ``COMM_COLL_NODE``s with ``comm_type`` and
+    ``comm_size`` (bytes); the step is the nodes' span when they carry start times, else compute plus
+    communication."""
+    data = _read_json(path) if data is None else data
+    nodes = data.get("nodes") if isinstance(data, dict) else data
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise TraceError(f"{path}: no list of Chakra nodes")
+    compute = comm = 0.0
+    spans, colls = [], []
+    for n in nodes:
+        kind = _field(n, "type")
+        kind = _CHAKRA_NODE.get(kind, kind) if isinstance(kind, int) else kind
+        dur = float(_field(n, "duration_micros") or 0)
+        start = _field(n, "start_time_micros")
+        if start is not None:
+            spans.append((float(start), float(start) + dur))
+        if kind == "COMP_NODE":
+            compute += dur
+        elif kind == "COMM_COLL_NODE":
+            comm += dur
+            ctype = _attr(n, "comm_type")
+            ctype = _CHAKRA_COLL_NAMES.get(ctype, ctype) if isinstance(ctype, str) and not ctype.isdigit() \
+                else int(ctype or 0)
+            op = _CHAKRA_COLL.get(ctype)
+            size = int(_attr(n, "comm_size") or 0)
+            if op is None:
+                raise TraceError(f"{path}: node {_field(n, 'id')}: collective type {ctype} is not one the model "
+                                 f"runs ({', '.join(sorted(set(_CHAKRA_COLL.values())))})")
+            colls.append(TraceCollective(op, size, 1))
+    step = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else compute + comm
+    if step <= 0:
+        raise TraceError(f"{path}: the trace's nodes take no time")
+    return TraceSummary(str(path), 1, step * 1e-6, compute * 1e-6, comm * 1e-6, colls)
+
+
+def load_trace(path):
+    """A Kineto (``traceEvents``) or Chakra (nodes) trace, told apart by its content."""
+    data = _read_json(path)
+    if isinstance(data, dict) and "traceEvents" in data:
+        return load_kineto(path, data)
+    if (isinstance(data, dict) and "nodes" in data) or (isinstance(data, list) and data and
+                                                        isinstance(data[0], dict) and "type" in data[0]):
+        return load_chakra(path, data)
+    raise TraceError(f"{path}: neither a torch.profiler trace (traceEvents) nor a Chakra execution trace (nodes)")
+
+
 def trace_workload(summary, name=None):
     """``(workload, compute_s)`` for :func:`~.training.simulate`: one ``custom`` layer per all-reduce of the
-    step (its elements as parameters, the compute split in proportion to them) and any all-to-all as
-    model-parallel traffic on the first layer."""
+    step (its elements as parameters, the compute split in proportion to them); the step's all-to-all bytes
+    become the first layer's model-parallel traffic, half in its forward and half in its backward
+    all-to-all (the model's embedding layers)."""
     ars = [c for c in summary.collectives if c.op == "allreduce" and c.elements]
     if not ars:
         raise TraceError(f"{summary.source}: the trace's first step has no all-reduce to model (the iteration "
@@ -201,6 +282,6 @@ def trace_workload(summary, name=None):
         share = c.elements / total
         layers.append(Layer(f"bucket{i}", "custom", fwd_flops=share, fwd_bytes=0.0, wg_flops=share, wg_bytes=0.0,
                             ig_flops=share, ig_bytes=0.0, params=c.elements, allreduce_bytes=c.nbytes,
-                            alltoall_bytes=a2a if i == 0 else 0))
+                            alltoall_bytes=a2a // 2 if i == 0 else 0))
     wl = Workload(name or f"trace:{summary.source}", 1, ars[0].element_bytes, tuple(layers))
     return wl, summary.compute_s

@@ -74,3 +74,36 @@ def test_bad_traces_are_refused_with_the_reason(tmp_path):
         load_kineto(p)
     with pytest.raises(TraceError, match="no all-reduce to model"):
         trace_workload(load_kineto(_trace(tmp_path, [_x("aten::mm", 0, 50)])))
+
+
+def test_a_chakra_execution_trace_in_its_json_form(tmp_path):
+    """Node messages of Chakra's et_def.proto in protobuf's JSON mapping (camelCase, int64 as strings, enums by
+    name or number)."""
+    from syncfabric.sim.perf.trace import load_trace
+
+    nodes = [
+        {"id": "1", "name": "fwd", "type": "COMP_NODE", "startTimeMicros": "0", "durationMicros": "300"},
+        {"id": "2", "name": "bwd", "type": 4, "startTimeMicros": "300", "durationMicros": "500", "ctrlDeps": ["1"]},
+        {"id": "3", "name": "All-Reduce", "type": "COMM_COLL_NODE", "startTimeMicros": "800",
+         "durationMicros": "150", "attr": [{"name": "comm_type", "int64Val": "0"},
+                                           {"name": "comm_size", "int64Val": "1048576"}]},
+        {"id": "4", "name": "a2a", "type": 7, "start_time_micros": 950, "duration_micros": 50,
+         "attr": [{"name": "comm_type", "int64_val": "ALL_TO_ALL"}, {"name": "comm_size", "int64_val": 4096}]},
+    ]
+    p = tmp_path / "et.json"
+    p.write_text(json.dumps({"globalMetadata": {"version": "0.0.4"}, "nodes": nodes}))
+    s = load_trace(p)
+    assert (s.steps, s.step_s, s.compute_s, s.comm_s) == (1, pytest.approx(1000e-6), pytest.approx(800e-6),
+                                                          pytest.approx(200e-6))
+    assert [(c.op, c.nbytes) for c in s.collectives] == [("allreduce", 1 << 20), ("alltoall", 4096)]
+    wl, compute = trace_workload(s)
+    assert wl.layers[0].allreduce_bytes == 1 << 20 and wl.layers[0].alltoall_bytes == 2048     # forward, backward
+    r = simulate(wl, "ring:4", endpoint("ACE"), SystemParams(), compute_s=compute)
+    assert r.compute == pytest.approx(800e-6) and r.collectives == 3
+    nodes[2]["attr"][0]["int64Val"] = "4"           # SCATTER: not a collective the model runs
+    p.write_text(json.dumps(nodes))
+    with pytest.raises(TraceError, match="collective type 4 is not one the model runs"):
+        load_trace(p)
+    p.write_text(json.dumps({"neither": 1}))
+    with pytest.raises(TraceError, match="neither a torch.profiler trace"):
+        load_trace(p)

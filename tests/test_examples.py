@@ -71,8 +71,26 @@ def test_ddp_training_example_through_the_engines_agrees_with_gloo(capsys, tmp_p
     assert re.search(r"ACE +[\d.]+ +[\d.]+", out)
 
 
+@pytest.mark.cocotb
+def test_rna_training_example_through_the_engines(capsys, tmp_path):
+    """RNA's protocol against Horovod's barrier on the ring of small engines (examples/rna_train.py; its
+    default torus and the hierarchical mode need a build of their own: the slow test of host/rna.py)."""
+    out_json = tmp_path / "rna.json"
+    results = _load("rna_train").main(["--config", str(EXAMPLES / "ring4.yaml"), "--modes", "horovod,rna-2",
+                                       "--rounds", "12", "--json", str(out_json)])
+    out = capsys.readouterr().out
+    hvd, rna2 = results
+    assert hvd["engine_allreduces"] == hvd["rounds"] and rna2["engine_allreduces"] == rna2["rounds"]
+    assert hvd["contributors"] == 4 and rna2["contributors"] < 4 and rna2["expired"] == rna2["rounds"]
+    assert re.search(r"every collective byte for byte against the golden executor \(\d+ bytes\)", out)
+    assert out_json.exists()
+    with pytest.raises(SystemExit):
+        _load("rna_train").main(["--config", str(EXAMPLES / "ring4.yaml"), "--modes", "rna-h"])
+    assert "needs a torus" in capsys.readouterr().err
+
+
 def test_every_example_is_tested():
-    tested = {"allreduce", "sweep", "training_overlap", "serial_board", "ddp_train"}
+    tested = {"allreduce", "sweep", "training_overlap", "serial_board", "ddp_train", "rna_train"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 

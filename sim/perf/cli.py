@@ -106,8 +106,11 @@ def register(subparsers):
     p = sub.add_parser("coarse", help="COARSE dual synchronization vs all-reduce")
     p.add_argument("--p", type=int, default=4, help="GPUs (default %(default)s)")
     _add_common(p)
-    p = sub.add_parser("rna", help="RNA under straggler delays; median response time with 1 and 2 probes")
-    p.add_argument("--ranks", type=int, default=16)
+    p = sub.add_parser("rna", help="RNA's protocol under straggler delays: time to a target loss against a "
+                                   "barrier, the hierarchical mode, median response time with 1-4 probes")
+    p.add_argument("--ranks", type=int, default=16, help="workers (default %(default)s)")
+    p.add_argument("--staleness", type=int, default=4,
+                   help="largest version gap of a merged gradient (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
     _add_common(p)
     p = sub.add_parser("calibrate", help="model vs RTL cycle counts (recorded, or measured again with --measure)")
@@ -236,12 +239,17 @@ def _dispatch(args):
         rows = repro.coarse(args.out, p=args.p)
         _table(rows, ["model", "gpu", "params_MB", "m_layers_MB", "T_layers_ms", "T_allreduce_ms", "speedup"])
     elif c == "rna":
-        rows, meta = repro.rna(args.out, ranks=args.ranks, seed=args.seed)
-        _table(rows, ["delay_ms", "barrier_ms", "rna1_ms", "rna2_ms"])
+        if args.staleness < 0:
+            raise ValueError(f"--staleness {args.staleness}: the version gap bound must be at least 0")
+        rows, meta = repro.rna(args.out, ranks=args.ranks, seed=args.seed, staleness=args.staleness)
+        _table(rows, ["delay_ms", "barrier_ms", "rna1_ms", "rna2_ms", "barrier_to_target_s", "rna1_speedup",
+                      "rna2_speedup", "rna2_contributors"])
+        print("mixed heterogeneity (half the ranks +50-100 ms): " + ", ".join(
+            f"{k} {v['to_target_s']:.1f} s ({v['speedup']:.2f}x)" for k, v in meta["mixed"].items())
+            + f"; the grouping rule forms {len(meta['grouping_rule'])} group(s)")
         m = meta["median_response_ms"]
-        print(f"median response time, fresh tasks: 1 probe {m['iid_1']:.1f} ms, 2 probes {m['iid_2']:.1f} ms "
-              f"({meta['response_ratio']:.2f}x); with carried-over work: {m['backlog_1']:.1f} ms, "
-              f"{m['backlog_2']:.1f} ms ({meta['response_ratio_backlog']:.2f}x)")
+        print("median response time: " + ", ".join(f"{q} probe(s) {t:.1f} ms" for q, t in m.items())
+              + f" (1 vs 2: {meta['response_ratio']:.2f}x)")
     elif c == "calibrate":
         from .calibrate import RTL_POINTS, calibrate
 

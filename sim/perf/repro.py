@@ -11,6 +11,7 @@ import numpy as np
 
 from ..golden import byteps as bp
 from ..golden import coarse as co
+from ..golden import rna as rna_model
 from .collective import collective_time
 from .sweep import run_sweep
 from .svg import bar_chart, line_chart
@@ -356,52 +357,85 @@ def coarse(out_dir, p=4):
 
 # ---- RNA --------------------------------------------------------------------------------------------------
 
-def rna(out_dir, ranks=16, delays_ms=(0, 10, 20, 30, 40, 50), iters=200, compute_ms=100.0, grad_bytes=100 * MB,
-        link_GBps=12.5, seed=1, nodes=100, skew=(10.0, 50.0), response_iters=100):
-    """RNA: iteration time under injected straggler delays (uniform 0..D ms per rank per iteration) for ring
-    all-reduce behind a readiness barrier vs RNA with 1 and 2 probes (the initiator is the first probed rank
-    to be ready; late ranks contribute null tensors), and the median response time of the dissertation's
-    microbenchmark (``nodes`` ranks, tasks of ``skew`` ms, the round ends when the first probed rank is done)."""
+def _rna_runs(n, delays, schemes, task, coll, target, max_rounds, seed):
+    out = {}
+    for name, settings in schemes.items():
+        res = rna_model.simulate(task, delays, settings, coll, n, rounds=max_rounds, target_loss=target, seed=seed)
+        s = res.summary()
+        s["to_target_s"] = res.time_to(target) / 1e3
+        s["groups"] = res.groups
+        out[name] = s
+    return out
+
+
+def rna(out_dir, ranks=16, delays_ms=(0, 10, 20, 30, 40, 50), compute_ms=100.0, grad_bytes=100 * MB,
+        link_GBps=12.5, seed=1, nodes=100, skew=(10.0, 50.0), response_rounds=100, target=0.02,
+        max_rounds=3000, dim=64, staleness=4, lr=4.0):
+    """RNA as a protocol (:mod:`syncfabric.sim.golden.rna`: controller, probes, expiry, null contributions,
+    merging and staleness, hierarchy through a parameter server) on ``ranks`` workers training a least-squares
+    model to ``target`` x its initial loss: per straggler delay D (uniform 0..D ms per rank and iteration on
+    ``compute_ms``), the mean round and the simulated time to the target for Horovod (a readiness barrier) and
+    RNA with 1 and 2 probes; mixed heterogeneity (half the ranks +50-100 ms) with the hierarchical mode; and
+    the dissertation's response-time microbenchmark (``nodes`` ranks, tasks of ``skew`` ms, 1-4 probes).
+    Collectives take the ring's bandwidth time of ``grad_bytes`` at ``link_GBps`` (EDR InfiniBand); ``lr`` is
+    the learning rate of a round every rank contributes to (per contributor ``lr / ranks``)."""
     if ranks < 2:
         raise ValueError(f"RNA ranks {ranks}: need at least 2 (it probes 2 of them)")
-    rng = np.random.default_rng(seed)
-    t_ar = 2 * (ranks - 1) / ranks * grad_bytes / (link_GBps * GB) * 1e3
+    if nodes < 4:
+        raise ValueError(f"RNA response benchmark nodes {nodes}: need at least 4 (it probes up to 4)")
+
+    def ring_ms(k):
+        return 2 * (k - 1) / k * grad_bytes / (link_GBps * GB) * 1e3 if k > 1 else 0.0
+
+    def bcast_ms(k):
+        return grad_bytes / (link_GBps * GB) * 1e3 if k > 1 else 0.0
+
+    coll = rna_model.SumCollectives(ring_ms, bcast_ms)
+    task = rna_model.LeastSquares(ranks, dim=dim, seed=seed)
+    goal = target * task.loss(task.initial())
+    lr = lr / ranks
+    schemes = {"barrier": rna_model.RnaSettings(mode="barrier", lr=lr),
+               "rna1": rna_model.RnaSettings(probes=1, lr=lr, staleness=staleness),
+               "rna2": rna_model.RnaSettings(probes=2, lr=lr, staleness=staleness)}
     rows = []
     for d in delays_ms:
-        delays = rng.uniform(0, d, size=(iters, ranks)) if d else np.zeros((iters, ranks))
-        barrier = compute_ms + delays.max(axis=1) + t_ar
-        out = {"delay_ms": d, "barrier_ms": float(barrier.mean())}
-        for q in (1, 2):
-            probes = np.stack([rng.choice(ranks, q, replace=False) for _ in range(iters)])
-            first = np.take_along_axis(delays, probes, axis=1).min(axis=1)
-            out[f"rna{q}_ms"] = float((compute_ms + first + t_ar).mean())
-        rows.append(out)
-    # Response-time microbenchmark (dissertation Fig. 5.7): every rank runs a task of ``skew`` ms per round and
-    # the round ends when the first probed rank is done. "iid": fresh tasks every round (order statistics);
-    # "backlog": unfinished work carries over (a rank nobody waited for is still busy when the next round
-    # starts), which is where a second probe avoids loaded ranks.
+        runs = _rna_runs(ranks, rna_model.Delays(compute_ms, d), schemes, task, coll, goal, max_rounds, seed)
+        row = {"delay_ms": d}
+        for name, s in runs.items():
+            row[f"{name}_ms"] = s["round_ms"]
+            row[f"{name}_to_target_s"] = s["to_target_s"]
+        for name in ("rna1", "rna2"):
+            row[f"{name}_speedup"] = row["barrier_to_target_s"] / row[f"{name}_to_target_s"]
+            row[f"{name}_contributors"] = runs[name]["contributors"]
+        rows.append(row)
+    # mixed heterogeneity: the second half of the ranks 50-100 ms slower; the grouping rule, and two groups
+    slow = tuple(range(ranks // 2, ranks))
+    mixed_delays = rna_model.Delays(compute_ms, max(delays_ms), slow_ranks=slow)
+    halves = [list(range(ranks // 2)), list(slow)]
+    mixed = _rna_runs(ranks, mixed_delays, {
+        **schemes, "hier_auto": rna_model.RnaSettings(lr=lr, staleness=staleness, groups="auto",
+                                                       ps_ms=bcast_ms(2)),
+        "hier_halves": rna_model.RnaSettings(lr=lr, staleness=staleness, groups=halves, ps_ms=bcast_ms(2))},
+        task, coll, goal, max_rounds, seed)
+    for s in mixed.values():
+        s["speedup"] = mixed["barrier"]["to_target_s"] / s["to_target_s"]
+    # response time (Fig. 5.7): the round ends when the first probed rank is ready; tasks of skew ms
     resp = {}
-    for mode in ("iid", "backlog"):
-        for q in (1, 2):
-            r2 = np.random.default_rng(seed)
-            backlog = np.zeros(nodes)
-            times = []
-            for _ in range(response_iters):
-                task = r2.uniform(*skew, size=nodes)
-                backlog = backlog + task if mode == "backlog" else task
-                probes = r2.choice(nodes, q, replace=False)
-                t = backlog[probes].min()
-                times.append(t)
-                backlog = np.maximum(backlog - t, 0.0)
-            resp[f"{mode}_{q}"] = float(np.median(times))
-    meta = {"ranks": ranks, "allreduce_ms": t_ar, "seed": seed, "median_response_ms": resp,
-            "response_ratio": resp["iid_1"] / resp["iid_2"],
-            "response_ratio_backlog": resp["backlog_1"] / resp["backlog_2"]}
+    micro = rna_model.Delays(skew[0], skew[1] - skew[0])
+    tiny = rna_model.LeastSquares(nodes, dim=2, samples=4, batch=1, seed=seed)
+    for q in (1, 2, 3, 4):
+        res = rna_model.simulate(tiny, micro, rna_model.RnaSettings(probes=q, lr=0.01 / nodes, probe_ms=0.0),
+                                 rna_model.SumCollectives(lambda k: 0.0), nodes, rounds=response_rounds, seed=seed)
+        resp[q] = float(np.median([r.response_ms for r in res.rounds]))
+    meta = {"ranks": ranks, "allreduce_ms": ring_ms(ranks), "seed": seed, "target_loss": goal,
+            "median_response_ms": resp, "response_ratio": resp[1] / resp[2], "mixed": mixed,
+            "grouping_rule": mixed["hier_auto"]["groups"]}
     svg = write_outputs(out_dir, "rna", rows, meta)
-    line_chart(svg, f"RNA: {ranks} ranks, straggler delay", "max injected delay per rank (ms)", "iteration (ms)",
-               {"ring all-reduce + barrier": [(r["delay_ms"], r["barrier_ms"]) for r in rows],
-                "RNA, 1 probe": [(r["delay_ms"], r["rna1_ms"]) for r in rows],
-                "RNA, 2 probes": [(r["delay_ms"], r["rna2_ms"]) for r in rows]})
+    line_chart(svg, f"RNA: {ranks} ranks, time to {target:g} x initial loss", "max injected delay per rank (ms)",
+               "time to target (s)",
+               {"ring all-reduce + barrier": [(r["delay_ms"], r["barrier_to_target_s"]) for r in rows],
+                "RNA, 1 probe": [(r["delay_ms"], r["rna1_to_target_s"]) for r in rows],
+                "RNA, 2 probes": [(r["delay_ms"], r["rna2_to_target_s"]) for r in rows]})
     return rows, meta
 
 

@@ -167,12 +167,20 @@ def test_more_fsms_or_sram_never_slow_the_ace_allreduce():
         assert all(a >= b * (1 - 1e-3) for a, b in zip(col, col[1:]))
 
 
-def test_rna_with_probes_beats_the_barrier_under_stragglers_and_two_probes_beat_one(tmp_path):
-    rows, meta = repro.rna(str(tmp_path), ranks=8, delays_ms=(0, 50), iters=100)
-    print("seed", meta["seed"])
-    assert rows[0]["barrier_ms"] == pytest.approx(rows[0]["rna2_ms"])
-    assert rows[1]["rna2_ms"] < rows[1]["rna1_ms"] < rows[1]["barrier_ms"]
-    assert meta["response_ratio"] > 1.0 and meta["response_ratio_backlog"] > 1.0
+def test_rna_reproduction_runs_the_protocol_to_a_target_loss(tmp_path):
+    """`syncfabric perf rna` simulates the protocol (sim/golden/rna.py), so its figures are outcomes, not order
+    statistics: without delays every rank contributes to every round; under 0-50 ms stragglers RNA's shorter
+    rounds must outweigh their null contributions and stale gradients on the way to the target loss; the
+    second probe must cut the median response time of the microbenchmark."""
+    rows, meta = repro.rna(str(tmp_path), ranks=8, delays_ms=(0, 50), nodes=20, response_rounds=60)
+    print("seed", meta["seed"], rows, meta["median_response_ms"])
+    calm, stragglers = rows
+    assert calm["rna2_contributors"] == 8 and calm["rna1_contributors"] == 8
+    assert calm["rna2_ms"] < calm["barrier_ms"]             # compute overlaps the all-reduce
+    assert stragglers["rna2_contributors"] < 8 and stragglers["rna1_speedup"] > 1.05
+    assert meta["response_ratio"] > 1.2
+    assert set(meta["mixed"]) == {"barrier", "rna1", "rna2", "hier_auto", "hier_halves"}
+    assert meta["mixed"]["hier_halves"]["groups"] == [list(range(4)), list(range(4, 8))]
 
 
 def test_calibration_error_on_the_ring_design_point_is_within_ten_percent():

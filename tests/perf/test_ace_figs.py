@@ -112,7 +112,7 @@ def test_embedding_side_stream_takes_lookup_and_update_off_the_compute_stream(co
         assert starts[iv.iteration - 1] < iv.issued < starts[iv.iteration]
 
 
-def test_embedding_side_stream_is_refused_where_it_cannot_run():
+def test_embedding_side_stream_is_refused_where_it_cannot_run(tmp_path):
     wl = load_workload("dlrm")
     with pytest.raises(ValueError, match="must take part"):
         simulate(wl, torus_for(16), CONFIGS["ACE"], embedding_side=(80, 80 * GB))
@@ -121,7 +121,7 @@ def test_embedding_side_stream_is_refused_where_it_cannot_run():
     with pytest.raises(ValueError, match="side stream"):
         simulate(wl, torus_for(16), CONFIGS["ACE"], compute_s=1e-3, embedding_side=(1, 80 * GB))
     with pytest.raises(ValueError, match="no model-parallel embedding"):
-        repro.fig12("/tmp/unused-fig12", sizes=(16,), workload="resnet50")
+        repro.fig12(str(tmp_path), sizes=(16,), workload="resnet50")
 
 
 def test_fig12_overlap_is_never_much_slower_and_ace_gains_more_than_the_baseline(tmp_path):

@@ -123,8 +123,28 @@ def _bench_argv(draw):
 @st.composite
 def _model_argv(draw):
     """perf and coarse subcommands that compute in a blink (no Dask sweeps, no RTL)."""
-    which = draw(st.sampled_from(["rna", "iteration", "byteps", "coarse-profile", "coarse-byteps"]))
-    if which == "rna":
+    which = draw(st.sampled_from(["rna", "iteration", "byteps", "coarse-profile", "coarse-byteps", "fig6", "fig9b",
+                                  "fig12"]))
+    if which == "fig6":
+        # one size and a few SMs: the defaults (2 sizes x 2 budgets x 12 SMs) take about 1.5 s
+        argv = ["perf", "fig6", "--out", "{tmp}/perf", "--quiet", "--npus", "16"] \
+            + draw(_opt("--max-sms", st.sampled_from(["0", "-1", "3", "x"]))) + draw(_opt("--mem-gbps", _FLOATS)) \
+            + draw(_opt("--bytes", st.sampled_from(["1M", "13", "0", "-4", "x"])))
+        if "--max-sms" not in argv:
+            argv += ["--max-sms", "3"]
+    elif which == "fig9b":
+        argv = ["perf", "fig9b", "--out", "{tmp}/perf", "--quiet", "--npus", "16"] \
+            + draw(_opt("--workload", st.sampled_from(["dlrm", "nope", "{tmp}/binary.yaml"]))) \
+            + draw(_opt("--compute-efficiency", _FLOATS))
+        if "--workload" not in argv:
+            argv += ["--workload", "dlrm"]
+    elif which == "fig12":
+        argv = ["perf", "fig12", "--out", "{tmp}/perf", "--quiet"] \
+            + draw(_opt("--npus", st.sampled_from(["16", "0", "17"]))) + draw(_opt("--side-sms", _INTS)) \
+            + draw(_opt("--side-gbps", _FLOATS)) + draw(_opt("--compute-efficiency", _FLOATS))
+        if "--npus" not in argv:
+            argv += ["--npus", "16"]
+    elif which == "rna":
         argv = ["perf", "rna", "--out", "{tmp}/perf", "--quiet"] + draw(_opt("--ranks", _INTS)) \
             + draw(_opt("--seed", _INTS))
     elif which == "iteration":
@@ -191,7 +211,8 @@ def test_bench_checks_its_arguments_before_a_simulator_starts(tmp, argv, monkeyp
 @SETTINGS
 @given(argv=_model_argv())
 def test_perf_and_coarse_models_exit_0_or_with_one_error_line(tmp, argv):
-    """`perf rna`, `perf iteration`, `perf byteps`, `coarse profile` and `coarse byteps` over their numeric
+    """`perf rna`, `perf iteration`, `perf byteps`, `perf fig6`/`fig9b`/`fig12`, `coarse profile` and `coarse
+    byteps` over their numeric
     parameters (zero, negative, NaN, infinite), clients, workloads and output paths."""
     argv = _resolve(argv, tmp)
     status, _, err = _call(argv)

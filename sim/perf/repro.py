@@ -19,7 +19,8 @@ from .system import CONFIGS, Endpoint, SystemParams, endpoint, paper_compute, to
 from .training import simulate
 from .workload import load_workload
 
-__all__ = ["fig5", "fig9a", "fig10", "fig11", "byteps", "coarse", "rna", "bench", "write_outputs",
+__all__ = ["fig5", "fig6", "fig9a", "fig9b", "fig10", "fig11", "fig12", "pass_utilization", "byteps", "coarse",
+           "rna", "bench", "write_outputs",
            "FIG11_SIZES"]
 
 MB = 1 << 20
@@ -87,6 +88,48 @@ def fig5(out_dir, sizes=(16, 64), mem_bws=(32, 64, 96, 128, 192, 256, 350, 450, 
     return rows, need, reads
 
 
+# ---- Fig. 6: network bandwidth driven vs SMs given to communication ----------------------------------------
+
+def fig6(out_dir, sizes=(16, 64), sms=tuple(range(1, 13)), budgets=(450, 900), nbytes=64 * MB):
+    """ACE Fig. 6: network bandwidth a baseline NPU drives in a 64 MB all-reduce against the SMs that run it.
+    Each SM moves ``system.sm_bw`` (64 B/cycle at 1245 MHz = 80 GB/s) of memory traffic, so ``k`` SMs reach
+    ``min(k x 80 GB/s, budget)`` of memory bandwidth, the budget being what the NPU gives to communication
+    (450 GB/s: BaselineCommOpt's; 900 GB/s: all of it). Rows carry the fraction of Ideal; the meta, per size
+    and budget, the fewest SMs reaching 90% of Ideal and the fewest saturating the budget's bandwidth."""
+    if nbytes < 1:
+        raise ValueError(f"all-reduce bytes must be at least 1, got {nbytes}")
+    if not sms or min(sms) < 1:
+        raise ValueError(f"SM counts must be at least 1, got {sorted(sms)}")
+    if not budgets or not all(math.isfinite(b) and b > 0 for b in budgets):
+        raise ValueError(f"memory budgets must be positive, got {sorted(budgets)}")
+    system = SystemParams()
+    rows, summary = [], {}
+    for n in sizes:
+        ideal = collective_time("allreduce", nbytes, torus_for(n), CONFIGS["Ideal"], system).network_bw / GB
+        for b in budgets:
+            sel = []
+            for k in sorted(set(sms)):
+                ep = Endpoint("Baseline", "npu", comm_mem_bw=b * GB, comm_sms=k)
+                bw = collective_time("allreduce", nbytes, torus_for(n), ep, system).network_bw / GB
+                sel.append({"npus": n, "mem_budget_GBps": b, "sms": k,
+                            "sm_mem_bw_GBps": min(k * system.sm_bw, b * GB) / GB,
+                            "network_bw_GBps": bw, "of_ideal": bw / ideal})
+            top = sel[-1]["network_bw_GBps"]
+            summary[f"{n}@{b}"] = {
+                "ideal_GBps": ideal,
+                "sms_for_90pct_ideal": next((r["sms"] for r in sel if r["of_ideal"] >= 0.9), None),
+                "sms_to_saturate": next(r["sms"] for r in sel if r["network_bw_GBps"] >= 0.999 * top)}
+            rows += sel
+    svg = write_outputs(out_dir, "fig6", rows, {"bytes": nbytes, "sm_bw_GBps": system.sm_bw / GB,
+                                                "summary": summary,
+                                                "paper": "6 SMs are enough to reach the 450 GB/s memory BW"})
+    series = {f"{n} NPUs, {b} GB/s": [(r["sms"], r["network_bw_GBps"]) for r in rows
+                                     if r["npus"] == n and r["mem_budget_GBps"] == b]
+              for n in sizes for b in budgets}
+    line_chart(svg, "Fig. 6: 64 MB all-reduce, baseline", "SMs for communication", "network BW (GB/s)", series)
+    return rows, summary
+
+
 # ---- Fig. 9a: SRAM x FSMs ---------------------------------------------------------------------------------
 
 def _fig9_point(args):
@@ -109,6 +152,71 @@ def fig9a(out_dir, srams=(0.5, 1, 2, 4, 8), fsms=(4, 8, 12, 16, 20), npus=128, n
     line_chart(svg, f"Fig. 9a: ACE SRAM x FSMs ({npus} NPUs, all-reduce)", "FSMs", "performance (normalized)",
                series)
     return rows, backend
+
+
+# ---- Fig. 9b: ACE utilization per pass --------------------------------------------------------------------
+
+def _busy(intervals, lo, hi):
+    """Length of the union of ``intervals`` (``(start, end)``) inside ``[lo, hi]``."""
+    busy, edge = 0.0, lo
+    for a, b in sorted(intervals):
+        a, b = max(a, edge), min(b, hi)
+        if b > a:
+            busy += b - a
+            edge = b
+    return busy
+
+
+def pass_utilization(res, iteration):
+    """ACE's utilization in each pass of ``iteration`` of a :func:`~.training.simulate` result: the share of
+    the pass's window during which the network runs a collective the pass issued. The window opens when the
+    pass starts on the compute stream and closes when the later of the pass and its last collective ends, so
+    the engine's idle time counts both while it waits for the compute between collectives and while the
+    pass computes with nothing issued (a pass without collectives: 0). ``from_first``: the same share of the
+    window opening at the pass's first collective instead (the compute before it not counted). Returns
+    ``{pass: row}``."""
+    out = {}
+    for it, ps, start, end in res.passes:
+        if it != iteration:
+            continue
+        mine = [iv for iv in res.history if iv.iteration == iteration and iv.phase == ps]
+        stop = max([end] + [iv.end for iv in mine])
+        busy = _busy([(iv.start, iv.end) for iv in mine], start, stop)
+        first = min([iv.issued for iv in mine], default=stop)
+        out[ps] = {"pass": ps, "collectives": len(mine), "window_us": (stop - start) * 1e6,
+                   "busy_us": busy * 1e6, "utilization": busy / (stop - start) if stop > start else 0.0,
+                   "from_first": busy / (stop - first) if stop > first else 0.0}
+    return out
+
+
+#: ACE Fig. 9b's back-propagation utilizations (section VI-B); forward is near zero, DLRM's low.
+PAPER_FIG9B_BWD = {"resnet50": 0.964, "gnmt": 0.913, "dlrm": 0.883}
+
+
+def fig9b(out_dir, workloads=("resnet50", "gnmt", "dlrm"), npus=128, compute="paper", compute_efficiency=1.0,
+          iterations=3):
+    """ACE Fig. 9b: ACE's average utilization in the forward and back-propagation passes
+    (:func:`pass_utilization`) of the iteration before the last of ``iterations`` (its all-reduces finish
+    during the last one's forward pass; the last one's own are never waited for)."""
+    if iterations < 3:
+        raise ValueError(f"fig9b needs at least 3 iterations (the measured one has a next), got {iterations}")
+    topo = torus_for(npus)
+    system = SystemParams(compute_efficiency=compute_efficiency)
+    rows = []
+    for w in workloads:
+        wl = load_workload(w)
+        res = simulate(wl, topo, CONFIGS["ACE"], system, iterations=iterations,
+                       compute_s=_compute_s(compute, wl.name, "ACE"))
+        for r in pass_utilization(res, iterations - 2).values():
+            rows.append({"workload": wl.name, **r, "paper": PAPER_FIG9B_BWD.get(wl.name) if r["pass"] == "bwd"
+                         else None})
+    svg = write_outputs(out_dir, "fig9b", rows, {"npus": npus, "compute": compute,
+                                                 "compute_efficiency": compute_efficiency,
+                                                 "paper_bwd": PAPER_FIG9B_BWD})
+    groups = [(w, [(r["pass"], [r["utilization"]]) for r in rows if r["workload"] == w])
+              for w in dict.fromkeys(r["workload"] for r in rows)]
+    bar_chart(svg, f"Fig. 9b: ACE utilization per pass ({npus} NPUs)", "utilization", groups, ["utilization"])
+    return rows
 
 
 # ---- Hierarchical decompositions: ACE's and ASTRA-sim's, algorithm for algorithm ---------------------------
@@ -256,6 +364,39 @@ def fig11(out_dir, workloads=("resnet50", "gnmt", "dlrm"), sizes=FIG11_SIZES, sc
               for w in workloads for n in sizes]
     bar_chart(svg, "Fig. 11: iteration time", "ms", groups, ["compute", "exposed communication"])
     return rows, summary
+
+
+# ---- Fig. 12: DLRM's embeddings off the critical path ----------------------------------------------------
+
+def fig12(out_dir, sizes=(16, 32, 64, 128), configs=("BaselineCompOpt", "ACE"), side_sms=1, side_gbps=80,
+          compute_efficiency=1.0, workload="dlrm"):
+    """ACE Fig. 12: DLRM's iteration with its embedding lookup and update on a side stream of ``side_sms`` SMs
+    and ``side_gbps`` of memory bandwidth (the next iteration's lookup, whose all-to-all is issued as soon as
+    it finishes, and the previous iteration's update; :func:`~.training.simulate`'s ``embedding_side``),
+    against the default loop, per configuration and size."""
+    wl = load_workload(workload)
+    if not any(l.alltoall_bytes for l in wl.layers):
+        raise ValueError(f"workload {wl.name} has no model-parallel embedding to take off the critical path")
+    system = SystemParams(compute_efficiency=compute_efficiency)
+    rows = []
+    for n in sizes:
+        for c in configs:
+            base = simulate(wl, torus_for(n), endpoint(c), system)
+            opt = simulate(wl, torus_for(n), endpoint(c), system, embedding_side=(side_sms, side_gbps * GB))
+            rows.append({"npus": n, "config": endpoint(c).name,
+                         "default_ms": base.time * 1e3, "default_compute_ms": base.compute * 1e3,
+                         "default_exposed_ms": base.exposed * 1e3, "overlap_ms": opt.time * 1e3,
+                         "overlap_compute_ms": opt.compute * 1e3, "overlap_exposed_ms": opt.exposed * 1e3,
+                         "speedup": base.time / opt.time})
+    svg = write_outputs(out_dir, "fig12", rows, {"workload": wl.name, "side_sms": side_sms,
+                                                 "side_GBps": side_gbps, "compute_efficiency": compute_efficiency,
+                                                 "paper": {"BaselineCompOpt": 1.05, "ACE": 1.2}})
+    groups = [(f"{r['config']} {r['npus']}", [("default", [r["default_compute_ms"], r["default_exposed_ms"]]),
+                                             ("overlap", [r["overlap_compute_ms"], r["overlap_exposed_ms"]])])
+              for r in rows]
+    bar_chart(svg, f"Fig. 12: {wl.name}, embeddings off the critical path", "ms", groups,
+              ["compute", "exposed communication"])
+    return rows
 
 
 # ---- BytePS -----------------------------------------------------------------------------------------------

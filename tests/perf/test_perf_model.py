@@ -193,7 +193,10 @@ def test_calibration_error_on_the_ring_design_point_is_within_ten_percent():
     ["fig5", "--npus", "16", "--bytes", str(4 * MB), "--scheduler", "processes"],
     ["fig9a", "--npus", "16", "--bytes", str(4 * MB), "--sram-mb", "1", "--fsms", "4", "--fsms", "16",
      "--scheduler", "processes"],
+    ["fig6", "--npus", "16", "--max-sms", "4", "--mem-gbps", "450"],
+    ["fig9b", "--npus", "16", "--workload", "dlrm"],
     ["fig10", "--npus", "16", "--workload", "gnmt"],
+    ["fig12", "--npus", "16"],
     ["fig10", "--npus", "16", "--workload", "resnet50", "--compute", "roofline"],
     ["fig11", "--npus", "16", "--workload", "dlrm", "--scheduler", "processes"],
     ["byteps", "--n", "8", "--kmax", "8"],
@@ -239,6 +242,11 @@ def test_perf_reports_a_bad_workload_as_an_error(capsys):
     (["fig10", "--npus", "16", "--compute-efficiency", "-1"], "compute efficiency -1.0: expected a fraction"),
     (["byteps", "--kmax", "-1"], "--kmax -1: the largest CPU machine count k must be at least 0"),
     (["byteps", "--n", "1"], "BytePS: n=1 GPU machines; the figures need at least 2"),
+    (["fig6", "--max-sms", "0"], "--max-sms 0: sweep at least 1 SM"),
+    (["fig6", "--mem-gbps", "nan"], "memory budgets must be positive"),
+    (["fig6", "--bytes", "0"], "all-reduce bytes must be at least 1"),
+    (["fig12", "--npus", "16", "--side-sms", "0"], "embedding side stream (0 SMs"),
+    (["fig12", "--npus", "16", "--side-gbps", "inf"], "must take part of what compute has"),
 ])
 def test_perf_refuses_parameters_the_model_cannot_run(args, message, tmp_path, capsys):
     """`perf rna --ranks 0` and `--compute-efficiency 0` (ZeroDivisionError tracebacks before), and `byteps

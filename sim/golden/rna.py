@@ -92,7 +92,7 @@ class LeastSquares:
             raise ValueError(f"least squares: ranks {ranks}, dim {dim}, samples {samples}, batch {batch}: "
                              f"need positive sizes and 1 <= batch <= samples")
         rng = np.random.default_rng(seed)
-        self.dim, self.batch = dim, batch
+        self.ranks, self.dim, self.batch = ranks, dim, batch
         self.w_true = rng.normal(size=dim)
         self.X = rng.normal(size=(ranks, samples, dim)) / math.sqrt(dim)
         self.y = self.X @ self.w_true + noise * rng.normal(size=(ranks, samples))
@@ -291,6 +291,10 @@ def simulate(task, delays, settings, collectives, n, *, rounds=None, until_ms=No
         raise ValueError(f"RNA ranks {n}: need at least 1")
     if rounds is None and until_ms is None and target_loss is None:
         raise ValueError("simulate: give rounds, until_ms or target_loss (it would run for ever)")
+    if getattr(task, "ranks", n) != n:
+        raise ValueError(f"the task holds data for {task.ranks} ranks, the run has {n}")
+    if isinstance(delays.base_ms, (tuple, list)) and len(delays.base_ms) != n:
+        raise ValueError(f"delays give {len(delays.base_ms)} base compute times for {n} ranks")
     groups = settings.groups
     if groups == "auto":
         groups = group_ranks(profile_ranks(delays, n, settings.profile_iters, seed))

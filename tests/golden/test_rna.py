@@ -172,3 +172,9 @@ def test_bad_settings_are_refused():
         rna.Delays(0.0)
     with pytest.raises(ValueError, match="rounds"):
         rna.simulate(rna.LeastSquares(2), rna.Delays(), rna.RnaSettings(), rna.SumCollectives(ring_ms), 2)
+    with pytest.raises(ValueError, match="3 ranks"):
+        rna.simulate(rna.LeastSquares(3), rna.Delays(), rna.RnaSettings(), rna.SumCollectives(ring_ms), 2,
+                     rounds=1)
+    with pytest.raises(ValueError, match="base compute times"):
+        rna.simulate(rna.LeastSquares(2), rna.Delays((1.0, 2.0, 3.0)), rna.RnaSettings(),
+                     rna.SumCollectives(ring_ms), 2, rounds=1)

@@ -69,7 +69,8 @@ def test_hierarchical_rna_on_the_engines_agrees_bit_for_bit_with_the_model():
         finally:
             engines.close()
         stats = engines.stats
-    assert stats["allreduce"] == stats["broadcast"] == 6 and stats["cycles"] > 0
+    # the other group's next round was in flight when the sixth round ended: its all-reduce ran, not its broadcast
+    assert (stats["allreduce"], stats["broadcast"]) == (7, 6) and stats["cycles"] > 0
     assert any(r.nulls for r in got.rounds), "no round had a null contribution: the NULL path went untested"
     want = rna.simulate(task, delays, settings, Replay(rec.times), n, rounds=6, seed=seed)
     assert [(r.group, r.initiator, r.contributors, r.nulls) for r in got.rounds] == \
@@ -92,12 +93,15 @@ def test_rna_rounds_on_a_ring_of_engines_with_null_ranks_and_a_bad_contribution_
                                rounds=8, seed=seed)
             with pytest.raises(ValueError, match="shape"):
                 coll.allreduce(list(range(n)), {r: np.zeros(33 if r else 32, np.float32) for r in range(n)})
+            # the hierarchical mode's broadcast of the server's model (checked on every rank inside)
+            assert coll.broadcast(list(range(n)), 2, res.params[0]) > 0
         finally:
             coll.close()
-    assert coll.stats["allreduce"] == 8 and coll.stats["checked_bytes"] == 8 * n * 32 * 4
+    assert coll.stats["allreduce"] == 8 and coll.stats["broadcast"] == 1
+    assert coll.stats["checked_bytes"] == 9 * n * 32 * 4
     assert sum(r.nulls for r in res.rounds) > 0
     ms = coll.stats["cycles"] / system.config.clock_mhz / 1e3
-    assert sum(r.end - r.activate for r in res.rounds) == pytest.approx(ms)
+    assert sum(r.end - r.activate for r in res.rounds) < ms
     assert res.rounds[-1].loss < task.loss(task.initial())
     with pytest.raises(ValueError, match="count"):
         EngineCollectives(None, 0)

@@ -16,6 +16,8 @@ from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.refuse import Checked
+
 __all__ = ["AgeMatrix", "OldestPick", "SEQ_BITS", "age_layout", "age_matrix_model", "oldest_first_model",
            "oldest_pick_model"]
 
@@ -36,13 +38,14 @@ def _older(a, b):
     return (d == 0) | d[SEQ_BITS - 1]
 
 
-def _refuse_empty(block, n):
-    if n < 1:
-        block._MustUse__silence = True          # a refused block is not an unused design: no warning for it
-        raise ValueError(f"{type(block).__name__} needs at least one FSM, not {n}")
+class _AtLeastOne(Checked):
+    @classmethod
+    def check(cls, n):
+        if n < 1:
+            raise ValueError(f"{cls.__name__} needs at least one FSM, not {n}")
 
 
-class AgeMatrix(wiring.Component):
+class AgeMatrix(_AtLeastOne, wiring.Component):
     """The registered age matrix of ``n`` FSMs.
 
     Ports
@@ -55,7 +58,6 @@ class AgeMatrix(wiring.Component):
     """
 
     def __init__(self, n):
-        _refuse_empty(self, n)
         self.n = n
         super().__init__({"seq_next": In(data.ArrayLayout(unsigned(SEQ_BITS), n)), "older": Out(age_layout(n))})
 
@@ -70,7 +72,7 @@ class AgeMatrix(wiring.Component):
         return m
 
 
-class OldestPick(wiring.Component):
+class OldestPick(_AtLeastOne, wiring.Component):
     """``onehot`` / ``sel`` = the requester whose chunk is oldest by the age matrix, ``valid`` if any.
 
     Purely combinational and flat: requester ``f`` wins when no other requester is older (an AND over the
@@ -84,7 +86,6 @@ class OldestPick(wiring.Component):
     """
 
     def __init__(self, n):
-        _refuse_empty(self, n)
         self.n = n
         super().__init__({
             "req": In(n), "older": In(age_layout(n)),

@@ -39,12 +39,13 @@ from amaranth.utils import ceil_log2, exact_log2
 from ..alu import ReductionAlu
 from ..common.axi import AXI4Signature, AxiBurst
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE
+from ..common.refuse import Checked
 from .layouts import ADDR_BITS, CciOpcode, Region, cci_flit_layout, core_addr
 
 __all__ = ["SyncCore"]
 
 
-class SyncCore(wiring.Component):
+class SyncCore(Checked, wiring.Component):
     """One sync core (see the module docstring).
 
     Parameters: ``beat_bytes`` (AXI and flit data width, a power of two >= 4; the ALU has ``beat_bytes/4``
@@ -58,7 +59,8 @@ class SyncCore(wiring.Component):
     ``err`` (an AXI error response or a bad ``ranks`` was seen in the last run).
     """
 
-    def __init__(self, beat_bytes=16, entry_beats=16, max_ranks=8, index=0):
+    @classmethod
+    def check(cls, beat_bytes=16, entry_beats=16, max_ranks=8, index=0):
         exact_log2(beat_bytes)
         exact_log2(entry_beats)
         if beat_bytes < 4:
@@ -67,6 +69,8 @@ class SyncCore(wiring.Component):
             raise ValueError("an entry is one AXI burst: at most 256 beats")
         if not 2 <= max_ranks <= 64:
             raise ValueError(f"max_ranks must be in 2..64, not {max_ranks}")
+
+    def __init__(self, beat_bytes=16, entry_beats=16, max_ranks=8, index=0):
         self.beat_bytes, self.entry_beats, self.max_ranks, self.index = beat_bytes, entry_beats, max_ranks, index
         self.max_steps = 2 * (max_ranks - 1)
         flit = cci_flit_layout(beat_bytes)

@@ -29,10 +29,11 @@ from ...sim.golden.topology import parse as parse_topology
 from ..common.axiram import AxiRam
 from ..common.bridge import DEFAULT_MAX_WORDS, UartBridge
 from ..common.csr import CsrBank
+from ..common.refuse import Checked
 from ..common.regmap import Register, RegisterMap
 from ..common.uart import UartRx, UartTx, uart_divisor
 from .pinlink import LaneSignature, PinLink
-from .top import AceSystem
+from .top import AceSystem, split_links
 
 __all__ = ["BoardSystem", "board_regmap", "board_address", "BOARD_ID", "BOARD_VERSION", "SPACE_BOARD",
            "SPACE_CSR", "SPACE_MEM", "MAX_ENDPOINTS", "OFFSET_BITS", "board_registers_markdown"]
@@ -82,7 +83,7 @@ def board_regmap():
     ], 0x40, doc="Board registers: bridge space SPACE_BOARD.")
 
 
-class BoardSystem(wiring.Component):
+class BoardSystem(Checked, wiring.Component):
     """Engines of ``cfg`` on ``topology`` with ``mem_bytes`` (a power of two) of on-chip NPU memory each and a
     UART bridge at ``baud`` for a clock of ``clk_hz``.
 
@@ -99,36 +100,43 @@ class BoardSystem(wiring.Component):
     ``flit_out``, ``credit_out`` (Out) and ``flit_in``, ``credit_in`` (In) lanes.
     """
 
+    @classmethod
+    def check(cls, cfg, *, topology="ring:2", mem_bytes=4096, clk_hz=50_000_000, baud=115200,
+              link_latency=4, max_words=DEFAULT_MAX_WORDS, inline=True, ranks=None, link_port=None):
+        topology = parse_topology(topology)
+        ranks = tuple(range(topology.n_endpoints) if ranks is None else ranks)
+        if len(ranks) > MAX_ENDPOINTS:
+            raise ValueError(f"a board holds at most {MAX_ENDPOINTS} endpoints, {topology.spec} has {len(ranks)}")
+        if mem_bytes & (mem_bytes - 1) or not 4096 <= mem_bytes <= 1 << OFFSET_BITS:
+            raise ValueError(f"mem_bytes must be a power of two in 4 KiB..16 MiB, got {mem_bytes}")
+        if mem_bytes > 1 << cfg.addr_width:
+            raise ValueError(f"{mem_bytes} bytes exceed the engine's {cfg.addr_width}-bit addresses")
+        uart_divisor(clk_hz, baud)
+        AceSystem.check(cfg, topology, latency=link_latency, inline=inline, max_latency=link_latency, ranks=ranks)
+        external = split_links(topology, ranks, link_latency)[1]
+        ext = {x.direction for x in external}
+        if external and (len(external) != 2 or ext != {"tx", "rx"}):
+            raise ValueError(f"ranks {ranks} of {topology.spec} leave the board on {len(external)} links; a "
+                             f"board has one link port (one link out, one in)")
+        if external and link_port is None:
+            raise ValueError(f"ranks {ranks} of {topology.spec} are not all of it: the links to the others "
+                             f"need link_port")
+        if not external and link_port is not None:
+            raise ValueError(f"link_port: every rank of {topology.spec} is on the board, no link leaves it")
+        if link_port is not None:
+            PinLink.check(cfg, **link_port)
+
     def __init__(self, cfg, *, topology="ring:2", mem_bytes=4096, clk_hz=50_000_000, baud=115200,
                  link_latency=4, max_words=DEFAULT_MAX_WORDS, inline=True, ranks=None, link_port=None):
         self.cfg = cfg
         self.topology = parse_topology(topology)
         self.ranks = tuple(range(self.topology.n_endpoints) if ranks is None else ranks)
         n = len(self.ranks)
-        if n > MAX_ENDPOINTS:
-            raise ValueError(f"a board holds at most {MAX_ENDPOINTS} endpoints, {self.topology.spec} has {n}")
-        if mem_bytes & (mem_bytes - 1) or not 4096 <= mem_bytes <= 1 << OFFSET_BITS:
-            raise ValueError(f"mem_bytes must be a power of two in 4 KiB..16 MiB, got {mem_bytes}")
-        if mem_bytes > 1 << cfg.addr_width:
-            raise ValueError(f"{mem_bytes} bytes exceed the engine's {cfg.addr_width}-bit addresses")
         self.divisor = uart_divisor(clk_hz, baud)
         self.mem_bytes, self.clk_hz, self.baud = mem_bytes, int(clk_hz), int(baud)
         self.system = AceSystem(cfg, self.topology, latency=link_latency, inline=inline,
                                 max_latency=link_latency, ranks=self.ranks)
-        external = self.system.external
-        ext = {x.direction: x for x in external}
-        problem = None
-        if external and (len(external) != 2 or set(ext) != {"tx", "rx"}):
-            problem = (f"ranks {self.ranks} of {self.topology.spec} leave the board on {len(external)} links; a "
-                       f"board has one link port (one link out, one in)")
-        elif external and link_port is None:
-            problem = (f"ranks {self.ranks} of {self.topology.spec} are not all of it: the links to the others "
-                       f"need link_port")
-        elif not external and link_port is not None:
-            problem = f"link_port: every rank of {self.topology.spec} is on the board, no link leaves it"
-        if problem:
-            self._MustUse__silence = self.system._MustUse__silence = True     # refused: never elaborated
-            raise ValueError(problem)
+        ext = {x.direction: x for x in self.system.external}
         self.link_port = None
         if link_port is not None:
             self.link_port = PinLink(cfg, **link_port)

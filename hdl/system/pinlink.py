@@ -27,6 +27,7 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import CHANNEL_BITS, credit_layout, flit_layout, packet_header_layout
+from ..common.refuse import Checked
 
 __all__ = ["LaneSignature", "LaneTx", "LaneRx", "PinLink", "flit_words", "credit_word_layout"]
 
@@ -134,7 +135,7 @@ class LaneRx(wiring.Component):
         return m
 
 
-class PinLink(wiring.Component):
+class PinLink(Checked, wiring.Component):
     """Link port ``k`` of an engine configured by ``cfg``, on pins.
 
     Engine side (connect to the engine's ports as an on-chip :class:`~syncfabric.hdl.system.link.Link`
@@ -146,13 +147,14 @@ class PinLink(wiring.Component):
     problem).
     """
 
-    def __init__(self, cfg, *, width=8, credit_width=2, div=4):
-        if div < 4 or div % 2 or width < 2 or credit_width < 1:
-            self._MustUse__silence = True       # refused: never to be elaborated, so no "unused" warning
+    @classmethod
+    def check(cls, cfg, *, width=8, credit_width=2, div=4):
         if div < 4 or div % 2:
             raise ValueError(f"div must be an even number >= 4, got {div}")
         if width < 2 or credit_width < 1:
             raise ValueError(f"a flit lane needs >= 2 data pins and a credit lane >= 1, got {width}, {credit_width}")
+
+    def __init__(self, cfg, *, width=8, credit_width=2, div=4):
         self.cfg, self.width, self.credit_width, self.div = cfg, width, credit_width, div
         self.words = flit_words(cfg.beat_bytes, width)
         self.max_words = max(self.words.values())

@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.layouts import credit_layout, flit_layout
+from ..common.refuse import Checked
 
 __all__ = ["Switch", "queue_bound"]
 
@@ -39,7 +40,7 @@ def queue_bound(n_ports, n_fsms, landing_beats, landing_headers):
     return (n_ports - 1) * n_fsms * (landing_beats + landing_headers)
 
 
-class Switch(wiring.Component):
+class Switch(Checked, wiring.Component):
     """Crossbar of ``n_ports`` ports carrying ``flit_layout(beat_bytes)`` flits, for engines with ``n_fsms``
     virtual channels and ``landing_beats``/``landing_headers`` per landing channel.
 
@@ -53,16 +54,20 @@ class Switch(wiring.Component):
     flits_in, flits_out : Out(ArrayLayout(unsigned(32), n_ports))   flits per input / output
     """
 
-    def __init__(self, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None):
+    @classmethod
+    def check(cls, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None):
         if n_ports < 2:
-            self._MustUse__silence = True       # refused: never to be elaborated, so no "unused" warning
             raise ValueError(f"a switch needs at least 2 ports, not {n_ports}")
         if n_fsms < 1 or n_fsms & (n_fsms - 1):
             raise ValueError(f"n_fsms must be a power of two, not {n_fsms}")
-        bound = queue_bound(n_ports, n_fsms, landing_beats, landing_headers)
-        self.queue_depth = bound if queue_depth is None else int(queue_depth)
-        if self.queue_depth < 2:
-            raise ValueError(f"queue_depth must be at least 2, not {self.queue_depth}")
+        depth = queue_bound(n_ports, n_fsms, landing_beats, landing_headers) if queue_depth is None \
+            else int(queue_depth)
+        if depth < 2:
+            raise ValueError(f"queue_depth must be at least 2, not {depth}")
+
+    def __init__(self, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None):
+        self.queue_depth = queue_bound(n_ports, n_fsms, landing_beats, landing_headers) if queue_depth is None \
+            else int(queue_depth)
         self.beat_bytes, self.n_ports, self.n_fsms = beat_bytes, n_ports, n_fsms
         self.landing_beats, self.landing_headers = landing_beats, landing_headers
         fl = flit_layout(beat_bytes)

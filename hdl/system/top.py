@@ -47,6 +47,7 @@ from ...sim.golden.topology import parse as parse_topology
 from ..ace.engine import AceEngine
 from ..common.axiram import RAM_ARRAY_VERILOG, AxiRam
 from ..common.layouts import credit_layout, flit_layout
+from ..common.refuse import Checked
 from .cut import LinkReceiver, LinkSender
 from .link import LINK_FAULTS, RATE_DEN_MAX, Link, fault_threshold
 from .switch import Switch
@@ -182,7 +183,7 @@ def _engine_ports(engine):
     return ports
 
 
-class AceSystem(wiring.Component):
+class AceSystem(Checked, wiring.Component):
     """``topology`` (a spec such as ``"ring:8"`` or a Topology) of engines configured by ``cfg``.
 
     ``latency``/``rate`` give the reset values of every link's latency and rate inputs (default: the
@@ -206,26 +207,33 @@ class AceSystem(wiring.Component):
     ``npu_mem`` (default None: ``ep<i>_axi`` ports): a dict of :class:`AxiRam` arguments; every endpoint gets
     such a RAM on its AXI port (module docstring)."""
 
+    @classmethod
+    def check(cls, cfg, topology, latency=None, rate=None, inline=False, max_latency=None, ranks=None,
+              cut=False, npu_mem=None):
+        topology = parse_topology(topology)
+        n = topology.n_endpoints
+        got = tuple(range(n)) if ranks is None else tuple(ranks)
+        if not got or len(set(got)) != len(got) or not all(isinstance(r, int) and 0 <= r < n for r in got):
+            raise ValueError(f"ranks must be distinct ranks of {topology.spec} (0..{n - 1}), got {ranks!r}")
+        if topology.routed and len(got) != n:
+            raise ValueError(f"a system holds all ranks of a switch ({topology.spec}), not {got}")
+        if topology.routed and cfg.rx_sources < topology.n_endpoints:
+            raise ValueError(f"{topology.spec} needs engines with rx_sources >= {topology.n_endpoints} "
+                             f"(per-source landing channels), the configuration has {cfg.rx_sources}")
+        if topology.n_ports > cfg.n_ports:
+            raise ValueError(f"{topology.spec} needs {topology.n_ports} link ports per engine, the "
+                             f"engine configuration has {cfg.n_ports}")
+        system_links(topology, latency, rate)           # refuses bad latencies and rates
+        split_links(topology, got, latency, rate)
+
     def __init__(self, cfg, topology, latency=None, rate=None, inline=False, max_latency=None, ranks=None,
                  cut=False, npu_mem=None):
-        self._MustUse__silence = True       # until the arguments are checked: a refused system is never used
         self.cfg = cfg
         self.inline = inline
         self.npu_mem = None if npu_mem is None else dict(npu_mem)
         self.topology = parse_topology(topology)
         n = self.topology.n_endpoints
         self.ranks = tuple(range(n)) if ranks is None else tuple(ranks)
-        if not self.ranks or len(set(self.ranks)) != len(self.ranks) or not all(
-                isinstance(r, int) and 0 <= r < n for r in self.ranks):
-            raise ValueError(f"ranks must be distinct ranks of {self.topology.spec} (0..{n - 1}), got {ranks!r}")
-        if self.topology.routed and len(self.ranks) != n:
-            raise ValueError(f"a system holds all ranks of a switch ({self.topology.spec}), not {self.ranks}")
-        if self.topology.routed and cfg.rx_sources < self.topology.n_endpoints:
-            raise ValueError(f"{self.topology.spec} needs engines with rx_sources >= {self.topology.n_endpoints} "
-                             f"(per-source landing channels), the configuration has {cfg.rx_sources}")
-        if self.topology.n_ports > cfg.n_ports:
-            raise ValueError(f"{self.topology.spec} needs {self.topology.n_ports} link ports per engine, the "
-                             f"engine configuration has {cfg.n_ports}")
         self.cut = bool(cut)
         rows = system_links(self.topology, latency, rate)
         #: :attr:`links`: the on-chip links (:func:`system_links` rows whose two ends are here), in ``link<l>``
@@ -237,7 +245,6 @@ class AceSystem(wiring.Component):
         #: With ``cut``: the local half of each external link (``cut<k>``), in :attr:`external` order.
         self.cut_halves = [(LinkSender if x.direction == "tx" else LinkReceiver)(cfg.beat_bytes, self.max_latency)
                            for x in self.external] if cut else []
-        self._MustUse__silence = False
         members = {}
         for i in self.ranks:
             members[f"ep{i}_csr"] = Out(AceEngine.csr_signature(cfg))

@@ -15,6 +15,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
+from ...hdl.common.refuse import Checked
 from ...hdl.system.top import AceSystem, system_links
 from ...sim.golden.topology import parse as parse_topology
 from ...host.driver import AceDriver
@@ -25,19 +26,21 @@ from ..axi_model import AxiRamModel
 __all__ = ["run_system_amaranth", "Coordinator", "Partitions"]
 
 
-class Partitions(wiring.Component):
+class Partitions(Checked, wiring.Component):
     """Partitions of ``topology``: one :class:`AceSystem` with ``cut=True`` per rank set of ``parts``, as
     submodules ``p0``, ``p1``, ... (:attr:`systems`); :meth:`port` finds endpoint ``i``'s ports."""
 
-    def __init__(self, cfg, topology, parts, latency=None, rate=None):
-        self._MustUse__silence = True       # until the arguments are checked
-        self.topology = parse_topology(topology)
-        if sorted(r for part in parts for r in part) != list(range(self.topology.n_endpoints)):
-            raise ValueError(f"parts must hold every rank of {self.topology.spec} once, got {parts!r}")
+    @classmethod
+    def check(cls, cfg, topology, parts, latency=None, rate=None):
+        topology = parse_topology(topology)
+        if sorted(r for part in parts for r in part) != list(range(topology.n_endpoints)):
+            raise ValueError(f"parts must hold every rank of {topology.spec} once, got {parts!r}")
         where = {r: k for k, part in enumerate(parts) for r in part}
         if any(where[s] != where[d] and lat < 2 for s, _, d, _, lat, _ in system_links(topology, latency, rate)):
             raise ValueError("a link of latency 1 cannot be cut: partitions need latency >= 2")
-        self._MustUse__silence = False
+
+    def __init__(self, cfg, topology, parts, latency=None, rate=None):
+        self.topology = parse_topology(topology)
         self.systems = [AceSystem(cfg, topology, latency, rate, inline=True, ranks=part, cut=True) for part in parts]
         super().__init__({})
 

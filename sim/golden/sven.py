@@ -28,8 +28,8 @@ the dissertation bounds it by three.
 **Placement** (section 6.1.3). Embedding accesses follow a power law (:class:`ZipfStream`: rows drawn with
 probability ``~ 1 / rank**s``, each access a click with probability ``click``). With ``m_G`` rows of device
 memory and ``m_H`` of host memory, ``alpha = m_G / (m_G + m_H)``. Policies (:func:`place`): ``hot`` (the static
-partition: the top ``alpha`` fraction of rows by access frequency on the GPU), ``random`` (a random ``alpha``
-fraction: the dissertation's baseline of Table 6.4), ``lru`` (an LRU cache of ``m_G`` rows) and ``importance``
+partition: the top ``alpha`` fraction of rows by access frequency in a warm-up stage, on the GPU), ``random`` (a
+random ``alpha`` fraction: the dissertation's baseline of Table 6.4), ``lru`` (an LRU cache of ``m_G`` rows) and ``importance``
 (eq. 6.3: ``w <- (1 - beta) w + beta (p k + n l)`` per batch, ``p``/``n`` the row's positive/negative samples in the
 batch; the dissertation does not say how rows move, so this model chooses: every row's weight decays each batch
 (a row not accessed has ``p = n = 0``), and after each batch the ``m_G`` rows of largest weight are the GPU's,
@@ -102,7 +102,8 @@ def sequential_time(st, n):
 class PipelineResult:
     """``time`` of ``n`` iterations; ``throughput`` iterations per unit time; ``busy``: each task kind's busy
     fraction of ``time``; ``staleness``: per iteration, the updates its reads miss; ``rounds``: four-stage rounds
-    run (``n`` plus fill and drain); ``max_queue``: the fullest FIFO queue seen."""
+    run (``n`` plus fill and drain); ``max_queue``: the fullest FIFO queue seen; ``starts``: each task's start,
+    keyed ``(kind, iteration)``."""
     time: float
     n: int
     busy: dict
@@ -149,7 +150,7 @@ def pipeline(st, n, pipelined=True, capacity=QUEUE_CAPACITY):
             raise RuntimeError("the pipeline made no progress (a dependency the stage slots cannot meet)")
         for comp, comm in STAGE_SLOTS:
             # which tasks run this slot: decided from what was complete when the slot began
-            ready = dict(done)
+            ready, before = dict(done), dict(started)
             run = []
             for stream in (comp, comm):
                 for k in stream:
@@ -160,16 +161,20 @@ def pipeline(st, n, pipelined=True, capacity=QUEUE_CAPACITY):
                     if any(started[k] - started[c] >= capacity for c in consumers[k]):
                         continue
                     run.append((k, i))
+            clock = {0: t, 1: t}       # each stream runs its tasks of the slot one after the other
             for k, i in run:
                 started[k] = i + 1
-                starts[(k, i)] = t
+                lane = 0 if k in comp else 1
+                starts[(k, i)] = clock[lane]
+                clock[lane] += getattr(st, k)
                 if k == "sfp":      # reads the embedding tables: updates of SBP applied so far
                     staleness[i] = max(staleness[i], i - done["sbp"])
                 elif k == "fp":     # reads the dense weights: updates of opt applied so far
                     staleness[i] = max(staleness[i], i - done["opt"])
             for k in _ORDER:
                 if consumers[k]:
-                    max_queue = max(max_queue, max(started[k] - started[c] for c in consumers[k]))
+                    # occupancy while the slot starts: this slot's outputs beside those not yet taken
+                    max_queue = max(max_queue, max(started[k] - before[c] for c in consumers[k]))
             comp_t = sum(getattr(st, k) for k, _ in run if k in comp)
             comm_t = sum(getattr(st, k) for k, _ in run if k in comm)
             for k, _ in run:
@@ -237,31 +242,35 @@ def _gpu_rows(alpha, rows):
     return int(round(alpha * rows))
 
 
-def place(stream, alpha, policy="hot", beta=0.1, k=10.0, l=1.0, seed=0):
+def place(stream, alpha, policy="hot", beta=0.1, k=10.0, l=1.0, seed=0, warmup=0.2):
     """Serve ``stream`` (:class:`ZipfStream`) with ``alpha * rows`` rows on the GPU under ``policy``.
 
-    ``hot`` partitions once from access frequencies (the dissertation's meta-information: the stream's own
-    counts, i.e. a profile of the same distribution); ``importance`` starts from the same partition and then
-    follows eq. 6.3 with decay ``beta`` and importance factors ``k`` (positive) and ``l`` (negative)."""
+    As Sven's profiling placement, the first ``warmup`` fraction of the batches is a warm-up stage that records
+    each row's accesses; hits are counted on the batches after it, for every policy (LRU's cache and the
+    importance weights are warmed on the same batches). ``hot`` partitions once from the warm-up's counts;
+    ``importance`` starts from the same partition and then follows eq. 6.3 with decay ``beta`` and importance
+    factors ``k`` (positive) and ``l`` (negative)."""
     if policy not in POLICIES:
         raise ValueError(f"placement policy {policy!r}: one of {', '.join(POLICIES)}")
+    if not 0 <= warmup < 1:
+        raise ValueError(f"warm-up fraction {warmup!r}: must be in [0, 1)")
     m_g = _gpu_rows(alpha, stream.rows)
     ids, clicks = stream.draw()
-    total = ids.size
+    w0 = min(int(round(warmup * stream.batches)), stream.batches - 1)
+    total = ids[w0:].size
     if policy == "lru":
-        return _lru(stream, alpha, m_g, ids)
+        return _lru(stream, alpha, m_g, ids, w0)
     on_gpu = np.zeros(stream.rows, bool)
     if policy == "random":
         on_gpu[np.random.default_rng(seed).choice(stream.rows, m_g, replace=False)] = True
-        hits = int(on_gpu[ids].sum())
-        return PlacementResult(policy, alpha, m_g, hits, total, 0)
-    counts = np.bincount(ids.ravel(), minlength=stream.rows)
+        return PlacementResult(policy, alpha, m_g, int(on_gpu[ids[w0:]].sum()), total, 0)
+    counts = np.bincount(ids[:w0].ravel(), minlength=stream.rows)
     on_gpu[_top(counts, m_g)] = True
     if policy == "hot":
-        return PlacementResult(policy, alpha, m_g, int(on_gpu[ids].sum()), total, 0)
-    w = counts.astype(float) / stream.batches   # start from the profile, in per-batch units
+        return PlacementResult(policy, alpha, m_g, int(on_gpu[ids[w0:]].sum()), total, 0)
+    w = counts.astype(float) / max(w0, 1)   # start from the profile, in per-batch units
     hits = migrations = 0
-    for b in range(stream.batches):
+    for b in range(w0, stream.batches):
         hits += int(on_gpu[ids[b]].sum())
         p = np.bincount(ids[b], weights=clicks[b], minlength=stream.rows)
         n = np.bincount(ids[b], minlength=stream.rows) - p
@@ -280,19 +289,20 @@ def _top(score, m):
     return np.argsort(-score, kind="stable")[:m]
 
 
-def _lru(stream, alpha, m_g, ids):
+def _lru(stream, alpha, m_g, ids, w0):
     cache, hits, misses = OrderedDict(), 0, 0
-    for r in ids.ravel().tolist():
+    start = w0 * stream.batch       # accesses of the warm-up fill the cache and are not counted
+    for j, r in enumerate(ids.ravel().tolist()):
         if r in cache:
-            hits += 1
+            hits += j >= start
             cache.move_to_end(r)
         elif m_g:
-            misses += 1
+            misses += j >= start
             cache[r] = None
             if len(cache) > m_g:
                 cache.popitem(last=False)
     # a miss that brings the row in is a migration (the row is copied to the GPU)
-    return PlacementResult("lru", alpha, m_g, hits, ids.size, misses)
+    return PlacementResult("lru", alpha, m_g, hits, ids.size - start, misses)
 
 
 def lookup_time(result, dim, gpu_bw, host_bw, dtype_bytes=4, migrate_bw=None):

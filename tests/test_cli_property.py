@@ -123,8 +123,13 @@ def _bench_argv(draw):
 @st.composite
 def _model_argv(draw):
     """perf and coarse subcommands that compute in a blink (no Dask sweeps, no RTL)."""
-    which = draw(st.sampled_from(["rna", "iteration", "byteps", "coarse-profile", "coarse-byteps"]))
-    if which == "rna":
+    which = draw(st.sampled_from(["rna", "sven", "iteration", "byteps", "coarse-profile", "coarse-byteps"]))
+    if which == "sven":
+        # always small scaling sizes: the default sweep up to 128 GPUs takes about 3 s
+        argv = ["perf", "sven", "--out", "{tmp}/perf", "--quiet", "--scaling-npus", str(draw(st.integers(-2, 8)))] \
+            + draw(_opt("--npus", _INTS)) + draw(_opt("--iterations", _INTS)) \
+            + draw(_opt("--link-gbps", _FLOATS)) + draw(_opt("--seed", _INTS))
+    elif which == "rna":
         argv = ["perf", "rna", "--out", "{tmp}/perf", "--quiet"] + draw(_opt("--ranks", _INTS)) \
             + draw(_opt("--seed", _INTS))
     elif which == "iteration":
@@ -191,8 +196,8 @@ def test_bench_checks_its_arguments_before_a_simulator_starts(tmp, argv, monkeyp
 @SETTINGS
 @given(argv=_model_argv())
 def test_perf_and_coarse_models_exit_0_or_with_one_error_line(tmp, argv):
-    """`perf rna`, `perf iteration`, `perf byteps`, `coarse profile` and `coarse byteps` over their numeric
-    parameters (zero, negative, NaN, infinite), clients, workloads and output paths."""
+    """`perf rna`, `perf sven`, `perf iteration`, `perf byteps`, `coarse profile` and `coarse byteps` over their
+    numeric parameters (zero, negative, NaN, infinite), clients, workloads and output paths."""
     argv = _resolve(argv, tmp)
     status, _, err = _call(argv)
     _check(argv, status, err)

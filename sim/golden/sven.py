@@ -38,7 +38,7 @@ that holds the row; :func:`lookup_time` turns the hit ratio into time from the t
 """
 
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -103,7 +103,8 @@ class PipelineResult:
     """``time`` of ``n`` iterations; ``throughput`` iterations per unit time; ``busy``: each task kind's busy
     fraction of ``time``; ``staleness``: per iteration, the updates its reads miss; ``rounds``: four-stage rounds
     run (``n`` plus fill and drain); ``max_queue``: the fullest FIFO queue seen; ``starts``: each task's start,
-    keyed ``(kind, iteration)``."""
+    keyed ``(kind, iteration)``; ``slots``: the tasks of each stage slot in order, compute then communication
+    (what a program runs: :file:`examples/sven_train.py`)."""
     time: float
     n: int
     busy: dict
@@ -111,6 +112,7 @@ class PipelineResult:
     rounds: int
     max_queue: int
     starts: dict
+    slots: list = field(default_factory=list)
 
     @property
     def throughput(self):
@@ -118,15 +120,16 @@ class PipelineResult:
 
 
 def _sequential(st, n):
-    t, starts, busy = 0.0, {}, {k: 0.0 for k in _ORDER}
+    t, starts, busy, slots = 0.0, {}, {k: 0.0 for k in _ORDER}, []
     for i in range(n):
         t += st.input_a2a
         for k in _ORDER:
+            slots.append([(k, i)])
             starts[(k, i)] = t
             t += getattr(st, k)
             busy[k] += getattr(st, k)
     busy["input_a2a"] = n * st.input_a2a
-    return PipelineResult(t, n, {k: v / t if t else 0.0 for k, v in busy.items()}, [0] * n, 0, 1, starts)
+    return PipelineResult(t, n, {k: v / t if t else 0.0 for k, v in busy.items()}, [0] * n, 0, 1, starts, slots)
 
 
 def pipeline(st, n, pipelined=True, capacity=QUEUE_CAPACITY):
@@ -142,7 +145,7 @@ def pipeline(st, n, pipelined=True, capacity=QUEUE_CAPACITY):
     started = {k: 0 for k in _ORDER}       # next iteration of each kind to start
     consumers = {k: [c for c in _ORDER if k in _NEEDS[c]] for k in _ORDER}
     busy = {k: 0.0 for k in _ORDER}
-    starts, staleness = {}, [0] * n
+    starts, staleness, slots = {}, [0] * n, []
     t, rounds, max_queue = 0.0, 0, 0
     while done["opt"] < n or done["sbp"] < n:
         rounds += 1
@@ -161,6 +164,8 @@ def pipeline(st, n, pipelined=True, capacity=QUEUE_CAPACITY):
                     if any(started[k] - started[c] >= capacity for c in consumers[k]):
                         continue
                     run.append((k, i))
+            if run:
+                slots.append(run)
             clock = {0: t, 1: t}       # each stream runs its tasks of the slot one after the other
             for k, i in run:
                 started[k] = i + 1
@@ -182,7 +187,7 @@ def pipeline(st, n, pipelined=True, capacity=QUEUE_CAPACITY):
                 done[k] += 1
             t += max(comp_t, comm_t)
     return PipelineResult(t, n, {k: v / t if t else 0.0 for k, v in busy.items()}, staleness, rounds, max_queue,
-                          starts)
+                          starts, slots)
 
 
 # ---- placement ----------------------------------------------------------------------------------------------

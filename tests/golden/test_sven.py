@@ -28,6 +28,11 @@ def _check_schedule(stg, res, n):
         spans = sorted((res.starts[(k, i)], end[(k, i)]) for k in stream for i in range(n))
         assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
     assert max(end.values()) <= res.time + 1e-9
+    # the slots a program runs: every task once, none needing another of its own slot
+    flat = [t for slot in res.slots for t in slot]
+    assert sorted(flat) == sorted(res.starts)
+    for slot in res.slots:
+        assert not any((d, i) in slot for k, i in slot for d in _NEEDS.get(k, ()))
 
 
 @settings(max_examples=60, deadline=None)

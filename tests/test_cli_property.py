@@ -123,9 +123,14 @@ def _bench_argv(draw):
 @st.composite
 def _model_argv(draw):
     """perf and coarse subcommands that compute in a blink (no Dask sweeps, no RTL)."""
-    which = draw(st.sampled_from(["rna", "iteration", "byteps", "coarse-profile", "coarse-byteps", "fig6", "fig9b",
-                                  "fig12"]))
-    if which == "fig6":
+    which = draw(st.sampled_from(["rna", "sven", "iteration", "byteps", "coarse-profile", "coarse-byteps", "fig6",
+                                  "fig9b", "fig12"]))
+    if which == "sven":
+        # always small scaling sizes: the default sweep up to 128 GPUs takes about 3 s
+        argv = ["perf", "sven", "--out", "{tmp}/perf", "--quiet", "--scaling-npus", str(draw(st.integers(-2, 8)))] \
+            + draw(_opt("--npus", _INTS)) + draw(_opt("--iterations", _INTS)) \
+            + draw(_opt("--link-gbps", _FLOATS)) + draw(_opt("--seed", _INTS))
+    elif which == "fig6":
         # one size and a few SMs: the defaults (2 sizes x 2 budgets x 12 SMs) take about 1.5 s
         argv = ["perf", "fig6", "--out", "{tmp}/perf", "--quiet", "--npus", "16"] \
             + draw(_opt("--max-sms", st.sampled_from(["0", "-1", "3", "x"]))) + draw(_opt("--mem-gbps", _FLOATS)) \
@@ -211,9 +216,9 @@ def test_bench_checks_its_arguments_before_a_simulator_starts(tmp, argv, monkeyp
 @SETTINGS
 @given(argv=_model_argv())
 def test_perf_and_coarse_models_exit_0_or_with_one_error_line(tmp, argv):
-    """`perf rna`, `perf iteration`, `perf byteps`, `perf fig6`/`fig9b`/`fig12`, `coarse profile` and `coarse
-    byteps` over their numeric
-    parameters (zero, negative, NaN, infinite), clients, workloads and output paths."""
+    """`perf rna`, `perf sven`, `perf iteration`, `perf byteps`, `perf fig6`/`fig9b`/`fig12`, `coarse profile`
+    and `coarse byteps` over their numeric parameters (zero, negative, NaN, infinite), clients, workloads and
+    output paths."""
     argv = _resolve(argv, tmp)
     status, _, err = _call(argv)
     _check(argv, status, err)

@@ -89,8 +89,19 @@ def test_rna_training_example_through_the_engines(capsys, tmp_path):
     assert "needs a torus" in capsys.readouterr().err
 
 
+@pytest.mark.cocotb
+def test_sven_training_example_through_the_engines(capsys):
+    """Sven's four-stage pipeline on the ring of small engines (examples/sven_train.py): every all-to-all equal
+    to numpy's, every all-reduce within rounding, the final model equal to the same schedule run in numpy."""
+    res = _load("sven_train").main(["--iterations", "5"])
+    out = capsys.readouterr().out
+    assert res["checked"] == {"alltoall": 10, "allreduce": 5} and res["staleness"] == 3
+    assert len(res["cycles"]["alltoall"]) == 10 and min(res["cycles"]["allreduce"]) > 0
+    assert res["speedup"] > 1 and "agree with the numpy run" in out
+
+
 def test_every_example_is_tested():
-    tested = {"allreduce", "sweep", "training_overlap", "serial_board", "ddp_train", "rna_train"}
+    tested = {"allreduce", "sweep", "training_overlap", "serial_board", "ddp_train", "rna_train", "sven_train"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 

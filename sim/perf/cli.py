@@ -134,6 +134,15 @@ def register(subparsers):
                    help="largest version gap of a merged gradient (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
     _add_common(p)
+    p = sub.add_parser("sven", help="Sven: four-stage pipeline vs sequential for DeepFM, W&D, DCN; scaling factor; "
+                                    "hot-embedding placement's hit ratio vs alpha (hot, random, LRU, importance)")
+    p.add_argument("--npus", type=int, default=16, help="GPUs of the pipeline comparison (default %(default)s)")
+    p.add_argument("--scaling-npus", type=int, action="append",
+                   help="GPU counts of the scaling factor (repeatable; default 1 8 16 32 64 128)")
+    p.add_argument("--iterations", type=int, default=100, help="pipelined iterations (default %(default)s)")
+    p.add_argument("--link-gbps", type=float, default=25.0, help="link bandwidth, GB/s (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the access stream")
+    _add_common(p)
     p = sub.add_parser("calibrate", help="model vs RTL cycle counts (recorded, or measured again with --measure)")
     p.add_argument("--measure", action="store_true",
                    help="run every job on the engine RTL now (Verilator; the design point's rows take minutes "
@@ -295,6 +304,18 @@ def _dispatch(args):
         m = meta["median_response_ms"]
         print("median response time: " + ", ".join(f"{q} probe(s) {t:.1f} ms" for q, t in m.items())
               + f" (1 vs 2: {meta['response_ratio']:.2f}x)")
+    elif c == "sven":
+        from .sven import SCALING_SIZES, sven
+
+        rows, meta = sven(args.out, npus=args.npus, sizes=tuple(args.scaling_npus or SCALING_SIZES),
+                          iterations=args.iterations, link_GBps=args.link_gbps, seed=args.seed)
+        _table([r for r in rows if r["part"] == "pipeline"],
+               ["model", "npus", "sequential_ms", "pipelined_ms", "speedup", "max_staleness"])
+        _table([r for r in rows if r["part"] == "scaling"],
+               ["model", "npus", "scaling_factor", "scaling_factor_sequential"])
+        _table([r for r in rows if r["part"] == "placement"],
+               ["alpha", "hot_hit", "random_hit", "lru_hit", "importance_hit", "DeepFM_hot_over_random",
+                "W&D_hot_over_random", "DCN_hot_over_random"])
     elif c == "calibrate":
         from .calibrate import RTL_POINTS, calibrate
 

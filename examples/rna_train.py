@@ -2,13 +2,14 @@
 
 Eight ranks (a 4x2 torus of small engines) train a least-squares model with data-parallel SGD. Every rank's
 iteration takes a base compute time plus a random delay (0-50 ms per rank and iteration, the dissertation's
-setting after Hop); with ``--slow-group`` the ranks of the torus's second row take 50-100 ms instead (its
-"mixed heterogeneity"). Four synchronization schemes run on the same engines, from the same initial model:
+setting after Hop); with ``--slow-group`` the second half of the ranks (the torus's second row) take 50-100 ms
+instead (its "mixed heterogeneity"). Four synchronization schemes run on the same engines, from the same initial model:
 
 - ``horovod``: ring all-reduce behind a readiness barrier (every rank contributes every round);
 - ``rna-1``: RNA with one probe (a random initiator); ``rna-2``: RNA with two probes (power of two choices);
 - ``rna-h``: RNA with two probes inside each row of the torus, the rows joined through a parameter server
-  (the hierarchical mode; the rows are the groups the grouping rule forms when the second row is slow).
+  (the hierarchical mode with the rows as its groups, as the dissertation's two rings; what the grouping rule
+  itself would form from a profile of the delays is printed: at these settings one group).
 
 The protocol (controller, probes tagged with the round id, expiry, null contributions, merging of waiting
 gradients, staleness bound, learning rate scaled by the contributors) is :mod:`syncfabric.sim.golden.rna`; every
@@ -26,6 +27,7 @@ simulated time until the model reaches the target loss.
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -55,7 +57,8 @@ def main(argv=None):
     ap.add_argument("--target", type=float, default=0.02, help="target loss as a fraction of the initial")
     ap.add_argument("--compute-ms", type=float, default=20.0, help="base compute per iteration (default 20)")
     ap.add_argument("--jitter-ms", type=float, default=50.0, help="injected delay 0..J ms (default 50)")
-    ap.add_argument("--slow-group", action="store_true", help="second row of ranks delayed 50-100 ms")
+    ap.add_argument("--slow-group", action="store_true",
+                    help="the second half of the ranks (the default torus's second row) delayed 50-100 ms")
     ap.add_argument("--dim", type=int, default=64, help="model parameters (float32; default 64)")
     ap.add_argument("--lr", type=float, default=4.0,
                     help="learning rate of a round with every rank contributing (default 4; scaled by the "
@@ -63,6 +66,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the results as JSON to this file")
     args = ap.parse_args(argv)
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        ap.error(f"--json {args.json}: no such directory")
     modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
@@ -88,7 +93,7 @@ def main(argv=None):
     if "rna-h" in modes and n // dims[0] >= config.engine.n_comms:
         ap.error(f"rna-h needs a communicator per row besides the world: engine.n_comms "
                  f"{config.engine.n_comms} < {n // dims[0] + 1}")
-    slow = tuple(range(dims[0], n)) if args.slow_group else ()
+    slow = tuple(range(n // 2, n)) if args.slow_group else ()
     delays = rna.Delays(args.compute_ms, args.jitter_ms, slow_ranks=slow)
     task = rna.LeastSquares(n, dim=args.dim, seed=args.seed)
     target = args.target * task.loss(task.initial())

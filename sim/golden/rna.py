@@ -37,7 +37,7 @@ contributions cost iterations the way they cost accuracy in training, and the fi
 dissertation's: simulated time to a target loss.
 """
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 import math
 
 import numpy as np

@@ -13,6 +13,7 @@ import json
 import sys
 
 from ..hdl.ace.config import PROFILES
+from ..sim.golden.chunking import COLLECTIVES
 from ..sim.golden.partitions import SPLITS
 from ..sim.golden.types import DType, ReduceOp
 from .config import SIZE_UNITS as _UNITS
@@ -96,8 +97,7 @@ def _engine_field(text):
 
 def _add_run_args(p, defaults):
     p.add_argument("--collective", default=defaults["collective"],
-                   choices=["allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce",
-                            "barrier"],
+                   choices=COLLECTIVES,
                    help="collective to run (default %(default)s)")
     p.add_argument("--topology", default=defaults["topology"],
                    help="ring:N, bidir-ring:N, torus:LxVxH or switch:N, at most 512 endpoints (default "

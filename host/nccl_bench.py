@@ -16,24 +16,23 @@ import time
 import numpy as np
 
 from ..sim.golden.algorithms import default_algorithm, generate
+from ..sim.golden.chunking import COLLECTIVES, REDUCING, ROOTED, SEGMENTED
 from ..sim.golden.executor import execute
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
 from .run import random_inputs
 
 __all__ = ["BENCH_COLLECTIVES", "bus_factor", "bench", "format_table", "parse_table"]
 
-BENCH_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce")
+#: What nccl-tests measures: every collective but the barrier, which moves no data.
+BENCH_COLLECTIVES = tuple(c for c in COLLECTIVES if c != "barrier")
 _TYPE_NAMES = {DType.FP32: "float", DType.FP16: "half", DType.BF16: "bfloat16", DType.INT32: "int32"}
-_ROOTED = ("broadcast", "reduce")
-_REDUCING = ("allreduce", "reduce_scatter", "reduce")
-_SEGMENTED = ("reduce_scatter", "allgather", "alltoall")
 
 
 def bus_factor(collective, n):
     """nccl-tests' bus bandwidth factor for ``n`` ranks."""
     if collective == "allreduce":
         return 2 * (n - 1) / n
-    if collective in _SEGMENTED:
+    if collective in SEGMENTED:
         return (n - 1) / n
     return 1.0
 
@@ -63,8 +62,8 @@ def _one(system, comm, coll, count, dtype, op, root, in_place, send, recv, input
         if inputs[cr] is None:
             continue
         send.write(sr, inputs[cr], offset=cr * count * eb if coll == "allgather" and in_place else 0)
-    kw = {"root": root} if coll in _ROOTED else {}
-    args = (count, dtype.name.lower()) + ((op.name.lower(),) if coll in _REDUCING else ())
+    kw = {"root": root} if coll in ROOTED else {}
+    args = (count, dtype.name.lower()) + ((op.name.lower(),) if coll in REDUCING else ())
     req = getattr(comm, coll)(send, None if in_place else recv, *args, **kw)
     req.wait()
     progs = generate(coll, default_algorithm(coll, comm.topology), comm.topology, root=root)
@@ -98,7 +97,7 @@ def bench(system, collective, min_bytes=8, max_bytes=1 << 16, factor=2, *, dtype
     n = comm.size
     dt, rop = DType.parse(dtype), ReduceOp.parse(op)
     eb = dtype_bytes(dt)
-    per = n if collective in _SEGMENTED else 1
+    per = n if collective in SEGMENTED else 1
     sizes = [s for s in _sizes(min_bytes, max_bytes, factor) if s // (eb * per) >= 1]
     if not sizes:
         raise ValueError(f"bench: no size in {min_bytes}..{max_bytes} holds one {dt.name.lower()} element per "
@@ -113,8 +112,8 @@ def bench(system, collective, min_bytes=8, max_bytes=1 << 16, factor=2, *, dtype
         for size in sizes:
             count = size // (eb * per)
             row = {"size": count * eb * per, "count": count, "type": _TYPE_NAMES[dt],
-                   "redop": rop.name.lower() if collective in _REDUCING else "none",
-                   "root": root if collective in _ROOTED else -1, "out": None, "in": None}
+                   "redop": rop.name.lower() if collective in REDUCING else "none",
+                   "root": root if collective in ROOTED else -1, "out": None, "in": None}
             for place in placements:
                 cycles, wrong = [], 0
                 for it in range(warmup + iters):
@@ -224,7 +223,7 @@ def main(args):
     if args.clock_mhz is not None:
         overrides["clock_mhz"] = args.clock_mhz
     config = load_config(source, **overrides)                   # and a bad system or root too
-    if args.bench in _ROOTED and not 0 <= args.root < config.n_endpoints:
+    if args.bench in ROOTED and not 0 <= args.root < config.n_endpoints:
         raise ValueError(f"-r {args.root} is not a rank of {config.topology} (0..{config.n_endpoints - 1})")
     t0 = time.monotonic()
     with System(config, progress=not args.quiet) as system:

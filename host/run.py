@@ -21,7 +21,7 @@ import numpy as np
 from ..sim.golden import topology as topo_mod
 from ..sim.golden.algorithms import default_algorithm, generate
 from ..sim.golden.arith import bf16_from_float32, float32_from_bf16
-from ..sim.golden.chunking import buffer_counts, normalize_collective
+from ..sim.golden.chunking import COLLECTIVES, buffer_counts, normalize_collective
 from ..sim.golden.executor import execute
 from ..sim.golden.partitions import SPLITS
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
@@ -32,7 +32,7 @@ __all__ = ["job_spec", "make_inputs", "run_golden", "run_collective", "format_su
 BACKENDS = ("verilator", "icarus", "amaranth", "golden")
 ENGINE_BACKENDS = ("verilator", "icarus", "amaranth")
 #: What the engine RTL runs: collectives and the topologies the system top wires.
-ENGINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier")
+ENGINE_COLLECTIVES = COLLECTIVES
 ENGINE_TOPOLOGIES = ("ring", "bidir-ring", "torus", "switch")
 #: Link latency (cycles) of ring links (ACE Table V's intra-package links); a torus's links default to its
 #: per-dimension attributes (local 90 cycles at full rate, vertical/horizontal 500 cycles at 1/8 rate).

@@ -42,7 +42,7 @@ from ..hdl.common.layouts import DescFlags, completion_layout
 from ..hdl.system.top import system_links
 from ..sim.golden.algorithms import default_algorithm, generate, supported_algorithms
 from ..sim.golden.arith import bf16_from_float32, float32_from_bf16
-from ..sim.golden.chunking import buffer_counts, decomposition_for, normalize_collective
+from ..sim.golden.chunking import COLLECTIVES, buffer_counts, decomposition_for, normalize_collective
 from ..sim.golden.executor import NULL_COLLECTIVES, landing_deadlock
 from ..sim.golden.topology import Torus, parse as parse_topology
 from ..sim.golden.types import Collective, DType, ReduceOp, Status, dtype_bytes
@@ -54,8 +54,6 @@ __all__ = ["System", "Communicator", "Buffer", "Request", "SyncfabricError", "Us
            "CommunicatorError", "CollectiveError", "RequestTimeout", "ConfigError", "COLLECTIVES", "sub_topology",
            "MemoryLayout", "memory_layout"]
 
-#: The collectives of a :class:`Communicator`.
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier")
 #: Byte alignment of registered buffers (a beat of every engine profile).
 ALIGN = 64
 _COUNT_MAX = (1 << 32) - 1

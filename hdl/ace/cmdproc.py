@@ -21,12 +21,13 @@ from .cmdrecords import CommandRecords
 from .cmdtable import cmd_done_layout, cmd_entry_layout
 from .cplwriter import CompletionWriter
 from .geometry import CommandGeometry
-from .progtable import PTAB_WORDS, ProgramTable
+from .progtable import ProgramTable
+from .regs import N_PARTITIONS, PTAB_ENTRY_WORDS
 from .sqfetch import DescriptorFetch
 from .units import _w, beat_stream, dma_cmd_layout
 from .validate import SUPPORTED_COLLECTIVES, DescriptorValidator, effective_count, elem_shift
 
-__all__ = ["CommandProcessor", "SUPPORTED_COLLECTIVES", "PTAB_WORDS"]
+__all__ = ["CommandProcessor"]
 
 
 class CommandProcessor(wiring.Component):
@@ -58,16 +59,16 @@ class CommandProcessor(wiring.Component):
             "sq_base": In(64), "sq_size": In(32), "sq_tail": In(32), "sq_head": Out(32),
             "cq_base": In(64), "cq_size": In(32), "cq_head": In(32), "cq_tail": Out(32),
             "chunk_beats": In(16),
-            "part": In(data.ArrayLayout(unsigned(8), 5)),
+            "part": In(data.ArrayLayout(unsigned(8), N_PARTITIONS)),
             "win_base": In(data.ArrayLayout(unsigned(64), cfg.n_windows)),
             "win_size": In(data.ArrayLayout(unsigned(64), cfg.n_windows)),
             "win_comms": In(data.ArrayLayout(unsigned(cfg.n_comms), cfg.n_windows)),
             "checking": Out(1),
             "comm_cfg": In(data.ArrayLayout(unsigned(32), cfg.n_comms)),
-            "ptab_we": In(PTAB_WORDS),
+            "ptab_we": In(PTAB_ENTRY_WORDS),
             "ptab_addr": In(range(max(2, cfg.n_programs))),
-            "ptab_wdata": In(32 * PTAB_WORDS),
-            "ptab_rdata": Out(32 * PTAB_WORDS),
+            "ptab_wdata": In(32 * PTAB_ENTRY_WORDS),
+            "ptab_rdata": Out(32 * PTAB_ENTRY_WORDS),
             "irq_cpl": Out(1),
             "irq_err": Out(1),
             # DMA

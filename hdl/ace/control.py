@@ -43,12 +43,12 @@ from .geometry import BlockGeometry
 from .issue import IssueArbiter
 from .issuestage import STEP_FIELDS, IssueStage
 from .jobs import JobBuilder
-from .partition import TERMINAL, PartitionManager
+from .partition import PartitionManager
 from .progmem import ProgramMemories
-from .regs import STALL_CAUSES
+from .regs import N_PARTITIONS, STALL_CAUSES
 from .units import LoadSequencer
 
-__all__ = ["ControlUnit", "FsmState", "cmd_entry_layout", "cmd_done_layout", "STALL_CAUSES", "TERMINAL"]
+__all__ = ["ControlUnit"]
 # (cmd_entry_layout and cmd_done_layout live in cmdtable.py, STALL_CAUSES in regs.py: reasons an FSM's ready
 # step waits, in the order of the STALL counter array; they stay importable from here)
 
@@ -73,7 +73,7 @@ class ControlUnit(wiring.Component):
         n_causes = len(STALL_CAUSES)
         super().__init__({
             "enable": In(1),
-            "part": In(data.ArrayLayout(unsigned(8), 5)),
+            "part": In(data.ArrayLayout(unsigned(8), N_PARTITIONS)),
             "fsm_limit": In(6),
             "new_cmd": In(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
                                                               "entry": cmd_entry_layout(cfg)}))),

@@ -26,12 +26,12 @@ from ..common.axi import AXI4Signature, connect_axi
 from ..common.axifence import AxiFence
 from ..common.csr import CsrBank, CsrSignature
 from ..common.layouts import MAX_PHASES, credit_layout, flit_layout
-from .cmdproc import PTAB_WORDS, CommandProcessor
-from .control import STALL_CAUSES, ControlUnit
+from .cmdproc import CommandProcessor
+from .control import ControlUnit
 from .datapath import Datapath
 from .dma import DmaReader, DmaWriter
 from .dmamux import ReadMux, WriteMux
-from .regs import ace_regmap
+from .regs import N_PARTITIONS, PTAB_ENTRY_WORDS, STALL_CAUSES, ace_regmap
 from .watchdog import Watchdog
 
 __all__ = ["AceEngine"]
@@ -157,7 +157,7 @@ class AceEngine(wiring.Component):
             dp.spill_entries.eq(Mux(bank.field("SPILL_ENTRIES", "entries") > cfg.spill_entries, cfg.spill_entries,
                                     bank.field("SPILL_ENTRIES", "entries"))),
         ]
-        for i in range(5):
+        for i in range(N_PARTITIONS):
             m.d.comb += [cp.part[i].eq(bank.reg("PART", i)), cu.part[i].eq(bank.reg("PART", i))]
         # a window is locked while a command in the table uses it or a descriptor is being checked against it
         win_lock = Signal(cfg.n_windows)
@@ -200,7 +200,7 @@ class AceEngine(wiring.Component):
         sel_p = ptab.addr[:3]
         m.d.comb += [
             cp.ptab_addr.eq(ptab.addr >> 3),
-            cp.ptab_wdata.eq(ptab.wdata.replicate(PTAB_WORDS)),
+            cp.ptab_wdata.eq(ptab.wdata.replicate(PTAB_ENTRY_WORDS)),
             cp.ptab_we.eq(ptab.we << sel_p),
             ptab.rdata.eq(cp.ptab_rdata.word_select(sel_p, 32)),
         ]

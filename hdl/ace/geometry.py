@@ -27,18 +27,23 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
+from ...sim.golden.program import FIELD_WIDTH
+from ..common.layouts import packet_header_layout
+
 __all__ = ["SeqDivider", "geometry_layout", "geometry_error_layout", "CommandGeometry", "BlockGeometry",
            "slot_offset", "MAX_CHUNKS"]
 
-#: Most chunks a command may have: chunk indices travel in the 16-bit ``chunk`` field of packet headers.
-MAX_CHUNKS = 1 << 16
+_HEADER = packet_header_layout()
+_CHUNK_BITS = _HEADER["chunk"].width  # chunk index, as the ``chunk`` field of a packet header carries it
+_KEY_BITS = _HEADER["key"].width      # a block number as a header's ``key`` carries it (a lookup may be out of range)
 
-_COUNT_BITS = 32        # elements per segment (descriptor field)
-_BLOCK_BITS = 11        # n_blocks <= 1024 (10-bit block field of an instruction, plus one)
-_SEGMENT_BITS = 10      # segments <= 512 ranks
-_BEAT_BITS = 16         # chunk_beats register and every beat count derived from it
-_CHUNK_BITS = 16        # chunk index
-_KEY_BITS = 12          # a block number as a packet header's ``key`` carries it (a lookup may be out of range)
+#: Most chunks a command may have: chunk indices travel in the ``chunk`` field of packet headers.
+MAX_CHUNKS = 1 << _CHUNK_BITS
+
+_COUNT_BITS = 32                          # elements per segment (descriptor field)
+_BLOCK_BITS = FIELD_WIDTH["block"] + 1    # n_blocks up to 2**width: an instruction's block field, plus one
+_SEGMENT_BITS = FIELD_WIDTH["peer"] + 1   # segments up to one per rank a ``peer`` field names
+_BEAT_BITS = 16                           # chunk_beats register and every beat count derived from it
 
 
 def _log2(x):

@@ -20,11 +20,11 @@ from ..common.layouts import MAX_PHASES
 from ..common.logic import one_hot_mux, up_down_below
 from .arbiter import OldestPick, age_layout
 from .fsm import fsm_context_layout
-from .regs import N_PARTITIONS, TERMINAL_PARTITION as TERMINAL
+from .regs import N_PARTITIONS, TERMINAL_PARTITION
 from .sram import sram_read_layout
 from .units import STATUS_SHAPE, _w
 
-__all__ = ["PartitionManager", "N_PARTITIONS", "TERMINAL", "chunk_done_layout"]
+__all__ = ["PartitionManager", "chunk_done_layout"]
 
 
 def chunk_done_layout(cfg):
@@ -131,6 +131,6 @@ class PartitionManager(wiring.Component):
             enter = self.dispatch if p == 0 else (moves.valid & ~h_handoff & (h_phase == p - 1))
             m.d.comb += next_free[p].eq(up_down_below(m, self.used[p], enter, leave, self.part[p],
                                                        name=f"free{p}"))
-        m.d.comb += term_free.eq(up_down_below(m, self.used_term, to_term, self.done.valid, self.part[TERMINAL],
+        m.d.comb += term_free.eq(up_down_below(m, self.used_term, to_term, self.done.valid, self.part[TERMINAL_PARTITION],
                                                name="free_term"))
         return m

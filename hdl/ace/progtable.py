@@ -1,7 +1,7 @@
 """Program table: which loaded program runs a collective on a communicator, and its lookup.
 
 The driver writes :func:`~..common.layouts.program_entry_layout` entries through the PTAB register window
-(``PTAB_WORDS`` 32-bit words per entry). For each descriptor the command processor scans the table from entry 0
+(``PTAB_ENTRY_WORDS`` 32-bit words per entry). For each descriptor the command processor scans the table from entry 0
 and takes the first valid entry with the descriptor's communicator and collective, its algorithm (any, when the
 descriptor's algorithm is 0) and, for the rooted collectives (broadcast, reduce), its root. Two cycles per
 entry scanned: the memory read, then the compare.
@@ -14,11 +14,9 @@ from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Collective
 from ..common.layouts import program_entry_layout
+from .regs import PTAB_ENTRY_WORDS
 
-__all__ = ["ProgramTable", "PTAB_WORDS"]
-
-#: 32-bit words per program table entry in the PTAB register window.
-PTAB_WORDS = 8
+__all__ = ["ProgramTable"]
 
 
 class ProgramTable(wiring.Component):
@@ -43,10 +41,10 @@ class ProgramTable(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
-            "ptab_we": In(PTAB_WORDS),
+            "ptab_we": In(PTAB_ENTRY_WORDS),
             "ptab_addr": In(range(max(2, cfg.n_programs))),
-            "ptab_wdata": In(32 * PTAB_WORDS),
-            "ptab_rdata": Out(32 * PTAB_WORDS),
+            "ptab_wdata": In(32 * PTAB_ENTRY_WORDS),
+            "ptab_rdata": Out(32 * PTAB_ENTRY_WORDS),
             "start": In(1),
             "comm": In(8), "collective": In(8), "algorithm": In(8), "root": In(16),
             "done": Out(1),
@@ -58,7 +56,7 @@ class ProgramTable(wiring.Component):
         m = Module()
         cfg = self.cfg
         pe_l = program_entry_layout()
-        ptab = Memory(shape=unsigned(32 * PTAB_WORDS), depth=max(2, cfg.n_programs), init=[])
+        ptab = Memory(shape=unsigned(32 * PTAB_ENTRY_WORDS), depth=max(2, cfg.n_programs), init=[])
         m.submodules.ptab = ptab
         pw = ptab.write_port(granularity=32)
         pr_csr = ptab.read_port()

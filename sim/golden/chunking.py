@@ -30,18 +30,23 @@ This module is pure Python; it knows nothing of algorithms, only of collectives'
 
 from dataclasses import dataclass
 
+from .types import Collective
+
 __all__ = [
     "COLLECTIVES", "SEGMENTED", "ROOTED",
     "normalize_collective", "segments_for", "buffer_counts", "send_segment", "recv_segment",
     "Block", "Chunk", "Decomposition", "decomposition_for", "block_buffer_ranges",
 ]
 
-#: Canonical collective names (the strings used in programs and by the dispatcher).
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce", "barrier")
+#: Canonical collective names (the strings used in programs and by the dispatcher), in opcode order: the
+#: :class:`~.types.Collective` members' ``golden_name``.
+COLLECTIVES = tuple(c.golden_name for c in Collective)
 #: Collectives whose chunk working set has one segment per rank.
-SEGMENTED = frozenset({"reduce_scatter", "allgather", "alltoall"})
+SEGMENTED = frozenset(c.golden_name for c in Collective if c.segmented)
 #: Collectives with a root rank.
-ROOTED = frozenset({"broadcast", "reduce"})
+ROOTED = frozenset(c.golden_name for c in Collective if c.rooted)
+#: Collectives that combine contributions in the ALUs.
+REDUCING = frozenset(c.golden_name for c in Collective if c.reduces)
 
 _ALIASES = {
     "allreduce": "allreduce", "all_reduce": "allreduce", "all-reduce": "allreduce", "ar": "allreduce",

@@ -10,11 +10,10 @@ Pure Python: the header bit pattern comes from the caller (``hdl.common.layouts.
 
 import zlib
 
+from ...hdl.common.layouts import HEADER_CRC_BYTES
+
 __all__ = ["HEADER_CRC_BYTES", "STOMP", "crc32", "packet_crc", "packets", "payload_beats"]
 
-#: Bytes of header covered by a packet's CRC; the same value as ``hdl.common.layouts.HEADER_CRC_BYTES``
-#: (duplicated so that the golden model does not import Amaranth; a test checks they agree).
-HEADER_CRC_BYTES = 16
 
 #: A sender that learns, while a message is already on the wire, that its payload derives from bad data (a
 #: forward whose input failed its CRC) stomps the packet: its CRC goes out xor ``STOMP`` (inverted), so the

@@ -61,7 +61,8 @@ FIELDS = (
     ("fwd_key", 52, 12),
 )
 STEP_BITS = 64
-_WIDTH = {name: width for name, _, width in FIELDS}
+#: Width in bits of each instruction field (:data:`FIELDS`).
+FIELD_WIDTH = {name: width for name, _, width in FIELDS}
 
 
 class ProgramError(ValueError):
@@ -103,9 +104,9 @@ class Step:
         if not isinstance(self.reduce, bool):
             raise ProgramError(f"step field reduce must be a bool, got {self.reduce!r}")
         for name in ("slot", "block", "port", "peer", "key", "fwd_key"):
-            _uint(name, getattr(self, name), _WIDTH[name])
+            _uint(name, getattr(self, name), FIELD_WIDTH[name])
         if self.fwd is not None:
-            _uint("fwd", self.fwd, _WIDTH["fwd_port"])
+            _uint("fwd", self.fwd, FIELD_WIDTH["fwd_port"])
         op = self.op
         if op in (StepOp.LOAD, StepOp.STORE):
             unused = {"port": self.port, "peer": self.peer, "key": self.key, "reduce": self.reduce,

@@ -98,6 +98,16 @@ class Collective(_Parsable):
         return self in (Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE)
 
     @property
+    def rooted(self):
+        """Whether the collective has a root rank (broadcast, reduce)."""
+        return self in (Collective.BROADCAST, Collective.REDUCE)
+
+    @property
+    def segmented(self):
+        """Whether a chunk's working set has one segment per rank (reduce-scatter, all-gather, all-to-all)."""
+        return self in (Collective.REDUCE_SCATTER, Collective.ALLGATHER, Collective.ALLTOALL)
+
+    @property
     def golden_name(self):
         """The collective's name in :mod:`.chunking` / the program generators (e.g. ``"reduce_scatter"``)."""
         return self.name.lower()

@@ -58,9 +58,11 @@ def test_sequential_is_the_sum_of_every_stage(stg, n):
 
 
 @settings(max_examples=60, deadline=None)
-@given(stg=_STAGES, n=st.integers(1, 30), extra=st.integers(1, 30))
+@given(stg=_STAGES, n=st.integers(2, 30), extra=st.integers(1, 30))
 def test_steady_state_rounds_cost_eq_6_2(stg, n, extra):
-    """Fill and drain cost a constant; each further iteration costs exactly eq. 6.2's round."""
+    """Fill and drain cost a constant; each further iteration costs exactly eq. 6.2's round. From two
+    iterations on: a second iteration may still overlap the first one's fill (Stages(1, 1, 1, 0, ...) adds 1,
+    not eq. 6.2's 2), so the pipeline is in steady state only from there."""
     a, b = sven.pipeline(stg, n), sven.pipeline(stg, n + extra)
     assert b.time - a.time == pytest.approx(sven.closed_form(stg, extra), rel=1e-9, abs=1e-9)
     assert b.rounds - a.rounds == extra

@@ -10,7 +10,8 @@ import random
 
 from syncfabric.hdl.ace.arbiter import SEQ_BITS, age_matrix_model, oldest_first_model
 from syncfabric.hdl.ace.config import AceConfig
-from syncfabric.hdl.ace.partition import N_PARTITIONS, TERMINAL, PartitionManager
+from syncfabric.hdl.ace.partition import PartitionManager
+from syncfabric.hdl.ace.regs import N_PARTITIONS, TERMINAL_PARTITION
 from syncfabric.hdl.common.layouts import MAX_PHASES
 
 from sim_helpers import run_sim, seed_for
@@ -31,7 +32,7 @@ class Model:
     def step(self, x):
         """Outputs for inputs ``x`` this cycle, then the state update (as the RTL's clock edge)."""
         part, self.prev_part = self.prev_part, x["part"]
-        term_free = self.used_term < part[TERMINAL]
+        term_free = self.used_term < part[TERMINAL_PARTITION]
         req, pwait, hwait = [], [], []
         oldest = oldest_first_model(x["active"], x["seq"])
         for f in range(F):

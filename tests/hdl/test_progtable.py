@@ -8,7 +8,8 @@ unless 0, the root for broadcast/reduce), two cycles per entry read.
 import random
 
 from syncfabric.hdl.ace.config import AceConfig
-from syncfabric.hdl.ace.progtable import PTAB_WORDS, ProgramTable
+from syncfabric.hdl.ace.progtable import ProgramTable
+from syncfabric.hdl.ace.regs import PTAB_ENTRY_WORDS
 from syncfabric.hdl.common.layouts import program_entry_layout
 from syncfabric.sim.golden.types import Collective
 
@@ -22,7 +23,7 @@ WORD = (1 << 32) - 1
 
 def entry_bits(rng):
     """A random entry whose key fields come from small ranges (so that keys hit), other fields random."""
-    value = rng.getrandbits(32 * PTAB_WORDS)
+    value = rng.getrandbits(32 * PTAB_ENTRY_WORDS)
     fields = {"valid": int(rng.random() < 0.8), "comm": rng.randrange(2), "collective": rng.randrange(1, 8),
               "algorithm": rng.randrange(3), "root": rng.randrange(3)}
     for name, v in fields.items():
@@ -58,15 +59,15 @@ def test_window_reads_back_writes_and_a_scan_finds_the_first_matching_entry_in_t
         for rnd in range(150):
             # window: writes with random word enables, each followed by a read of a random entry
             for _ in range(rng.randint(0, 6)):
-                a, we, v = rng.randrange(N), rng.getrandbits(PTAB_WORDS), entry_bits(rng)
+                a, we, v = rng.randrange(N), rng.getrandbits(PTAB_ENTRY_WORDS), entry_bits(rng)
                 if rng.random() < 0.6:
-                    we = (1 << PTAB_WORDS) - 1
+                    we = (1 << PTAB_ENTRY_WORDS) - 1
                 ctx.set(dut.ptab_addr, a)
                 ctx.set(dut.ptab_we, we)
                 ctx.set(dut.ptab_wdata, v)
                 await ctx.tick()
                 ctx.set(dut.ptab_we, 0)
-                for w in range(PTAB_WORDS):
+                for w in range(PTAB_ENTRY_WORDS):
                     if we >> w & 1:
                         table[a] = table[a] & ~(WORD << 32 * w) | v & (WORD << 32 * w)
                 r = rng.randrange(N)

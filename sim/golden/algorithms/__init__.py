@@ -38,7 +38,8 @@ __all__ = ["ALGORITHMS", "generate", "default_algorithm", "supported_algorithms"
 
 ALGORITHMS = ("ring", "bidir-ring", "hierarchical", "halving-doubling", "direct", "async", "hierarchical-rotated")
 
-_REDUCTIONS = ("allreduce", "reduce_scatter", "allgather")
+#: The collectives with a halving-doubling program (recursive halving and/or doubling) on a switch.
+_HALVING_DOUBLING = ("allreduce", "reduce_scatter", "allgather")
 
 
 def _program_collective(c):
@@ -62,7 +63,7 @@ def supported_algorithms(collective, topology):
             return ("hierarchical", "hierarchical-rotated")
         return ("hierarchical",)
     if isinstance(t, Switch):
-        if c in _REDUCTIONS:
+        if c in _HALVING_DOUBLING:
             pow2 = t.n_endpoints & (t.n_endpoints - 1) == 0
             return ("halving-doubling", "ring") if pow2 else ("ring",)
         return ("ring",)
@@ -91,7 +92,7 @@ def generate(collective, algorithm=None, topology=None, *, root=0):
     algo = default_algorithm(c, t) if algorithm is None else str(algorithm).strip().lower()
     if algo not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")
-    if algo == "halving-doubling" and isinstance(t, Switch) and c in _REDUCTIONS \
+    if algo == "halving-doubling" and isinstance(t, Switch) and c in _HALVING_DOUBLING \
             and t.n_endpoints & (t.n_endpoints - 1):
         raise ValueError(f"halving-doubling needs a power-of-two number of ranks, {t.spec} has "
                          f"{t.n_endpoints}")

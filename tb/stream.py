@@ -9,6 +9,7 @@ import random
 from collections import deque
 
 from cocotb.triggers import Event, ReadOnly, RisingEdge
+from cocotb.types import Logic
 
 __all__ = ["StreamSource", "StreamSink"]
 
@@ -90,6 +91,7 @@ class StreamSink:
             self.ready.value = int(ready)
             await ReadOnly()
             if ready and self.valid.value:
-                self.queue.append(self.payload.value.to_unsigned())
+                value = self.payload.value     # a 1-bit payload's value is a Logic, wider ones a LogicArray
+                self.queue.append(int(value) if isinstance(value, Logic) else value.to_unsigned())
                 self.received += 1
                 self._event.set()

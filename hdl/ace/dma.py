@@ -229,6 +229,21 @@ def _counter_members():
             "busy": Out(COUNTER_BITS)}
 
 
+def _drive_address(m, axi, ch, take, burst, size):
+    """Drive AXI address channel ``ch`` (``"ar"`` or ``"aw"``) from a register: loaded with ``burst``'s
+    ``addr`` and ``len`` when ``take``, emptied when the memory accepts it; ID 0, INCR bursts of
+    ``2**size``-byte beats, normal non-bufferable access. The caller takes a burst only while
+    ``~valid | ready`` (the register is free)."""
+    def port(name):
+        return getattr(axi, ch + name)
+    with m.If(take):
+        m.d.sync += [port("valid").eq(1), port("addr").eq(burst.addr), port("len").eq(burst.len)]
+    with m.Elif(port("ready")):
+        m.d.sync += port("valid").eq(0)
+    m.d.comb += [port("id").eq(0), port("size").eq(size), port("burst").eq(AxiBurst.INCR), port("lock").eq(0),
+                 port("cache").eq(_AXCACHE), port("prot").eq(0)]
+
+
 class DmaReader(wiring.Component):
     """Reads byte ranges over AXI4 and streams them realigned to the range start.
 
@@ -291,22 +306,7 @@ class DmaReader(wiring.Component):
         m.d.comb += split.burst.ready.eq(ar_free & (reserved + burst_beats <= depth) &
                                          (in_flight < cfg.dma_outstanding))
         take_burst = split.burst.valid & split.burst.ready
-        with m.If(take_burst):
-            m.d.sync += [
-                axi.arvalid.eq(1),
-                axi.araddr.eq(split.burst.payload.addr),
-                axi.arlen.eq(split.burst.payload.len),
-            ]
-        with m.Elif(axi.arready):
-            m.d.sync += axi.arvalid.eq(0)
-        m.d.comb += [
-            axi.arid.eq(0),
-            axi.arsize.eq(lw),
-            axi.arburst.eq(AxiBurst.INCR),
-            axi.arlock.eq(0),
-            axi.arcache.eq(_AXCACHE),
-            axi.arprot.eq(0),
-        ]
+        _drive_address(m, axi, "ar", take_burst, split.burst.payload, lw)
         m.d.sync += reserved.eq(reserved + Mux(take_burst, burst_beats, 0) - pop)
         r_last = axi.rvalid & axi.rready & axi.rlast
         m.d.sync += in_flight.eq(in_flight + take_burst - r_last)
@@ -463,22 +463,7 @@ class DmaWriter(wiring.Component):
             bq.w_en.eq(take_burst),
             bq.w_data.eq(split.burst.payload.last),
         ]
-        with m.If(take_burst):
-            m.d.sync += [
-                axi.awvalid.eq(1),
-                axi.awaddr.eq(split.burst.payload.addr),
-                axi.awlen.eq(split.burst.payload.len),
-            ]
-        with m.Elif(axi.awready):
-            m.d.sync += axi.awvalid.eq(0)
-        m.d.comb += [
-            axi.awid.eq(0),
-            axi.awsize.eq(lw),
-            axi.awburst.eq(AxiBurst.INCR),
-            axi.awlock.eq(0),
-            axi.awcache.eq(_AXCACHE),
-            axi.awprot.eq(0),
-        ]
+        _drive_address(m, axi, "aw", take_burst, split.burst.payload, lw)
 
         # -- W realigner: AXI beat j = stream beats j-1 and j shifted up by `off` bytes (zero outside the range).
         nxt = meta_layout(meta_fifo.r_data)

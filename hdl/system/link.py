@@ -17,6 +17,7 @@ from amaranth.utils import ceil_log2
 
 from ..common.axiram import Lfsr
 from ..common.layouts import credit_layout, flit_layout
+from ..common.refuse import Checked
 
 __all__ = ["DelayLine", "FAULT_ONE", "LINK_FAULTS", "Link", "RATE_DEN_MAX", "fault_threshold", "pace"]
 
@@ -58,7 +59,7 @@ def pace(m, tx, num, den, stall):
     return fire
 
 
-class DelayLine(wiring.Component):
+class DelayLine(Checked, wiring.Component):
     """``o`` in cycle ``t`` is ``i`` of cycle ``t - latency`` (zero before that), ``1 <= latency <=
     max_latency``; ``latency`` is an input whose reset value is the constructor's.
 
@@ -68,9 +69,12 @@ class DelayLine(wiring.Component):
     and ``latency`` is meant to be set while the line is idle (changing it moves the read pointer).
     """
 
+    @classmethod
+    def check(cls, shape, latency, max_latency=None):
+        _check_latency(latency, latency if max_latency is None else max_latency)
+
     def __init__(self, shape, latency, max_latency=None):
         max_latency = latency if max_latency is None else max_latency
-        _check_latency(latency, max_latency)
         self.max_latency = max_latency
         super().__init__({"i": In(shape), "o": Out(shape),
                           "latency": In(range(1, max_latency + 1), init=latency)})
@@ -93,7 +97,7 @@ class DelayLine(wiring.Component):
         return m
 
 
-class Link(wiring.Component):
+class Link(Checked, wiring.Component):
     """One direction of a link between a :class:`~syncfabric.hdl.ace.link.TxPort` and an
     :class:`~syncfabric.hdl.ace.link.RxPort`.
 
@@ -134,7 +138,8 @@ class Link(wiring.Component):
         Cycles with ``tx.valid`` (the link sending or pacing a flit); ``flits / busy`` is the achieved rate.
     """
 
-    def __init__(self, beat_bytes, latency, rate=(1, 1), credit_latency=None, max_latency=None):
+    @classmethod
+    def check(cls, beat_bytes, latency, rate=(1, 1), credit_latency=None, max_latency=None):
         num, den = rate
         if not 0 < num <= den <= RATE_DEN_MAX:
             raise ValueError(f"rate must be num/den with 0 < num <= den <= {RATE_DEN_MAX}, not {num}/{den}")
@@ -143,6 +148,12 @@ class Link(wiring.Component):
             max_latency = max(latency, credit_latency, 1)
         _check_latency(latency, max_latency)
         _check_latency(credit_latency, max_latency, "credit latency")
+
+    def __init__(self, beat_bytes, latency, rate=(1, 1), credit_latency=None, max_latency=None):
+        num, den = rate
+        credit_latency = latency if credit_latency is None else credit_latency
+        if max_latency is None:
+            max_latency = max(latency, credit_latency, 1)
         self.beat_bytes, self.max_latency = beat_bytes, max_latency
         super().__init__(self.signature_of(beat_bytes, max_latency, latency, credit_latency, (num, den)))
 

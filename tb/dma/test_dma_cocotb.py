@@ -52,22 +52,6 @@ def random_ranges(rng, w, n, region, max_beats=20):
     return out
 
 
-class _BitSink(StreamSink):
-    """:class:`StreamSink` for a 1-bit payload: cocotb hands a 1-bit signal's value over as a ``Logic``, which
-    has no ``to_unsigned()``."""
-
-    async def run(self):
-        while True:
-            await RisingEdge(self.clk)
-            ready = self.rng.random() >= self.backpressure
-            self.ready.value = int(ready)
-            await ReadOnly()
-            if ready and self.valid.value:
-                self.queue.append(int(self.payload.value))
-                self.received += 1
-                self._event.set()
-
-
 class DmaTB:
     """Clock, reset, the AXI RAM with paused channels, stream drivers and the memory model."""
 
@@ -96,7 +80,7 @@ class DmaTB:
         self.rd_data = StreamSink(dut, "rd_data", dut.clk, backpressure=1 - self.ready_prob, rng=stream_rng(2))
         self.wr_cmd = StreamSource(dut, "wr_cmd", dut.clk, idle=self.idle, rng=stream_rng(3))
         self.wr_data = StreamSource(dut, "wr_data", dut.clk, idle=self.idle, rng=stream_rng(4))
-        self.wr_done = _BitSink(dut, "wr_done", dut.clk, backpressure=1 - self.ready_prob, rng=stream_rng(5))
+        self.wr_done = StreamSink(dut, "wr_done", dut.clk, backpressure=1 - self.ready_prob, rng=stream_rng(5))
         self.beats_read = self.beats_written = 0
         self.mem = bytearray(self.rng.randbytes(MEM_BYTES))
         self.ram.write(0, bytes(self.mem))

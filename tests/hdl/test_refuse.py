@@ -13,6 +13,7 @@ from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.coarse.sync_core import SyncCore
 from syncfabric.hdl.common.refuse import Checked
 from syncfabric.hdl.system.board import BoardSystem
+from syncfabric.hdl.system.link import DelayLine, Link
 from syncfabric.hdl.system.pinlink import PinLink
 from syncfabric.hdl.system.switch import Switch
 from syncfabric.hdl.system.top import AceSystem
@@ -79,6 +80,10 @@ def _small(topology):
     (lambda: BoardSystem(_small("ring:2"), mem_bytes=1000), "power of two"),
     (lambda: SyncCore(beat_bytes=2), "at least 4"),
     (lambda: Partitions(_small("ring:2"), "ring:2", [[0]]), "every rank"),
+    (lambda: Link(8, 0), "latency must be in"),
+    (lambda: Link(8, 1, (3, 2)), "rate must be"),
+    (lambda: Link(8, 2, (1, 1), 0), "credit latency must be in"),
+    (lambda: DelayLine(8, 5, 4), "latency must be in"),
 ])
 def test_refused_components_raise_and_leave_nothing_unused(make, msg):
     with pytest.raises(ValueError, match=msg):

@@ -242,7 +242,7 @@ def _cmd_bench(args):
 EXTRA_COMMANDS = (
     "syncfabric.host.coarse.cli",
     "syncfabric.fpga.cli",
-    "syncfabric.sim.perf.cli",
+    "syncfabric.host.perf_cli",
 )
 
 

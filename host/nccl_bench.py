@@ -200,7 +200,7 @@ def main(args):
     import json
 
     from .config import load_config
-    from .progress import ProgressLine
+    from ..sim.progress import ProgressLine
     from .system import System
 
     _sizes(args.minbytes, args.maxbytes, args.stepfactor)        # bad sizes fail before a simulator starts

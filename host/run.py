@@ -27,7 +27,7 @@ from ..sim.golden.partitions import SPLITS
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
 
 __all__ = ["job_spec", "make_inputs", "run_golden", "run_collective", "format_summary", "count_for_bytes",
-           "bound_cycles", "bandwidth_cycles", "memory_cycles", "passed", "BACKENDS"]
+           "bound_cycles", "bandwidth_cycles", "memory_cycles", "passed", "measure_point", "BACKENDS"]
 
 BACKENDS = ("verilator", "icarus", "amaranth", "golden")
 ENGINE_BACKENDS = ("verilator", "icarus", "amaranth")
@@ -406,7 +406,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
         return res, {"sim": "amaranth", "build_s": 0.0}
     from ..tb.ace import run_system
     from ..tb.harness import run_dir_for
-    from .progress import ProgressLine
+    from ..sim.progress import ProgressLine
 
     tag = build_tag or (f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}"
                         + ("-hdlmem" if npu_mem == "hdl" else ""))
@@ -674,6 +674,17 @@ def format_summary(r):
     lines.append(f"  {verdict}: {r['mismatches']} mismatches against the {r['checked_against']}; "
                  f"{r['wall_s']:.2f} s")
     return "\n".join(lines)
+
+
+def measure_point(point, backend="verilator", threads=1):
+    """Run a calibration point's job (:class:`~syncfabric.sim.perf.calibrate.RtlPoint`) on the engine RTL
+    (``syncfabric run``'s path, NPU memories in HDL) and return the run's result; raises RuntimeError when the
+    run did not pass (a byte wrong, a status not OK)."""
+    r = run_collective(**point.run_kwargs(), backend=backend, npu_mem="hdl", threads=threads, progress=False)
+    if not passed(r):
+        raise RuntimeError(f"{point.run_command}: the RTL run failed (status {r['status']}, "
+                           f"{r['mismatches']} bytes wrong)")
+    return r
 
 
 def passed(r):

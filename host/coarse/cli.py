@@ -52,7 +52,7 @@ def run_system(n_devices, n_groups, chunks, dtype="fp32", op="sum", ring_rate=(1
 
 
 def _sync(args):
-    from ..progress import ProgressLine
+    from ...sim.progress import ProgressLine
     rates = [_rate(r) for r in args.ring_rate.split(",")]
     if args.devices < 2 or args.groups < 1 or args.chunks < 1:
         raise ValueError("need --devices >= 2, --groups >= 1 and --chunks >= 1")

@@ -2,9 +2,9 @@
 chunk size, chunk buffers, FSMs) and the links (latency, rate), next to the cycles the RTL takes on Verilator.
 
 Each :class:`RtlPoint` is one ``syncfabric run`` job with the cycles last recorded for it (``docs/results.md``).
-:func:`calibrate` compares the model with the recorded cycles, or with ``measure_rtl=True`` runs every job on the RTL
-again (:func:`measure`, the same code as ``syncfabric run``, every byte checked against the golden executor)
-and compares with what it measured: ``syncfabric perf calibrate --measure``.
+:func:`calibrate` compares the model with the recorded cycles, or, given a function that measures, runs every job on
+the RTL again (:func:`syncfabric.host.run.measure_point`, the same code as ``syncfabric run``, every byte
+checked against the golden executor) and compares with what it measured: ``syncfabric perf calibrate --measure``.
 
 Engine units: one cycle per second (``clock_hz=1``), a rate-1 link carries one beat per cycle
 (``link_bw=beat_bytes``), no link efficiency factor (the RTL's links lose nothing), memory one beat per cycle
@@ -160,24 +160,13 @@ def predict_cycles(config, collective, topology, nbytes, latency=None, rate=None
     return collective_time(collective, nbytes, topo, ep, system, algorithm=algorithm).time
 
 
-def measure(point, backend="verilator", threads=1):
-    """Run ``point``'s job on the engine RTL (``syncfabric run``'s path, NPU memories in HDL) and return the
-    run's result; raises RuntimeError when the run did not pass (a byte wrong, a status not OK)."""
-    from ...host.run import passed, run_collective
-
-    r = run_collective(**point.run_kwargs(), backend=backend, npu_mem="hdl", threads=threads, progress=False)
-    if not passed(r):
-        raise RuntimeError(f"{point.run_command}: the RTL run failed (status {r['status']}, "
-                           f"{r['mismatches']} bytes wrong)")
-    return r
-
-
-def calibrate(points=RTL_POINTS, *, measure_rtl=False, backend="verilator", on_row=None):
+def calibrate(points=RTL_POINTS, *, measure=None, on_row=None):
     """Rows of (command, RTL cycles, model cycles, error) and the mean absolute error.
 
-    ``measure_rtl``: run each job on the RTL (:func:`measure`) and compare the model with the cycles measured
-    now (``recorded_cycles`` and ``drift`` say how far the recorded figure is from them); otherwise compare with
-    the recorded cycles. ``on_row(i, n, row)`` is called after each row (progress of long measurements)."""
+    ``measure``: a function running a point's job on the RTL and returning its result (``cycles``, ``wall_s``;
+    :func:`syncfabric.host.run.measure_point`); the model is then compared with the cycles measured now
+    (``recorded_cycles`` and ``drift`` say how far the recorded figure is from them); without it, with the
+    recorded cycles. ``on_row(i, n, row)`` is called after each row (progress of long measurements)."""
     rows = []
     for i, p in enumerate(points):
         m = predict_cycles(p.config, p.collective, p.topology, p.nbytes, p.latency, p.rate, p.buffers, p.fsms,
@@ -185,8 +174,8 @@ def calibrate(points=RTL_POINTS, *, measure_rtl=False, backend="verilator", on_r
         row = {"command": p.run_command, "config": p.config, "collective": p.collective, "topology": p.topology,
                "bytes": p.nbytes, "rtl_cycles": p.cycles, "model_cycles": round(m), "error": m / p.cycles - 1,
                "measured": False}
-        if measure_rtl:
-            r = measure(p, backend)
+        if measure is not None:
+            r = measure(p)
             row.update(rtl_cycles=r["cycles"], error=m / r["cycles"] - 1, measured=True, recorded_cycles=p.cycles,
                        drift=r["cycles"] / p.cycles - 1, wall_s=r["wall_s"])
         rows.append(row)

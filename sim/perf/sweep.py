@@ -9,7 +9,7 @@ progress line. ``scheduler``: a Dask scheduler address (``tcp://host:8786``), ``
 import concurrent.futures as cf
 import os
 
-from ...host.progress import ProgressLine
+from ..progress import ProgressLine
 
 __all__ = ["run_sweep", "dask_available", "dask_client"]
 

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from syncfabric.host.cli import main
+from syncfabric.host.run import measure_point
 from syncfabric.sim.perf.calibrate import RTL_POINTS, calibrate
 
 SMALL_RING = next(p for p in RTL_POINTS if p.config == "small" and p.topology == "ring:4")
@@ -18,7 +19,7 @@ SMALL_RING_TOLERANCE = 0.05
 
 @pytest.mark.cocotb
 def test_model_and_the_rtl_measured_now_agree_on_the_small_ring():
-    [row], mae = calibrate([SMALL_RING], measure_rtl=True)
+    [row], mae = calibrate([SMALL_RING], measure=measure_point)
     assert row["measured"] and mae == pytest.approx(abs(row["error"]))
     # the recorded figure is the RTL's own: a change of the engine's cycles must re-record it (RTL_POINTS)
     assert row["rtl_cycles"] == SMALL_RING.cycles, row

@@ -3,7 +3,7 @@
 import json
 import sys
 
-from .profile import DIRECTIONS, TORUS_ALLREDUCES
+from ..sim.perf.profile import DIRECTIONS, TORUS_ALLREDUCES
 
 __all__ = ["register"]
 
@@ -30,7 +30,7 @@ def _sched(p):
 
 
 def _size(text):
-    from ...host.cli import parse_size
+    from .cli import parse_size
     return parse_size(text)
 
 
@@ -177,20 +177,20 @@ def _run(args):
 
 
 def _dispatch(args):
-    from . import repro
-    from .system import CONFIGS, SystemParams, endpoint, paper_compute, torus_for
-    from .training import simulate
-    from .workload import load_workload
+    from ..sim.perf import repro
+    from ..sim.perf.system import CONFIGS, SystemParams, endpoint, paper_compute, torus_for
+    from ..sim.perf.training import simulate
+    from ..sim.perf.workload import load_workload
 
     c = args.perf_command
     progress = not getattr(args, "quiet", False)
     if c == "iteration":
-        from ...host.cli import check_output_path
+        from .cli import check_output_path
 
         check_output_path(args.json)        # before the simulation, not after it
         traced = None
         if args.trace:
-            from .trace import load_trace, trace_workload
+            from ..sim.perf.trace import load_trace, trace_workload
             traced = load_trace(args.trace)
             wl, trace_compute = trace_workload(traced)
             kinds = {}
@@ -305,7 +305,7 @@ def _dispatch(args):
         print("median response time: " + ", ".join(f"{q} probe(s) {t:.1f} ms" for q, t in m.items())
               + f" (1 vs 2: {meta['response_ratio']:.2f}x)")
     elif c == "sven":
-        from .sven import SCALING_SIZES, sven
+        from ..sim.perf.sven import SCALING_SIZES, sven
 
         rows, meta = sven(args.out, npus=args.npus, sizes=tuple(args.scaling_npus or SCALING_SIZES),
                           iterations=args.iterations, link_GBps=args.link_gbps, seed=args.seed)
@@ -317,7 +317,8 @@ def _dispatch(args):
                ["alpha", "hot_hit", "random_hit", "lru_hit", "importance_hit", "DeepFM_hot_over_random",
                 "W&D_hot_over_random", "DCN_hot_over_random"])
     elif c == "calibrate":
-        from .calibrate import RTL_POINTS, calibrate
+        from ..sim.perf.calibrate import RTL_POINTS, calibrate
+        from .run import measure_point
 
         points = [p for p in RTL_POINTS if not args.config or p.config in args.config]
 
@@ -328,7 +329,7 @@ def _dispatch(args):
                       f"({row['error']:+.1%}), {row['wall_s']:.0f} s", flush=True)
 
         try:
-            rows, mae = calibrate(points, measure_rtl=args.measure, backend=args.backend,
+            rows, mae = calibrate(points, measure=(lambda p: measure_point(p, args.backend)) if args.measure else None,
                                   on_row=show if args.measure else None)
         except RuntimeError as exc:
             print(f"syncfabric perf calibrate: error: {exc}", file=sys.stderr)

@@ -147,7 +147,7 @@ def collective_activity(cfg, out_dir, *, nbytes=2048, topology="ring:2", latency
     simulator, VCD into ``out_dir``, and return the :class:`Activity` of endpoint 0's engine."""
     from ..host.job import CollectiveJob, engine_config_for_job
     from ..host.run import engine_config_for, job_spec
-    from ..tb.ace.amaranth_sim import run_system_amaranth
+    from ..host.transports.ace.amaranth_sim import run_system_amaranth
 
     spec = job_spec("allreduce", topology, nbytes, "fp32", "sum", seed=seed)
     run_cfg = engine_config_for_job(engine_config_for(cfg, topology), spec)

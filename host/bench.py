@@ -114,7 +114,7 @@ def bench_simspeed(config="paper", nbytes=1 << 20, topology="ring:8", latency=No
                    threads=("auto",)):
     """The same all-reduce on each backend with each kind of NPU memory (the HDL RAMs inside the design, the
     cocotbext-axi models), then with the HDL RAMs as each number of ``partitions`` (simulator processes,
-    :mod:`syncfabric.tb.ace.partition`); on Verilator with the first of ``threads`` (simulation threads per
+    :mod:`syncfabric.host.transports.ace.partition`); on Verilator with the first of ``threads`` (simulation threads per
     process), and with the HDL RAMs in one process with each of the others; returns the rows
     (``sim_cycles_per_s``, cycles over wall time from the first doorbell to the last completion, is the
     figure; ``wall_s`` the whole run)."""

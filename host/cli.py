@@ -171,7 +171,7 @@ def _add_run_args(p, defaults):
 
 
 def _threads(text):
-    from ..tb.harness import verilator_threads
+    from .transports.harness import verilator_threads
 
     try:
         return text if text == "auto" else verilator_threads(text)

@@ -91,8 +91,8 @@ def fault_campaign(collectives=200, topology="ring:4", faults=None, config="smal
     ``topology`` with ``faults`` (:func:`parse_faults`'s dict; default flips of 0.002 of the flits);
     returns the summary dict (the module docstring's classes, per-status counts, batches, wall time)."""
     from ..hdl.ace.config import AceConfig
-    from ..tb.ace import run_system
-    from ..tb.harness import build_root
+    from .transports.ace import run_system
+    from .transports.harness import build_root
     from .run import engine_config_for
 
     faults = faults or {"flip": 0.002}

@@ -388,7 +388,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     job = CollectiveJob(spec, cfg)
     t0 = time.monotonic()
     if backend == "amaranth":
-        from ..tb.ace.amaranth_sim import run_system_amaranth
+        from .transports.ace.amaranth_sim import run_system_amaranth
 
         if progress:
             print(f"simulating {spec['npus']} engines in Amaranth's simulator (slow: about 100 cycles/s)",
@@ -404,8 +404,8 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
         res["contributors"] = [r.contributors[0][0] for r in rs]
         res["expected_contributors"] = [r.contributors[0][1] for r in rs]
         return res, {"sim": "amaranth", "build_s": 0.0}
-    from ..tb.ace import run_system
-    from ..tb.harness import run_dir_for
+    from .transports.ace import run_system
+    from .transports.harness import run_dir_for
     from ..sim.progress import ProgressLine
 
     tag = build_tag or (f"run-{backend}-{cfg_digest(cfg)}-{spec['topology']}"
@@ -428,7 +428,7 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
     if faults:
         options.update({f"link_{k}": v for k, v in faults.items()})
     if partitions:
-        from ..tb.ace.partition import run_partitioned
+        from .transports.ace.partition import run_partitioned
 
         def show_windows(cycle, wall):
             line.update(f"  simulating in {partitions} partitions: cycle {cycle:,} (bound {bound:,.0f}) at "
@@ -500,11 +500,11 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
     contribution (partial all-reduce); ``npu_mem``: ``"cocotb"`` (the NPU memories are cocotbext-axi models
     served by Python every cycle) or ``"hdl"`` (an HDL RAM per endpoint inside the simulated system, loaded
     and read through a back door; Verilator and Icarus only); ``partitions``: simulate the system as that
-    many simulator processes cut at its links (:mod:`syncfabric.tb.ace.partition`; point-to-point topologies,
-    Verilator and Icarus) on ``scheduler`` (None: a Dask ``LocalCluster``, or a Dask scheduler address);
+    many simulator processes cut at its links (:mod:`syncfabric.host.transports.ace.partition`; point-to-point
+    topologies, Verilator and Icarus) on ``scheduler`` (None: a Dask ``LocalCluster``, or a Dask scheduler address);
     ``threads``: Verilator simulation threads per simulator process (``"auto"``: the idle cores, shared among
-    the partitions, 1 to 4; :func:`syncfabric.tb.harness.verilator_threads`); ``fault``: links that flip data
-    bits or stall at random (``"flip=1e-3,stall=0.01"``: per flit / per cycle; Verilator and Icarus, one process:
+    the partitions, 1 to 4; :func:`syncfabric.host.transports.harness.verilator_threads`); ``fault``: links that flip
+    data bits or stall at random (``"flip=1e-3,stall=0.01"``: per flit / per cycle; Verilator and Icarus, one process:
     :func:`syncfabric.host.faults.parse_faults`), the result then classes each rank's completion
     (``faults``); ``sram_split``: how the driver splits the chunk buffers among the phases
     (:data:`~syncfabric.sim.golden.partitions.SPLITS`: ``"residence"``, or the ACE paper's ``"ace"``)."""
@@ -533,7 +533,7 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
             raise ValueError("--fault needs a Verilog simulator backend (verilator or icarus) in one process")
         cfg0 = config if isinstance(config, AceConfig) else AceConfig.profile(config)
         check_faults_recoverable(faults, cfg0)
-    from ..tb.harness import verilator_threads
+    from .transports.harness import verilator_threads
 
     verilator_threads(threads)              # a bad value fails here, before any build (whatever the backend)
     if chunk_bytes is not None and not isinstance(chunk_bytes, numbers.Integral) and chunk_bytes not in CHUNK_CHOICES:

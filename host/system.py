@@ -136,10 +136,10 @@ def _open_backend(config, progress=False):
         kind = SerialBoards if isinstance(ser["port"], list) else SerialBoard
         return kind(ser["port"], ser["baud"], timeout=ser["timeout_s"], quiet_s=ser["quiet_s"])
     if config.backend == "amaranth":
-        from ..tb.ace.stepped import SteppedSystem
+        from .transports.ace.stepped import SteppedSystem
         return SteppedSystem(config.engine, config.topology, latency=config.latency, rate=config.rate,
                              mem_bytes=config.memory_bytes, seed=config.seed)
-    from ..tb.ace.remote import RemoteSystem
+    from .transports.ace.remote import RemoteSystem
     return RemoteSystem(config.engine, config.topology, latency=config.latency, rate=config.rate,
                         mem_bytes=config.memory_bytes, seed=config.seed, sim=config.backend, progress=progress)
 

@@ -23,7 +23,7 @@ accesses to its memory).
 
 Sync and async: the API comes in two flavours with the same contract. :class:`Transport` is synchronous
 (in-memory fakes, a serial bridge to a board). :class:`AsyncTransport` has coroutine methods, for backends
-that must let a simulator advance while they wait (cocotb: :class:`~syncfabric.tb.transport.CocotbTransport`;
+that must let a simulator advance while they wait (cocotb: :class:`~syncfabric.host.transports.cocotb.CocotbTransport`;
 Amaranth testbenches). The driver (:class:`~syncfabric.host.driver.AceDriver`) is written once, against
 :class:`AsyncTransport`; :func:`as_async` adapts a synchronous transport to it, and :func:`run_sync` runs one
 of the driver's coroutines to completion without an event loop when the transport underneath is synchronous

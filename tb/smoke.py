@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from .harness import tb_params
+from ..host.transports.harness import tb_params
 
 __all__ = ["Counter"]
 

@@ -1,4 +1,4 @@
-"""cocotb testbench of :class:`~syncfabric.tb.transport.CocotbTransport`: the asynchronous driver, over the
+"""cocotb testbench of :class:`~syncfabric.host.transports.cocotb.CocotbTransport`: the asynchronous driver, over the
 transport, against the register bank of the ACE map (``AceConfig.small()``) in a stand-in top.
 
 :class:`CsrTestTop` is the bank with a memory behind each window and a minimal stand-in for the engine: a
@@ -25,7 +25,7 @@ from ..host.driver import AceDriver
 from ..host.programs import decode_entry, program_entry
 from ..sim.golden.algorithms import generate
 from ..sim.golden.program import Step
-from .transport import CocotbTransport
+from ..host.transports.cocotb import CocotbTransport
 
 __all__ = ["CsrTestTop", "CFG"]
 

@@ -15,22 +15,6 @@ LAYERS = ("hdl", "sim", "host", "fpga", "tb")
 #: ``sim.golden``, and they import nothing of ``hdl`` but its layouts.
 FORMATS = {"sim.golden.types", "sim.golden.program", "sim.golden.link", "sim.golden.topology"}
 
-#: Imports against the layering that remain (importer, imported). The simulated systems the host API drives
-#: are testbench modules still: moving them to ``host/transports/`` removes these. Nothing may be added.
-KNOWN_UPWARD = {
-    ("host.cli", "tb.harness"),
-    ("host.system", "tb.ace.remote"),
-    ("host.system", "tb.ace.stepped"),
-    ("host.faults", "tb.ace"),
-    ("host.faults", "tb.harness"),
-    ("host.run", "tb.ace"),
-    ("host.run", "tb.harness"),
-    ("host.run", "tb.ace.amaranth_sim"),
-    ("host.run", "tb.ace.partition"),
-    ("host.coarse.cli", "tb.harness"),
-    ("fpga.activity", "tb.ace.amaranth_sim"),
-}
-
 
 def _modules():
     for layer in LAYERS:
@@ -82,20 +66,15 @@ def _graph():
 
 def test_no_module_imports_from_a_layer_above_it():
     modules, edges = _graph()
-    wrong, seen_known = [], set()
+    wrong = []
     for name, targets in edges.items():
         for target, line, _ in targets:
             if _layer(target) <= _layer(name):
                 continue
             if name.startswith("hdl.") and target in FORMATS:
                 continue
-            if (name, target) in KNOWN_UPWARD:
-                seen_known.add((name, target))
-                continue
             wrong.append(f"{modules[name].relative_to(ROOT)}:{line} imports {target}")
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
-    # a debt that is paid leaves the list
-    assert seen_known == KNOWN_UPWARD, f"no longer imported, remove from KNOWN_UPWARD: {KNOWN_UPWARD - seen_known}"
 
 
 def test_the_formats_hdl_uses_import_only_layouts_from_hdl():
@@ -132,8 +111,8 @@ def test_the_checker_sees_relative_and_absolute_imports(tmp_path):
     """The parser behind these tests, on a made-up module: relative imports resolve against the package,
     absolute ones of this package are kept, others ignored."""
     f = tmp_path / "mod.py"
-    f.write_text("import os\nfrom . import x\nfrom ...hdl.ace import regs\nimport syncfabric.tb.harness\n"
+    f.write_text("import os\nfrom . import x\nfrom ...hdl.ace import regs\nimport syncfabric.tb.smoke\n"
                  "def f():\n    from ...sim.golden.types import DType\n")
     got = _imports("host.coarse.mod", f)
-    assert got == [("host.coarse.x", 2, True), ("hdl.ace.regs", 3, True), ("tb.harness", 4, True),
+    assert got == [("host.coarse.x", 2, True), ("hdl.ace.regs", 3, True), ("tb.smoke", 4, True),
                    ("sim.golden.types.DType", 6, False)]

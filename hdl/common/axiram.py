@@ -15,7 +15,7 @@ access) is how the host bridge reads and writes the NPU memory; a host access wa
 direction to be between bursts, then takes one cycle (write) or two (read).
 
 Simulation options (all off by default; with any of them on, the RAM is the *timed* variant, the HDL
-counterpart of :class:`syncfabric.tb.axi_model.AxiRamModel` for simulations that should not run Python on
+counterpart of :class:`syncfabric.host.transports.axi_model.AxiRamModel` for simulations that should not run Python on
 every clock edge):
 
 * ``read_latency`` / ``write_latency``: the first R beat of a burst is presented at the earliest
@@ -35,7 +35,7 @@ every clock edge):
 
 In the timed variant a host access takes its own memory ports (it never waits for AXI): two cycles from the
 request to ``ack``. The memory is the Verilog array ``mem`` of this module, which is what
-:class:`syncfabric.tb.backdoor.MemoryBackdoor` reads and writes from a cocotb testbench.
+:class:`syncfabric.host.transports.backdoor.MemoryBackdoor` reads and writes from a cocotb testbench.
 
 ``storage="verilog"`` (simulation builds of large memories) keeps the words in an instance ``array`` of the
 hand-written Verilog module :data:`RAM_ARRAY_MODULE` (:data:`RAM_ARRAY_VERILOG`, appended to the design's

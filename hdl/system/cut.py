@@ -19,7 +19,7 @@ memory without a write port would be a constant).
 So that a coordinator outside the simulator copies only the rows that carry something, each write side keeps
 ``sent``: a shift register of the rows' valid bits (a flit, or a credit), bit 0 the row written at the last
 clock edge (row ``now - 1``), bit ``i`` row ``now - 1 - i``. A read side's row that held something a lap ago
-and nothing now must be cleared by the coordinator (:class:`syncfabric.tb.ace.partition.CutRings`).
+and nothing now must be cleared by the coordinator (:class:`syncfabric.host.transports.ace.partition.CutRings`).
 """
 
 from amaranth.hdl import Cat, Module, Signal, unsigned

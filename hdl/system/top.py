@@ -8,8 +8,8 @@ With ``npu_mem`` (the arguments of an :class:`~syncfabric.hdl.common.axiram.AxiR
 them) the system holds that RAM per endpoint instead (instance ``mem<i>`` of the separately converted module
 :data:`NPU_MEM_MODULE`, its words in the array ``array.mem``: a :class:`~syncfabric.hdl.common.axiram.RamArray`,
 so that conversion does not grow with the memory) and has no ``ep<i>_axi`` ports: a testbench reaches the memories
-through their back door (:mod:`syncfabric.tb.backdoor`), with no Python on the clock edges. Every endpoint's
-RAM is the same module; its ``lfsr_seed`` input, a constant per endpoint, makes their stalls differ, and the
+through their back door (:mod:`syncfabric.host.transports.backdoor`), with no Python on the clock edges. Every
+endpoint's RAM is the same module; its ``lfsr_seed`` input, a constant per endpoint, makes their stalls differ, and the
 top-level inputs ``mem<i>_stall_ready``/``mem<i>_stall_valid`` (0..256, in 1/256) set each RAM's stall
 probabilities, so one build serves any stall setting.
 Every directed link of the topology is a :class:`~syncfabric.hdl.system.link.Link` with its latency, rate and

@@ -36,7 +36,7 @@ def run_system(n_devices, n_groups, chunks, dtype="fp32", op="sum", ring_rate=(1
     """Run the COARSE system top once (push, sync, pull, all checked); returns the testbench's report dict
     (``runs``: cycles per run; ``links``: flits per link; ``cores``: per-core counters)."""
     from ...hdl.coarse.system import system_verilog
-    from ...tb.harness import run_cocotb
+    from ..transports.harness import run_cocotb
     params = {"n_devices": n_devices, "n_groups": n_groups, "beat_bytes": beat_bytes, "entry_beats": entry_beats}
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"

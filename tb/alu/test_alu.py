@@ -5,7 +5,7 @@ stream models of :mod:`syncfabric.tb.stream`) and a scoreboard checks every outp
 :func:`syncfabric.sim.golden.arith.reduce_elements`. Beats mix all dtype/op pairs in random order, with
 operands biased to the hard cases (:func:`syncfabric.tb.alu.random_operands`).
 
-Parameters come from the harness (:func:`syncfabric.tb.harness.tb_params`):
+Parameters come from the harness (:func:`syncfabric.host.transports.harness.tb_params`):
   ``params``            design parameters (``lanes``, ``tag_width``), as given to the factory;
   ``beats_per_combo``   random beats of each of the 12 dtype/op pairs (default 200);
   ``seed``              random seed (default: cocotb's ``RANDOM_SEED``);
@@ -28,7 +28,7 @@ from cocotb.utils import get_sim_time
 from ...hdl.common.layouts import alu_operands_layout, alu_result_layout, pack, unpack
 from ...sim.golden.arith import reduce_elements
 from ...sim.golden.types import DType, ReduceOp
-from ..harness import tb_params
+from ...host.transports.harness import tb_params
 from ..stream import StreamSink, StreamSource
 from . import COMBOS, combo_name, elements_per_beat, random_operands
 

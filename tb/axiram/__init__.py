@@ -1,5 +1,6 @@
 """cocotb test of :class:`~syncfabric.hdl.common.axiram.AxiRam` as the top level (ports ``clk``, ``rst``,
-``axi__*``, ``host__*``; the memory array ``mem``, or ``array.mem`` with ``storage="verilog"``) and its back door, :class:`~syncfabric.tb.backdoor.MemoryBackdoor`.
+``axi__*``, ``host__*``; the memory array ``mem``, or ``array.mem`` with ``storage="verilog"``) and its back door,
+:class:`~syncfabric.host.transports.backdoor.MemoryBackdoor`.
 """
 
 from ...hdl.common.axiram import RAM_ARRAY_VERILOG, AxiRam

@@ -1,11 +1,11 @@
 """cocotb tests of :class:`~syncfabric.hdl.common.axiram.AxiRam` (top level) through its back door.
 
-Data is loaded through :class:`~syncfabric.tb.backdoor.MemoryBackdoor`, moved by AXI traffic from
+Data is loaded through :class:`~syncfabric.host.transports.backdoor.MemoryBackdoor`, moved by AXI traffic from
 cocotbext-axi's ``AxiMaster`` (which checks the RAM's side of the protocol: IDs, RLAST, response counts) and
 read back through the back door, compared with a byte model of the memory. A timing test loads and dumps the
 whole memory and writes the wall times to ``backdoor_timing.json`` in the run directory.
 
-Parameters (:func:`syncfabric.tb.harness.tb_params`): ``params`` (the factory's: ``size_bytes`` and
+Parameters (:func:`syncfabric.host.transports.harness.tb_params`): ``params`` (the factory's: ``size_bytes`` and
 ``AxiRam`` options), ``seed``, ``transfers``.
 """
 
@@ -19,8 +19,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiBus, AxiMaster
 
-from ..backdoor import MemoryBackdoor
-from ..harness import tb_params
+from ...host.transports.backdoor import MemoryBackdoor
+from ...host.transports.harness import tb_params
 
 CLOCK_NS = 10
 

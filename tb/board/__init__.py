@@ -91,7 +91,7 @@ class SimulatedBoard:
 
     def __init__(self, cfg, *, topology="ring:2", mem_bytes=16384, sim="verilator", seed=1, noise=0.0,
                  start_timeout=3600, progress=False, boards=1, link_port=None):
-        from ..harness import run_cocotb, run_dir_for
+        from ...host.transports.harness import run_cocotb, run_dir_for
         self.sim = sim
         self.cfg = cfg
         if boards > 1:

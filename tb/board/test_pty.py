@@ -21,7 +21,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, Timer
 
 from ...hdl.common.uart import uart_bits
-from ..harness import tb_params
+from ...host.transports.harness import tb_params
 
 PERIOD_NS = 10
 

@@ -28,7 +28,7 @@ from ...sim.golden.arith import to_bytes
 from ...sim.golden.coarse import coarse_allreduce, ring_positions
 from ...sim.golden.types import DType, ReduceOp
 from ..alu import random_operands
-from ..harness import tb_params
+from ...host.transports.harness import tb_params
 from ..stream import StreamSink, StreamSource
 
 CLOCK_NS = 10

@@ -45,5 +45,6 @@ class DmaTestTop(wiring.Component):
 
 
 def dma_test_top(**overrides):
-    """Factory for :func:`syncfabric.tb.harness.run_cocotb`: :class:`DmaTestTop` of ``AceConfig.small(**overrides)``."""
+    """Factory for :func:`syncfabric.host.transports.harness.run_cocotb`: :class:`DmaTestTop` of
+    ``AceConfig.small(**overrides)``."""
     return DmaTestTop(AceConfig.small(**overrides))

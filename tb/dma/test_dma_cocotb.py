@@ -6,8 +6,8 @@ stream, both with random pauses on all five AXI channels and random stream backp
 region is read back through the DMA. Reads are compared with the RAM's contents, writes with a model of the
 memory (no byte outside a written range may change).
 
-Parameters (:func:`syncfabric.tb.harness.tb_params`): ``params`` (``AceConfig.small`` overrides given to the
-factory), ``seed``, ``commands`` (per phase and direction), ``pause`` (probability of a paused AXI cycle),
+Parameters (:func:`syncfabric.host.transports.harness.tb_params`): ``params`` (``AceConfig.small`` overrides given to
+the factory), ``seed``, ``commands`` (per phase and direction), ``pause`` (probability of a paused AXI cycle),
 ``ready_prob`` (stream sinks), ``idle`` (stream sources).
 """
 
@@ -22,7 +22,7 @@ from cocotbext.axi import AxiBus, AxiRam
 from ...hdl.ace.config import AceConfig
 from ...hdl.ace.dma import dma_cmd_layout, dma_done_layout, dma_read_data_layout, dma_write_data_layout
 from ...hdl.common.layouts import pack, unpack
-from ..harness import tb_params
+from ...host.transports.harness import tb_params
 from ..stream import StreamSink, StreamSource
 
 CLOCK_NS = 10

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from syncfabric.hdl.coarse.system import system_verilog
-from syncfabric.tb.harness import run_cocotb, run_dir_for
+from syncfabric.host.transports.harness import run_cocotb, run_dir_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "hdl"))
 from sim_helpers import seed_for  # noqa: E402

@@ -15,7 +15,7 @@ from syncfabric.sim.golden.arith import to_bytes
 from syncfabric.sim.golden.coarse import sync_chunk
 from syncfabric.sim.golden.types import DType, ReduceOp
 from syncfabric.tb.alu import random_operands
-from syncfabric.tb.axi_model import AxiRamModel
+from syncfabric.host.transports.axi_model import AxiRamModel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "hdl"))
 from sim_helpers import seed_for  # noqa: E402

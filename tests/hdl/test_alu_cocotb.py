@@ -14,7 +14,7 @@ import os
 import pytest
 
 from syncfabric.hdl.alu import ReductionAlu
-from syncfabric.tb.harness import run_cocotb, simulators
+from syncfabric.host.transports.harness import run_cocotb, simulators
 
 pytestmark = pytest.mark.cocotb
 

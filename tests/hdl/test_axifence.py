@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from syncfabric.hdl.common.axi import AXI4Signature
 from syncfabric.hdl.common.axifence import AxiFence
-from syncfabric.tb.axi_model import AxiRamModel
+from syncfabric.host.transports.axi_model import AxiRamModel
 
 BEAT = 8
 SIG = AXI4Signature(16, 8 * BEAT)

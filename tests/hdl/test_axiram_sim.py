@@ -1,6 +1,6 @@
 """:class:`~syncfabric.hdl.common.axiram.AxiRam` in Amaranth's simulator: bursts against a byte model of the
 memory (plain and timed variants, random master stalls), the timed variant's latencies, jitter, LFSR stalls,
-error ranges and read bursts in flight (the behaviour of :class:`syncfabric.tb.axi_model.AxiRamModel`), the
+error ranges and read bursts in flight (the behaviour of :class:`syncfabric.host.transports.axi_model.AxiRamModel`), the
 host port; and the cocotb test of the RAM with its back door (:mod:`syncfabric.tb.axiram`) on Verilator and
 Icarus. ``SEED=<n>`` replaces the random seeds.
 """
@@ -444,7 +444,7 @@ def test_cocotb_backdoor_load_axi_master_moves_data_backdoor_dump(sim, variant):
     """On each simulator: back-door writes and reads at any alignment, data loaded through the back door and
     moved by cocotbext-axi's AxiMaster, dumped through the back door (see tb/axiram/test_axiram_cocotb.py)."""
     from syncfabric.tb.axiram import axiram_test_top
-    from syncfabric.tb.harness import run_cocotb, simulators
+    from syncfabric.host.transports.harness import run_cocotb, simulators
 
     assert sim in simulators(), f"{sim} is not installed: run `make setup`"
     seed = seed_for(18)

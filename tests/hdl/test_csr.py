@@ -18,7 +18,7 @@ from syncfabric.hdl.ace.regs import ACE_ID, ace_regmap
 from syncfabric.hdl.common.csr import CsrBank, CsrSignature
 from syncfabric.hdl.common.regmap import (Field, Register, RegisterArray, RegisterMap, RegisterMapError,
                                           Window)
-from syncfabric.tb.amaranth_transport import csr_request
+from syncfabric.host.transports.amaranth import csr_request
 
 from sim_helpers import run_sim, seed_for
 
@@ -627,7 +627,7 @@ def test_ace_bank_reads_its_constants_and_reaches_every_window():
 @pytest.mark.cocotb
 @pytest.mark.parametrize("sim", ["icarus", "verilator"])
 def test_cocotb_transport_drives_a_bank_and_the_async_driver_uses_it(sim):
-    from syncfabric.tb.harness import run_cocotb, simulators
+    from syncfabric.host.transports.harness import run_cocotb, simulators
     from syncfabric.tb.transport_tb import CsrTestTop
 
     if sim not in simulators():

@@ -1,6 +1,6 @@
-"""DMA engines in Amaranth's simulator against the AXI4 RAM model (:mod:`syncfabric.tb.axi_model`): random byte
-ranges (any alignment, 1..20 beats, 4 KiB crossings) under random AXI stalls and stream backpressure compared
-byte for byte with the model's memory, full-rate throughput behind a slow slave, error responses, latencies,
+"""DMA engines in Amaranth's simulator against the AXI4 RAM model (:mod:`syncfabric.host.transports.axi_model`):
+random byte ranges (any alignment, 1..20 beats, 4 KiB crossings) under random AXI stalls and stream backpressure
+compared byte for byte with the model's memory, full-rate throughput behind a slow slave, error responses, latencies,
 and the AXI signatures. ``SEED=<n>`` replaces the random seeds.
 """
 
@@ -17,7 +17,7 @@ from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.dma import (DmaReader, DmaWriter, dma_cmd_layout, dma_write_data_layout)
 from syncfabric.hdl.common.axi import (AXI4ReadSignature, AXI4Signature, AXI4WriteSignature, READ_MEMBERS,
                                        WRITE_MEMBERS, connect_axi)
-from syncfabric.tb.axi_model import AxiRamModel
+from syncfabric.host.transports.axi_model import AxiRamModel
 
 from sim_helpers import seed_for
 
@@ -521,7 +521,7 @@ def test_dma_on_verilog_simulators_with_cocotbext_axi_ram(sim):
     """Reader and writer sharing one AXI port (:class:`syncfabric.tb.dma.DmaTestTop`) served by cocotbext-axi's
     ``AxiRam``, bound with ``AxiBus.from_prefix(dut, "axi_")``, with random pauses on every AXI channel."""
     from syncfabric.tb.dma import dma_test_top
-    from syncfabric.tb.harness import run_cocotb, simulators
+    from syncfabric.host.transports.harness import run_cocotb, simulators
 
     assert sim in simulators(), f"{sim} is not installed: run `make setup`"
     seed = seed_for(3000)

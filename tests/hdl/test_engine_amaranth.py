@@ -1,12 +1,12 @@
 """The ACE system in Amaranth's simulator: two engines on a ring, driven by the host driver through
-:class:`~syncfabric.tb.amaranth_transport.AmaranthTransport`, checked byte for byte against the golden model.
+:class:`~syncfabric.host.transports.amaranth.AmaranthTransport`, checked byte for byte against the golden model.
 No external simulator is involved (the same flow as the cocotb tests; see test_engine_system.py)."""
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.host.job import CollectiveJob, RejectedCommand
 from syncfabric.host.run import job_spec
 from syncfabric.sim.golden.types import Status
-from syncfabric.tb.ace.amaranth_sim import run_system_amaranth
+from syncfabric.host.transports.ace.amaranth_sim import run_system_amaranth
 
 CFG = AceConfig.small()
 

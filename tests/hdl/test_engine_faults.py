@@ -17,7 +17,7 @@ from syncfabric.host.cli import main as cli_main
 from syncfabric.host.faults import fault_campaign, parse_faults
 from syncfabric.host.run import engine_config_for, job_spec
 from syncfabric.sim.golden.topology import parse as parse_topology
-from syncfabric.tb.ace import run_system
+from syncfabric.host.transports.ace import run_system
 
 from sim_helpers import seed_for
 

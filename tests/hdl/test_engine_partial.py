@@ -10,7 +10,7 @@ import pytest
 from syncfabric.host.run import job_spec
 from syncfabric.sim.golden.topology import parse as parse_topology
 from syncfabric.sim.golden.types import DType, dtype_bytes
-from syncfabric.tb.ace import run_system
+from syncfabric.host.transports.ace import run_system
 
 from sim_helpers import seed_for
 from test_engine_system import CFG as RING_CFG     # their builds serve this file too: the ring's and

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from syncfabric.sim.golden.types import DType, ReduceOp
-from syncfabric.tb.ace import run_system
+from syncfabric.host.transports.ace import run_system
 
 from test_engine_system import CFG, check, job
 

@@ -20,7 +20,7 @@ from syncfabric.sim.golden.executor import execute, landing_deadlock
 from syncfabric.sim.golden.program import Program, ProgramError, Step, StepOp, check_programs
 from syncfabric.sim.golden.topology import parse
 from syncfabric.sim.golden.types import DType, ReduceOp, dtype_bytes
-from syncfabric.tb.ace import run_system
+from syncfabric.host.transports.ace import run_system
 
 from sim_helpers import seed_for
 from test_engine_topologies import check, job
@@ -141,7 +141,7 @@ def test_async_all_to_all_on_8_ports():
 
 
 def test_async_all_to_all_in_the_amaranth_simulator():
-    from syncfabric.tb.ace.amaranth_sim import run_system_amaranth
+    from syncfabric.host.transports.ace.amaranth_sim import run_system_amaranth
     topo = "ring:2"
     cfg = engine_config_for(AceConfig.small(), topo)
     spec = sven(topo, 19, seed=2)["spec"]

@@ -16,7 +16,7 @@ from syncfabric.hdl.system.switch import Switch, queue_bound
 from syncfabric.host.run import engine_config_for
 from syncfabric.sim.golden.executor import landing_deadlock
 from syncfabric.sim.golden.algorithms import generate
-from syncfabric.tb.ace import run_system
+from syncfabric.host.transports.ace import run_system
 
 from sim_helpers import seed_for
 from test_engine_topologies import check, every_collective, job

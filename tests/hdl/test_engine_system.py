@@ -3,8 +3,8 @@
 driver; every output byte against the golden executor, every rejected descriptor with its code and nothing
 written.
 
-The cocotb tests run the generated Verilog on Verilator and Icarus (``syncfabric.tb.ace.test_system``); the
-configuration is ``AceConfig.small()`` (16-byte beats, 1 KiB chunks, 4 FSMs, 8 chunk buffers), which keeps
+The cocotb tests run the generated Verilog on Verilator and Icarus (``syncfabric.host.transports.ace.cocotb_system``);
+the configuration is ``AceConfig.small()`` (16-byte beats, 1 KiB chunks, 4 FSMs, 8 chunk buffers), which keeps
 builds under a minute and lets sizes cross many chunk, packet and beat boundaries. One test runs the same
 flow in Amaranth's simulator with no external simulator at all. Randomised tests print their seed;
 ``SEED=<n>`` replaces the fixed default seeds (a sweep over many seeds: ``tests/hdl/test_engine_stress.py``).
@@ -19,7 +19,7 @@ from syncfabric.host.job import REJECTIONS
 from syncfabric.host.run import job_spec
 from syncfabric.sim.golden.topology import parse as parse_topology
 from syncfabric.sim.golden.types import DType, ReduceOp, dtype_bytes
-from syncfabric.tb.ace import run_system
+from syncfabric.host.transports.ace import run_system
 
 from sim_helpers import seed_for
 

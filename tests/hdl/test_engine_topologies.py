@@ -16,7 +16,7 @@ from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.host.run import engine_config_for, job_spec
 from syncfabric.sim.golden.topology import parse as parse_topology
 from syncfabric.sim.golden.types import DType, dtype_bytes
-from syncfabric.tb.ace import run_system
+from syncfabric.host.transports.ace import run_system
 
 from sim_helpers import seed_for
 

@@ -18,7 +18,7 @@ from syncfabric.hdl.system.pinlink import PinLink
 from syncfabric.hdl.system.switch import Switch
 from syncfabric.hdl.system.top import AceSystem
 from syncfabric.host.run import engine_config_for
-from syncfabric.tb.ace.amaranth_sim import Partitions
+from syncfabric.host.transports.ace.amaranth_sim import Partitions
 
 
 def _unused_warnings(make):

@@ -17,8 +17,8 @@ from amaranth.sim import Simulator
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.system.top import ENGINE_MODULE, ResetStage
-from syncfabric.tb.ace import ace_engine
-from syncfabric.tb.harness import verilog_for
+from syncfabric.host.transports.ace import ace_engine
+from syncfabric.host.transports.harness import verilog_for
 
 
 class Counter(wiring.Component):

@@ -1,8 +1,8 @@
 """A system simulated as partitions with cut links (hdl/system/cut.py, ``AceSystem(cut=True)``) against the
 same system whole, in Amaranth's simulator: every rank's cycles, counters, completions and bytes agree.
 
-The partitions share one simulator here and :class:`~syncfabric.tb.ace.amaranth_sim.Coordinator` copies the cut
-links' ring rows between them every window, the protocol a multi-process partitioned run follows.
+The partitions share one simulator here and :class:`~syncfabric.host.transports.ace.amaranth_sim.Coordinator` copies
+the cut links' ring rows between them every window, the protocol a multi-process partitioned run follows.
 """
 
 import functools
@@ -12,7 +12,7 @@ import pytest
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.host.job import CollectiveJob
 from syncfabric.host.run import engine_config_for, job_spec
-from syncfabric.tb.ace.amaranth_sim import Partitions, run_system_amaranth
+from syncfabric.host.transports.ace.amaranth_sim import Partitions, run_system_amaranth
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from syncfabric.tb.harness import icarus_fixup, run_cocotb, simulators, verilog_for
+from syncfabric.host.transports.harness import icarus_fixup, run_cocotb, simulators, verilog_for
 from syncfabric.tb.smoke import Counter
 
 SIMS = ["verilator", "icarus"]

@@ -1,5 +1,5 @@
-"""Partitioned co-simulation (syncfabric.tb.ace.partition): a system cut into partitions, each its own simulator
-process exchanging the cut links' rows through the hub, against the same system in one process.
+"""Partitioned co-simulation (syncfabric.host.transports.ace.partition): a system cut into partitions, each its own
+simulator process exchanging the cut links' rows through the hub, against the same system in one process.
 
 The single-process reference is a run with one partition: the whole system (no link cut), the same barrier
 rule (ranks post at the first window boundary after all are ready). Every rank's completion cycles, counters,
@@ -11,8 +11,8 @@ import pytest
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.host.run import engine_config_for, job_spec
-from syncfabric.tb.ace import run_system
-from syncfabric.tb.ace.partition import Hub, plan, run_partitioned, split_ranks
+from syncfabric.host.transports.ace import run_system
+from syncfabric.host.transports.ace.partition import Hub, plan, run_partitioned, split_ranks
 
 pytestmark = pytest.mark.cocotb
 
@@ -99,7 +99,7 @@ def test_the_hub_routes_rows_to_the_other_half_and_ands_the_flags():
     """Two partitions of ring:2 (links (0,0,1,0) and (1,0,0,0)... as keys) through a real hub on a socket."""
     import threading
 
-    from syncfabric.tb.ace.partition import HubPeer
+    from syncfabric.host.transports.ace.partition import HubPeer
 
     hub = Hub("ring:2", [[0], [1]])
     key01, key10 = (0, 0, 1, 1), (1, 0, 0, 1)
@@ -130,7 +130,7 @@ def test_the_hub_routes_rows_to_the_other_half_and_ands_the_flags():
 def test_a_partition_that_goes_away_aborts_the_others():
     """A partition whose simulator dies mid-run (its connection closes) ends the run for the others with an
     error that names it, instead of leaving them waiting for its rows."""
-    from syncfabric.tb.ace.partition import HubPeer
+    from syncfabric.host.transports.ace.partition import HubPeer
 
     hub = Hub("ring:2", [[0], [1]])
     alive = HubPeer(hub.address, hub.authkey.hex(), 0)

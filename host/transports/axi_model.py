@@ -32,7 +32,7 @@ engine), so the engine gets about ``1 - npu_share`` of the port's beats.
 import random
 from collections import deque, namedtuple
 
-from ..hdl.common.axi import AxiBurst, AxiResp
+from ...hdl.common.axi import AxiBurst, AxiResp
 
 __all__ = ["AxiRamModel", "Burst"]
 

@@ -2,15 +2,15 @@
 
 Each endpoint's NPU memory is a cocotbext-axi ``AxiRam`` (optionally with random pauses on all five channels,
 i.e. random response delays), or, when the system was built with ``npu_mem`` (``params["npu_mem"]``), the
-system's own HDL RAM ``mem<i>`` reached through its back door (:class:`~syncfabric.tb.backdoor.MemoryBackdoor`:
-no Python runs on the clock edges for memory traffic; ``pause`` is its stall probability, driven on the
-system's ``mem<i>_stall_ready``/``mem<i>_stall_valid`` inputs); each endpoint is
-driven by the host driver over a
-:class:`~syncfabric.tb.transport.CocotbTransport` running :func:`syncfabric.host.job.run_endpoint` - the
+system's own HDL RAM ``mem<i>`` reached through its back door
+(:class:`~syncfabric.host.transports.backdoor.MemoryBackdoor`: no Python runs on the clock edges for memory traffic;
+``pause`` is its stall probability, driven on the system's ``mem<i>_stall_ready``/``mem<i>_stall_valid`` inputs); each
+endpoint is driven by the host driver over a
+:class:`~syncfabric.host.transports.cocotb.CocotbTransport` running :func:`syncfabric.host.job.run_endpoint` - the
 testbench has no second copy of the driver. Every output byte is compared with the golden executor, and
 every guard band around the buffers must be left untouched.
 
-Parameters (:func:`syncfabric.tb.harness.tb_params`): ``params`` (the factory's: cfg, topology,
+Parameters (:func:`syncfabric.host.transports.harness.tb_params`): ``params`` (the factory's: cfg, topology,
 max_latency), ``latency``/``rate`` (every link's; default the topology's: driven on the system's link inputs
 before reset, so one build serves them all), ``jobs`` (a list of ``{"spec": job_spec(...), "comm", "tag", "in_place", "misalign"}``, posted in
 order on every rank), ``seed``, ``pause`` (probability that an AXI channel pauses in a cycle),
@@ -26,8 +26,8 @@ the status every rank must complete with; default OK), ``late`` (``{"rank": r, "
 ``r`` posts only once every other rank has read all its input and has no chunk left, i.e. every slice of
 theirs has left, or after ``max_wait`` cycles; the result's ``late`` says which and what rank ``r`` had
 spilled by then - the asynchronous all-to-all's test), ``spill_entries`` (the spill window's records),
-``partition`` (this simulation is one partition of a partitioned run, :mod:`syncfabric.tb.ace.partition`: the
-system holds the ranks ``partition["ranks"]``, drives only those, and exchanges the cut links' rows through the
+``partition`` (this simulation is one partition of a partitioned run, :mod:`syncfabric.host.transports.ace.partition`:
+the system holds the ranks ``partition["ranks"]``, drives only those, and exchanges the cut links' rows through the
 hub every ``partition["window"]`` cycles; the ranks post at the first window boundary after every rank of
 every partition is ready).
 """
@@ -45,19 +45,19 @@ from cocotb.triggers import ClockCycles, Event, Timer
 from cocotb.utils import get_sim_steps
 from cocotbext.axi import AxiBus, AxiRam
 
-from ...hdl.ace.config import AceConfig
-from ...hdl.common.axiram import stall_threshold
-from ...hdl.common.layouts import MAX_PHASES
-from ...hdl.ace.retry import replay_timeout
-from ...hdl.system.link import LINK_FAULTS
-from ...hdl.system.top import link_port_values, split_links, system_links
-from ...host.driver import AceDriver
-from ...host.job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
+from ....hdl.ace.config import AceConfig
+from ....hdl.common.axiram import stall_threshold
+from ....hdl.common.layouts import MAX_PHASES
+from ....hdl.ace.retry import replay_timeout
+from ....hdl.system.link import LINK_FAULTS
+from ....hdl.system.top import link_port_values, split_links, system_links
+from ...driver import AceDriver
+from ...job import (CANARY, DATA_BASE, CollectiveJob, RejectedCommand, bring_up, load_programs,
                          memory_bytes, run_endpoint)
-from ...sim.golden.topology import parse as parse_topology
+from ....sim.golden.topology import parse as parse_topology
 from ..backdoor import MemoryBackdoor
 from ..harness import tb_params
-from ..transport import CocotbTransport, after_cycles
+from ..cocotb import CocotbTransport, after_cycles
 from .partition import CutRings, HubPeer
 
 CLOCK_NS = 10
@@ -204,8 +204,8 @@ class SystemTB:
         return replay_timeout(self.cfg, list(self.links) + [row for _, row in self.external], rank)
 
     async def coordinate(self):
-        """The partition's side of the exchange (:mod:`syncfabric.tb.ace.partition`): every ``window`` cycles,
-        mid-cycle, send the cut links' rows of the window and this partition's flags to the hub, write what
+        """The partition's side of the exchange (:mod:`syncfabric.host.transports.ace.partition`): every ``window``
+        cycles, mid-cycle, send the cut links' rows of the window and this partition's flags to the hub, write what
         it answers into the rings, release the ranks at the barrier when every partition is ready, and end
         when every partition is done."""
         part = self.partition

@@ -2,7 +2,7 @@
 
 A partition is an :class:`~syncfabric.hdl.system.top.AceSystem` holding some of the ranks with ``cut=True``:
 every link to a rank elsewhere is the local half of a cut link (:mod:`syncfabric.hdl.system.cut`). Each
-partition runs the system testbench (:mod:`syncfabric.tb.ace.test_system`) for its own ranks in its own
+partition runs the system testbench (:mod:`syncfabric.host.transports.ace.cocotb_system`) for its own ranks in its own
 simulator (Verilator or Icarus), and every ``window`` cycles (at most the shortest cut link's latency minus
 one: the conservative lookahead of a link) it stops and exchanges the cut links' ring rows with the others
 through a :class:`Hub` in the launching process:
@@ -25,7 +25,7 @@ the hub per window and one VPI access per flit or credit that crosses a cut (doc
 
 :func:`run_partitioned` launches the partitions on Dask (a ``LocalCluster`` by default, or any scheduler by
 address) or, without Dask, on a local process pool, and merges their results into one result of the shape
-:func:`~syncfabric.tb.ace.run_system` returns.
+:func:`~syncfabric.host.transports.ace.run_system` returns.
 """
 
 import os
@@ -35,8 +35,8 @@ import threading
 import time
 from multiprocessing.connection import Client, Listener
 
-from ...hdl.system.top import split_links
-from ...sim.golden.topology import parse as parse_topology
+from ....hdl.system.top import split_links
+from ....sim.golden.topology import parse as parse_topology
 
 __all__ = ["Hub", "HubPeer", "CutRings", "split_ranks", "plan", "run_partitioned", "merge_results"]
 
@@ -264,7 +264,7 @@ class CutRings:
 
 
 def merge_results(parts, results):
-    """One result of :func:`~syncfabric.tb.ace.run_system`'s shape from the partitions' ``results`` (each
+    """One result of :func:`~syncfabric.host.transports.ace.run_system`'s shape from the partitions' ``results`` (each
     filled in for its own ranks only)."""
     owner = {r: k for k, part in enumerate(parts) for r in part}
     n = len(owner)
@@ -293,7 +293,7 @@ def merge_results(parts, results):
 def _run_partition(point):
     """One partition's testbench (a picklable top-level function for Dask workers and process pools): its
     result, or ``{"error": ...}`` - it never raises, so that the launcher can stop the others."""
-    from ...hdl.ace.config import AceConfig
+    from ....hdl.ace.config import AceConfig
     from . import run_system
     try:
         return run_system(AceConfig(**point["cfg"]), point["topology"], point["jobs"], check=False,
@@ -310,7 +310,7 @@ def _completed(points, use_dask, scheduler):
     if use_dask:
         from dask.distributed import as_completed
 
-        from ...sim.perf.sweep import dask_client
+        from ....sim.perf.sweep import dask_client
         client, cluster, backend = dask_client(scheduler, len(points), min_slots=len(points))
         try:
             yield backend
@@ -332,8 +332,8 @@ def _completed(points, use_dask, scheduler):
 
 def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=None, window=None, latency=None,
                     rate=None, build_tag=None, progress=None, check=True, hub_host=None, **options):
-    """Run the system testbench of :func:`~syncfabric.tb.ace.run_system` (same ``cfg``, ``topology``, ``jobs``
-    and keyword ``options``) as ``partitions`` simulator processes (contiguous rank blocks; ``parts``: explicit
+    """Run the system testbench of :func:`~syncfabric.host.transports.ace.run_system` (same ``cfg``, ``topology``,
+    ``jobs`` and keyword ``options``) as ``partitions`` simulator processes (contiguous rank blocks; ``parts``: explicit
     rank lists), exchanging every ``window`` cycles (default the longest safe window). ``scheduler``: None or
     ``"local"`` (a Dask ``LocalCluster`` of one worker per partition; a local process pool when Dask is not
     installed), ``"processes"`` (the process pool), or a Dask scheduler address (``tcp://host:8786``: its
@@ -346,7 +346,7 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
     becomes one per partition (``<name>-p<k>.log``)."""
     import dataclasses
 
-    from ...sim.perf.sweep import dask_available
+    from ....sim.perf.sweep import dask_available
     from ..harness import verilator_threads
 
     parts = [list(p) for p in (parts or split_ranks(topology, partitions))]

@@ -1,6 +1,6 @@
 """The ACE system on Verilator or Icarus, driven by synchronous host code in this process.
 
-:class:`RemoteSystem` starts the cocotb server testbench (:mod:`syncfabric.tb.ace.test_server`) in a
+:class:`RemoteSystem` starts the cocotb server testbench (:mod:`syncfabric.host.transports.ace.cocotb_server`) in a
 background thread - the simulator runs as a child process, as every cocotb run here does - and waits for it to
 connect back over a local socket. :attr:`RemoteSystem.transports` then holds one synchronous
 :class:`RemoteTransport` per endpoint: each call is one request to the server, performed in simulated time.
@@ -18,7 +18,7 @@ import threading
 import time
 from multiprocessing.connection import Listener
 
-from ...host.transport import Transport, TransportError
+from ...transport import Transport, TransportError
 
 __all__ = ["RemoteSystem", "RemoteTransport"]
 
@@ -34,8 +34,8 @@ class RemoteSystem:
                  connect_timeout=3600, progress=False):
         import dataclasses
 
-        from ...hdl.common.axiram import RAM_ARRAY_MODULE
-        from ...hdl.system.top import ENGINE_MODULE, MAX_LATENCY, link_params
+        from ....hdl.common.axiram import RAM_ARRAY_MODULE
+        from ....hdl.system.top import ENGINE_MODULE, MAX_LATENCY, link_params
         from ..harness import run_dir_for, run_cocotb
         from . import ace_system_verilog
 
@@ -60,7 +60,8 @@ class RemoteSystem:
         def simulate():
             try:
                 run_cocotb(ace_system_verilog, params, toplevel="ace_system",
-                           test_module="syncfabric.tb.ace.test_server", sim=sim, testcase="serve", tb_params=tbp,
+                           test_module="syncfabric.host.transports.ace.cocotb_server", sim=sim, testcase="serve",
+                           tb_params=tbp,
                            build_tag=self.build_tag, hier_blocks=(ENGINE_MODULE,), log_file=self.log_file,
                            public=((RAM_ARRAY_MODULE, "mem"),))
             except BaseException as e:          # handed to the host thread
@@ -89,7 +90,7 @@ class RemoteSystem:
                 self._listener.close()
                 raise TransportError(f"the {sim} simulation did not connect within {connect_timeout} s")
             acceptor.join(0.2)
-        from ...sim.golden.topology import parse as parse_topology
+        from ....sim.golden.topology import parse as parse_topology
         self.n = parse_topology(topology).n_endpoints
         self.transports = [RemoteTransport(self, i) for i in range(self.n)]
         self._now = 0

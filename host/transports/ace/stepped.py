@@ -1,8 +1,8 @@
 """The ACE system in Amaranth's simulator, advanced on demand by synchronous host code.
 
 :class:`SteppedSystem` elaborates :class:`~syncfabric.hdl.system.top.AceSystem`, gives every endpoint an
-:class:`~syncfabric.tb.axi_model.AxiRamModel` as its memory, and runs one bridge testbench that performs the
-host's register accesses, interrupt waits and idle time in simulated time. Host code outside the simulator
+:class:`~syncfabric.host.transports.axi_model.AxiRamModel` as its memory, and runs one bridge testbench that performs
+the host's register accesses, interrupt waits and idle time in simulated time. Host code outside the simulator
 calls the synchronous :class:`SteppedTransport` of an endpoint; each call hands one request to the bridge and
 advances the simulator until the bridge has answered, so the engines run exactly while the host waits on
 them (a register access takes a few cycles, the host's own thinking none). Memory accesses go straight to the
@@ -16,10 +16,10 @@ import time
 
 from amaranth.sim import Simulator
 
-from ...hdl.system.link import LINK_FAULTS
-from ...hdl.system.top import AceSystem
-from ...host.transport import Transport, TransportError
-from ..amaranth_transport import AmaranthTransport, CycleClock
+from ....hdl.system.link import LINK_FAULTS
+from ....hdl.system.top import AceSystem
+from ...transport import Transport, TransportError
+from ..amaranth import AmaranthTransport, CycleClock
 from ..axi_model import AxiRamModel
 
 __all__ = ["SteppedSystem", "SteppedTransport"]
@@ -82,7 +82,7 @@ class SteppedSystem:
                 self._answer = (False, e)
 
     def call(self, rank, op, *args):
-        """Have the bridge run ``op`` (a method of :class:`~syncfabric.tb.amaranth_transport.AmaranthTransport`,
+        """Have the bridge run ``op`` (a method of :class:`~syncfabric.host.transports.amaranth.AmaranthTransport`,
         or ``"idle"``) for endpoint ``rank``; advance the simulation until it is done and return its result."""
         if self._closed:
             raise TransportError("the simulation is closed")

@@ -1,8 +1,8 @@
 """The ACE system in Amaranth's simulator: the same job flow as the cocotb testbench
 (:func:`syncfabric.host.job.run_endpoint` per endpoint, through the host driver), with no external simulator.
 
-Each endpoint's memory is an :class:`~syncfabric.tb.axi_model.AxiRamModel` (seeded random stalls optional)
-and its driver talks through an :class:`~syncfabric.tb.amaranth_transport.AmaranthTransport`. Slower than
+Each endpoint's memory is an :class:`~syncfabric.host.transports.axi_model.AxiRamModel` (seeded random stalls optional)
+and its driver talks through an :class:`~syncfabric.host.transports.amaranth.AmaranthTransport`. Slower than
 Verilator by two orders of magnitude (about 200 cycles/s for two small engines), so it suits small jobs and
 machines without Verilator or Icarus.
 
@@ -15,12 +15,12 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from ...hdl.common.refuse import Checked
-from ...hdl.system.top import AceSystem, system_links
-from ...sim.golden.topology import parse as parse_topology
-from ...host.driver import AceDriver
-from ...host.job import memory_bytes, run_endpoint
-from ..amaranth_transport import AmaranthTransport, CycleClock
+from ....hdl.common.refuse import Checked
+from ....hdl.system.top import AceSystem, system_links
+from ....sim.golden.topology import parse as parse_topology
+from ...driver import AceDriver
+from ...job import memory_bytes, run_endpoint
+from ..amaranth import AmaranthTransport, CycleClock
 from ..axi_model import AxiRamModel
 
 __all__ = ["run_system_amaranth", "Coordinator", "Partitions"]

@@ -1,5 +1,5 @@
 """A transport for Amaranth's simulator: the host driver reaches an engine through its CSR port and an
-:class:`~syncfabric.tb.axi_model.AxiRamModel` (the endpoint's memory) from inside an async testbench.
+:class:`~syncfabric.host.transports.axi_model.AxiRamModel` (the endpoint's memory) from inside an async testbench.
 
 :class:`AmaranthTransport` is an :class:`~syncfabric.host.transport.AsyncTransport` whose coroutines take
 simulated time through the testbench context ``ctx``, so the driver runs unchanged::
@@ -13,7 +13,7 @@ transport. ``clock`` is a :class:`CycleClock` added once to the simulator: it co
 :meth:`AmaranthTransport.cycles` and timeouts.
 """
 
-from ..host.transport import SimulatedTransport, TransportError
+from ..transport import SimulatedTransport, TransportError
 
 __all__ = ["AmaranthTransport", "CycleClock", "csr_request"]
 

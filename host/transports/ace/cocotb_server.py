@@ -1,12 +1,12 @@
 """The ACE system as a server for the host API: the same system testbench (clock, reset, the NPU memories, the
 links) with no jobs of its own. It connects back to the host process at
 ``tb_params()["address"]`` and performs its requests one at a time - register accesses and interrupt waits
-through each endpoint's :class:`~syncfabric.tb.transport.CocotbTransport`, memory accesses on the memory
+through each endpoint's :class:`~syncfabric.host.transports.cocotb.CocotbTransport`, memory accesses on the memory
 models, idle time - until the host says ``close``.
 
 While it waits for the next request the simulator is blocked, so simulated time passes only while the host
 waits on the engines (as with the Amaranth backend). The host side is
-:class:`syncfabric.tb.ace.remote.RemoteSystem`; the protocol is pickled tuples over a
+:class:`syncfabric.host.transports.ace.remote.RemoteSystem`; the protocol is pickled tuples over a
 ``multiprocessing.connection`` socket: ``(op, rank, *args)`` in, ``("ok", value, seconds)`` or ``("err", message,
 seconds)`` out, ``seconds`` being the wall time the request spent in the simulator.
 """
@@ -18,9 +18,9 @@ from multiprocessing.connection import Client
 import cocotb
 from cocotb.triggers import ClockCycles, NextTimeStep
 
-from ...hdl.system.link import LINK_FAULTS
+from ....hdl.system.link import LINK_FAULTS
 from ..harness import tb_params
-from .test_system import SystemTB
+from .cocotb_system import SystemTB
 
 #: Requests the server performs on an endpoint's transport.
 TRANSPORT_OPS = ("read_reg", "write_reg", "read_mem", "write_mem", "wait_irq")

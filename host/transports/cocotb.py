@@ -14,17 +14,17 @@ the request for one cycle after a rising edge and waits for ``ack`` (sampled in 
 each rising edge). Accesses from concurrent tasks are serialised by a lock.
 
 Memory: ``mem`` is any object with ``read(addr, n)`` and ``write(addr, data)`` (a cocotbext-axi ``AxiRam``,
-or its ``Memory`` base class for a test without an AXI bus, or a :class:`~syncfabric.tb.backdoor.MemoryBackdoor`
-into a RAM of the design); these are plain calls, they take no simulated time (the NPU's own accesses to its
-memory are not what is being simulated). A memory whose ``vpi_writes`` is true writes simulator objects, which
-cocotb refuses in the read-only phase where a CSR access ends: a write to it first moves on by one time step
-(no clock edge).
+or its ``Memory`` base class for a test without an AXI bus, or a
+:class:`~syncfabric.host.transports.backdoor.MemoryBackdoor` into a RAM of the design); these are plain calls, they
+take no simulated time (the NPU's own accesses to its memory are not what is being simulated). A memory whose
+``vpi_writes`` is true writes simulator objects, which cocotb refuses in the read-only phase where a CSR access ends:
+a write to it first moves on by one time step (no clock edge).
 """
 
 from cocotb.triggers import ClockCycles, First, Lock, ReadOnly, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
-from ..host.transport import SimulatedTransport, TransportError
+from ..transport import SimulatedTransport, TransportError
 
 __all__ = ["CocotbTransport", "after_cycles"]
 

@@ -4,12 +4,12 @@ The RAM of :class:`syncfabric.hdl.common.axiram.AxiRam` is the unpacked array ``
 (``reg [W-1:0] mem [D-1:0];`` in the Verilog Amaranth emits): word ``i`` holds bytes ``[i*W/8, (i+1)*W/8)``,
 byte 0 in bits 7:0, as on the AXI data bus. cocotb reaches it as an array handle (``dut.mem`` when the RAM is
 the top level, ``dut.<instance>.mem`` inside a design), element by element over VPI, on Icarus and on
-Verilator (there the array must be public: :func:`syncfabric.tb.harness.run_cocotb` makes the top level's
+Verilator (there the array must be public: :func:`syncfabric.host.transports.harness.run_cocotb` makes the top level's
 variables public, ``public=`` names more).
 
 :class:`MemoryBackdoor` offers ``read(addr, n)`` and ``write(addr, data)`` over byte addresses (any alignment;
 partial words are read, modified and written back), so it can stand where a cocotbext-axi ``AxiRam`` stood as
-the ``mem=`` of :class:`~syncfabric.tb.transport.CocotbTransport`. Writes take effect at once
+the ``mem=`` of :class:`~syncfabric.host.transports.cocotb.CocotbTransport`. Writes take effect at once
 (:class:`cocotb.handle.Immediate`), so a read right after a write sees it. Use it between collectives, not
 while the design accesses the memory in the same time step.
 """

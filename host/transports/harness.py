@@ -36,7 +36,7 @@ _PARAMS_ENV = "SYNCFABRIC_TB_PARAMS"
 THREADS_ENV = "SYNCFABRIC_VERILATOR_THREADS"
 #: The most threads ``"auto"`` picks for one simulator process.
 AUTO_THREADS_MAX = 4
-_PKG_ROOT = Path(__file__).resolve().parent.parent          # the repository (or site-packages root)
+_PKG_ROOT = Path(__file__).resolve().parents[2]             # the repository (or site-packages root)
 _SOURCE_DIRS = ("hdl", "sim/golden")
 
 
@@ -241,7 +241,7 @@ def run_cocotb(factory, params, *, toplevel, test_module, sim=None, tb_params=No
     of 16 engines takes about as long as that of one). Returns a summary with the results file, the build
     directory and wall times. ``log_file``: write the simulator's output there instead of the terminal.
     ``public``: ``(module, variable)`` pairs Verilator makes visible to VPI besides the top level's ports
-    (e.g. a RAM's memory array for a back door, :mod:`syncfabric.tb.backdoor`); Icarus sees everything.
+    (e.g. a RAM's memory array for a back door, :mod:`syncfabric.host.transports.backdoor`); Icarus sees everything.
     ``threads``: Verilator simulation threads (:func:`verilator_threads`; a model with more than one is a build
     of its own, ``--threads N``); Icarus runs one.
     """

@@ -6,9 +6,9 @@ HDL ``AxiRam`` in the system, or a cocotbext-axi ``AxiRam``), driven by the host
 (``ace_engine``, converted once per configuration and cached, whatever the topology).
 """
 
-from ...hdl.ace.config import AceConfig
-from ...hdl.common.axiram import RAM_ARRAY_MODULE
-from ...hdl.system.top import ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, engine_verilog, link_verilog, npu_mem_verilog
+from ....hdl.ace.config import AceConfig
+from ....hdl.common.axiram import RAM_ARRAY_MODULE
+from ....hdl.system.top import ENGINE_MODULE, NPU_MEM_MODULE, AceSystem, engine_verilog, link_verilog, npu_mem_verilog
 from ..harness import verilog_for
 
 __all__ = ["ace_system_verilog", "ace_engine", "ace_npu_mem", "run_system", "npu_mem_for", "NPU_MEM_MIN_BYTES"]
@@ -34,7 +34,7 @@ def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None, ranks=None
     """Verilog of ``AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem,
     ranks=ranks, cut=cut)`` followed by the link, engine (and NPU memory) modules (link latencies and rates
     are inputs of the system: one build serves them all). ``ranks``/``cut``: a partition of a partitioned
-    simulation (:mod:`syncfabric.tb.ace.partition`)."""
+    simulation (:mod:`syncfabric.host.transports.ace.partition`)."""
     from amaranth.back import verilog
     engine = verilog_for(ace_engine, {"cfg": cfg}, ENGINE_MODULE).read_text()
     system = AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem, ranks=ranks, cut=cut)
@@ -52,8 +52,8 @@ def npu_mem_for(cfg, topology, jobs, **options):
     ``topology``: a power of two of at least :data:`NPU_MEM_MIN_BYTES`, so that runs of small jobs share one
     build (the stall probabilities are inputs of the system, set by the testbench), with the other
     :class:`AxiRam` ``options``."""
-    from ...host.job import CollectiveJob, memory_bytes
-    from ...sim.golden.topology import parse as parse_topology
+    from ...job import CollectiveJob, memory_bytes
+    from ....sim.golden.topology import parse as parse_topology
 
     objs = [CollectiveJob(j["spec"], cfg, comm=j.get("comm", 0), tag=j.get("tag", 0),
                           in_place=j.get("in_place", False), misalign=j.get("misalign", 0))
@@ -67,8 +67,8 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
                pause=0.0, link_stall=0.0, link_flip=0.0, link_drop=0.0, link_dup=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
                check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=True,
                partition=None, threads=1, sram_split=None):
-    """Run the cocotb system testbench (:mod:`syncfabric.tb.ace.test_system`) on ``topology`` with engines
-    configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
+    """Run the cocotb system testbench (:mod:`syncfabric.host.transports.ace.cocotb_system`) on ``topology`` with
+    engines configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
     under ``"run"``; raises AssertionError when the testbench fails (``check=False``: returns what the
     testbench wrote, with the failure under ``"error"``). ``link_stall``/``link_flip``: the probability per
@@ -80,20 +80,21 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     FSM_LIMIT registers, so one build serves a whole sweep); ``sram_split``: the drivers' partition heuristic
     (None: the driver's default, residence time; ``"ace"``: the ACE paper's). ``post_skew``: each rank posts a random 0..post_skew
 cycles after the others are ready. ``log_file``: the simulator's output goes there
-    instead of the terminal. ``late``/``spill_entries``: see :mod:`syncfabric.tb.ace.test_system`.
+    instead of the terminal. ``late``/``spill_entries``: see :mod:`syncfabric.host.transports.ace.cocotb_system`.
     ``npu_mem``: True (default: an HDL ``AxiRam`` per endpoint, sized by :func:`npu_mem_for`, reached through
     its back door, stalling with probability ``pause`` on every channel), None (cocotbext-axi ``AxiRam`` models
     with their protocol checks, paused per channel by Python on every edge) or a dict of ``AxiRam`` arguments
     with ``size_bytes``. ``partition``: this run is one partition of a partitioned simulation (a dict of
-    ``index``, ``ranks``, ``hub``, ``authkey``, ``window``; :func:`syncfabric.tb.ace.partition.run_partitioned`
-    sets it). ``threads``: Verilator simulation threads (:func:`syncfabric.tb.harness.verilator_threads`)."""
+    ``index``, ``ranks``, ``hub``, ``authkey``, ``window``;
+    :func:`syncfabric.host.transports.ace.partition.run_partitioned` sets it). ``threads``: Verilator simulation threads
+    (:func:`syncfabric.host.transports.harness.verilator_threads`)."""
     import dataclasses
     import json
     import os
     import tempfile
     import threading
 
-    from ...hdl.system.top import MAX_LATENCY, link_params
+    from ....hdl.system.top import MAX_LATENCY, link_params
     from ..harness import run_cocotb
 
     lats = [ln[4] for ln in link_params(topology, latency, rate)]
@@ -119,7 +120,7 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
         error = None
         try:
             run = run_cocotb(ace_system_verilog, params, toplevel="ace_system",
-                             test_module="syncfabric.tb.ace.test_system", sim=sim, testcase=testcase,
+                             test_module="syncfabric.host.transports.ace.cocotb_system", sim=sim, testcase=testcase,
                              tb_params={"jobs": jobs, "seed": seed, "latency": latency, "rate": rate,
                                         "pause": pause, "link_stall": link_stall, "link_flip": link_flip,
                                         "link_drop": link_drop, "link_dup": link_dup,

@@ -88,7 +88,7 @@ def test_an_interrupted_verilator_build_leaves_nothing_behind(tmp_path, monkeypa
     executable) leaves no objects, executable or done-marker in the build directory, so the next run builds
     afresh and passes instead of tripping over the remains."""
     import subprocess
-    from syncfabric.tb import harness
+    from syncfabric.host.transports import harness
 
     monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path))
     real_run = subprocess.run
@@ -118,7 +118,7 @@ def test_a_build_in_use_is_not_pruned_and_a_pruned_build_is_made_again(tmp_path,
     in a file beside the build directory), removes it once released, and the next run builds it afresh. The
     lock file outlives the directory: the removed-and-remade directory keeps one lock, so two processes cannot
     both think they hold it alone (a race that let one pytest worker delete another's build in progress)."""
-    from syncfabric.tb import harness
+    from syncfabric.host.transports import harness
 
     monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path))
     monkeypatch.setenv("SYNCFABRIC_VERILATOR_KEEP", "0")
@@ -140,7 +140,7 @@ def test_a_build_removed_or_remade_since_the_listing_is_left_alone(tmp_path):
     """Every run prunes, so two processes can list the same stale build: the one that gets its lock second
     finds it gone (CI once failed on the FileNotFoundError) or made again by a run in between (fresh, kept).
     Only a build still as listed is removed, its ``built`` marker first."""
-    from syncfabric.tb import harness
+    from syncfabric.host.transports import harness
 
     old, fresh = tmp_path / "top-old", tmp_path / "top-fresh"
     for d in (old, fresh):
@@ -162,7 +162,7 @@ def test_verilator_threads_resolve_from_the_argument_the_environment_and_the_cor
     process's cores less the load average, divided among the processes sharing them, at least 1 and at most
     AUTO_THREADS_MAX;
     anything else is refused with the value in the message."""
-    from syncfabric.tb import harness
+    from syncfabric.host.transports import harness
 
     monkeypatch.delenv(harness.THREADS_ENV, raising=False)
     monkeypatch.setattr(harness.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)

@@ -132,7 +132,9 @@ PAPER_MODEL_NOTES = {
     "VGG-16": "the 13 conv + 3 fc layers of the VGG-16 paper, 224x224 input, batch 32 images per GPU",
     "BERT-large": "24 encoder layers + embeddings (340M parameters), 16 x 128 tokens per GPU",
     "GPT-2": "GPT-2 small (12 layers, 124M parameters), 80 tokens per GPU (the paper's Fig. 13 batch)",
+    "Transformer": "Transformer base (6 + 6 layers, d = 512, 32k shared vocabulary), 4096 tokens per GPU",
 }
+#: Left out: UGATIT (the paper gives neither its layers nor which variant; 2 images per GPU).
 
 
 def _vgg16(batch):
@@ -157,6 +159,14 @@ def _transformer_stack(name, n_layers, d, vocab, positions, tokens):
     return out
 
 
+def _transformer_base(tokens, d=512):
+    enc, dec = 12 * d * d + 13 * d, 16 * d * d + 18 * d       # a decoder layer adds cross-attention
+    out = [("embed", 32000 * d, 0.0)]
+    out += [(f"enc{i}", enc, 2.0 * enc * tokens) for i in range(6)]
+    out += [(f"dec{i}", dec, 2.0 * dec * tokens) for i in range(6)]
+    return out
+
+
 def paper_models(gpu_flops=15.7e12 * 0.5, grad_bytes=4):
     """The paper's models we have shapes for (:data:`PAPER_MODEL_NOTES`): ``{name: [ModelLayer]}``, forward
     FLOPs from the layer shapes, backward twice the forward, at ``gpu_flops`` (default: half a V100's FP32
@@ -167,6 +177,7 @@ def paper_models(gpu_flops=15.7e12 * 0.5, grad_bytes=4):
                                       (l.wg_flops + l.ig_flops) / gpu_flops) for l in wl.layers]
     for name, spec in (("VGG-16", _vgg16(32)),
                        ("BERT-large", _transformer_stack("bert", 24, 1024, 30522, 514, 16 * 128)),
-                       ("GPT-2", _transformer_stack("gpt2", 12, 768, 50257, 1024, 80))):
+                       ("GPT-2", _transformer_stack("gpt2", 12, 768, 50257, 1024, 80)),
+                       ("Transformer", _transformer_base(4096))):
         models[name] = [ModelLayer(ln, p * grad_bytes, f / gpu_flops, 2 * f / gpu_flops) for ln, p, f in spec]
     return models

@@ -180,3 +180,50 @@ def test_golden_async_pull_reads_current_parameters_and_sync_mode_has_no_pull():
     assert g.pull(4).view(np.int32).tolist() == [11, 0]
     with pytest.raises(ValueError, match="asynchronous"):
         GoldenService(3, DType.INT32).pull(4)
+
+
+def test_mode_switch_async_then_sync_round_then_async_restarts_from_a_copy():
+    """Async pushes to part 0, then a sync round of part 0 (summed as if the async phase never happened), then
+    async again: the sync sum cleared the beats' flags, so the first async push copies instead of adding."""
+    n, pb, parts = 2, 2, 1
+    dut = SummationService(n, BB, pb, parts)
+
+    def word(a, b):
+        return int.from_bytes(np.array([a, b], np.int32).tobytes(), "little")
+
+    got = []
+
+    async def request(ctx, w, opcode, addr, value=0):
+        req, rsp = getattr(dut, f"w{w}_req"), getattr(dut, f"w{w}_rsp")
+        ctx.set(rsp.ready, 1)
+        ctx.set(req.payload.as_value(), pack_flit(BB, opcode, 1, addr, value))
+        ctx.set(req.valid, 1)
+        await ctx.tick().until(req.ready)
+        ctx.set(req.valid, 0)
+        (f,) = await ctx.tick().sample(rsp.payload.as_value()).until(rsp.valid)
+        return unpack_flit(BB, f)["data"]
+
+    async def bench(ctx):
+        ctx.set(dut.dtype, DType.INT32)
+        ctx.set(dut.op, ReduceOp.SUM)
+        ctx.set(dut.mode, SummationMode.ASYNC)
+        await request(ctx, 0, CciOpcode.MEM_WR, dut.push_addr(0, 0, 0), word(100, 200))
+        await request(ctx, 1, CciOpcode.MEM_WR, dut.push_addr(0, 1, 0), word(1, 2))
+        got.append(await request(ctx, 0, CciOpcode.MEM_RD, dut.pull_addr(0, 0)))
+        ctx.set(dut.mode, SummationMode.SYNC)
+        for w in range(n):
+            for b in range(pb):
+                await request(ctx, w, CciOpcode.MEM_WR, dut.push_addr(0, w, b), word(10 * w + b, -w))
+        for w in range(n):
+            got.append([await request(ctx, w, CciOpcode.MEM_RD, dut.pull_addr(0, b)) for b in range(pb)])
+        ctx.set(dut.mode, SummationMode.ASYNC)
+        await request(ctx, 1, CciOpcode.MEM_WR, dut.push_addr(0, 1, 1), word(7, 7))
+        got.append(await request(ctx, 0, CciOpcode.MEM_RD, dut.pull_addr(0, 1)))
+        assert ctx.get(dut.pushes_applied) == 3 and ctx.get(dut.parts_summed) == 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run_until(2_000 * 1e-6)
+    sums = [word(10, -1), word(12, -1)]
+    assert got == [word(101, 202), sums, sums, word(7, 7)]

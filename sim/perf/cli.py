@@ -292,13 +292,13 @@ def _dispatch(args):
     elif c == "byteps":
         if args.kmax < 0:
             raise ValueError(f"--kmax {args.kmax}: the largest CPU machine count k must be at least 0")
+        if not all(0 < v < float("inf") for v in (args.gpu_tflops, args.part_mb)):     # NaN fails too
+            raise ValueError(f"--gpu-tflops {args.gpu_tflops} and --part-mb {args.part_mb}: expected positive "
+                             f"finite numbers")
         rows, pcie = repro.byteps(args.out, n=args.n, ks=range(0, args.kmax + 1, 2))
         _table(rows, ["n", "k", "model_s", "traffic_s", "allreduce_s", "speedup_over_allreduce"])
         _table(pcie, ["m", "rho", "x_opt", "x_brute", "J_ca_s", "J_opt_s", "J_allreduce_s"])
         if args.pipeline:
-            if not (args.gpu_tflops > 0 and args.part_mb > 0):     # NaN fails here too
-                raise ValueError(f"--gpu-tflops {args.gpu_tflops} and --part-mb {args.part_mb}: expected "
-                                 f"positive numbers")
             rows = repro.byteps_pipeline(args.out, n=args.n, gpu_flops=args.gpu_tflops * 1e12,
                                          part_bytes=max(1, int(args.part_mb * (1 << 20))))
             _table(rows, ["model", "k", "grad_MB", "compute_ms", "comm_ms", "after_backward_ms", "fifo_tensors_ms",

@@ -105,4 +105,5 @@ def test_pipeline_figure_rows_follow_the_formulas(tmp_path):
             assert r["ps_ms"] == pytest.approx(r["fifo_tensors_ms"])
     with pytest.raises(ValueError, match="positive"):
         repro.byteps_pipeline(str(tmp_path), n=8, gpu_flops=0)
-    assert main(["perf", "byteps", "--pipeline", "--gpu-tflops", "nan", "--out", str(tmp_path), "--quiet"]) != 0
+    for opt, value in (("--gpu-tflops", "nan"), ("--gpu-tflops", "0"), ("--part-mb", "inf"), ("--part-mb", "-1")):
+        assert main(["perf", "byteps", "--pipeline", opt, value, "--out", str(tmp_path), "--quiet"]) != 0

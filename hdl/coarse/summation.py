@@ -39,7 +39,7 @@ from ..alu import ReductionAlu
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE
 from .layouts import CciOpcode, cci_flit_layout
 
-__all__ = ["SummationService", "SummationMode", "PUSH", "PULL"]
+__all__ = ["SummationService", "SummationMode", "PushScoreboard", "PUSH", "PULL"]
 
 #: Address bases of the two regions (bit 30 selects).
 PUSH = 0
@@ -50,6 +50,32 @@ class SummationMode(enum.Enum, shape=1):
     """Training mode of the summation service (BytePS section 5)."""
     SYNC = 0        #: a pull waits for every worker's contribution of the round
     ASYNC = 1       #: a push is added to the stored parameters at once; a pull returns them at once
+
+
+class PushScoreboard(wiring.Component):
+    """The beats of the last ``depth`` accepted asynchronous pushes (a shift register: a push is in flight for
+    ``depth`` cycles after its acceptance); ``hit[k]`` when ``probe[k]`` names one of them.
+
+    Ports: ``push`` (stream of beat addresses, always ready: the push accepted this cycle), ``probe`` (``probes``
+    addresses), ``hit`` (``probes`` bits, combinational from ``probe``: ``depth`` comparators each)."""
+
+    def __init__(self, depth, addr_width, probes):
+        if depth < 1 or probes < 1:
+            raise ValueError("a scoreboard needs a depth and a probe")
+        self.depth = depth
+        super().__init__({"push": In(stream.Signature(addr_width, always_ready=True)),
+                          "probe": In(addr_width).array(probes), "hit": Out(probes)})
+
+    def elaborate(self, platform):
+        m = Module()
+        valid = [Signal(name=f"valid_{j}") for j in range(self.depth)]
+        addr = [Signal(len(self.push.payload), name=f"addr_{j}") for j in range(self.depth)]
+        m.d.sync += [valid[0].eq(self.push.valid), addr[0].eq(self.push.payload)]
+        m.d.sync += [valid[j].eq(valid[j - 1]) for j in range(1, self.depth)]
+        m.d.sync += [addr[j].eq(addr[j - 1]) for j in range(1, self.depth)]
+        for k, probe in enumerate(self.probe):
+            m.d.comb += self.hit[k].eq(Cat(*(v & (a == probe) for v, a in zip(valid, addr))).any())
+        return m
 
 
 class SummationService(wiring.Component):
@@ -137,13 +163,12 @@ class SummationService(wiring.Component):
         sync_ok = [~good_pull[k] | (complete.bit_select(psel[k], 1)
                                     & (Array(taken[p][k] for p in range(P))[psel[k]] < pb))
                    for k in range(n)]
-        # async: the scoreboard holds the beats of the L + 1 pushes accepted in the last L + 1 cycles (written
-        # L + 1 cycles after acceptance, the ALU never stalls); a request to one of them waits
-        sb_valid = [Signal(name=f"sb_valid_{j}") for j in range(L + 1)]
-        sb_addr = [Signal(aw, name=f"sb_addr_{j}") for j in range(L + 1)]
+        # async: the scoreboard holds the beats of the pushes accepted in the last L + 1 cycles (each written
+        # L + 1 cycles after acceptance: the ALU never stalls); a request to one of them waits
+        m.submodules.scoreboard = sb = PushScoreboard(L + 1, aw, n)
         waddr = [beat_addr(r.payload, f"waddr_{k}") for k, r in enumerate(reqs)]
-        hazard = [Cat(*(v & (a == waddr[k]) for v, a in zip(sb_valid, sb_addr))).any() for k in range(n)]
-        servable = [r.valid & Mux(asy, ~hazard[k], sync_ok[k]) for k, r in enumerate(reqs)]
+        m.d.comb += [sb.probe[k].eq(waddr[k]) for k in range(n)]
+        servable = [r.valid & Mux(asy, ~sb.hit[k], sync_ok[k]) for k, r in enumerate(reqs)]
         # a response register per port (the answer is sent while the next request may be taken elsewhere)
         last = Signal(range(n))
         pick = Signal(range(n))
@@ -177,9 +202,7 @@ class SummationService(wiring.Component):
         sync_push, sync_pull, async_push = is_push & ~asy, is_pull & ~asy, is_push & asy
         m.d.comb += [c_w.addr.eq(push_index), c_w.data.eq(head.data), c_w.en.eq(sync_push),
                      r_pull.addr.eq(head.addr[bb_bits:30])]
-        m.d.sync += [sb_valid[0].eq(async_push), sb_addr[0].eq(head_waddr)]
-        m.d.sync += [sb_valid[j].eq(sb_valid[j - 1]) for j in range(1, L + 1)]
-        m.d.sync += [sb_addr[j].eq(sb_addr[j - 1]) for j in range(1, L + 1)]
+        m.d.comb += [sb.push.valid.eq(async_push), sb.push.payload.eq(head_waddr)]
         # an async pull of a beat never written asynchronously reads zero
         pull_word = Mux(asy & ~r_pull.data[width], 0, r_pull.data[:width])
         rsp_tag = [Signal(8, name=f"rsp_tag_{k}") for k in range(n)]

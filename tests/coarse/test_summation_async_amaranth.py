@@ -243,3 +243,27 @@ def test_async_accepts_about_one_push_per_cycle(same_part):
                                     stall=0)
     print(f"{len(accepted)} pushes in {cycles} cycles")
     assert cycles <= 1.15 * len(accepted)
+
+
+def test_push_scoreboard_hits_for_exactly_depth_cycles_after_a_push():
+    from syncfabric.hdl.coarse.summation import PushScoreboard
+    depth = 3
+    dut = PushScoreboard(depth, 4, 2)
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.probe[0], 5)
+        ctx.set(dut.probe[1], 6)
+        ctx.set(dut.push.payload, 5)
+        ctx.set(dut.push.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.push.valid, 0)
+        for _ in range(depth + 2):
+            seen.append((ctx.get(dut.hit[0]), ctx.get(dut.hit[1])))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [(1, 0)] * depth + [(0, 0)] * 2

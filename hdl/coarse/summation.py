@@ -7,10 +7,11 @@ each exactly as :class:`syncfabric.sim.golden.byteps.SummationService`:
 * ``ASYNC`` (the paper's asynchronous training, section 5: workers push *delta parameters*, the service keeps
   the latest parameters ``w`` and adds every delta at once): a push of a beat is applied at once,
   ``w = w (+) dw`` (the first push of a beat since it was last summed in sync mode copies: ``w = dw``, the
-  paper's initial ``w0``); a pull returns the beat's current ``w`` (zero if never pushed) without waiting for
-  any other worker. Pushes and pulls take effect in the order the service accepts them: a request to a beat
-  whose push is still in the ALU waits at its port's head (read after write), so every answer is the golden
-  model's for the acceptance order.
+  paper's initial ``w0``); a pull returns the beat's current ``w`` (zero if not pushed since then) without
+  waiting for any other worker. Pushes and pulls take effect in the order the service accepts them: a request
+  to a beat whose push is still in the ALU waits at its port's head (read after write), so every answer is the
+  golden model's for the acceptance order, each beat behaving as one golden part (the sum is element-wise;
+  the beats of two workers' pushes of a part may interleave).
 
 Address map (bytes): ``PUSH | ((part * n_workers + worker) * part_beats + beat) * beat_bytes`` for a
 contribution (the worker field names the contributor), ``PULL | (part * part_beats + beat) * beat_bytes``

@@ -26,8 +26,9 @@ the ALU, one part at a time.
 
 Asynchronous pipeline: accept (read ``w`` of the beat) -> X (``w`` and ``dw`` into the ALU) -> ALU (latency
 ``L``) -> write ``w``. ``L + 1`` accepted pushes are in flight at most; a scoreboard of their beat addresses
-(a shift register, ``L + 1`` comparators per port) holds back a request to one of those beats. The result
-memory keeps one flag bit per beat: set by an asynchronous write, cleared by a synchronous sum.
+(:class:`PushScoreboard`: a shift register, ``L`` comparators per port, a registered answer) holds back a
+request to one of those beats. The result memory keeps one flag bit per beat: set by an asynchronous write,
+cleared by a synchronous sum.
 """
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
@@ -54,28 +55,34 @@ class SummationMode(enum.Enum, shape=1):
 
 
 class PushScoreboard(wiring.Component):
-    """The beats of the last ``depth`` accepted asynchronous pushes (a shift register: a push is in flight for
-    ``depth`` cycles after its acceptance); ``hit[k]`` when ``probe[k]`` names one of them.
+    """Which requests name the beat of a push still in flight: a push is in flight for ``depth`` cycles after
+    the cycle it is accepted in. The answer is registered (it comes from flip-flops, off the arbiter's path) and
+    is about the request a port held in the previous cycle: a stream's payload holds until it is accepted.
 
-    Ports: ``push`` (stream of beat addresses, always ready: the push accepted this cycle), ``probe`` (``probes``
-    addresses), ``hit`` (``probes`` bits, combinational from ``probe``: ``depth`` comparators each)."""
+    Ports: ``push`` (stream of beat addresses, always ready: the push accepted this cycle), ``probe``
+    (``probes`` beat addresses, the ports' requests), ``same`` (``probes`` bits: the push accepted this cycle
+    names ``probe[k]``'s beat; the caller compares the ports' addresses in parallel with its arbitration),
+    ``hit`` (``probes`` bits, registered: the beat ``probe[k]`` named in the previous cycle is in flight now).
+    ``depth - 1`` address registers and comparators per probe."""
 
     def __init__(self, depth, addr_width, probes):
         if depth < 1 or probes < 1:
             raise ValueError("a scoreboard needs a depth and a probe")
         self.depth = depth
         super().__init__({"push": In(stream.Signature(addr_width, always_ready=True)),
-                          "probe": In(addr_width).array(probes), "hit": Out(probes)})
+                          "probe": In(addr_width).array(probes), "same": In(probes), "hit": Out(probes)})
 
     def elaborate(self, platform):
         m = Module()
-        valid = [Signal(name=f"valid_{j}") for j in range(self.depth)]
-        addr = [Signal(len(self.push.payload), name=f"addr_{j}") for j in range(self.depth)]
-        m.d.sync += [valid[0].eq(self.push.valid), addr[0].eq(self.push.payload)]
-        m.d.sync += [valid[j].eq(valid[j - 1]) for j in range(1, self.depth)]
-        m.d.sync += [addr[j].eq(addr[j - 1]) for j in range(1, self.depth)]
+        # pushes accepted 1 .. depth - 1 cycles ago: next cycle they are 2 .. depth cycles old, still in flight
+        valid = [Signal(name=f"valid_{j}") for j in range(self.depth - 1)]
+        addr = [Signal(len(self.push.payload), name=f"addr_{j}") for j in range(self.depth - 1)]
+        if valid:
+            m.d.sync += [valid[0].eq(self.push.valid), addr[0].eq(self.push.payload)]
+            m.d.sync += [valid[j].eq(valid[j - 1]) for j in range(1, self.depth - 1)]
+            m.d.sync += [addr[j].eq(addr[j - 1]) for j in range(1, self.depth - 1)]
         for k, probe in enumerate(self.probe):
-            m.d.comb += self.hit[k].eq(Cat(*(v & (a == probe) for v, a in zip(valid, addr))).any())
+            m.d.sync += self.hit[k].eq(Cat(self.same[k], *(v & (a == probe) for v, a in zip(valid, addr))).any())
         return m
 
 
@@ -143,8 +150,10 @@ class SummationService(wiring.Component):
             return part
 
         def beat_addr(flit, name):
-            """Result-memory address (``part * part_beats + beat``) a push or a pull names."""
-            index = flit.addr[bb_bits:30]
+            """Result-memory address (``part * part_beats + beat``) a push or a pull names. Only the index bits a
+            good request can use are decoded (short paths into the arbiter): a malformed request may alias a
+            beat, which at most delays its answer."""
+            index = flit.addr[bb_bits:bb_bits + max(1, ceil_log2(P * n * pb))]
             addr = Signal(aw, name=name)
             m.d.comb += addr.eq(Mux(flit.addr[30], index, Cat(index[:pb_bits], part_of(index, f"{name}_part"))))
             return addr
@@ -164,12 +173,16 @@ class SummationService(wiring.Component):
         sync_ok = [~good_pull[k] | (complete.bit_select(psel[k], 1)
                                     & (Array(taken[p][k] for p in range(P))[psel[k]] < pb))
                    for k in range(n)]
-        # async: the scoreboard holds the beats of the pushes accepted in the last L + 1 cycles (each written
-        # L + 1 cycles after acceptance: the ALU never stalls); a request to one of them waits
+        # async: the scoreboard knows the beats of the pushes accepted in the last L + 1 cycles (each written
+        # L + 1 cycles after acceptance: the ALU never stalls); a request to one of them waits. Its answer is
+        # registered, about the request a port held last cycle: a request new this cycle waits one cycle (a
+        # port's response register costs that cycle anyway)
         m.submodules.scoreboard = sb = PushScoreboard(L + 1, aw, n)
         waddr = [beat_addr(r.payload, f"waddr_{k}") for k, r in enumerate(reqs)]
+        held_req = Signal(n)
+        m.d.sync += held_req.eq(Cat(r.valid & ~r.ready for r in reqs))
         m.d.comb += [sb.probe[k].eq(waddr[k]) for k in range(n)]
-        servable = [r.valid & Mux(asy, ~sb.hit[k], sync_ok[k]) for k, r in enumerate(reqs)]
+        servable = [r.valid & Mux(asy, held_req[k] & ~sb.hit[k], sync_ok[k]) for k, r in enumerate(reqs)]
         # a response register per port (the answer is sent while the next request may be taken elsewhere)
         last = Signal(range(n))
         pick = Signal(range(n))
@@ -204,6 +217,9 @@ class SummationService(wiring.Component):
         m.d.comb += [c_w.addr.eq(push_index), c_w.data.eq(head.data), c_w.en.eq(sync_push),
                      r_pull.addr.eq(head.addr[bb_bits:30])]
         m.d.comb += [sb.push.valid.eq(async_push), sb.push.payload.eq(head_waddr)]
+        for k in range(n):
+            same = Array(waddr[j] == waddr[k] for j in range(n))
+            m.d.comb += sb.same[k].eq(async_push & same[pick])
         # an async pull of a beat never written asynchronously reads zero
         pull_word = Mux(asy & ~r_pull.data[width], 0, r_pull.data[:width])
         rsp_tag = [Signal(8, name=f"rsp_tag_{k}") for k in range(n)]

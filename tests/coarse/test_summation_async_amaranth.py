@@ -246,6 +246,8 @@ def test_async_accepts_about_one_push_per_cycle(same_part):
 
 
 def test_push_scoreboard_hits_for_exactly_depth_cycles_after_a_push():
+    """A push accepted in cycle 0 is in flight in cycles 1 .. depth: ``hit`` (registered, about the probe of the
+    previous cycle) is high in exactly those cycles, from ``same`` in cycle 1 and from the shift register after."""
     from syncfabric.hdl.coarse.summation import PushScoreboard
     depth = 3
     dut = PushScoreboard(depth, 4, 2)
@@ -256,8 +258,10 @@ def test_push_scoreboard_hits_for_exactly_depth_cycles_after_a_push():
         ctx.set(dut.probe[1], 6)
         ctx.set(dut.push.payload, 5)
         ctx.set(dut.push.valid, 1)
+        ctx.set(dut.same, 0b01)          # the push names probe 0's beat
         await ctx.tick()
         ctx.set(dut.push.valid, 0)
+        ctx.set(dut.same, 0)
         for _ in range(depth + 2):
             seen.append((ctx.get(dut.hit[0]), ctx.get(dut.hit[1])))
             await ctx.tick()
@@ -267,3 +271,37 @@ def test_push_scoreboard_hits_for_exactly_depth_cycles_after_a_push():
     sim.add_testbench(bench)
     sim.run()
     assert seen == [(1, 0)] * depth + [(0, 0)] * 2
+
+
+def test_async_request_raised_the_cycle_after_a_push_to_its_beat_waits_for_it():
+    """Worker 1's port idles with a stale payload (a pull of beat 1) while worker 0's push to beat 0 is
+    accepted; in the next cycle worker 1 raises a pull of beat 0. The scoreboard's registered answer was about
+    the stale payload, so the pull must wait a cycle to be checked, then until the push is written: it reads
+    the pushed value, not the old one."""
+    dut = SummationService(2, BB, 2, 1)
+    value = int.from_bytes(np.array([1234, -5], np.int32).tobytes(), "little")
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.mode, SummationMode.ASYNC)
+        ctx.set(dut.dtype, DType.INT32)
+        ctx.set(dut.op, ReduceOp.SUM)
+        ctx.set(dut.w0_rsp.ready, 1)
+        ctx.set(dut.w1_rsp.ready, 1)
+        ctx.set(dut.w1_req.payload.as_value(), pack_flit(BB, CciOpcode.MEM_RD, 1, dut.pull_addr(0, 1), 0))
+        ctx.set(dut.w0_req.payload.as_value(), pack_flit(BB, CciOpcode.MEM_WR, 2, dut.push_addr(0, 0, 0), value))
+        ctx.set(dut.w0_req.valid, 1)
+        await ctx.tick().until(dut.w0_req.ready)
+        ctx.set(dut.w0_req.valid, 0)
+        ctx.set(dut.w1_req.payload.as_value(), pack_flit(BB, CciOpcode.MEM_RD, 3, dut.pull_addr(0, 0), 0))
+        ctx.set(dut.w1_req.valid, 1)
+        await ctx.tick().until(dut.w1_req.ready)
+        ctx.set(dut.w1_req.valid, 0)
+        (f,) = await ctx.tick().sample(dut.w1_rsp.payload.as_value()).until(dut.w1_rsp.valid)
+        got.append(unpack_flit(BB, f)["data"])
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run_until(200 * 1e-6)
+    assert got == [value]

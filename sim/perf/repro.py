@@ -20,8 +20,8 @@ from .system import CONFIGS, Endpoint, SystemParams, endpoint, paper_compute, to
 from .training import simulate
 from .workload import load_workload
 
-__all__ = ["fig5", "fig6", "fig9a", "fig9b", "fig10", "fig11", "fig12", "pass_utilization", "byteps", "byteps_pipeline", "coarse",
-           "rna", "bench", "write_outputs",
+__all__ = ["fig5", "fig6", "fig9a", "fig9b", "fig10", "fig11", "fig12", "pass_utilization", "byteps",
+           "byteps_pipeline", "coarse", "rna", "bench", "write_outputs",
            "FIG11_SIZES"]
 
 MB = 1 << 20

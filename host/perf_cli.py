@@ -123,6 +123,12 @@ def register(subparsers):
     p = sub.add_parser("byteps", help="BytePS: time vs CPU machines, formula and traffic simulation; PCIe")
     p.add_argument("--n", type=int, default=32, help="GPU machines (default %(default)s)")
     p.add_argument("--kmax", type=int, default=40, help="largest k (default %(default)s)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="also the priority pipeline (tensor partitioning + priority scheduling) on the paper's "
+                        "models at k = 0 and k = n, against FIFO, all-reduce and PS")
+    p.add_argument("--gpu-tflops", type=float, default=7.85,
+                   help="achieved GPU TFLOP/s of the pipeline's compute (default %(default)s: half a V100's FP32)")
+    p.add_argument("--part-mb", type=float, default=4.0, help="partition size, MiB (default %(default)s)")
     _add_common(p)
     p = sub.add_parser("coarse", help="COARSE dual synchronization vs all-reduce")
     p.add_argument("--p", type=int, default=4, help="GPUs (default %(default)s)")
@@ -286,9 +292,18 @@ def _dispatch(args):
     elif c == "byteps":
         if args.kmax < 0:
             raise ValueError(f"--kmax {args.kmax}: the largest CPU machine count k must be at least 0")
+        if not all(0 < v < float("inf") for v in (args.gpu_tflops, args.part_mb)):     # NaN fails too
+            raise ValueError(f"--gpu-tflops {args.gpu_tflops} and --part-mb {args.part_mb}: expected positive "
+                             f"finite numbers")
         rows, pcie = repro.byteps(args.out, n=args.n, ks=range(0, args.kmax + 1, 2))
         _table(rows, ["n", "k", "model_s", "traffic_s", "allreduce_s", "speedup_over_allreduce"])
         _table(pcie, ["m", "rho", "x_opt", "x_brute", "J_ca_s", "J_opt_s", "J_allreduce_s"])
+        if args.pipeline:
+            rows = repro.byteps_pipeline(args.out, n=args.n, gpu_flops=args.gpu_tflops * 1e12,
+                                         part_bytes=max(1, int(args.part_mb * (1 << 20))))
+            _table(rows, ["model", "k", "grad_MB", "compute_ms", "comm_ms", "after_backward_ms", "fifo_tensors_ms",
+                          "fifo_parts_ms", "priority_ms", "allreduce_ms", "ps_ms", "priority_gain",
+                          "over_allreduce", "over_ps"])
     elif c == "coarse":
         rows = repro.coarse(args.out, p=args.p)
         _table(rows, ["model", "gpu", "params_MB", "m_layers_MB", "T_layers_ms", "T_allreduce_ms", "speedup"])

@@ -1,7 +1,17 @@
 """BytePS summation service on a memory device: ``n_workers`` CCI ports; each worker pushes its contribution of a
-part (``MEM_WR`` beats) and pulls the part's sum (``MEM_RD``), which is answered only once all ``n_workers``
-contributions arrived. The sum is taken in worker order, ``((c0 (+) c1) (+) c2) ...``, by the reduction ALU,
-exactly as :class:`syncfabric.sim.golden.byteps.SummationService`.
+part (``MEM_WR`` beats) and pulls the part's sum (``MEM_RD``). Two modes (``mode``, :class:`SummationMode`),
+each exactly as :class:`syncfabric.sim.golden.byteps.SummationService`:
+
+* ``SYNC``: a pull is answered only once all ``n_workers`` contributions arrived. The sum is taken in worker
+  order, ``((c0 (+) c1) (+) c2) ...``, by the reduction ALU.
+* ``ASYNC`` (the paper's asynchronous training, section 5: workers push *delta parameters*, the service keeps
+  the latest parameters ``w`` and adds every delta at once): a push of a beat is applied at once,
+  ``w = w (+) dw`` (the first push of a beat since it was last summed in sync mode copies: ``w = dw``, the
+  paper's initial ``w0``); a pull returns the beat's current ``w`` (zero if not pushed since then) without
+  waiting for any other worker. Pushes and pulls take effect in the order the service accepts them: a request
+  to a beat whose push is still in the ALU waits at its port's head (read after write), so every answer is the
+  golden model's for the acceptance order, each beat behaving as one golden part (the sum is element-wise;
+  the beats of two workers' pushes of a part may interleave).
 
 Address map (bytes): ``PUSH | ((part * n_workers + worker) * part_beats + beat) * beat_bytes`` for a
 contribution (the worker field names the contributor), ``PULL | (part * part_beats + beat) * beat_bytes``
@@ -13,10 +23,16 @@ blocking the other ports (a worker pulls only after pushing, so the missing cont
 ports: no deadlock). One request is served per cycle (round-robin among ports whose head can be served).
 Summation runs pass by pass (worker 1, 2, ... against the running sum), streaming the part's beats through
 the ALU, one part at a time.
+
+Asynchronous pipeline: accept (read ``w`` of the beat) -> X (``w`` and ``dw`` into the ALU) -> ALU (latency
+``L``) -> write ``w``. ``L + 1`` accepted pushes are in flight at most; a scoreboard of their beat addresses
+(:class:`PushScoreboard`: a shift register, ``L`` comparators per port, a registered answer) holds back a
+request to one of those beats. The result memory keeps one flag bit per beat: set by an asynchronous write,
+cleared by a synchronous sum.
 """
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -25,16 +41,56 @@ from ..alu import ReductionAlu
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE
 from .layouts import CciOpcode, cci_flit_layout
 
-__all__ = ["SummationService", "PUSH", "PULL"]
+__all__ = ["SummationService", "SummationMode", "PushScoreboard", "PUSH", "PULL"]
 
 #: Address bases of the two regions (bit 30 selects).
 PUSH = 0
 PULL = 1 << 30
 
 
+class SummationMode(enum.Enum, shape=1):
+    """Training mode of the summation service (BytePS section 5)."""
+    SYNC = 0        #: a pull waits for every worker's contribution of the round
+    ASYNC = 1       #: a push is added to the stored parameters at once; a pull returns them at once
+
+
+class PushScoreboard(wiring.Component):
+    """Which requests name the beat of a push still in flight: a push is in flight for ``depth`` cycles after
+    the cycle it is accepted in. The answer is registered (it comes from flip-flops, off the arbiter's path) and
+    is about the request a port held in the previous cycle: a stream's payload holds until it is accepted.
+
+    Ports: ``push`` (stream of beat addresses, always ready: the push accepted this cycle), ``probe``
+    (``probes`` beat addresses, the ports' requests), ``same`` (``probes`` bits: the push accepted this cycle
+    names ``probe[k]``'s beat; the caller compares the ports' addresses in parallel with its arbitration),
+    ``hit`` (``probes`` bits, registered: the beat ``probe[k]`` named in the previous cycle is in flight now).
+    ``depth - 1`` address registers and comparators per probe."""
+
+    def __init__(self, depth, addr_width, probes):
+        if depth < 1 or probes < 1:
+            raise ValueError("a scoreboard needs a depth and a probe")
+        self.depth = depth
+        super().__init__({"push": In(stream.Signature(addr_width, always_ready=True)),
+                          "probe": In(addr_width).array(probes), "same": In(probes), "hit": Out(probes)})
+
+    def elaborate(self, platform):
+        m = Module()
+        # pushes accepted 1 .. depth - 1 cycles ago: next cycle they are 2 .. depth cycles old, still in flight
+        valid = [Signal(name=f"valid_{j}") for j in range(self.depth - 1)]
+        addr = [Signal(len(self.push.payload), name=f"addr_{j}") for j in range(self.depth - 1)]
+        if valid:
+            m.d.sync += [valid[0].eq(self.push.valid), addr[0].eq(self.push.payload)]
+            m.d.sync += [valid[j].eq(valid[j - 1]) for j in range(1, self.depth - 1)]
+            m.d.sync += [addr[j].eq(addr[j - 1]) for j in range(1, self.depth - 1)]
+        for k, probe in enumerate(self.probe):
+            m.d.sync += self.hit[k].eq(Cat(self.same[k], *(v & (a == probe) for v, a in zip(valid, addr))).any())
+        return m
+
+
 class SummationService(wiring.Component):
-    """See the module docstring. Ports ``w{k}_req`` (In CCI flits) and ``w{k}_rsp`` (Out), ``dtype``/``op``
-    (inputs, held while parts are in flight), ``parts_summed`` (Out counter) and ``bad_requests`` (Out
+    """See the module docstring. Ports ``w{k}_req`` (In CCI flits) and ``w{k}_rsp`` (Out), ``mode``
+    (:class:`SummationMode`), ``dtype``/``op`` (inputs, all three held while requests are in flight; switching
+    to ``ASYNC`` keeps the parameters of beats last written asynchronously), ``parts_summed`` (Out counter of
+    parts summed in sync mode), ``pushes_applied`` (Out counter of asynchronous pushes) and ``bad_requests`` (Out
     counter of malformed requests: a push outside the parts or naming another port's worker, a pull outside
     the parts, a read in the push region or a write in the pull region; each is answered at once, a read with
     zero data, and changes nothing)."""
@@ -46,8 +102,8 @@ class SummationService(wiring.Component):
             raise ValueError("a summation service needs at least 2 workers and 1 part")
         self.n, self.bb, self.pb, self.n_parts = n_workers, beat_bytes, part_beats, n_parts
         flit = stream.Signature(cci_flit_layout(beat_bytes))
-        members = {"dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE), "parts_summed": Out(32),
-                   "bad_requests": Out(32)}
+        members = {"mode": In(SummationMode), "dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE),
+                   "parts_summed": Out(32), "pushes_applied": Out(32), "bad_requests": Out(32)}
         for k in range(n_workers):
             members[f"w{k}_req"] = In(flit)
             members[f"w{k}_rsp"] = Out(flit)
@@ -67,7 +123,8 @@ class SummationService(wiring.Component):
         bb_bits, pb_bits = exact_log2(self.bb), exact_log2(pb)
         width = 8 * self.bb
         m.submodules.contrib = contrib = Memory(shape=width, depth=P * n * pb, init=[])
-        m.submodules.result = result = Memory(shape=width, depth=P * pb, init=[])
+        # the top bit of a result word is the async flag (see the module docstring)
+        m.submodules.result = result = Memory(shape=width + 1, depth=P * pb, init=[])
         c_w = contrib.write_port()
         c_r = contrib.read_port()
         r_w = result.write_port()
@@ -76,6 +133,30 @@ class SummationService(wiring.Component):
         arrived = [Signal(range(2 * n * pb + 1), name=f"arrived_{p}") for p in range(P)]
         complete = Signal(P)
         pulled = [Signal(range(n * pb + 1), name=f"pulled_{p}") for p in range(P)]
+        asy = self.mode == SummationMode.ASYNC
+        aw = max(1, ceil_log2(P * pb))
+        # the ALU's tag: where the result goes and, for an async first push, the beat to store instead of a sum
+        tag_layout = data.StructLayout({"addr": aw, "copy": 1, "asy": 1, "data": width})
+        m.submodules.alu = alu = ReductionAlu(lanes=self.bb // 4, tag_width=tag_layout.size)
+        L = alu.latency
+
+        def part_of(index, name):
+            """Part of a push-region beat index, ``index // (n * part_beats)`` by comparison (n need not be a
+            power of two); 0 outside the parts (such a push is malformed)."""
+            part = Signal(range(P + 1), name=name)
+            for p in range(P):
+                with m.If((index >= p * n * pb) & (index < (p + 1) * n * pb)):
+                    m.d.comb += part.eq(p)
+            return part
+
+        def beat_addr(flit, name):
+            """Result-memory address (``part * part_beats + beat``) a push or a pull names. Only the index bits a
+            good request can use are decoded (short paths into the arbiter): a malformed request may alias a
+            beat, which at most delays its answer."""
+            index = flit.addr[bb_bits:bb_bits + max(1, ceil_log2(P * n * pb))]
+            addr = Signal(aw, name=name)
+            m.d.comb += addr.eq(Mux(flit.addr[30], index, Cat(index[:pb_bits], part_of(index, f"{name}_part"))))
+            return addr
 
         # ---- request arbitration: a port's head is servable if a push, or a pull of a complete part ----------
         reqs = [getattr(self, f"w{k}_req") for k in range(n)]
@@ -89,9 +170,19 @@ class SummationService(wiring.Component):
         # a malformed request (see ``bad_requests``) is answered at once, so only good pulls wait
         good_pull = [pulling[k] & (r.payload.opcode == CciOpcode.MEM_RD) & (pull_part[k] < P)
                      for k, r in enumerate(reqs)]
-        servable = [r.valid & (~good_pull[k] | (complete.bit_select(psel[k], 1)
-                                                & (Array(taken[p][k] for p in range(P))[psel[k]] < pb)))
-                    for k, r in enumerate(reqs)]
+        sync_ok = [~good_pull[k] | (complete.bit_select(psel[k], 1)
+                                    & (Array(taken[p][k] for p in range(P))[psel[k]] < pb))
+                   for k in range(n)]
+        # async: the scoreboard knows the beats of the pushes accepted in the last L + 1 cycles (each written
+        # L + 1 cycles after acceptance: the ALU never stalls); a request to one of them waits. Its answer is
+        # registered, about the request a port held last cycle: a request new this cycle waits one cycle (a
+        # port's response register costs that cycle anyway)
+        m.submodules.scoreboard = sb = PushScoreboard(L + 1, aw, n)
+        waddr = [beat_addr(r.payload, f"waddr_{k}") for k, r in enumerate(reqs)]
+        held_req = Signal(n)
+        m.d.sync += held_req.eq(Cat(r.valid & ~r.ready for r in reqs))
+        m.d.comb += [sb.probe[k].eq(waddr[k]) for k in range(n)]
+        servable = [r.valid & Mux(asy, held_req[k] & ~sb.hit[k], sync_ok[k]) for k, r in enumerate(reqs)]
         # a response register per port (the answer is sent while the next request may be taken elsewhere)
         last = Signal(range(n))
         pick = Signal(range(n))
@@ -113,11 +204,8 @@ class SummationService(wiring.Component):
         # push: store, count, answer CMP; pull: read the result, answer MEM_DATA next cycle
         push_index = head.addr[bb_bits:30]
         pull_part_of_head = head.addr[bb_bits + pb_bits:30]
-        # part of a push = index // (n * part_beats), by comparison (n need not be a power of two)
-        part_of_push = Signal(range(P + 1))
-        for p in range(P):
-            with m.If((push_index >= p * n * pb) & (push_index < (p + 1) * n * pb)):
-                m.d.comb += part_of_push.eq(p)
+        part_of_push = part_of(push_index, "part_of_push")
+        head_waddr = Array(waddr)[pick]
         # a push must name an existing part and the worker of the port it came in on
         slot = push_index >> pb_bits
         is_push = (fire & ~head.addr[30] & (head.opcode == CciOpcode.MEM_WR) & (slot < P * n)
@@ -125,8 +213,15 @@ class SummationService(wiring.Component):
         is_pull = fire & head.addr[30] & (head.opcode == CciOpcode.MEM_RD) & (pull_part_of_head < P)
         with m.If(fire & ~is_push & ~is_pull):
             m.d.sync += self.bad_requests.eq(self.bad_requests + 1)
-        m.d.comb += [c_w.addr.eq(push_index), c_w.data.eq(head.data), c_w.en.eq(is_push),
+        sync_push, sync_pull, async_push = is_push & ~asy, is_pull & ~asy, is_push & asy
+        m.d.comb += [c_w.addr.eq(push_index), c_w.data.eq(head.data), c_w.en.eq(sync_push),
                      r_pull.addr.eq(head.addr[bb_bits:30])]
+        m.d.comb += [sb.push.valid.eq(async_push), sb.push.payload.eq(head_waddr)]
+        for k in range(n):
+            same = Array(waddr[j] == waddr[k] for j in range(n))
+            m.d.comb += sb.same[k].eq(async_push & same[pick])
+        # an async pull of a beat never written asynchronously reads zero
+        pull_word = Mux(asy & ~r_pull.data[width], 0, r_pull.data[:width])
         rsp_tag = [Signal(8, name=f"rsp_tag_{k}") for k in range(n)]
         rsp_data_from_mem = Signal(n)
         rsp_op = [Signal(2, name=f"rsp_op_{k}") for k in range(n)]
@@ -139,11 +234,11 @@ class SummationService(wiring.Component):
             first = Signal(name=f"rsp_first_{k}")
             m.d.sync += first.eq(fire & (pick == k))
             with m.If(first):
-                m.d.sync += held.eq(r_pull.data)
-            data = Mux(first, r_pull.data, held)
+                m.d.sync += held.eq(pull_word)
+            word = Mux(first, pull_word, held)
             m.d.comb += [rsps[k].valid.eq(busy_rsp[k]), rsps[k].payload.tag.eq(rsp_tag[k]),
                          rsps[k].payload.opcode.eq(rsp_op[k]),
-                         rsps[k].payload.data.eq(Mux(rsp_data_from_mem[k], data, 0))]
+                         rsps[k].payload.data.eq(Mux(rsp_data_from_mem[k], word, 0))]
             with m.If(rsps[k].valid & rsps[k].ready):
                 m.d.sync += busy_rsp[k].eq(0)
 
@@ -151,9 +246,8 @@ class SummationService(wiring.Component):
         s_part = Signal(range(P))
         s_pass = Signal(range(n + 1))
         s_beat = Signal(pb_bits + 1)
-        s_wait = Signal(range(ReductionAlu.latency + 4))
+        s_wait = Signal(range(L + 4))
         c_r0 = contrib.read_port()          # worker 0's beat, the first operand of pass 1
-        m.submodules.alu = alu = ReductionAlu(lanes=self.bb // 4, tag_width=pb_bits)
         in_pass = Signal()
         done_part = Signal()
         ready = [~complete[p] & (arrived[p] == n * pb) for p in range(P)]
@@ -173,7 +267,7 @@ class SummationService(wiring.Component):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 m.d.sync += s_wait.eq(s_wait + 1)
-                with m.If(s_wait == ReductionAlu.latency + 2):
+                with m.If(s_wait == L + 2):
                     with m.If(s_pass == n - 1):
                         m.d.comb += done_part.eq(1)
                         m.next = "IDLE"
@@ -181,31 +275,46 @@ class SummationService(wiring.Component):
                         m.d.sync += [s_pass.eq(s_pass + 1), s_beat.eq(0)]
                         m.next = "PASS"
         beat = s_beat[:pb_bits]
+        # r_acc reads the running sum (sync) or the stored w of the beat an async push names, as it is accepted
         m.d.comb += [c_r.addr.eq(((s_part * n + s_pass) << pb_bits) | beat),
                      c_r0.addr.eq(((s_part * n) << pb_bits) | beat),
-                     r_acc.addr.eq((s_part << pb_bits) | beat)]
+                     r_acc.addr.eq(Mux(asy, head_waddr, (s_part << pb_bits) | beat))]
         issued = Signal()
         issued_first = Signal()
         issued_beat = Signal(pb_bits)
         m.d.sync += [issued.eq(in_pass), issued_first.eq(s_pass == 1), issued_beat.eq(beat)]
+        # stage X of an async push: w arrived from r_acc, dw from the request
+        x_valid = Signal()
+        x_addr = Signal(aw)
+        x_data = Signal(width)
+        m.d.sync += [x_valid.eq(async_push), x_addr.eq(head_waddr), x_data.eq(head.data)]
+        acc = r_acc.data[:width]
+        i_tag = Signal(tag_layout)
+        o_tag = data.View(tag_layout, alu.o.payload.tag)
         m.d.comb += [
-            alu.i.valid.eq(issued),
-            alu.i.payload.a.eq(Mux(issued_first, c_r0.data, r_acc.data)),
-            alu.i.payload.b.eq(c_r.data),
+            i_tag.addr.eq(Mux(x_valid, x_addr, (s_part << pb_bits) | issued_beat)),
+            i_tag.copy.eq(x_valid & ~r_acc.data[width]),
+            i_tag.asy.eq(x_valid),
+            i_tag.data.eq(x_data),
+            alu.i.valid.eq(issued | x_valid),
+            alu.i.payload.a.eq(Mux(x_valid, acc, Mux(issued_first, c_r0.data, acc))),
+            alu.i.payload.b.eq(Mux(x_valid, x_data, c_r.data)),
             alu.i.payload.dtype.eq(self.dtype),
             alu.i.payload.op.eq(self.op),
-            alu.i.payload.tag.eq(issued_beat),
+            alu.i.payload.tag.eq(i_tag),
             alu.o.ready.eq(1),
-            r_w.addr.eq((s_part << pb_bits) | alu.o.payload.tag),
-            r_w.data.eq(alu.o.payload.data),
+            r_w.addr.eq(o_tag.addr),
+            r_w.data.eq(Cat(Mux(o_tag.copy, o_tag.data, alu.o.payload.data), o_tag.asy)),
             r_w.en.eq(alu.o.valid),
         ]
+        with m.If(alu.o.valid & o_tag.asy):
+            m.d.sync += self.pushes_applied.eq(self.pushes_applied + 1)
 
         # ---- part state: contributions counted, complete after the last pass, reusable after the last pull ----
         for p in range(P):
-            push_here = is_push & (part_of_push == p)
-            last_pull = is_pull & (pull_part_of_head == p) & (pulled[p] == n * pb - 1)
-            with m.If(is_pull & (pull_part_of_head == p)):
+            push_here = sync_push & (part_of_push == p)
+            last_pull = sync_pull & (pull_part_of_head == p) & (pulled[p] == n * pb - 1)
+            with m.If(sync_pull & (pull_part_of_head == p)):
                 m.d.sync += pulled[p].eq(Mux(last_pull, 0, pulled[p] + 1))
                 for k in range(n):
                     with m.If(pick == k):

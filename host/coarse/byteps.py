@@ -1,5 +1,7 @@
 """BytePS on the host side: workers' tensors cut into parts, each part placed on one summation service by
-bucket (CPU machines and GPU machines), summed there when all ``n`` workers pushed it, pulled back."""
+bucket (CPU machines and GPU machines), summed there when all ``n`` workers pushed it, pulled back; or, in the
+asynchronous mode (paper section 5, Fig. 11b), each worker's delta parameters added at once to the latest
+parameters its services hold, which the push answers."""
 
 import numpy as np
 
@@ -14,12 +16,16 @@ class BytePSCluster:
     on every worker); once every worker pushed, ``pull(worker)`` returns the summed tensors.
 
     ``bytes_summed[("cpu"|"gpu", j)]`` counts the bytes each service summed (one contribution's worth per
-    part), to compare with ``M_cpu`` / ``M_gpu``."""
+    part), to compare with ``M_cpu`` / ``M_gpu``.
 
-    def __init__(self, n, k, dtype="fp32", op="sum", part_bytes=4 << 20):
-        self.n, self.k, self.part_bytes = n, k, part_bytes
-        self.services = {("cpu", j): SummationService(n, dtype, op) for j in range(k)}
-        self.services.update({("gpu", j): SummationService(n, dtype, op) for j in range(n)})
+    ``asynchronous=True``: the services hold the latest parameters; ``push(worker, deltas)`` adds a worker's
+    delta parameters to them at once (the first push of a part sets them: the initial parameters ``w0``) and
+    returns the latest parameters, which ``pull(worker)`` also returns, without waiting for other workers."""
+
+    def __init__(self, n, k, dtype="fp32", op="sum", part_bytes=4 << 20, asynchronous=False):
+        self.n, self.k, self.part_bytes, self.asynchronous = n, k, part_bytes, asynchronous
+        self.services = {("cpu", j): SummationService(n, dtype, op, asynchronous) for j in range(k)}
+        self.services.update({("gpu", j): SummationService(n, dtype, op, asynchronous) for j in range(n)})
         self.bytes_summed = {s: 0 for s in self.services}
         self.parts = None
         self.results = {}
@@ -35,7 +41,8 @@ class BytePSCluster:
         return sizes
 
     def push(self, worker, tensors):
-        """Push every tensor of ``worker``; parts that are now complete are summed and kept for the pull."""
+        """Push every tensor of ``worker``; parts that are now complete are summed and kept for the pull.
+        Asynchronous mode: returns the latest parameters (as :meth:`pull`)."""
         if not 0 <= worker < self.n:
             raise ValueError(f"worker {worker} outside 0..{self.n - 1}")
         self._layout(tensors)
@@ -46,6 +53,8 @@ class BytePSCluster:
             if out is not None:
                 self.results[i] = out
                 self.bytes_summed[server] += ln
+        if self.asynchronous:
+            return self.pull(worker)
 
     def pull(self, worker):
         """The summed tensors (a list of byte arrays); every part must be complete."""

@@ -122,7 +122,10 @@ def place_parts(n_parts, n, k):
 
 class SummationService:
     """Receives ``n`` contributions per part, sums them in worker order, returns the sum only when all ``n``
-    arrived (synchronous mode); in asynchronous mode holds ``w`` per part and answers ``w += dw`` at once."""
+    arrived (synchronous mode); in asynchronous mode (BytePS section 5: workers push delta parameters, the
+    service keeps the latest parameters) holds ``w`` per part: a push applies ``w = w (+) dw`` at once (the
+    first push of a part sets ``w = dw``, the initial parameters) and answers ``w``; :meth:`pull` returns the
+    current ``w`` without waiting for any worker."""
 
     def __init__(self, n_workers, dtype, op="sum", asynchronous=False):
         if n_workers < 1:
@@ -155,6 +158,13 @@ class SummationService:
         for w in range(1, self.n):
             acc = reduce_bytes(acc, got[w], self.dtype, self.op)
         return acc
+
+    def pull(self, part):
+        """Asynchronous mode: the current parameters of ``part`` (a copy), or None if no worker pushed it."""
+        if not self.asynchronous:
+            raise ValueError("pull is the asynchronous mode's read; a synchronous push returns the sum")
+        w = self.weights.get(part)
+        return None if w is None else w.copy()
 
 
 # ---- intra-machine (PCIe) model ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from ..golden import byteps as bp
+from . import byteps_pipeline as bpp
 from ..golden import coarse as co
 from ..golden import rna as rna_model
 from .collective import collective_time
@@ -19,8 +20,8 @@ from .system import CONFIGS, Endpoint, SystemParams, endpoint, paper_compute, to
 from .training import simulate
 from .workload import load_workload
 
-__all__ = ["fig5", "fig6", "fig9a", "fig9b", "fig10", "fig11", "fig12", "pass_utilization", "byteps", "coarse",
-           "rna", "bench", "write_outputs",
+__all__ = ["fig5", "fig6", "fig9a", "fig9b", "fig10", "fig11", "fig12", "pass_utilization", "byteps",
+           "byteps_pipeline", "coarse", "rna", "bench", "write_outputs",
            "FIG11_SIZES"]
 
 MB = 1 << 20
@@ -454,6 +455,46 @@ def byteps(out_dir, n=32, ks=range(0, 41, 2), M=1 << 30, B=100e9 / 8):
                 "traffic simulation": [(r["k"], r["traffic_s"]) for r in rows],
                 "all-reduce": [(r["k"], r["allreduce_s"]) for r in rows]})
     return rows, pcie
+
+
+def byteps_pipeline(out_dir, n=32, B=100e9 / 8, gpu_flops=15.7e12 * 0.5, part_bytes=4 * MB):
+    """BytePS's priority pipeline (:mod:`.byteps_pipeline`) on the paper's models we have shapes for, at the
+    paper's scalability setting (``n`` machines of 8 GPUs, one NIC of ``B`` each; k = 0 and k = n CPU
+    machines): iteration time with partitioning + priority, with partitioning in FIFO order, with whole tensors
+    in FIFO order and with communication after the backward pass; ring all-reduce (whole tensors, FIFO: one
+    collective per tensor) and the non-colocated PS with k = n (whole tensors, FIFO) as the baselines."""
+    if n < 2:
+        raise ValueError(f"BytePS: n={n} GPU machines; the figures need at least 2")
+    if not (gpu_flops > 0 and B > 0):
+        raise ValueError("BytePS pipeline: GPU FLOP/s and bandwidth must be positive")
+    rows = []
+    c_ar = bpp.per_byte_time("allreduce", n, 0, B)
+    for model, layers in bpp.paper_models(gpu_flops).items():
+        ar = bpp.iteration(layers, c_ar, None, "fifo", stages=1).time
+        ps = bpp.iteration(layers, bpp.per_byte_time("ps", n, n, B), None, "fifo").time
+        for k in (0, n):
+            c = bpp.per_byte_time("byteps", n, k, B)
+            t = {name: bpp.iteration(layers, c, pb, pol, after_backward=after).time
+                 for name, pb, pol, after in (("priority", part_bytes, "priority", False),
+                                              ("fifo_parts", part_bytes, "fifo", False),
+                                              ("fifo_tensors", None, "fifo", False),
+                                              ("after_backward", None, "fifo", True))}
+            compute = sum(ly.fwd_s + ly.bwd_s for ly in layers)
+            rows.append({"model": model, "n": n, "k": k, "grad_MB": sum(ly.grad_bytes for ly in layers) / MB,
+                         "compute_ms": compute * 1e3, "comm_ms": sum(ly.grad_bytes for ly in layers) * c * 1e3,
+                         **{f"{name}_ms": v * 1e3 for name, v in t.items()},
+                         "allreduce_ms": ar * 1e3, "ps_ms": ps * 1e3,
+                         "priority_gain": t["fifo_tensors"] / t["priority"],
+                         "over_allreduce": ar / t["priority"], "over_ps": ps / t["priority"]})
+    svg = write_outputs(out_dir, "byteps_pipeline", rows,
+                        {"n": n, "B": B, "gpu_flops": gpu_flops, "part_bytes": part_bytes,
+                         "models": bpp.PAPER_MODEL_NOTES})
+    bar_chart(svg, f"BytePS priority pipeline: n={n} machines, {B * 8 / 1e9:g} Gb/s", "ms",
+              [(f"{r['model']} k={r['k']}", [(name, [r[f"{name}_ms"]]) for name in
+                                            ("after_backward", "fifo_tensors", "fifo_parts", "priority")])
+               for r in rows], ["iteration time"])
+    return rows
+
 
 
 # ---- COARSE -----------------------------------------------------------------------------------------------

@@ -92,13 +92,15 @@ class AxiArbiter(wiring.Component):
 
 class MemoryDevice(wiring.Component):
     """A memory device (see the module docstring). Ports: ``axi`` (DRAM), ``i_host``/``o_host`` (CCI requests
-    in, responses out), ``i_left``/``o_left``/``i_right``/``o_right`` (ring flits)."""
+    in, responses out), ``i_left``/``o_left``/``i_right``/``o_right`` (ring flits). ``cci_depth``: host requests
+    the CCI target keeps outstanding (:class:`CciTarget`)."""
 
-    def __init__(self, n_groups=2, beat_bytes=16, entry_beats=16, max_ranks=8):
+    def __init__(self, n_groups=2, beat_bytes=16, entry_beats=16, max_ranks=8, cci_depth=8):
         if n_groups < 1:
             raise ValueError("a device needs at least one sync core")
         self.n_groups, self.beat_bytes, self.entry_beats, self.max_ranks = \
             n_groups, beat_bytes, entry_beats, max_ranks
+        self.cci_depth = cci_depth
         super().__init__(self.signature_of(beat_bytes, n_groups))
 
     @staticmethod
@@ -119,7 +121,7 @@ class MemoryDevice(wiring.Component):
         cores = [SyncCore(self.beat_bytes, self.entry_beats, self.max_ranks, index=g) for g in range(G)]
         for g, c in enumerate(cores):
             m.submodules[f"core{g}"] = c
-        m.submodules.target = target = CciTarget(self.beat_bytes, G)
+        m.submodules.target = target = CciTarget(self.beat_bytes, G, self.cci_depth)
         m.submodules.arbiter = arb = AxiArbiter(G + 1, self.beat_bytes)
         wiring.connect(m, wiring.flipped(self.axi), arb.axi)
         wiring.connect(m, target.axi, arb.m0)

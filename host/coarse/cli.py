@@ -130,7 +130,8 @@ def _host(args):
     if args.devices < 2 or args.groups < 1:
         raise ValueError("need --devices >= 2 and --groups >= 1")
     with CoarseRtl(args.devices, args.groups, args.beat_bytes, args.entry_beats, sim=args.backend,
-                   latency=args.latency, mem_bytes=args.mem_bytes, window=args.window, seed=args.seed,
+                   latency=args.latency, mem_bytes=args.mem_bytes, window=args.window, cci_depth=args.cci_depth,
+                   seed=args.seed,
                    progress=not args.quiet) as rtl:
         try:
             rep = run_round(rtl, sizes, args.dtype, args.op, args.seed)
@@ -143,7 +144,7 @@ def _host(args):
         return 0
     print(f"COARSE host on the RTL: {rep['devices']} devices x {rep['groups']} groups, {rep['dtype']} {rep['op']}, "
           f"{rep['beat_bytes']} B beats, link latency {rep['latency']}, {rep['window']} CCI requests in flight "
-          f"per GPU ({args.backend})")
+          f"per GPU, CCI target depth {rep['cci_depth'] or 'default'} ({args.backend})")
     print(f"{'tensor':>7} {'bytes':>8} {'push cyc':>9} {'pull cyc':>9} {'link bnd':>9} {'push/bnd':>9} "
           f"{'pull/bnd':>9} {'sync cyc':>9}")
     for r in rep["tensors"]:
@@ -228,7 +229,9 @@ def register(subparsers):
     common(q)
     q.add_argument("--tensors", default="4096,1000,64", help="comma-separated tensor sizes in bytes "
                    "(default %(default)s)")
-    q.add_argument("--window", type=int, default=8, help="CCI requests in flight per GPU (default %(default)s)")
+    q.add_argument("--window", type=int, default=16, help="CCI requests in flight per GPU (default %(default)s)")
+    q.add_argument("--cci-depth", type=int, default=None,
+                   help="requests each device's CCI target keeps outstanding (default: the RTL's, 8)")
     q.add_argument("--mem-bytes", type=int, default=1 << 16, help="DRAM per device (default %(default)s)")
     q.add_argument("--json", action="store_true", help="print the report as JSON")
     q.set_defaults(func=_checked(_host))

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The CCI target in Amaranth's simulator: random host requests (DRAM reads and writes to a few addresses, so
 read-after-write and write-after-read hazards are common; sync-core register writes and reads; other sync-core
 regions; response opcodes sent as requests) against a sequential model, with random request gaps, random
@@ -169,7 +170,6 @@ def test_pending_layout_has_the_opcode_tag_addr_of_a_flit():
     assert {name for name, _ in lay} == {"opcode", "tag", "addr", "dram", "value"}
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_a_target_without_a_response_queue_is_refused():
     with pytest.raises(ValueError, match="at least 1 entry"):
         CciTarget(BEAT, 1, depth=0)

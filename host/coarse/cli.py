@@ -229,7 +229,7 @@ def register(subparsers):
     common(q)
     q.add_argument("--tensors", default="4096,1000,64", help="comma-separated tensor sizes in bytes "
                    "(default %(default)s)")
-    q.add_argument("--window", type=int, default=16, help="CCI requests in flight per GPU (default %(default)s)")
+    q.add_argument("--window", type=int, default=32, help="CCI requests in flight per GPU (default %(default)s)")
     q.add_argument("--cci-depth", type=int, default=None,
                    help="requests each device's CCI target keeps outstanding (default: the RTL's, 8)")
     q.add_argument("--mem-bytes", type=int, default=1 << 16, help="DRAM per device (default %(default)s)")

@@ -73,7 +73,7 @@ class CoarseRtl:
     a geometry builds its Verilator model (about a minute; cached by content afterwards)."""
 
     def __init__(self, n_devices=4, n_groups=1, beat_bytes=16, entry_beats=16, *, sim="verilator", latency=4,
-                 ring_rate=(1, 1), mem_bytes=1 << 16, window=16, cci_depth=None, seed=1, backend=None,
+                 ring_rate=(1, 1), mem_bytes=1 << 16, window=32, cci_depth=None, seed=1, backend=None,
                  progress=False):
         if n_devices < 2:
             raise ValueError(f"a COARSE ring needs at least 2 devices, not {n_devices}")

@@ -14,7 +14,7 @@ class RemoteCoarse(RemoteSimulation, CciBackend):
     cycles, ring links at ``ring_rate`` (num, den) flits per cycle, host links at one flit per cycle; each
     device's DRAM ``mem_bytes``; each emulated GPU keeps ``window`` CCI requests in flight."""
 
-    def __init__(self, params, *, sim="verilator", latency=4, ring_rate=(1, 1), mem_bytes=1 << 16, window=16,
+    def __init__(self, params, *, sim="verilator", latency=4, ring_rate=(1, 1), mem_bytes=1 << 16, window=32,
                  seed=1, connect_timeout=3600, progress=False):
         from ...hdl.coarse.system import DEVICE_MODULE, system_verilog
         tbp = {"seed": seed, "fixed_latency": int(latency), "ring_rate": list(ring_rate), "mem_bytes": mem_bytes,

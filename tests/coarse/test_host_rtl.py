@@ -182,11 +182,11 @@ def _ratios(rtl, nbytes=4096):
 def test_host_push_and_pull_through_the_rtl_run_near_the_cci_link_rate():
     """Every GPU pushes then pulls 4 KiB at once (fixed link latency 4, no stalls: the simulated cycles are
     deterministic). The bound is one flit per cycle on each host link; with the CCI target's 8 outstanding
-    requests and 16 in flight per GPU, push measures 1.37 and pull 1.15 times it (the earlier target, one request
+    requests and 32 in flight per GPU, push measures 1.37 and pull 1.03 times it (the earlier target, one request
     at a time, measured 7.02 and 5.02)."""
     with CoarseRtl(**GEOMETRY, mem_bytes=1 << 14) as rtl:
         push, pull = _ratios(rtl)
-    assert 1 <= push < 1.5 and 1 <= pull < 1.3
+    assert 1 <= push < 1.5 and 1 <= pull < 1.15
 
 
 @pytest.mark.slow

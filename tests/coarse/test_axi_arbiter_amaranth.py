@@ -90,3 +90,49 @@ def test_three_masters_write_and_read_their_own_bytes_through_the_arbiter(stall)
             assert ram.read(addr, BEAT * len(beats)) == b"".join(b.to_bytes(BEAT, "little") for b in beats), \
                 f"master {k}: DRAM at {addr:#x} differs (seed {seed})"
     assert len(ram.writes) == sum(len(p) for p in plans)
+
+
+@pytest.mark.parametrize("op", ["MEM_WR", "MEM_RD"])
+def test_a_memory_device_takes_back_to_back_host_requests_near_one_per_cycle(op):
+    """256 host requests into a whole memory device (CCI target, arbiter, two idle sync cores) over a RAM of
+    latency 2, no stalls: cycles from the first request accepted to the last response per request, against the
+    bound of one (deterministic; measured 1.027 for writes and 1.023 for reads, where the registered write
+    grant of the earlier arbiter took 4.02 per write)."""
+    from syncfabric.hdl.coarse.device import MemoryDevice
+    from syncfabric.hdl.coarse.layouts import CciOpcode, pack_flit
+    code = CciOpcode[op]
+    dut = MemoryDevice(2, BEAT, 4, 4)
+    ram = AxiRamModel(dut.axi, size=8192, seed=1, latency=2)
+    n, span, got = 256, {}, [0]
+
+    async def producer(ctx):
+        for k in range(n):
+            ctx.set(dut.i_host.valid, 1)
+            ctx.set(dut.i_host.payload.as_value(), pack_flit(BEAT, code, k & 0xFF, BEAT * k, k))
+            await ctx.tick().until(dut.i_host.ready)
+        ctx.set(dut.i_host.valid, 0)
+
+    async def consumer(ctx):
+        ctx.set(dut.o_host.ready, 1)
+        cycles = 0
+        while got[0] < n:
+            assert cycles < 20 * n
+            _, _, valid, fire = await ctx.tick().sample(dut.o_host.valid, dut.i_host.valid & dut.i_host.ready)
+            cycles += 1
+            if fire and "first" not in span:
+                span["first"] = cycles
+            if valid:
+                got[0] += 1
+                span["last"] = cycles
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    ram.add_to(sim)
+    sim.add_testbench(producer, background=True)
+    sim.add_testbench(consumer)
+    sim.run()
+    per_request = (span["last"] - span["first"] + 1) / n
+    print(f"{op}: {per_request:.3f} cycles per request")
+    assert per_request < 1.1
+    if code == CciOpcode.MEM_WR:
+        assert ram.read(0, BEAT * n) == b"".join(k.to_bytes(BEAT, "little") for k in range(n))

@@ -125,19 +125,29 @@ def _sizes(text):
 
 
 def _host(args):
+    import sys
+
+    from ..transport import TransportError
     from .rtl import CoarseRtl, MismatchError, run_round
     sizes = _sizes(args.tensors)
     if args.devices < 2 or args.groups < 1:
         raise ValueError("need --devices >= 2 and --groups >= 1")
-    with CoarseRtl(args.devices, args.groups, args.beat_bytes, args.entry_beats, sim=args.backend,
+    try:
+        rtl = CoarseRtl(args.devices, args.groups, args.beat_bytes, args.entry_beats, sim=args.backend,
                    latency=args.latency, mem_bytes=args.mem_bytes, window=args.window, cci_depth=args.cci_depth,
                    seed=args.seed,
-                   progress=not args.quiet) as rtl:
+                   progress=not args.quiet)
+    except TransportError as exc:       # the simulator did not build or start
+        print(f"syncfabric coarse: error: {exc}", file=sys.stderr)
+        return 1
+    with rtl:
         try:
             rep = run_round(rtl, sizes, args.dtype, args.op, args.seed)
         except MismatchError as exc:
-            import sys
             print(f"syncfabric coarse: MISMATCH: {exc}", file=sys.stderr)
+            return 1
+        except (TransportError, RuntimeError) as exc:
+            print(f"syncfabric coarse: error: {exc}", file=sys.stderr)
             return 1
     if args.json:
         print(json.dumps(rep, indent=1))

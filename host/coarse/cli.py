@@ -135,7 +135,7 @@ def _host(args):
     try:
         rtl = CoarseRtl(args.devices, args.groups, args.beat_bytes, args.entry_beats, sim=args.backend,
                    latency=args.latency, mem_bytes=args.mem_bytes, window=args.window, cci_depth=args.cci_depth,
-                   seed=args.seed,
+                   ram_queue=args.ram_queue, seed=args.seed,
                    progress=not args.quiet)
     except TransportError as exc:       # the simulator did not build or start
         print(f"syncfabric coarse: error: {exc}", file=sys.stderr)
@@ -154,7 +154,8 @@ def _host(args):
         return 0
     print(f"COARSE host on the RTL: {rep['devices']} devices x {rep['groups']} groups, {rep['dtype']} {rep['op']}, "
           f"{rep['beat_bytes']} B beats, link latency {rep['latency']}, {rep['window']} CCI requests in flight "
-          f"per GPU, CCI target depth {rep['cci_depth'] or 'default'} ({args.backend})")
+          f"per GPU, CCI target depth {rep['cci_depth'] or 'default'}, DRAM model queues {rep['ram_queue']} "
+          f"({args.backend})")
     print(f"{'tensor':>7} {'bytes':>8} {'push cyc':>9} {'pull cyc':>9} {'link bnd':>9} {'push/bnd':>9} "
           f"{'pull/bnd':>9} {'sync cyc':>9}")
     for r in rep["tensors"]:
@@ -242,6 +243,8 @@ def register(subparsers):
     q.add_argument("--window", type=int, default=32, help="CCI requests in flight per GPU (default %(default)s)")
     q.add_argument("--cci-depth", type=int, default=None,
                    help="requests each device's CCI target keeps outstanding (default: the RTL's, 8)")
+    q.add_argument("--ram-queue", type=int, default=8, help="items per channel queue of the testbench's DRAM "
+                   "model (cocotbext-axi's own: 2; default %(default)s)")
     q.add_argument("--mem-bytes", type=int, default=1 << 16, help="DRAM per device (default %(default)s)")
     q.add_argument("--json", action="store_true", help="print the report as JSON")
     q.set_defaults(func=_checked(_host))

@@ -68,13 +68,15 @@ class CoarseRtl:
     """Driver of a COARSE system top of ``n_devices`` memory devices with ``n_groups`` sync cores each
     (``beat_bytes`` per CCI beat, ``entry_beats`` per sync-core entry), every link at ``latency`` cycles, ring
     links at ``ring_rate`` flits per cycle, ``mem_bytes`` of DRAM per device, ``window`` CCI requests in flight
-    per GPU, ``cci_depth`` host requests outstanding in each device's CCI target (None: the RTL's default).
+    per GPU, ``cci_depth`` host requests outstanding in each device's CCI target (None: the RTL's default),
+    ``ram_queue`` items in each channel queue of the testbench's DRAM model (cocotbext-axi's own 2 limit
+    single-beat writes to about 0.73 per cycle: a model limit, not the design's).
     ``backend``: an already open :class:`CciBackend` (default: start one on ``sim``). The first use of
     a geometry builds its Verilator model (about a minute; cached by content afterwards)."""
 
     def __init__(self, n_devices=4, n_groups=1, beat_bytes=16, entry_beats=16, *, sim="verilator", latency=4,
-                 ring_rate=(1, 1), mem_bytes=1 << 16, window=32, cci_depth=None, seed=1, backend=None,
-                 progress=False):
+                 ring_rate=(1, 1), mem_bytes=1 << 16, window=32, cci_depth=None, ram_queue=8, seed=1,
+                 backend=None, progress=False):
         if n_devices < 2:
             raise ValueError(f"a COARSE ring needs at least 2 devices, not {n_devices}")
         if n_groups < 1:
@@ -87,6 +89,8 @@ class CoarseRtl:
             raise ValueError(f"window must be in 1..256 (8-bit CCI tags), not {window}")
         if cci_depth is not None and not 1 <= cci_depth <= 256:
             raise ValueError(f"cci_depth must be in 1..256, not {cci_depth}")
+        if not 1 <= ram_queue <= 64:
+            raise ValueError(f"ram_queue must be in 1..64, not {ram_queue}")
         if not 1 <= latency <= 64:
             raise ValueError(f"link latency must be in 1..64 cycles, not {latency}")
         if mem_bytes < beat_bytes or mem_bytes > CORE_SPACE:
@@ -95,7 +99,7 @@ class CoarseRtl:
             raise ValueError(f"simulator {sim!r} is not one of {', '.join(SIMULATORS)}")
         self.n, self.groups, self.beat_bytes, self.entry_beats = n_devices, n_groups, beat_bytes, entry_beats
         self.mem_bytes, self.window, self.latency, self.ring_rate = mem_bytes, window, latency, tuple(ring_rate)
-        self.cci_depth = cci_depth
+        self.cci_depth, self.ram_queue = cci_depth, ram_queue
         #: Bytes of one sync-core chunk (one entry per device).
         self.chunk_bytes = chunk_bytes_for(n_devices, entry_beats * beat_bytes)
         if backend is None:
@@ -105,7 +109,8 @@ class CoarseRtl:
             if cci_depth is not None:
                 params["cci_depth"] = cci_depth
             backend = RemoteCoarse(params, sim=sim, latency=latency, ring_rate=ring_rate,
-                                   mem_bytes=mem_bytes, window=window, seed=seed, progress=progress)
+                                   mem_bytes=mem_bytes, window=window, ram_queue=ram_queue, seed=seed,
+                                   progress=progress)
         self.backend = backend
 
     # -- context ---------------------------------------------------------------------------------------------
@@ -402,5 +407,6 @@ def run_round(rtl, sizes, dtype="fp32", op="sum", seed=1):
         row["sync_cycles"] = synced[row["tensor"]]
         row["link_bound"] = row["padded"] // rtl.beat_bytes
     return {"devices": rtl.n, "groups": rtl.groups, "beat_bytes": rtl.beat_bytes, "entry_beats": rtl.entry_beats,
-            "latency": rtl.latency, "window": rtl.window, "cci_depth": rtl.cci_depth, "dtype": svc.dtype.name, "op": svc.op.name,
+            "latency": rtl.latency, "window": rtl.window, "cci_depth": rtl.cci_depth,
+            "ram_queue": rtl.ram_queue, "dtype": svc.dtype.name, "op": svc.op.name,
             "tensors": rows, "checked": True}

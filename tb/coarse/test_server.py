@@ -69,6 +69,10 @@ async def serve(dut):
     tb = SystemTB(dut)
     for gpu in tb.gpus:
         gpu.window = int(p.get("window", gpu.window))
+    if p.get("ram_queue"):          # cocotbext-axi's 2-item channel queues take ~0.73 single-beat writes per cycle
+        for ram in tb.rams:
+            for ch in (ram.write_if.aw_channel, ram.write_if.w_channel, ram.write_if.b_channel):
+                ch.queue_occupancy_limit = int(p["ram_queue"])
     await tb.start()
     t0 = tb.cycles()
 

@@ -136,6 +136,8 @@ def test_bad_input_is_refused_with_a_message(call, message):
 @pytest.mark.parametrize("kw, message", [({"n_devices": 1}, "at least 2 devices"),
                                          ({"beat_bytes": 12}, "power of two"),
                                          ({"window": 0}, "window must be in 1..256"),
+                                         ({"ram_queue": 0}, "ram_queue must be in 1..64"),
+                                         ({"cci_depth": 0}, "cci_depth must be in 1..256"),
                                          ({"sim": "questa"}, "simulator 'questa'")])
 def test_bad_system_parameters_are_refused_before_a_simulator_starts(kw, message):
     with pytest.raises(ValueError, match=message):
@@ -183,11 +185,12 @@ def _ratios(rtl, nbytes=4096):
 def test_host_push_and_pull_through_the_rtl_run_near_the_cci_link_rate():
     """Every GPU pushes then pulls 4 KiB at once (fixed link latency 4, no stalls: the simulated cycles are
     deterministic). The bound is one flit per cycle on each host link; with the CCI target's 8 outstanding
-    requests and 32 in flight per GPU, push measures 1.37 and pull 1.03 times it (the earlier target, one request
-    at a time, measured 7.02 and 5.02)."""
+    requests, 32 in flight per GPU and a DRAM model with 8-item channel queues, push measures 1.035 and pull
+    1.033 times it (the earlier target, one request at a time, measured 7.02 and 5.02; cocotbext-axi's own
+    2-item queues hold push at 1.37)."""
     with CoarseRtl(**GEOMETRY, mem_bytes=1 << 14) as rtl:
         push, pull = _ratios(rtl)
-    assert 1 <= push < 1.5 and 1 <= pull < 1.15
+    assert 1 <= push < 1.1 and 1 <= pull < 1.1
 
 
 @pytest.mark.slow

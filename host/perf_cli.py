@@ -306,7 +306,8 @@ def _dispatch(args):
                           "over_allreduce", "over_ps"])
     elif c == "coarse":
         rows = repro.coarse(args.out, p=args.p)
-        _table(rows, ["model", "gpu", "params_MB", "m_layers_MB", "T_layers_ms", "T_allreduce_ms", "speedup"])
+        _table(rows, ["model", "gpu", "params_MB", "m_layers_MB", "T_layers_ms", "T_allreduce_ms", "speedup",
+                      "T_dense_ms", "speedup_vs_dense"])
     elif c == "rna":
         if args.staleness < 0:
             raise ValueError(f"--staleness {args.staleness}: the version gap bound must be at least 0")

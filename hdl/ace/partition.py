@@ -131,6 +131,6 @@ class PartitionManager(wiring.Component):
             enter = self.dispatch if p == 0 else (moves.valid & ~h_handoff & (h_phase == p - 1))
             m.d.comb += next_free[p].eq(up_down_below(m, self.used[p], enter, leave, self.part[p],
                                                        name=f"free{p}"))
-        m.d.comb += term_free.eq(up_down_below(m, self.used_term, to_term, self.done.valid, self.part[TERMINAL_PARTITION],
-                                               name="free_term"))
+        m.d.comb += term_free.eq(up_down_below(m, self.used_term, to_term, self.done.valid,
+                                               self.part[TERMINAL_PARTITION], name="free_term"))
         return m

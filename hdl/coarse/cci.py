@@ -11,7 +11,7 @@ from amaranth.utils import exact_log2
 
 from ..common.axi import AXI4Signature, AxiBurst
 from ..system.link import RATE_DEN_MAX, DelayLine
-from .layouts import ADDR_BITS, CORE_SPACE, CciOpcode, CoreReg, Region, cci_flit_layout
+from .layouts import ADDR_BITS, CciOpcode, CoreReg, Region, cci_flit_layout, cci_pending_layout
 
 __all__ = ["CciLink", "CciTarget"]
 
@@ -84,20 +84,37 @@ class CciLink(wiring.Component):
 
 
 class CciTarget(wiring.Component):
-    """Serves host requests arriving on a memory device's CCI port, one at a time, in order.
+    """Serves host requests arriving on a memory device's CCI port, up to ``depth`` outstanding, answered in
+    request order.
 
     ``MEM_WR``/``MEM_RD`` below :data:`CORE_SPACE` become single-beat AXI writes/reads of DRAM answered by
     ``CMP``/``MEM_DATA`` with the request's tag; in the control region of a sync core they write or read that
     core's registers (:class:`CoreReg`, value in data bits 0-31). Other sync-core regions answer a read with
-    zero data and a write with ``CMP`` without effect (RecvBuf is written by the ring, not the host).
+    zero data and a write with ``CMP`` without effect (RecvBuf is written by the ring, not the host). A response
+    opcode arriving as a request below :data:`CORE_SPACE` is dropped.
 
-    Ports: ``i_req``, ``o_rsp`` (flit streams), ``axi`` (AXI4 master), and per core ``c{k}_*`` register values
-    (``base``, ``stride``, ``chunks``, ``rank``, ``ranks``, ``mode`` outputs, ``start`` a one-cycle pulse) and
-    read-backs (``status``, ``cycles``, ``stalls``, ``alu_beats`` inputs)."""
+    Pipeline: an *issue* register holds one request until its AXI address handshake is done (write data go
+    to a FIFO of ``depth`` beats that feeds W) or its register access happened, then records it in the in-order
+    *response queue* (``depth`` entries of :func:`~.layouts.cci_pending_layout`); read data wait in a FIFO of
+    ``depth`` beats, write responses in a counter, so the target takes R and B whenever they are valid. A request
+    issues only when the queue has room and without a hazard: a DRAM read waits until no write is in flight on
+    AXI, a write until no read is (AXI orders neither against the other), a register access until neither is (so
+    a ``START`` follows the pushes before it). With ``depth`` 1 the target serves one request at a time.
 
-    def __init__(self, beat_bytes=16, n_cores=1):
+    Ports (one request accepted and one response sent per cycle at most):
+
+    * ``i_req`` (In stream of flits): ready combinationally from the issue register's handshake.
+    * ``o_rsp`` (Out stream of flits): valid from registered state only (queue head, read FIFO, B counter).
+    * ``axi`` (AXI4 master): single-beat INCR bursts, ``rready``/``bready`` always high.
+    * per core ``c{k}_*`` register values (``base``, ``stride``, ``chunks``, ``rank``, ``ranks``, ``mode``
+      outputs, ``start`` a one-cycle pulse) and read-backs (``status``, ``cycles``, ``stalls``, ``alu_beats``
+      inputs)."""
+
+    def __init__(self, beat_bytes=16, n_cores=1, depth=8):
         exact_log2(beat_bytes)
-        self.beat_bytes, self.n_cores = beat_bytes, n_cores
+        if depth < 1:
+            raise ValueError(f"a CCI target needs a response queue of at least 1 entry, not {depth}")
+        self.beat_bytes, self.n_cores, self.depth = beat_bytes, n_cores, depth
         flit = cci_flit_layout(beat_bytes)
         members = {
             "i_req": In(stream.Signature(flit)),
@@ -112,84 +129,98 @@ class CciTarget(wiring.Component):
                 members[f"c{k}_{name}"] = In(32)
         super().__init__(members)
 
+    _WRITABLE = {CoreReg.BASE: "base", CoreReg.STRIDE: "stride", CoreReg.CHUNKS: "chunks", CoreReg.RANK: "rank",
+                 CoreReg.RANKS: "ranks", CoreReg.MODE: "mode"}
+    _READ_ONLY = {CoreReg.START: "status", CoreReg.CYCLES: "cycles", CoreReg.STALLS: "stalls",
+                  CoreReg.ALU_BEATS: "alu_beats"}
+
+    def _registers(self, m, req, access, value):
+        """Register file access of request ``req`` in the cycle ``access`` is high; ``value``: what a read gives."""
+        bb_bits = exact_log2(self.beat_bytes)
+        core, region, reg = req.addr[24:31], req.addr[20:24], req.addr[bb_bits:20]
+        with m.If(access & (region == Region.CTRL)):
+            for k in range(self.n_cores):
+                with m.If(core == k):
+                    with m.If(req.opcode == CciOpcode.MEM_WR):
+                        for code, name in self._WRITABLE.items():
+                            with m.If(reg == code):
+                                m.d.sync += getattr(self, f"c{k}_{name}").eq(req.data[:32])
+                        with m.If(reg == CoreReg.START):
+                            m.d.comb += getattr(self, f"c{k}_start").eq(1)
+                    with m.Else():
+                        with m.Switch(reg):
+                            for code, name in (*self._WRITABLE.items(), *self._READ_ONLY.items()):
+                                with m.Case(code):
+                                    m.d.comb += value.eq(getattr(self, f"c{k}_{name}"))
+
     def elaborate(self, platform):
         m = Module()
         bb_bits = exact_log2(self.beat_bytes)
-        req = Signal.like(self.i_req.payload)
-        rsp_data = Signal(8 * self.beat_bytes)
         axi = self.axi
+        m.submodules.pending = pending = fifo.SyncFIFOBuffered(width=cci_pending_layout().size, depth=self.depth)
+        m.submodules.rdata = rdata = fifo.SyncFIFOBuffered(width=8 * self.beat_bytes, depth=self.depth)
+        m.submodules.wdata = wdata = fifo.SyncFIFOBuffered(width=8 * self.beat_bytes, depth=self.depth)
+        rd_out = Signal(range(self.depth + 1))      # reads issued on AR, data not yet back
+        wr_out = Signal(range(self.depth + 1))      # writes issued on AW, B not yet back
+        b_ready = Signal(range(self.depth + 1))     # write responses received, not yet answered
+
+        # ---- issue ----
+        req = Signal.like(self.i_req.payload)
+        full = Signal()                             # the issue register holds a request
+        is_reg = req.addr[31]
+        is_rd = ~is_reg & (req.opcode == CciOpcode.MEM_RD)
+        is_wr = ~is_reg & (req.opcode == CciOpcode.MEM_WR)
+        room = pending.w_stream.ready
+        can_rd = full & is_rd & room & (wr_out == 0)
+        can_wr = full & is_wr & room & wdata.w_stream.ready & (rd_out == 0)
+        can_reg = full & is_reg & room & (rd_out == 0) & (wr_out == 0)
+        done = Signal()
+        value = Signal(32)
         m.d.comb += [
             axi.arlen.eq(0), axi.arsize.eq(bb_bits), axi.arburst.eq(AxiBurst.INCR),
             axi.awlen.eq(0), axi.awsize.eq(bb_bits), axi.awburst.eq(AxiBurst.INCR),
             axi.wstrb.eq(-1), axi.wlast.eq(1), axi.rready.eq(1), axi.bready.eq(1),
-            axi.araddr.eq(req.addr), axi.awaddr.eq(req.addr), axi.wdata.eq(req.data),
-            self.o_rsp.payload.tag.eq(req.tag),
-            self.o_rsp.payload.addr.eq(req.addr),
-            self.o_rsp.payload.data.eq(rsp_data),
-            self.o_rsp.payload.opcode.eq(Mux(req.opcode == CciOpcode.MEM_RD, CciOpcode.MEM_DATA, CciOpcode.CMP)),
+            axi.araddr.eq(req.addr), axi.awaddr.eq(req.addr),
+            axi.arvalid.eq(can_rd), axi.awvalid.eq(can_wr),
+            done.eq(can_reg | (can_rd & axi.arready) | (can_wr & axi.awready) | (full & ~is_reg & ~is_rd & ~is_wr)),
+            # write data follow their address through a FIFO (a slave may take W only after AW)
+            wdata.w_stream.valid.eq(can_wr & axi.awready), wdata.w_stream.payload.eq(req.data),
+            axi.wvalid.eq(wdata.r_stream.valid), axi.wdata.eq(wdata.r_stream.payload),
+            wdata.r_stream.ready.eq(axi.wready),
+            self.i_req.ready.eq(~full | done),
         ]
-        core = req.addr[24:31]
-        region = req.addr[20:24]
-        reg = req.addr[bb_bits:20]
-        value = req.data[:32]
-        regs = {}
-        for k in range(self.n_cores):
-            for name in ("base", "stride", "chunks", "rank", "ranks", "mode"):
-                regs[(k, name)] = getattr(self, f"c{k}_{name}")
-        names = {CoreReg.BASE: "base", CoreReg.STRIDE: "stride", CoreReg.CHUNKS: "chunks", CoreReg.RANK: "rank",
-                 CoreReg.RANKS: "ranks", CoreReg.MODE: "mode"}
-        aw_done, w_done = Signal(), Signal()
+        self._registers(m, req, can_reg, value)
+        entry = Signal(cci_pending_layout())
+        m.d.comb += [
+            entry.opcode.eq(req.opcode), entry.tag.eq(req.tag), entry.addr.eq(req.addr), entry.dram.eq(~is_reg),
+            entry.value.eq(value),
+            pending.w_stream.valid.eq(done & (is_reg | is_rd | is_wr)),
+            pending.w_stream.payload.eq(entry),
+        ]
+        with m.If(self.i_req.valid & self.i_req.ready):
+            m.d.sync += [req.eq(self.i_req.payload), full.eq(1)]
+        with m.Elif(done):
+            m.d.sync += full.eq(0)
+        m.d.sync += [
+            rd_out.eq(rd_out + (axi.arvalid & axi.arready) - axi.rvalid),
+            wr_out.eq(wr_out + (can_wr & done) - axi.bvalid),
+        ]
 
-        with m.FSM(name="target"):
-            with m.State("IDLE"):
-                m.d.comb += self.i_req.ready.eq(1)
-                with m.If(self.i_req.valid):
-                    m.d.sync += [req.eq(self.i_req.payload), aw_done.eq(0), w_done.eq(0), rsp_data.eq(0)]
-                    with m.If(self.i_req.payload.addr & CORE_SPACE):
-                        m.next = "REG"
-                    with m.Elif(self.i_req.payload.opcode == CciOpcode.MEM_WR):
-                        m.next = "WRITE"
-                    with m.Elif(self.i_req.payload.opcode == CciOpcode.MEM_RD):
-                        m.next = "READ"
-                    # responses arriving as requests are dropped
-            with m.State("REG"):
-                with m.If(region == Region.CTRL):
-                    for k in range(self.n_cores):
-                        with m.If(core == k):
-                            with m.If(req.opcode == CciOpcode.MEM_WR):
-                                for code, name in names.items():
-                                    with m.If(reg == code):
-                                        m.d.sync += regs[(k, name)].eq(value)
-                                with m.If(reg == CoreReg.START):
-                                    m.d.comb += getattr(self, f"c{k}_start").eq(1)
-                            with m.Else():
-                                with m.Switch(reg):
-                                    for code, name in names.items():
-                                        with m.Case(code):
-                                            m.d.sync += rsp_data.eq(regs[(k, name)])
-                                    for code, name in ((CoreReg.START, "status"), (CoreReg.CYCLES, "cycles"),
-                                                       (CoreReg.STALLS, "stalls"),
-                                                       (CoreReg.ALU_BEATS, "alu_beats")):
-                                        with m.Case(code):
-                                            m.d.sync += rsp_data.eq(getattr(self, f"c{k}_{name}"))
-                m.next = "RESPOND"
-            with m.State("WRITE"):
-                m.d.comb += [axi.awvalid.eq(~aw_done), axi.wvalid.eq(~w_done)]
-                with m.If(axi.awready):
-                    m.d.sync += aw_done.eq(1)
-                with m.If(axi.wready):
-                    m.d.sync += w_done.eq(1)
-                with m.If(axi.bvalid):
-                    m.next = "RESPOND"
-            with m.State("READ"):
-                m.d.comb += axi.arvalid.eq(~aw_done)
-                with m.If(axi.arready):
-                    m.d.sync += aw_done.eq(1)
-                with m.If(axi.rvalid):
-                    m.d.sync += rsp_data.eq(axi.rdata)
-                    m.next = "RESPOND"
-            with m.State("RESPOND"):
-                m.d.comb += self.o_rsp.valid.eq(1)
-                with m.If(self.o_rsp.ready):
-                    m.next = "IDLE"
+        # ---- respond, in request order ----
+        head = Signal(cci_pending_layout())
+        m.d.comb += [head.eq(pending.r_stream.payload), rdata.w_stream.valid.eq(axi.rvalid),
+                     rdata.w_stream.payload.eq(axi.rdata)]
+        is_read = head.opcode == CciOpcode.MEM_RD
+        answer = pending.r_stream.valid & (~head.dram | Mux(is_read, rdata.r_stream.valid, b_ready != 0))
+        fire = answer & self.o_rsp.ready
+        m.d.comb += [
+            self.o_rsp.valid.eq(answer),
+            self.o_rsp.payload.opcode.eq(Mux(is_read, CciOpcode.MEM_DATA, CciOpcode.CMP)),
+            self.o_rsp.payload.tag.eq(head.tag),
+            self.o_rsp.payload.addr.eq(head.addr),
+            self.o_rsp.payload.data.eq(Mux(head.dram, Mux(is_read, rdata.r_stream.payload, 0), head.value)),
+            pending.r_stream.ready.eq(fire),
+            rdata.r_stream.ready.eq(fire & head.dram & is_read),
+        ]
+        m.d.sync += b_ready.eq(b_ready + axi.bvalid - (fire & head.dram & ~is_read))
         return m

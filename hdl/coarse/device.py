@@ -7,7 +7,7 @@ to a core by the core index in their address; cores sending on the same port sha
 (round-robin). The cores, the CCI target and nothing else share the DRAM port through :class:`AxiArbiter`.
 """
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.utils import ceil_log2
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -27,9 +27,11 @@ class AxiArbiter(wiring.Component):
     """``n`` AXI4 masters (``m0``..) onto one port (``axi``, ID width ``ceil(log2 n)``: the ID is the master).
 
     Reads: every cycle one master's AR goes (round-robin), so bursts of several masters are in flight at once;
-    R beats return to the master their RID names. Writes: a master holds the write grant from its AW to its
-    WLAST (AXI4 does not interleave write data), then the grant rotates; B returns by BID. Masters must accept
-    R and B whenever they are valid (``rready``/``bready`` high), as the sync cores and the CCI target do."""
+    R beats return to the master their RID names. Writes: AWs pass one per cycle; the master whose AW passed
+    holds the write grant until every W burst it owes has passed (AXI4 does not interleave write data), and
+    takes further AWs meanwhile only while no other master waits; then the grant rotates; B returns by BID.
+    Masters must accept R and B whenever they are valid (``rready``/``bready`` high), as the sync cores and the CCI
+    target do."""
 
     def __init__(self, n, beat_bytes=16):
         self.n = n
@@ -67,38 +69,50 @@ class AxiArbiter(wiring.Component):
         with m.If(out.arvalid & out.arready):
             m.d.sync += last.eq(pick)
         # ---- writes ----
+        # ``grant`` owes ``owed`` W bursts (AWs passed, WLAST not yet); W comes from it alone, so the grant moves
+        # only when nothing is owed. While others wait it takes no new AW, so the W owed drain and the grant
+        # rotates; with no one else waiting its AWs keep passing, one per cycle, ahead of their data.
         wlast_, wpick, any_aw = self._round_robin(m, "aw", [p.awvalid for p in ports])
         grant = Signal(range(self.n))
-        busy = Signal()
-        addr_sent = Signal()
-        with m.If(~busy & any_aw):
-            m.d.sync += [grant.eq(wpick), busy.eq(1), addr_sent.eq(0), wlast_.eq(wpick)]
+        owed = Signal(8)
+        locked = owed != 0
+        others = Signal()
         for k, p in enumerate(ports):
-            with m.If(busy & (grant == k)):
+            with m.If((grant != k) & p.awvalid):
+                m.d.comb += others.eq(1)
+        # an AW offered and not taken stays offered, unchanged (AXI), whoever else starts to wait
+        hold, held = Signal(), Signal(range(self.n))
+        sel = Mux(hold, held, Mux(locked, grant, wpick))
+        allow = hold | ~locked | (~others & (owed != 255))
+        aw_fire = out.awvalid & out.awready
+        w_last = out.wvalid & out.wready & out.wlast
+        for k, p in enumerate(ports):
+            with m.If(sel == k):
                 m.d.comb += [getattr(out, f).eq(getattr(p, f)) for f in _AW if f != "awid"]
-                m.d.comb += [out.awid.eq(k), out.awvalid.eq(p.awvalid & ~addr_sent),
-                             p.awready.eq(out.awready & ~addr_sent),
-                             out.wdata.eq(p.wdata), out.wstrb.eq(p.wstrb), out.wlast.eq(p.wlast),
-                             out.wvalid.eq(p.wvalid & addr_sent), p.wready.eq(out.wready & addr_sent)]
+                m.d.comb += [out.awid.eq(k), out.awvalid.eq(p.awvalid & allow), p.awready.eq(out.awready & allow)]
+            with m.If(locked & (grant == k)):
+                m.d.comb += [out.wdata.eq(p.wdata), out.wstrb.eq(p.wstrb), out.wlast.eq(p.wlast),
+                             out.wvalid.eq(p.wvalid), p.wready.eq(out.wready)]
             m.d.comb += [p.bresp.eq(out.bresp), p.bid.eq(0), p.bvalid.eq(out.bvalid & (out.bid == k))]
             with m.If(out.bid == k):
                 m.d.comb += out.bready.eq(p.bready)
-        with m.If(out.awvalid & out.awready):
-            m.d.sync += addr_sent.eq(1)
-        with m.If(out.wvalid & out.wready & out.wlast):
-            m.d.sync += busy.eq(0)
+        m.d.sync += [owed.eq(owed + aw_fire - w_last), hold.eq(out.awvalid & ~out.awready), held.eq(sel)]
+        with m.If(aw_fire):
+            m.d.sync += [grant.eq(sel), wlast_.eq(sel)]
         return m
 
 
 class MemoryDevice(wiring.Component):
     """A memory device (see the module docstring). Ports: ``axi`` (DRAM), ``i_host``/``o_host`` (CCI requests
-    in, responses out), ``i_left``/``o_left``/``i_right``/``o_right`` (ring flits)."""
+    in, responses out), ``i_left``/``o_left``/``i_right``/``o_right`` (ring flits). ``cci_depth``: host requests
+    the CCI target keeps outstanding (:class:`CciTarget`)."""
 
-    def __init__(self, n_groups=2, beat_bytes=16, entry_beats=16, max_ranks=8):
+    def __init__(self, n_groups=2, beat_bytes=16, entry_beats=16, max_ranks=8, cci_depth=8):
         if n_groups < 1:
             raise ValueError("a device needs at least one sync core")
         self.n_groups, self.beat_bytes, self.entry_beats, self.max_ranks = \
             n_groups, beat_bytes, entry_beats, max_ranks
+        self.cci_depth = cci_depth
         super().__init__(self.signature_of(beat_bytes, n_groups))
 
     @staticmethod
@@ -119,7 +133,7 @@ class MemoryDevice(wiring.Component):
         cores = [SyncCore(self.beat_bytes, self.entry_beats, self.max_ranks, index=g) for g in range(G)]
         for g, c in enumerate(cores):
             m.submodules[f"core{g}"] = c
-        m.submodules.target = target = CciTarget(self.beat_bytes, G)
+        m.submodules.target = target = CciTarget(self.beat_bytes, G, self.cci_depth)
         m.submodules.arbiter = arb = AxiArbiter(G + 1, self.beat_bytes)
         wiring.connect(m, wiring.flipped(self.axi), arb.axi)
         wiring.connect(m, target.axi, arb.m0)

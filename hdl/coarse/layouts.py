@@ -28,7 +28,7 @@ from ..common.layouts import pack, unpack
 
 __all__ = ["CciOpcode", "ADDR_BITS", "TAG_BITS", "cci_flit_layout", "Region", "CoreReg", "core_addr",
            "is_core_addr", "decode_core_addr", "CORE_SPACE", "MAX_CORES", "pack_flit", "unpack_flit",
-           "CoreStatus"]
+           "CoreStatus", "cci_pending_layout"]
 
 #: Address and tag widths of the transaction layer.
 ADDR_BITS = 32
@@ -83,6 +83,19 @@ def cci_flit_layout(beat_bytes=16):
         "tag": unsigned(TAG_BITS),
         "addr": unsigned(ADDR_BITS),
         "data": unsigned(8 * beat_bytes),
+    })
+
+
+def cci_pending_layout():
+    """What a CCI target remembers of a request it issued and has not answered yet (its response queue entry):
+    the request's ``opcode``, ``tag`` and ``addr`` (echoed), ``dram`` (DRAM answers it: read data or a write
+    response from AXI) or else the register ``value`` read (0 for a write)."""
+    return data.StructLayout({
+        "opcode": unsigned(2),
+        "tag": unsigned(TAG_BITS),
+        "addr": unsigned(ADDR_BITS),
+        "dram": unsigned(1),
+        "value": unsigned(32),
     })
 
 

@@ -47,10 +47,11 @@ class CoarseSystem(wiring.Component):
     ``inline=False`` instantiates the separately converted module :data:`DEVICE_MODULE` (Verilog simulators
     compile the device once; :func:`system_verilog` emits both), ``inline=True`` makes the devices
     submodules (Amaranth's simulator). ``credits`` (default ``2 x latency + 8``) is every link's receive buffer:
-    a link set to a latency longer than about ``(credits - 8) / 2`` is limited by credits, not by its rate."""
+    a link set to a latency longer than about ``(credits - 8) / 2`` is limited by credits, not by its rate.
+    ``cci_depth``: host requests each device's CCI target keeps outstanding."""
 
     def __init__(self, n_devices=4, n_groups=1, beat_bytes=16, entry_beats=16, max_ranks=None, latency=4,
-                 credits=None, max_latency=64, inline=True):
+                 credits=None, max_latency=64, inline=True, cci_depth=8):
         if n_devices < 2:
             raise ValueError("a COARSE ring needs at least 2 devices")
         self.n_devices, self.n_groups, self.beat_bytes, self.entry_beats = n_devices, n_groups, beat_bytes, \
@@ -60,6 +61,7 @@ class CoarseSystem(wiring.Component):
         credits = 2 * latency + 8 if credits is None else credits
         self.latency, self.credits, self.max_latency = latency, credits, max_latency
         self.inline = inline
+        self.cci_depth = cci_depth
         flit = stream.Signature(cci_flit_layout(beat_bytes))
         members = {}
         for d in range(n_devices):
@@ -77,7 +79,7 @@ class CoarseSystem(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.n_devices
-        args = (self.n_groups, self.beat_bytes, self.entry_beats, self.max_ranks)
+        args = (self.n_groups, self.beat_bytes, self.entry_beats, self.max_ranks, self.cci_depth)
         devs = []
         for d in range(n):
             if self.inline:
@@ -117,5 +119,5 @@ def system_verilog(**params):
     from amaranth.back import verilog
     system = CoarseSystem(**params, inline=False)
     top = verilog.convert(system, name="coarse_system", emit_src=False)
-    dev = MemoryDevice(system.n_groups, system.beat_bytes, system.entry_beats, system.max_ranks)
+    dev = MemoryDevice(system.n_groups, system.beat_bytes, system.entry_beats, system.max_ranks, system.cci_depth)
     return top + "\n" + verilog.convert(dev, name=DEVICE_MODULE, emit_src=False)

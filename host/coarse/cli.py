@@ -3,6 +3,9 @@
 ``syncfabric coarse sync``     the system top (sync cores on Verilator or Icarus): push, sync, pull, every byte
                                checked; prints cycles against the ring bound, for one or several ring-link rates;
 ``syncfabric coarse compare``  DENSE (model), COARSE sync cores (RTL) and the dual-sync split on the same links;
+``syncfabric coarse host``     the host's parameter clients and proxies on the RTL: every GPU pushes tensors over
+                               its CCI link, the sync cores synchronize them, every GPU pulls; every byte checked
+                               against the golden sync-core order; push/pull cycles against the link bound;
 ``syncfabric coarse profile``  the routing table and shard size the profiler picks for a bandwidth profile;
 ``syncfabric coarse byteps``   BytePS times, CPU/GPU shares and speedups for n GPU and k CPU machines.
 """
@@ -111,6 +114,60 @@ def _compare(args):
     return 0
 
 
+def _sizes(text):
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--tensors takes comma-separated byte counts, not {text!r}") from None
+    if not sizes:
+        raise ValueError("--tensors names no tensor")
+    return sizes
+
+
+def _host(args):
+    import sys
+
+    from ..transport import TransportError
+    from .rtl import CoarseRtl, MismatchError, run_round
+    sizes = _sizes(args.tensors)
+    if args.devices < 2 or args.groups < 1:
+        raise ValueError("need --devices >= 2 and --groups >= 1")
+    try:
+        rtl = CoarseRtl(args.devices, args.groups, args.beat_bytes, args.entry_beats, sim=args.backend,
+                   latency=args.latency, mem_bytes=args.mem_bytes, window=args.window, cci_depth=args.cci_depth,
+                   ram_queue=args.ram_queue, seed=args.seed,
+                   progress=not args.quiet)
+    except TransportError as exc:       # the simulator did not build or start
+        print(f"syncfabric coarse: error: {exc}", file=sys.stderr)
+        return 1
+    with rtl:
+        try:
+            rep = run_round(rtl, sizes, args.dtype, args.op, args.seed)
+        except MismatchError as exc:
+            print(f"syncfabric coarse: MISMATCH: {exc}", file=sys.stderr)
+            return 1
+        except (TransportError, RuntimeError) as exc:
+            print(f"syncfabric coarse: error: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"COARSE host on the RTL: {rep['devices']} devices x {rep['groups']} groups, {rep['dtype']} {rep['op']}, "
+          f"{rep['beat_bytes']} B beats, link latency {rep['latency']}, {rep['window']} CCI requests in flight "
+          f"per GPU, CCI target depth {rep['cci_depth'] or 'default'}, DRAM model queues {rep['ram_queue']} "
+          f"({args.backend})")
+    print(f"{'tensor':>7} {'bytes':>8} {'push cyc':>9} {'pull cyc':>9} {'link bnd':>9} {'push/bnd':>9} "
+          f"{'pull/bnd':>9} {'sync cyc':>9}")
+    for r in rep["tensors"]:
+        print(f"{r['tensor']:>7} {r['bytes']:>8} {r['push_cycles']:>9} {r['pull_cycles']:>9} {r['link_bound']:>9} "
+              f"{r['push_cycles'] / r['link_bound']:>9.2f} {r['pull_cycles'] / r['link_bound']:>9.2f} "
+              f"{r['sync_cycles']:>9}")
+    print("every GPU pushed and pulled at once; every pulled byte equals the golden sync-core result.\n"
+          "link bnd: flits of the padded tensor on one host link at 1 flit/cycle; sync cyc: the sync-core run "
+          "(START to the poll that saw DONE)")
+    return 0
+
+
 def _profile(args):
     names = list(PROFILES) if args.profile == "all" else [args.profile]
     if args.devices < 1:
@@ -179,6 +236,18 @@ def register(subparsers):
     q.add_argument("--t-fp", type=float, default=2000.0, help="forward pass, cycles")
     q.add_argument("--t-bp", type=float, default=4000.0, help="backward pass, cycles")
     q.set_defaults(func=_checked(_compare))
+    q = sub.add_parser("host", help="parameter clients push/pull and proxies sync through the RTL, checked")
+    common(q)
+    q.add_argument("--tensors", default="4096,1000,64", help="comma-separated tensor sizes in bytes "
+                   "(default %(default)s)")
+    q.add_argument("--window", type=int, default=32, help="CCI requests in flight per GPU (default %(default)s)")
+    q.add_argument("--cci-depth", type=int, default=None,
+                   help="requests each device's CCI target keeps outstanding (default: the RTL's, 8)")
+    q.add_argument("--ram-queue", type=int, default=8, help="items per channel queue of the testbench's DRAM "
+                   "model (cocotbext-axi's own: 2; default %(default)s)")
+    q.add_argument("--mem-bytes", type=int, default=1 << 16, help="DRAM per device (default %(default)s)")
+    q.add_argument("--json", action="store_true", help="print the report as JSON")
+    q.set_defaults(func=_checked(_host))
     q = sub.add_parser("profile", help="routing table and shard size for a bandwidth profile")
     q.add_argument("--profile", default="all", choices=["all", *PROFILES])
     q.add_argument("--devices", type=int, default=4)

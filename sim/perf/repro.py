@@ -515,7 +515,10 @@ def _param_sets():
 
 def coarse(out_dir, p=4):
     """COARSE dual synchronization: the optimal m (closed form and over layer boundaries, checked by brute
-    force) and the iteration time against an all-reduce after back-propagation, per model and GPU profile."""
+    force) and the iteration time against an all-reduce after back-propagation and against DENSE, per model and
+    GPU profile. DENSE (the paper's baseline for Fig. 16: one central parameter server) moves every worker's
+    push and pull through the server's one path, ``2 p n`` bytes at the GPU path's bandwidth after
+    back-propagation, as :func:`~syncfabric.sim.golden.coarse.dense_cycles` does in cycles."""
     rows = []
     for model, (sizes, flops) in _param_sets().items():
         n = sum(sizes)
@@ -527,9 +530,11 @@ def coarse(out_dir, p=4):
             grid = np.linspace(0, n, 2001)
             brute = min(co.dual_sync_time(x, n, p, prof["bw_proxy"], prof["bw_gpu"], t_fp, t_bp) for x in grid)
             t_ar = t_fp + t_bp + 2 * (p - 1) / p * n / prof["bw_gpu"]
+            t_dense = t_fp + t_bp + 2 * p * n / prof["bw_gpu"]
             rows.append({"model": model, "gpu": gpu, "params_MB": n / MB, "m_opt_MB": m / MB, "T_opt_ms": t * 1e3,
                          "m_layers_MB": ml / MB, "T_layers_ms": tl * 1e3, "T_brute_ms": brute * 1e3,
-                         "T_allreduce_ms": t_ar * 1e3, "speedup": t_ar / tl})
+                         "T_allreduce_ms": t_ar * 1e3, "speedup": t_ar / tl, "T_dense_ms": t_dense * 1e3,
+                         "speedup_vs_dense": t_dense / tl})
     svg = write_outputs(out_dir, "coarse", rows, {"p": p, "profiles": COARSE_PROFILES})
     bar_chart(svg, f"COARSE dual sync vs all-reduce (p={p})", "ms",
               [(f"{r['model']} {r['gpu']}", [("all-reduce", [r["T_allreduce_ms"]]), ("dual", [r["T_layers_ms"]])])

@@ -130,6 +130,15 @@ def test_coarse_optimal_m_matches_brute_force():
     assert t == pytest.approx(brute, rel=1e-4)
 
 
+def test_coarse_rows_put_dense_2pn_bytes_on_the_gpu_path_and_dual_sync_beats_it_more_than_allreduce(tmp_path):
+    for r in repro.coarse(tmp_path, p=4):
+        prof = repro.COARSE_PROFILES[r["gpu"]]
+        comm_ar = r["T_allreduce_ms"] / 1e3 - (r["T_dense_ms"] / 1e3 - 2 * 4 * r["params_MB"] * repro.MB
+                                                / prof["bw_gpu"])
+        assert comm_ar == pytest.approx(2 * 3 / 4 * r["params_MB"] * repro.MB / prof["bw_gpu"], rel=1e-9)
+        assert r["speedup_vs_dense"] > r["speedup"] > 1
+
+
 @pytest.mark.parametrize("n", [4, 8, 32])
 def test_byteps_traffic_simulation_and_formula_agree_and_k_equal_n_is_optimal(n):
     M, B = 1 << 28, 12.5e9

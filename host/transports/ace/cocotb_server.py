@@ -6,19 +6,18 @@ models, idle time - until the host says ``close``.
 
 While it waits for the next request the simulator is blocked, so simulated time passes only while the host
 waits on the engines (as with the Amaranth backend). The host side is
-:class:`syncfabric.host.transports.ace.remote.RemoteSystem`; the protocol is pickled tuples over a
-``multiprocessing.connection`` socket: ``(op, rank, *args)`` in, ``("ok", value, seconds)`` or ``("err", message,
-seconds)`` out, ``seconds`` being the wall time the request spent in the simulator.
+:class:`syncfabric.host.transports.ace.remote.RemoteSystem`; the protocol is
+:mod:`syncfabric.host.transports.remote`'s with requests
+``(op, rank, *args)``.
 """
 
 import random
-import time
-from multiprocessing.connection import Client
 
 import cocotb
 from cocotb.triggers import ClockCycles, NextTimeStep
 
 from ....hdl.system.link import LINK_FAULTS
+from .. import remote
 from ..harness import tb_params
 from .cocotb_system import SystemTB
 
@@ -54,42 +53,25 @@ async def serve(dut):
     await tb.start()
     ports = [drv.transport for drv in tb.drivers]
     t0 = await ports[0].cycles()
-    conn = Client(tuple(p["address"]), authkey=bytes.fromhex(p["authkey"]))
-    try:
-        while True:
-            try:
-                req = conn.recv()
-            except EOFError:            # the host went away: end the simulation
-                return
-            op = req[0]
-            t0 = time.perf_counter()
-            try:
-                if op == "close":
-                    conn.send(("ok", None, 0.0))
-                    return
-                if op == "idle":
-                    await ClockCycles(dut.clk, max(1, int(req[2])))
-                    value = None
-                elif op == "npu_share":
-                    await _set_npu_share(tb, req[1], req[2])
-                    value = None
-                elif op == "link_stall":         # hold (or release) the stall pin of on-chip link req[1]
-                    await NextTimeStep()        # out of the read-only phase a request may arrive in
-                    getattr(dut, f"link{int(req[1])}_stall").value = int(bool(req[2]))
-                    value = None
-                elif op == "link_faults":        # random flips / stalls of on-chip link req[1]
-                    await NextTimeStep()
-                    for kind, value in zip(LINK_FAULTS, req[2:]):
-                        getattr(dut, f"link{int(req[1])}_{kind}_prob").value = int(value)
-                    value = None
-                elif op == "cycles":
-                    value = await ports[0].cycles() - t0
-                elif op in TRANSPORT_OPS:
-                    value = await getattr(ports[req[1]], op)(*req[2:])
-                else:
-                    raise ValueError(f"unknown request {op!r}")
-                conn.send(("ok", value, time.perf_counter() - t0))
-            except Exception as e:      # reported to the host, which raises it; the server keeps serving
-                conn.send(("err", f"{type(e).__name__}: {e}", time.perf_counter() - t0))
-    finally:
-        conn.close()
+
+    async def handle(op, rank=0, *args):
+        if op == "idle":
+            await ClockCycles(dut.clk, max(1, int(args[0])))
+        elif op == "npu_share":
+            await _set_npu_share(tb, rank, args[0])
+        elif op == "link_stall":         # hold (or release) the stall pin of on-chip link ``rank``
+            await NextTimeStep()        # out of the read-only phase a request may arrive in
+            getattr(dut, f"link{int(rank)}_stall").value = int(bool(args[0]))
+        elif op == "link_faults":        # random flips / stalls of on-chip link ``rank``
+            await NextTimeStep()
+            for kind, value in zip(LINK_FAULTS, args):
+                getattr(dut, f"link{int(rank)}_{kind}_prob").value = int(value)
+        elif op == "cycles":
+            return await ports[0].cycles() - t0
+        elif op in TRANSPORT_OPS:
+            return await getattr(ports[rank], op)(*args)
+        else:
+            raise ValueError(f"unknown request {op!r}")
+        return None
+
+    await remote.serve(p, handle)

@@ -10,22 +10,13 @@ The first use of a topology and engine configuration builds its Verilator model 
 afterwards).
 """
 
-import itertools
-import os
-import secrets
-import shutil
-import threading
-import time
-from multiprocessing.connection import Listener
-
-from ...transport import Transport, TransportError
+from ...transport import Transport
+from ..remote import RemoteSimulation, unique_tag
 
 __all__ = ["RemoteSystem", "RemoteTransport"]
 
-_instances = itertools.count()
 
-
-class RemoteSystem:
+class RemoteSystem(RemoteSimulation):
     """All endpoints of ``topology`` (engines of ``cfg``, ``mem_bytes`` of memory each) in simulator ``sim``
     (``"verilator"`` or ``"icarus"``). ``connect_timeout``: seconds to wait for the simulator to build and
     connect; ``progress``: print what is happening while it builds."""
@@ -36,79 +27,33 @@ class RemoteSystem:
 
         from ....hdl.common.axiram import RAM_ARRAY_MODULE
         from ....hdl.system.top import ENGINE_MODULE, MAX_LATENCY, link_params
-        from ..harness import run_dir_for, run_cocotb
         from . import ace_system_verilog
 
-        self.sim = sim
-        key = secrets.token_bytes(16)
-        self._listener = Listener(("127.0.0.1", 0), authkey=key)
         lats = [ln[4] for ln in link_params(topology, latency, rate)]
         params = {"cfg": dataclasses.asdict(cfg), "topology": topology,
                   "max_latency": max([MAX_LATENCY] + lats) if max(lats, default=0) > MAX_LATENCY else None,
                   # each endpoint's memory is an HDL RAM in the system, reached through its back door
                   "npu_mem": {"size_bytes": 1 << max(0, mem_bytes - 1).bit_length()}}
-        self.build_tag = f"api-{topology.replace(':', '_')}-{os.getpid()}-{next(_instances)}"
-        self.run_dir = run_dir_for(self.build_tag, sim)
-        self.log_file = self.run_dir.parent / f"{self.build_tag}-{sim}.log"
         tbp = {"jobs": [], "seed": seed, "latency": latency, "rate": None if rate is None else str(rate),
-               "mem_bytes": mem_bytes, "address": list(self._listener.address), "authkey": key.hex()}
-        self._error = None
-        self._conn = None
-        self._closed = False
-        self.sim_seconds = 0.0      # wall time the server spent in the simulator, as it reports
-
-        def simulate():
-            try:
-                run_cocotb(ace_system_verilog, params, toplevel="ace_system",
-                           test_module="syncfabric.host.transports.ace.cocotb_server", sim=sim, testcase="serve",
-                           tb_params=tbp,
-                           build_tag=self.build_tag, hier_blocks=(ENGINE_MODULE,), log_file=self.log_file,
-                           public=((RAM_ARRAY_MODULE, "mem"),))
-            except BaseException as e:          # handed to the host thread
-                self._error = e
-
-        def accept():
-            try:
-                self._conn = self._listener.accept()
-            except OSError:
-                pass
-
-        if progress:
-            print(f"starting the {sim} model of {topology} (built once per configuration; simulator output in "
-                  f"{self.log_file})", flush=True)
-        self._thread = threading.Thread(target=simulate, name=f"{sim}-{topology}", daemon=True)
-        self._thread.start()
-        acceptor = threading.Thread(target=accept, daemon=True)
-        acceptor.start()
-        t0 = time.monotonic()
-        while self._conn is None:
-            if not self._thread.is_alive():
-                self._listener.close()
-                raise TransportError(f"the {sim} simulation ended before it connected: {self._error} (see "
-                                     f"{self.log_file})")
-            if time.monotonic() - t0 > connect_timeout:
-                self._listener.close()
-                raise TransportError(f"the {sim} simulation did not connect within {connect_timeout} s")
-            acceptor.join(0.2)
+               "mem_bytes": mem_bytes}
+        super().__init__(ace_system_verilog, params, toplevel="ace_system",
+                         test_module="syncfabric.host.transports.ace.cocotb_server", testcase="serve", tb_params=tbp,
+                         build_tag=unique_tag(f"api-{topology.replace(':', '_')}"), sim=sim,
+                         hier_blocks=(ENGINE_MODULE,), public=((RAM_ARRAY_MODULE, "mem"),),
+                         connect_timeout=connect_timeout,
+                         progress=progress and f"starting the {sim} model of {topology} (built once per "
+                                               f"configuration)")
         from ....sim.golden.topology import parse as parse_topology
         self.n = parse_topology(topology).n_endpoints
         self.transports = [RemoteTransport(self, i) for i in range(self.n)]
         self._now = 0
 
+    def describe(self, req):
+        return f"{req[0]} on rank {req[1] if len(req) > 1 else 0}"
+
     def call(self, op, rank=0, *args):
         """One request to the server; returns its value or raises :class:`TransportError`."""
-        if self._closed:
-            raise TransportError("the simulation is closed")
-        try:
-            self._conn.send((op, rank) + args)
-            status, value, sim_s = self._conn.recv()
-        except (EOFError, OSError) as e:
-            self._closed = True
-            raise TransportError(f"the {self.sim} simulation went away ({e}; see {self.log_file})") from None
-        self.sim_seconds += sim_s
-        if status != "ok":
-            raise TransportError(f"{op} on rank {rank}: {value}")
-        return value
+        return super().call(op, rank, *args)
 
     def idle(self, cycles):
         """Let ``cycles`` clock cycles pass with no host activity."""
@@ -132,21 +77,6 @@ class RemoteSystem:
     def now(self):
         """Clock cycles simulated so far."""
         return int(self.call("cycles"))
-
-    def close(self):
-        """End the simulation and, if it ran cleanly, remove its run directory and log (the build stays cached)."""
-        if self._closed:
-            return
-        try:
-            self.call("close")
-        except TransportError:
-            pass
-        self._closed = True
-        self._conn.close()
-        self._listener.close()
-        self._thread.join(60)
-        if self._error is None:
-            shutil.rmtree(self.run_dir.parent, ignore_errors=True)
 
 
 class RemoteTransport(Transport):

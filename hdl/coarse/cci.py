@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.axi import AXI4Signature, AxiBurst
-from ..system.link import RATE_DEN_MAX, DelayLine
+from ..system.link import RATE_DEN_MAX, DelayLine, pace
 from .layouts import ADDR_BITS, CciOpcode, CoreReg, Region, cci_flit_layout, cci_pending_layout
 
 __all__ = ["CciLink", "CciTarget"]
@@ -48,20 +48,11 @@ class CciLink(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        num, den = self.rate_num, self.rate_den
-        cap = Signal(range(2 * RATE_DEN_MAX))
-        tokens = Signal(range(2 * RATE_DEN_MAX + 1))
-        started = Signal()
         credits = Signal(range(self.credits + 1), init=self.credits)
         credit_back = Signal()
-        fire = self.tx.valid & self.tx.ready
-        m.d.comb += [
-            cap.eq(den + num - 1),
-            self.tx.ready.eq(started & (tokens >= den) & (credits != 0) & ~self.stall),
-        ]
-        after = tokens - Mux(fire, den, 0) + num
-        m.d.sync += [tokens.eq(Mux(~started | (after > cap), cap, after)), started.eq(1),
-                     credits.eq(credits - fire + credit_back)]
+        # the link model's token bucket, held back also while the receiver's buffer has no room
+        fire = pace(m, self.tx, self.rate_num, self.rate_den, self.stall | (credits == 0))
+        m.d.sync += credits.eq(credits - fire + credit_back)
 
         width = len(self.tx.payload.as_value())
         m.submodules.line = line = DelayLine(unsigned(1 + width), 1, self.max_latency)

@@ -9,12 +9,12 @@ to a core by the core index in their address; cores sending on the same port sha
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.utils import ceil_log2
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.axi import AXI4Signature
 from .cci import CciTarget
-from .layouts import ADDR_BITS, cci_flit_layout
+from .layouts import ADDR_BITS, cci_flit_layout, core_mode_layout
 from .sync_core import SyncCore
 
 __all__ = ["AxiArbiter", "MemoryDevice"]
@@ -141,12 +141,14 @@ class MemoryDevice(wiring.Component):
             wiring.connect(m, c.axi, getattr(arb, f"m{g + 1}"))
         wiring.connect(m, wiring.flipped(self.i_host), target.i_req)
         wiring.connect(m, target.o_rsp, wiring.flipped(self.o_host))
+        mode = [data.View(core_mode_layout(), getattr(target, f"c{g}_mode")[:core_mode_layout().size])
+                for g in range(len(cores))]
         for g, c in enumerate(cores):
             m.d.comb += [
                 c.base.eq(getattr(target, f"c{g}_base")), c.stride.eq(getattr(target, f"c{g}_stride")),
                 c.chunks.eq(getattr(target, f"c{g}_chunks")), c.rank.eq(getattr(target, f"c{g}_rank")),
-                c.ranks.eq(getattr(target, f"c{g}_ranks")), c.dtype.eq(getattr(target, f"c{g}_mode")[0:2]),
-                c.op.eq(getattr(target, f"c{g}_mode")[2:4]), c.start.eq(getattr(target, f"c{g}_start")),
+                c.ranks.eq(getattr(target, f"c{g}_ranks")), c.dtype.eq(mode[g].dtype), c.op.eq(mode[g].op),
+                c.start.eq(getattr(target, f"c{g}_start")),
                 getattr(target, f"c{g}_status").eq(Cat(c.busy, c.done, c.err)),  # CoreStatus bits
                 getattr(target, f"c{g}_cycles").eq(c.cycles),
                 getattr(target, f"c{g}_stalls").eq(c.stalls),

@@ -24,11 +24,11 @@ import enum
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
-from ..common.layouts import pack, unpack
+from ..common.layouts import DTYPE_SHAPE, OP_SHAPE, pack, unpack
 
 __all__ = ["CciOpcode", "ADDR_BITS", "TAG_BITS", "cci_flit_layout", "Region", "CoreReg", "core_addr",
            "is_core_addr", "decode_core_addr", "CORE_SPACE", "MAX_CORES", "pack_flit", "unpack_flit",
-           "CoreStatus", "cci_pending_layout"]
+           "core_mode_layout", "core_mode", "CoreStatus", "cci_pending_layout"]
 
 #: Address and tag widths of the transaction layer.
 ADDR_BITS = 32
@@ -62,11 +62,22 @@ class CoreReg(enum.IntEnum):
     CHUNKS = 2      #: chunks to synchronize
     RANK = 3        #: ring position of this device in the core's group
     RANKS = 4       #: devices in the ring
-    MODE = 5        #: bits 0-1 dtype, bits 2-3 op
+    MODE = 5        #: element type and operator (:func:`core_mode_layout`)
     START = 6       #: write: start (clears DONE); read: status (:class:`CoreStatus`)
     CYCLES = 7      #: read: cycles busy in the last run
     STALLS = 8      #: read: cycles the ring steps waited for a RecvBuf entry
     ALU_BEATS = 9   #: read: beats through the ALU in the last run
+
+
+def core_mode_layout():
+    """The MODE register of a sync core: the element type and the reduction operator of its all-reduce."""
+    return data.StructLayout({"dtype": DTYPE_SHAPE, "op": OP_SHAPE})
+
+
+def core_mode(dtype, op):
+    """MODE register value for ``dtype`` (:class:`~syncfabric.sim.golden.types.DType`) and ``op``
+    (:class:`~syncfabric.sim.golden.types.ReduceOp`)."""
+    return pack(core_mode_layout(), {"dtype": dtype, "op": op})
 
 
 class CoreStatus(enum.IntFlag):

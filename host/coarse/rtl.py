@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ...hdl.coarse.layouts import CORE_SPACE, CoreReg, CoreStatus
+from ...hdl.coarse.layouts import CORE_SPACE, CoreReg, CoreStatus, core_mode
 from ...sim.golden.coarse import chunk_bytes_for, coarse_allreduce, ring_positions
 from ...sim.golden.types import DType, ReduceOp, dtype_bytes
 from .storage import ParameterStorage
@@ -224,7 +224,7 @@ class CoarseRtl:
             for g in range(self.groups):
                 for reg, value in ((CoreReg.BASE, base + g * self.chunk_bytes), (CoreReg.STRIDE, span),
                                    (CoreReg.CHUNKS, nbytes // span), (CoreReg.RANK, ring_positions(self.n, g)[d]),
-                                   (CoreReg.RANKS, self.n), (CoreReg.MODE, int(dtype) | int(op) << 2)):
+                                   (CoreReg.RANKS, self.n), (CoreReg.MODE, core_mode(dtype, op))):
                     program.append(("reg_write", d, g, int(reg), value))
         self.backend.call("batch", program)
         t0 = self.cycles()

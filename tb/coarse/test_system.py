@@ -22,7 +22,8 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiRam
 
-from ...hdl.coarse.layouts import CciOpcode, CoreReg, CoreStatus, Region, core_addr, pack_flit, unpack_flit
+from ...hdl.coarse.layouts import (CciOpcode, CoreReg, CoreStatus, Region, core_addr, core_mode, pack_flit,
+                                   unpack_flit)
 from ...hdl.coarse.system import link_names
 from ...sim.golden.arith import to_bytes
 from ...sim.golden.coarse import coarse_allreduce, ring_positions
@@ -155,7 +156,7 @@ class SystemTB:
                 for reg, value in ((CoreReg.BASE, base + g * chunk), (CoreReg.STRIDE, self.G * chunk),
                                    (CoreReg.CHUNKS, chunks_per_group),
                                    (CoreReg.RANK, ring_positions(self.n, g)[d]), (CoreReg.RANKS, self.n),
-                                   (CoreReg.MODE, int(dtype) | int(op) << 2)):
+                                   (CoreReg.MODE, core_mode(dtype, op))):
                     await gpu.reg_write(g, reg, value)
         flits0 = self._flits()
         t0 = self.cycles()

@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.axi import AXI4Signature, AxiBurst
+from ..common.refuse import Checked
 from ..system.link import RATE_DEN_MAX, DelayLine, pace
 from .layouts import ADDR_BITS, CciOpcode, CoreReg, Region, cci_flit_layout, cci_pending_layout
 
@@ -74,7 +75,7 @@ class CciLink(wiring.Component):
         return m
 
 
-class CciTarget(wiring.Component):
+class CciTarget(Checked, wiring.Component):
     """Serves host requests arriving on a memory device's CCI port, up to ``depth`` outstanding, answered in
     request order.
 
@@ -101,10 +102,13 @@ class CciTarget(wiring.Component):
       outputs, ``start`` a one-cycle pulse) and read-backs (``status``, ``cycles``, ``stalls``, ``alu_beats``
       inputs)."""
 
-    def __init__(self, beat_bytes=16, n_cores=1, depth=8):
+    @classmethod
+    def check(cls, beat_bytes=16, n_cores=1, depth=8):
         exact_log2(beat_bytes)
         if depth < 1:
             raise ValueError(f"a CCI target needs a response queue of at least 1 entry, not {depth}")
+
+    def __init__(self, beat_bytes=16, n_cores=1, depth=8):
         self.beat_bytes, self.n_cores, self.depth = beat_bytes, n_cores, depth
         flit = cci_flit_layout(beat_bytes)
         members = {

@@ -39,6 +39,7 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from ..alu import ReductionAlu
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE
+from ..common.refuse import Checked
 from .layouts import CciOpcode, cci_flit_layout
 
 __all__ = ["SummationService", "SummationMode", "PushScoreboard", "PUSH", "PULL"]
@@ -54,7 +55,7 @@ class SummationMode(enum.Enum, shape=1):
     ASYNC = 1       #: a push is added to the stored parameters at once; a pull returns them at once
 
 
-class PushScoreboard(wiring.Component):
+class PushScoreboard(Checked, wiring.Component):
     """Which requests name the beat of a push still in flight: a push is in flight for ``depth`` cycles after
     the cycle it is accepted in. The answer is registered (it comes from flip-flops, off the arbiter's path) and
     is about the request a port held in the previous cycle: a stream's payload holds until it is accepted.
@@ -65,9 +66,12 @@ class PushScoreboard(wiring.Component):
     ``hit`` (``probes`` bits, registered: the beat ``probe[k]`` named in the previous cycle is in flight now).
     ``depth - 1`` address registers and comparators per probe."""
 
-    def __init__(self, depth, addr_width, probes):
+    @classmethod
+    def check(cls, depth, addr_width, probes):
         if depth < 1 or probes < 1:
             raise ValueError("a scoreboard needs a depth and a probe")
+
+    def __init__(self, depth, addr_width, probes):
         self.depth = depth
         super().__init__({"push": In(stream.Signature(addr_width, always_ready=True)),
                           "probe": In(addr_width).array(probes), "same": In(probes), "hit": Out(probes)})
@@ -86,7 +90,7 @@ class PushScoreboard(wiring.Component):
         return m
 
 
-class SummationService(wiring.Component):
+class SummationService(Checked, wiring.Component):
     """See the module docstring. Ports ``w{k}_req`` (In CCI flits) and ``w{k}_rsp`` (Out), ``mode``
     (:class:`SummationMode`), ``dtype``/``op`` (inputs, all three held while requests are in flight; switching
     to ``ASYNC`` keeps the parameters of beats last written asynchronously), ``parts_summed`` (Out counter of
@@ -95,11 +99,14 @@ class SummationService(wiring.Component):
     the parts, a read in the push region or a write in the pull region; each is answered at once, a read with
     zero data, and changes nothing)."""
 
-    def __init__(self, n_workers=4, beat_bytes=8, part_beats=4, n_parts=4):
+    @classmethod
+    def check(cls, n_workers=4, beat_bytes=8, part_beats=4, n_parts=4):
         exact_log2(part_beats)
         exact_log2(beat_bytes)
         if n_workers < 2 or n_parts < 1:
             raise ValueError("a summation service needs at least 2 workers and 1 part")
+
+    def __init__(self, n_workers=4, beat_bytes=8, part_beats=4, n_parts=4):
         self.n, self.bb, self.pb, self.n_parts = n_workers, beat_bytes, part_beats, n_parts
         flit = stream.Signature(cci_flit_layout(beat_bytes))
         members = {"mode": In(SummationMode), "dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE),

@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """The CCI target in Amaranth's simulator: random host requests (DRAM reads and writes to a few addresses, so
 read-after-write and write-after-read hazards are common; sync-core register writes and reads; other sync-core
 regions; response opcodes sent as requests) against a sequential model, with random request gaps, random

@@ -10,6 +10,8 @@ from amaranth.lib import wiring
 
 from syncfabric.hdl.ace.arbiter import AgeMatrix, OldestPick
 from syncfabric.hdl.ace.config import AceConfig
+from syncfabric.hdl.coarse.cci import CciTarget
+from syncfabric.hdl.coarse.summation import PushScoreboard, SummationService
 from syncfabric.hdl.coarse.sync_core import SyncCore
 from syncfabric.hdl.common.refuse import Checked
 from syncfabric.hdl.system.board import BoardSystem
@@ -84,6 +86,9 @@ def _small(topology):
     (lambda: Link(8, 1, (3, 2)), "rate must be"),
     (lambda: Link(8, 2, (1, 1), 0), "credit latency must be in"),
     (lambda: DelayLine(8, 5, 4), "latency must be in"),
+    (lambda: CciTarget(depth=0), "at least 1 entry"),
+    (lambda: PushScoreboard(0, 4, 2), "a depth and a probe"),
+    (lambda: SummationService(n_workers=1), "at least 2 workers"),
 ])
 def test_refused_components_raise_and_leave_nothing_unused(make, msg):
     with pytest.raises(ValueError, match=msg):

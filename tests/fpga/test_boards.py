@@ -153,6 +153,7 @@ def test_an_over_full_device_is_read_from_the_nextpnr_log(tmp_path):
     assert _over_utilized(log) == []
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")   # the faked build elaborates nothing
 def test_an_abc9_assertion_rebuilds_with_the_classic_abc_and_says_so(tmp_path, monkeypatch):
     """Yosys 0.70's ABC9 asserts inside its re-integration on some tops (the one-engine ring board): the build
     runs again with the classic ABC's LUT mapping and the result carries a note; any other failure stays one."""

@@ -27,6 +27,7 @@ class RemoteSystem(RemoteSimulation):
 
         from ....hdl.common.axiram import RAM_ARRAY_MODULE
         from ....hdl.system.top import ENGINE_MODULE, MAX_LATENCY, link_params
+        from ....sim.golden.topology import parse as parse_topology
         from . import ace_system_verilog
 
         lats = [ln[4] for ln in link_params(topology, latency, rate)]
@@ -43,10 +44,8 @@ class RemoteSystem(RemoteSimulation):
                          connect_timeout=connect_timeout,
                          progress=progress and f"starting the {sim} model of {topology} (built once per "
                                                f"configuration)")
-        from ....sim.golden.topology import parse as parse_topology
         self.n = parse_topology(topology).n_endpoints
         self.transports = [RemoteTransport(self, i) for i in range(self.n)]
-        self._now = 0
 
     def describe(self, req):
         return f"{req[0]} on rank {req[1] if len(req) > 1 else 0}"

@@ -199,6 +199,19 @@ class AceDriver:
             raise ValueError(f"watchdog cycles {cycles!r}: expected a whole number 0..{(1 << 32) - 1} (0 = off)")
         await self.write("WATCHDOG", cycles)
 
+    async def set_step_timeout(self, cycles):
+        """Cycles a step may wait for its grant before the engine gives it up and completes the command
+        TIMEOUT; a link port whose link takes no flit for as long is declared down (0 = off)."""
+        if isinstance(cycles, bool) or not isinstance(cycles, int) or not 0 <= cycles < 1 << 32:
+            raise ValueError(f"step timeout cycles {cycles!r}: expected a whole number 0..{(1 << 32) - 1} "
+                             f"(0 = off)")
+        await self.write("STEP_TIMEOUT", cycles)
+
+    async def links_down(self):
+        """The link ports the step timeout declared down (LINK_DOWN), as a sorted list of port numbers."""
+        bits = (await self.read_fields("LINK_DOWN"))["ports"]
+        return [k for k in range(self.cfg.n_ports) if bits >> k & 1]
+
     async def hung(self):
         """True when the engine's watchdog has fired (STATUS.hung) and no abort has cleared it since."""
         return bool((await self.read_fields("STATUS"))["hung"])

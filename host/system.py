@@ -638,6 +638,8 @@ class System:
         self.drain_timeout_cycles = 2_000_000
         #: The engines' progress watchdog (:meth:`set_watchdog`; 0: off).
         self.watchdog_cycles = 0
+        #: The engines' step timeout (:meth:`set_step_timeout`; 0: off).
+        self.step_timeout_cycles = 0
         self.world = self._new_comm(list(range(self.size)), self.config.topology)
         if self.config.faults:
             self.set_link_faults(**self.config.faults)
@@ -714,6 +716,25 @@ class System:
         for drv in self.drivers:
             drv.set_watchdog(int(cycles))
         self.watchdog_cycles = int(cycles)
+
+    def set_step_timeout(self, cycles):
+        """Arm every engine's step timeout: a step that waits ``cycles`` cycles for its grant (a message that
+        does not come, credits a dead link does not return) is given up, and the engine completes its command
+        ``TIMEOUT`` by itself, skipping the command's remaining steps; a link that takes no flit for as long
+        is declared down (:meth:`links_down`) and its flits are dropped (0: off, the default). The requests
+        fail with :class:`CollectiveError` (``TIMEOUT``) instead of waiting for the watchdog. Messages of the
+        given-up command may still be on the links: :meth:`reset` (or :meth:`Communicator.abort`) before the
+        next collective. Set it above the longest wait a healthy run sees (a rank posting late)."""
+        if isinstance(cycles, bool) or not isinstance(cycles, (int, np.integer)) or not 0 <= cycles < 1 << 32:
+            raise UsageError(f"step timeout cycles {cycles!r}: expected a whole number 0..{(1 << 32) - 1} "
+                             f"(0 = off)")
+        for drv in self.drivers:
+            drv.set_step_timeout(int(cycles))
+        self.step_timeout_cycles = int(cycles)
+
+    def links_down(self):
+        """``{rank: [port, ...]}`` of the link ports the step timeout declared down (empty when none is)."""
+        return {r: ports for r, drv in enumerate(self.drivers) if (ports := drv.links_down())}
 
     def stall_link(self, rank, port, stalled=True):
         """Hold the link leaving ``rank``'s link port ``port`` stalled (a dead link: nothing moves on it), or

@@ -63,8 +63,9 @@ class ControlUnit(wiring.Component):
     Ports: ``new_cmd`` (a validated command and the table slot it takes; ``slot_busy`` tells which are free;
     ``win_busy``, registered: the memory windows that hold a buffer of a command in the table),
     ``cmd_done`` (slot, status, detail when a command finished), the instruction memory and routing table
-    write/read ports for the register windows, ``part`` (partition sizes), ``dp`` and ``port`` (the datapath's
-    units and, per link port, its units, credits and landing-buffer heads: :func:`~.datapath.datapath_signature`,
+    write/read ports for the register windows, ``part`` (partition sizes), ``step_timeout`` (STEP_TIMEOUT:
+    cycles a step may wait for its grant before its FSM gives it up), ``dp`` and ``port`` (the datapath's units
+    and, per link port, its units, credits and landing-buffer heads: :func:`~.datapath.datapath_signature`,
     :func:`~.datapath.port_signature`), and counters.
     """
 
@@ -75,6 +76,7 @@ class ControlUnit(wiring.Component):
             "enable": In(1),
             "part": In(data.ArrayLayout(unsigned(8), N_PARTITIONS)),
             "fsm_limit": In(6),
+            "step_timeout": In(32),
             "new_cmd": In(stream.Signature(data.StructLayout({"slot": _w(cfg.n_cmds),
                                                               "entry": cmd_entry_layout(cfg)}))),
             "slot_busy": Out(cfg.n_cmds),
@@ -155,7 +157,8 @@ class ControlUnit(wiring.Component):
 
         # ---- the FSMs (fsmbank.py) --------------------------------------------------------------------------
         m.submodules.fsms = bank = FsmBank(cfg)
-        m.d.comb += [table.view_addr.eq(bank.view_addr), bank.views.eq(table.views)]
+        m.d.comb += [table.view_addr.eq(bank.view_addr), bank.views.eq(table.views),
+                     bank.timeout.eq(self.step_timeout)]
 
         # ---- dispatcher: chunks to the FSMs' queues and to the load sequencer's prefetch queue ---------------
         m.submodules.dispatcher = disp = ChunkDispatcher(cfg)
@@ -163,7 +166,8 @@ class ControlUnit(wiring.Component):
         m.d.comb += [self.new_cmd.ready.eq(disp.cmd.ready), disp.cmd.valid.eq(self.new_cmd.valid),
                      disp.cmd.payload.eq(new_slot)]
         m.d.comb += [table.alloc.valid.eq(self.new_cmd.valid & self.new_cmd.ready),
-                     table.alloc.slot.eq(new_slot), table.alloc.entry.eq(self.new_cmd.payload.entry)]
+                     table.alloc.slot.eq(new_slot), table.alloc.entry.eq(self.new_cmd.payload.entry),
+                     bank.cmd_new.valid.eq(table.alloc.valid), bank.cmd_new.slot.eq(new_slot)]
         d_entry = entry_of(disp.e_cmd, "dispatch")
         dispatch, dc = disp.chunk.valid, disp.chunk.payload
         m.d.comb += [

@@ -26,6 +26,7 @@ from ..common.skid import SkidBuffer
 from .deposit import DepositUnit
 from .dmamux import ReadMux, WriteMux
 from .link import RxPort, TxPort, reserve_layout, tx_beat_layout
+from .txwatch import TxWatch
 from .retry import ReplayRx, ReplayTx
 from .sram import ChunkSram
 from .units import (STATUS_SHAPE, LoadUnit, RecvUnit, SendUnit, StoreUnit, TxMux, _w, beat_stream,
@@ -82,7 +83,8 @@ class Datapath(wiring.Component):
     Ports: ``ctl`` and ``port`` (:func:`datapath_signature`, :func:`port_signature` per link port: from the
     control plane), ``tx/``tx_credit``/``rx``/
     ``rx_credit`` (arrays over the link ports), the DMA requests (``rd_cmd``/``rd_data``, ``wr_cmd``/
-    ``wr_data``/``wr_done``), the ``TX_LOOKAHEAD`` and spill-area registers, and counters.
+    ``wr_data``/``wr_done``), the ``TX_LOOKAHEAD``, spill-area and ``STEP_TIMEOUT`` registers (a port whose link
+    takes no flit for that long is down: ``link_down``, :mod:`.txwatch`), and counters.
     """
 
     def __init__(self, cfg):
@@ -97,7 +99,7 @@ class Datapath(wiring.Component):
             "wr_cmd": Out(stream.Signature(dma_cmd_layout(cfg))), "wr_data": Out(beat_stream(cfg)),
             "wr_done": In(stream.Signature(data.StructLayout({"err": 1}))),
             "tx_lookahead": In(16), "spill_base": In(cfg.addr_width), "spill_entries": In(8),
-            "replay_timeout": In(16),
+            "replay_timeout": In(16), "step_timeout": In(32), "link_down": Out(K),
             "payload_rd_bytes": Out(64), "payload_wr_bytes": Out(64), "alu_beats": Out(64),
             "tx_flits": Out(c32), "tx_busy": Out(c32), "tx_stall": Out(c32), "rx_flits": Out(c32),
             "rx_crc_errs": Out(c32), "tx_replays": Out(c32), "tx_resent": Out(c32), "rx_naks": Out(c32),
@@ -137,10 +139,14 @@ class Datapath(wiring.Component):
             fwd.append(fj), fwd_hdr.append(hj)
         for k, (tx, rx, su, ru, mx, p) in enumerate(zip(txp, rxp, sends, recvs, txm, self.port)):
             crc_errs = rx.crc_errors
+            # the port's flits leave through its dead-link detector (txwatch.py), before any retransmission
+            m.submodules[f"txwatch{k}"] = tw = TxWatch(cfg)
+            wiring.connect(m, tx.flit, tw.i)
+            m.d.comb += [tw.limit.eq(self.step_timeout), self.link_down[k].eq(tw.down), su.down.eq(tw.down)]
             if cfg.replay_flits:        # link retransmission between the ports and the link (retry.py)
                 m.submodules[f"replay_tx{k}"] = rtx = ReplayTx(cfg)
                 m.submodules[f"replay_rx{k}"] = rrx = ReplayRx(cfg)
-                wiring.connect(m, tx.flit, rtx.i)
+                wiring.connect(m, tw.o, rtx.i)
                 wiring.connect(m, rtx.o, wiring.flipped(self.tx[k]))
                 wiring.connect(m, wiring.flipped(self.rx[k]), rrx.i)
                 wiring.connect(m, rrx.o, rx.flit)
@@ -152,7 +158,7 @@ class Datapath(wiring.Component):
                     self.rx_naks[k].eq(rrx.naks),
                 ]
             else:
-                wiring.connect(m, tx.flit, wiring.flipped(self.tx[k]))
+                wiring.connect(m, tw.o, wiring.flipped(self.tx[k]))
                 wiring.connect(m, wiring.flipped(self.rx[k]), rx.flit)
                 m.d.comb += self.rx_credit[k].eq(rx.credit)
             wiring.connect(m, su.msg, mx.send_msg)

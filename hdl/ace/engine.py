@@ -153,6 +153,8 @@ class AceEngine(wiring.Component):
             dp.tx_lookahead.eq(bank.reg("TX_LOOKAHEAD")),
             dp.replay_timeout.eq(bank.field("REPLAY_TIMEOUT", "cycles")),
             cu.fsm_limit.eq(bank.reg("FSM_LIMIT")),
+            cu.step_timeout.eq(bank.reg("STEP_TIMEOUT")), dp.step_timeout.eq(bank.reg("STEP_TIMEOUT")),
+            bank.field("LINK_DOWN", "ports").eq(dp.link_down),
             dp.spill_base.eq(bank.reg("SPILL_BASE")),
             dp.spill_entries.eq(Mux(bank.field("SPILL_ENTRIES", "entries") > cfg.spill_entries, cfg.spill_entries,
                                     bank.field("SPILL_ENTRIES", "entries"))),

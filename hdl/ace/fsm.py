@@ -23,6 +23,10 @@ anyway: its next step may need the landing header or credits the job is taking),
 of the engine - decode requests, phase end, ``gap`` - is computed as if the step had left at the grant, so
 that a grant is decided by the arbiter and ends at the issue stage's register, not in every FSM's step
 registers.
+
+A step offered for STEP_TIMEOUT cycles without a grant (a message that never comes, credits a dead link never
+returns) is given up: the chunk's status becomes TIMEOUT and the rest of its command's steps retire unissued
+(docs/engine.md section 13).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
@@ -77,7 +81,9 @@ class ChunkFsm(wiring.Component):
     goes to the load unit now), ``filled`` (LOADs that ended this cycle, any buffer), ``load_err`` (a LOAD into
     ``buf`` ended with an error: its data, and every message the chunk sends from now on, is bad), ``unit_done`` (a
     unit retired one of this FSM's SEND/RECV), ``at_end``/``move`` (the phase is done and more follow / the chunk
-    moved on), ``state``, ``ctx``, ``gap`` (the FSM had nothing to offer: a cycle of the STEP_GAP counter).
+    moved on), ``state``, ``ctx``, ``gap`` (the FSM had nothing to offer: a cycle of the STEP_GAP counter),
+    ``timeout`` (STEP_TIMEOUT), ``give_up`` (another chunk of this chunk's command gave a step up) and
+    ``expired`` (this FSM gives its current step up now).
     """
 
     def __init__(self, cfg):
@@ -97,6 +103,7 @@ class ChunkFsm(wiring.Component):
             "unit_done": In(data.StructLayout({"valid": 1, "status": STATUS_SHAPE})),
             "at_end": Out(1), "move": In(1), "phase_wait": In(1),
             "state": Out(FsmState), "ctx": Out(fsm_context_layout(cfg)), "gap": Out(1),
+            "timeout": In(32), "give_up": In(1), "expired": Out(1),
         })
 
     def elaborate(self, platform):
@@ -122,7 +129,19 @@ class ChunkFsm(wiring.Component):
         granted = self.granted
         posted = (s.op == StepOp.LOAD) | (s.op == StepOp.STORE) | s.noop
         issue_exec = granted & ~posted          # a SEND or RECV: in flight until its unit reports done
-        eff_cur_v, eff_nstep_v = Mux(granted, nstep_v, cur_v), nstep_v & ~granted
+        # the step timeout (STEP_TIMEOUT, ``timeout``; 0 = off): a step offered for ``timeout`` cycles without a
+        # grant is given up. The FSM first withdraws its offer for a cycle (``expiring``): a grant of the last
+        # cycle's offer arrives then and wins; otherwise the step retires unissued (``expire``) and the chunk's
+        # status becomes TIMEOUT. From then on (``skip``: this chunk gave a step up, or another chunk of its
+        # command did, ``give_up``) every step of the chunk retires unissued as soon as it is current, so the
+        # command ends in a few cycles per step instead of a timeout per step. Steps already issued are not
+        # affected: they end when their unit finishes them.
+        left = Signal(32)
+        expiring, gave_up = Signal(), Signal()
+        skip = gave_up | self.give_up
+        expire = (st == FsmState.RUN) & cur_v & ~granted & (expiring | skip)
+        leave = granted | expire                # the current step leaves the FSM at the end of this cycle
+        eff_cur_v, eff_nstep_v = Mux(leave, nstep_v, cur_v), nstep_v & ~leave
         eff_idle = (n_exec == 0) & ~issue_exec                  # nothing in flight
         m.d.comb += [self.pc.eq(pc), self.fetch.eq((st == RUN) & ~in_dec & ~eff_nstep_v & (pc != stop))]
         # pc + 1 from a flip-flop a cycle behind pc (the pick arrives late: it only selects). It is stale only
@@ -142,7 +161,18 @@ class ChunkFsm(wiring.Component):
                     & ~((n_exec == 2) & ex_wr[1] & (ex_slot[1] == s.slot)))
         issue_ok = (n_exec == 0) | ((n_exec == 1) & overlap_ok) | store_ok | s.noop
         m.d.comb += [self.offer.step.eq(step), self.offer.behind.eq(n_exec != 0),
-                     self.offer.ready.eq((st == RUN) & cur_v & ~granted & ~s.wait & issue_ok)]
+                     self.offer.ready.eq((st == RUN) & cur_v & ~granted & ~s.wait & issue_ok & ~expiring & ~skip),
+                     self.expired.eq(expire)]
+        # the timeout's down-counter runs while the step is offered, and is reloaded whenever it is not
+        with m.If(~self.offer.ready):
+            m.d.sync += left.eq(self.timeout)
+        with m.Elif(left != 0):
+            m.d.sync += left.eq(left - 1)
+        m.d.sync += expiring.eq(self.offer.ready & (left == 1))
+        with m.If(expire):
+            m.d.sync += gave_up.eq(1)
+            with m.If(ctx.status == 0):
+                m.d.sync += ctx.status.eq(Status.TIMEOUT)
 
         def settle(x):
             """Step ``x`` with its ``wait`` brought up to date: cleared when its slot's LOAD ends this cycle, set by
@@ -168,7 +198,7 @@ class ChunkFsm(wiring.Component):
                 m.d.sync += [ex_slot[1].eq(s.slot), ex_wr[1].eq(s.op == StepOp.RECV)]
         # the step registers: the granted step makes room for the next decoded one
         m.d.sync += [step.eq(cur_s), nstep.eq(nxt_s)]
-        with m.If(~cur_v | granted):
+        with m.If(~cur_v | leave):
             with m.If(nstep_v):
                 m.d.sync += [step.eq(nxt_s), cur_v.eq(1), nstep_v.eq(0)]
             with m.Elif(self.wb.valid):
@@ -205,7 +235,7 @@ class ChunkFsm(wiring.Component):
                     # the bounds of phase 0 are loaded in ADVANCE (from the view, read by c.cmd now)
                     c = self.chunk.payload
                     m.d.sync += [ctx.cmd.eq(c.cmd), ctx.chunk.eq(c.chunk), ctx.buf.eq(c.buf), ctx.seq.eq(c.seq),
-                                 ctx.phase.eq(0), ctx.status.eq(0), enter.eq(1), st.eq(ADVANCE)]
+                                 ctx.phase.eq(0), ctx.status.eq(0), enter.eq(1), st.eq(ADVANCE), gave_up.eq(0)]
             with m.Case(ADVANCE):
                 with m.If(enter):
                     # entering the phase: load its bounds (phase 0 after the LOADs the sequencer issued)

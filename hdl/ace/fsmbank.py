@@ -81,6 +81,10 @@ class FsmBank(wiring.Component):
         Each FSM's chunk context; which FSMs hold a chunk; how many had nothing to offer this cycle (STEP_GAP).
     age : Out(age_layout(n_fsms))
         The age matrix of the FSMs' chunks (registered, exact in every cycle).
+    timeout : In(32), cmd_new : In(valid, slot), given_up : Out(n_cmds)
+        STEP_TIMEOUT; a command entering table slot ``slot``; the commands one of whose chunks gave a step up
+        (set when an FSM's step expires, cleared when the slot takes a new command): every FSM holding a chunk
+        of such a command skips the rest of its steps.
     """
 
     def __init__(self, cfg):
@@ -113,6 +117,8 @@ class FsmBank(wiring.Component):
             "active": Out(F),
             "gap": Out(range(F + 1)),
             "age": Out(age_layout(F)),
+            "timeout": In(32), "cmd_new": In(data.StructLayout({"valid": 1, "slot": _w(NC)})),
+            "given_up": Out(NC),
         })
 
     def elaborate(self, platform):
@@ -191,4 +197,15 @@ class FsmBank(wiring.Component):
                 with m.If(u.valid & (u.fsm == f)):
                     m.d.comb += [fsm.unit_done.valid.eq(1), fsm.unit_done.status.eq(u.status)]
         m.d.comb += self.gap.eq(sum(fsm.gap for fsm in fsms))
+
+        # commands given up (the step timeout): a chunk's expired step marks its command, and the FSMs holding
+        # its other chunks learn it a cycle later (a flip-flop per FSM, off the table's flags)
+        for i in range(cfg.n_cmds):
+            with m.If(self.cmd_new.valid & (self.cmd_new.slot == i)):
+                m.d.sync += self.given_up[i].eq(0)
+            with m.Elif(Cat(*[fsm.expired & (fsm.ctx.cmd == i) for fsm in fsms]).any()):
+                m.d.sync += self.given_up[i].eq(1)
+        for fsm in fsms:
+            m.d.comb += fsm.timeout.eq(self.timeout)
+            m.d.sync += fsm.give_up.eq(self.given_up.bit_select(fsm.ctx.cmd, 1))
         return m

@@ -252,6 +252,19 @@ def ace_regmap(cfg=None):
                      "because the window was in use: it holds a buffer of a command in flight, or a descriptor "
                      "was being checked against the windows (a few cycles per descriptor; write again). "
                      "Counts every refused word; wraps."),
+        Register("STEP_TIMEOUT", 0x0B0, "rw",
+                 doc="Step timeout: cycles a step may wait for its grant (a message to arrive, credits, its "
+                     "unit) before its FSM gives it up (0 = off, the reset value). The chunk's status becomes "
+                     "TIMEOUT (unless it already has an error) and every later step of its command retires "
+                     "unissued, so the command completes TIMEOUT on its own. The same limit applies to a link "
+                     "port whose link takes no flit while one waits: the port is down (LINK_DOWN) and drops its "
+                     "flits until an abort. Set it above the longest wait a healthy run can see (a peer posting "
+                     "late, a long link's round trip). A timed-out command may leave messages on the links that "
+                     "later commands would take: abort the engines (CTRL.abort) before the next command."),
+        Register("LINK_DOWN", 0x0B4, "ro", fields=(
+            _f("ports", cfg.n_ports - 1, 0, "bit k: port k's link took no flit for STEP_TIMEOUT cycles while "
+                                            "one waited; the port drops its flits until an abort"),),
+                 doc="Link ports declared down by the step timeout (sticky until an abort)."),
         RegisterArray("WIN_COMMS", 0x0C0, cfg.n_windows, 0x4, (Register(
             "WIN_COMMS", 0, "rw", init=(1 << cfg.n_comms) - 1,
             doc="Communicators (bit c: communicator c) whose descriptors may name buffers in memory window i "

@@ -167,12 +167,14 @@ class SendUnit(wiring.Component):
     the beats of consecutive messages follow each other without a gap; headers wait in a small queue for the
     port. ``done`` pulses the cycle after the job's last SRAM read is issued: the SEND has retired (the slot
     may be rewritten) although its beats may still be on their way to the link. An empty message (``beats``
-    = 0) retires the cycle after it is taken.
+    = 0) retires the cycle after it is taken. While the port's link is down (``down``, :mod:`.txwatch`: its
+    flits are dropped) every job retires with TIMEOUT.
     """
 
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
+            "down": In(1),
             "job": In(stream.Signature(job_layouts(cfg)["send"])),
             "msg": Out(stream.Signature(packet_header_layout())),
             "data": Out(beat_stream(cfg)),
@@ -216,7 +218,7 @@ class SendUnit(wiring.Component):
             self.done.valid.eq(st.issued_last | (take & (job.beats == 0))),
             self.done.fsm.eq(Mux(take, job.fsm, cur_fsm)),
             self.done.cmd.eq(Mux(take, job.cmd, cur_cmd)),
-            self.done.status.eq(0),
+            self.done.status.eq(Mux(self.down, Status.TIMEOUT, 0)),
         ]
         return m
 

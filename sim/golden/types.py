@@ -161,8 +161,9 @@ class Status(enum.IntEnum):
     #: a message came from a rank whose command disagrees with this one: another element type, or (on a step
     #: that reduces) another reduction operator (packet header ``dtype``/``op``)
     MISMATCH = 20
-    #: the host gave up on the command: the engine's watchdog saw no progress (a dead link, a peer that never
-    #: posted) and the command was aborted (written by the host driver, never by the engine)
+    #: the command could not finish: a step waited STEP_TIMEOUT cycles for its grant (a dead link, a peer that
+    #: never posted) and the engine gave the command up, or the host aborted it after the engine's watchdog saw
+    #: no progress (then written by the host driver)
     TIMEOUT = 21
     #: the command was in flight when its engine was aborted (``System.reset``, ``Communicator.abort``; written
     #: by the host driver, never by the engine)

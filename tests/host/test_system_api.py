@@ -403,6 +403,40 @@ def _dead_link_and_aborts(s):
         s.deregister(b)
 
 
+@pytest.mark.parametrize("backend", BACKENDS[:2])
+def test_the_step_timeout_ends_a_dead_link_collective_timeout_on_every_rank(backend):
+    """The engines end a collective a dead link blocks by themselves (STEP_TIMEOUT, no watchdog, no host
+    timeout): the link out of rank 0 held stalled, rank 0's port is declared down (LINK_DOWN) and drops its
+    flits, the steps waiting for messages and credits are given up, and both ranks complete TIMEOUT well within
+    the wait's limit. After ``System.reset`` and with the link back (the timeout still armed), collectives are
+    bit-exact on the world and a fresh communicator, so a healthy run is not cut short by it."""
+    with System({"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(6)}, backend=backend) as s:
+        w = s.world
+        a, b = s.register(16384), s.register(16384)
+        s.set_step_timeout(2_000)
+        try:
+            s.stall_link(0, 0)
+            req = w.allreduce(a, b, 4096)
+            with pytest.raises(CollectiveError) as err:
+                req.wait(timeout_cycles=150_000)
+            assert err.value.failures.keys() == {0, 1}
+            assert {st for st, _ in err.value.failures.values()} == {"TIMEOUT"}, err.value.failures
+            assert s.links_down() == {0: [0]}
+            assert not any(drv.status()["hung"] for drv in s.drivers)      # the watchdog is off
+            s.reset()
+            s.stall_link(0, 0, stalled=False)
+            assert s.links_down() == {}
+            run_and_check(s, w, "allreduce", 4096, "fp32", seed=31)
+            sub = s.split([0, 1])
+            run_and_check(s, sub, "allgather", 300, "fp16", seed=32)
+            sub.free()
+        finally:
+            s.stall_link(0, 0, stalled=False)
+            s.set_step_timeout(0)
+            s.deregister(a)
+            s.deregister(b)
+
+
 def test_an_abort_on_a_switch_resets_the_switch_with_the_engines():
     """switch:4 (Amaranth's simulator): an abort while an all-to-all and an all-reduce move through the switch
     (end-to-end credits per source and landing channel, the switch's queues). Every rank not done fails

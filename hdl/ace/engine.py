@@ -24,8 +24,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.axi import AXI4Signature, connect_axi
 from ..common.axifence import AxiFence
+from ..common.axifirewall import AxiFirewall
 from ..common.csr import CsrBank, CsrSignature
-from ..common.layouts import MAX_PHASES, credit_layout, flit_layout
+from ..common.layouts import COMPLETION_BYTES, DESCRIPTOR_BYTES, MAX_PHASES, credit_layout, flit_layout
 from .cmdproc import CommandProcessor
 from .control import ControlUnit
 from .datapath import Datapath
@@ -81,7 +82,12 @@ class AceEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.csr), bank.bus)
         # abort: the fence closes the AXI port, then holds every unit below in reset (a flip-flop)
         m.submodules.fence = fence = AxiFence(self.axi_signature(cfg), bursts=cfg.dma_outstanding + 2)
-        wiring.connect(m, fence.axi, wiring.flipped(self.axi))
+        # every burst leaves through the firewall: inside a memory window, a ring or the spill window, or
+        # answered SLVERR without reaching the memory (docs/engine.md section 12)
+        m.submodules.firewall = fw = AxiFirewall(self.axi_signature(cfg), cfg.n_windows + 3,
+                                                 bursts=cfg.dma_outstanding + 2)
+        wiring.connect(m, fence.axi, fw.core)
+        wiring.connect(m, fw.axi, wiring.flipped(self.axi))
         # the reset flop drives every flip-flop of the units (a reset net: nothing else hangs on it); the link
         # ports and the outputs follow the fence's state flop instead, from the start of the abort
         gated = fence.busy
@@ -161,6 +167,8 @@ class AceEngine(wiring.Component):
         ]
         for i in range(N_PARTITIONS):
             m.d.comb += [cp.part[i].eq(bank.reg("PART", i)), cu.part[i].eq(bank.reg("PART", i))]
+        m.d.sync += _firewall_regions(fw, bank, cfg, dp.spill_entries)
+        m.d.comb += bank.reg("DMA_REFUSED").eq(fw.refused)
         # a window is locked while a command in the table uses it or a descriptor is being checked against it
         win_lock = Signal(cfg.n_windows)
         m.d.sync += win_lock.eq(cu.win_busy | Mux(cp.checking, (1 << cfg.n_windows) - 1, 0))
@@ -259,3 +267,25 @@ class AceEngine(wiring.Component):
             if name == "cpl_ring_full":
                 value = cp.cpl_stall
             m.d.comb += bank.reg("STALL", i).eq(value)
+
+
+def _firewall_regions(fw, bank, cfg, spill_entries):
+    """The regions :class:`~syncfabric.hdl.common.axifirewall.AxiFirewall` ``fw`` lets the engine's bursts use,
+    from register bank ``bank`` (registered by the caller: the adds stay off the AXI address path): the memory
+    windows (``WIN_SIZE`` 0: disabled), the submission and completion rings and the spill window
+    (``spill_entries`` records, as the datapath uses it). Bounds are
+    widened to whole beats (a burst moves whole beats; the DMA's strobes keep its writes to the buffer's
+    bytes), and a region reaching past the address space ends at its top."""
+    aw, beat = cfg.addr_width, cfg.beat_bytes
+    record = cfg.max_message_beats * cfg.beat_bytes
+    spans = [(bank.reg("WIN_BASE", i), bank.reg("WIN_SIZE", i)) for i in range(cfg.n_windows)] + [
+        (bank.reg("SQ_BASE"), bank.reg("SQ_SIZE") * DESCRIPTOR_BYTES),
+        (bank.reg("CQ_BASE"), bank.reg("CQ_SIZE") * COMPLETION_BYTES),
+        (bank.reg("SPILL_BASE"), spill_entries * record)]
+    stmts = []
+    for r, (base, size) in zip(fw.regions, spans):
+        low = base & ~(beat - 1)
+        high = (base + size + beat - 1) & ~(beat - 1)
+        stmts += [r.base.eq(low), r.end.eq(Mux(high >> (aw + 1) != 0, (1 << (aw + 1)) - 1, high)),
+                  r.enable.eq((size != 0) & (base >> aw == 0))]
+    return stmts

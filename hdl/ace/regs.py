@@ -265,6 +265,11 @@ def ace_regmap(cfg=None):
             _f("ports", cfg.n_ports - 1, 0, "bit k: port k's link took no flit for STEP_TIMEOUT cycles while "
                                             "one waited; the port drops its flits until an abort"),),
                  doc="Link ports declared down by the step timeout (sticky until an abort)."),
+        Register("DMA_REFUSED", 0x0B8, "ro",
+                 doc="AXI bursts the engine's firewall refused: a burst not wholly inside an enabled memory "
+                     "window, the submission or completion ring or the spill window (bounds widened to whole "
+                     "beats) never reaches the memory; a read gets zeros and a write is dropped, both answered "
+                     "SLVERR, so the command completes AXI_ERROR. Never counts in a correct engine; wraps."),
         RegisterArray("WIN_COMMS", 0x0C0, cfg.n_windows, 0x4, (Register(
             "WIN_COMMS", 0, "rw", init=(1 << cfg.n_comms) - 1,
             doc="Communicators (bit c: communicator c) whose descriptors may name buffers in memory window i "

@@ -1,0 +1,136 @@
+"""An AXI4 firewall: every burst an engine issues is checked against the memory regions it may use, and one
+that leaves them never reaches the memory.
+
+The engine checks a descriptor's buffers against the registered memory windows when it accepts the command,
+and every address its DMA then uses is derived from those buffers (docs/engine.md section 12). The firewall
+checks each access again where it leaves the engine, so that no fault in that derivation (a geometry bug, a
+corrupted command entry) and no register the host sets wrongly can reach memory outside the regions:
+
+* a read or write burst is **passed** when its whole byte range ``[addr, addr + (len+1) << size)`` lies inside
+  one enabled region (``regions[i]``: ``[base, end)``; the engine gives its memory windows, its submission and
+  completion rings and its spill window);
+* a **refused** read burst is answered by the firewall: ``len + 1`` beats of zeros with ``SLVERR`` (the DMA
+  reports ``AXI_ERROR`` for its command); a refused write burst's beats are taken and dropped and the firewall
+  answers ``SLVERR``. The memory never sees either. ``refused`` counts them.
+
+Responses keep AXI's order: the engine uses one ID, so the memory answers in burst order, and the firewall
+queues each burst's kind (passed or refused, and its length) in issue order and answers a refused burst when
+it reaches the head. The check adds no cycle: an address is checked in the cycle it is presented (the regions'
+ends are precomputed by the caller), and a passed burst goes to the memory in that cycle.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .axi import AXI4Signature, AxiResp, READ_MEMBERS, WRITE_MEMBERS
+
+__all__ = ["AxiFirewall", "region_layout"]
+
+
+def region_layout(addr_width):
+    """A memory region ``[base, end)``; ``enable`` low: the region allows nothing."""
+    return data.StructLayout({"base": unsigned(addr_width), "end": unsigned(addr_width + 1), "enable": 1})
+
+
+class AxiFirewall(wiring.Component):
+    """Firewall between ``core`` (the engine's AXI4 master port, connected flipped) and ``axi`` (towards the
+    memory), both of :class:`~syncfabric.hdl.common.axi.AXI4Signature` ``sig``, with ``n_regions`` regions.
+    ``bursts`` bounds the bursts in flight per direction (the engine's own limit is lower). Every burst must
+    carry the same ID (the engine's DMA uses ID 0).
+
+    Ports: ``regions`` (in: :func:`region_layout` each), ``refused`` (out: bursts refused, wrapping)."""
+
+    def __init__(self, sig, n_regions, *, bursts=8):
+        if not isinstance(sig, AXI4Signature):
+            raise TypeError(f"expected an AXI4Signature, not {sig!r}")
+        self.sig, self.n_regions, self.bursts = sig, n_regions, bursts
+        super().__init__({
+            "core": In(sig),
+            "axi": Out(sig),
+            "regions": In(data.ArrayLayout(region_layout(sig.addr_width), n_regions)),
+            "refused": Out(32),
+        })
+
+    def _inside(self, m, addr, length, size, name):
+        """A signal: the burst at ``addr`` of ``length + 1`` beats of ``2**size`` bytes lies in an enabled
+        region."""
+        aw = self.sig.addr_width
+        end = Signal(aw + 1, name=f"{name}_end")
+        m.d.comb += end.eq(addr + ((length + 1) << size))
+        hits = [r.enable & (addr >= r.base) & (end <= r.end) for r in self.regions]
+        ok = Signal(name=f"{name}_ok")
+        m.d.comb += ok.eq(Cat(*hits).any())
+        return ok
+
+    def elaborate(self, platform):
+        m = Module()
+        c, s = self.core, self.axi
+        gated = {"arvalid", "arready", "rvalid", "rready", "rdata", "rresp", "rlast", "rid",
+                 "awvalid", "awready", "wvalid", "wready", "bvalid", "bready", "bresp", "bid"}
+        for name in READ_MEMBERS + WRITE_MEMBERS:
+            if name in gated:
+                continue
+            if name[0] in "rb":         # memory -> engine
+                m.d.comb += getattr(c, name).eq(getattr(s, name))
+            else:
+                m.d.comb += getattr(s, name).eq(getattr(c, name))
+        refusals = []
+
+        # -- reads: each burst's kind (refused, len) in issue order; a refused one answered at the head ------
+        m.submodules.rq = rq = SyncFIFO(width=9, depth=self.bursts)
+        ar_ok = self._inside(m, c.araddr, c.arlen, c.arsize, "ar")
+        m.d.comb += [
+            s.arvalid.eq(c.arvalid & ar_ok & rq.w_rdy),
+            c.arready.eq(rq.w_rdy & Mux(ar_ok, s.arready, 1)),
+            rq.w_en.eq(c.arvalid & c.arready), rq.w_data.eq(Cat(c.arlen, ~ar_ok)),
+        ]
+        refusals.append(c.arvalid & c.arready & ~ar_ok)
+        r_refused, r_len = rq.r_data[8], rq.r_data[:8]
+        r_cnt = Signal(8)
+        r_last = Signal()
+        with m.If(rq.r_rdy & r_refused):
+            m.d.comb += [c.rvalid.eq(1), c.rdata.eq(0), c.rresp.eq(AxiResp.SLVERR), c.rid.eq(0),
+                         c.rlast.eq(r_cnt == r_len), s.rready.eq(0), r_last.eq(c.rready & (r_cnt == r_len))]
+            with m.If(c.rready):
+                m.d.sync += r_cnt.eq(Mux(r_cnt == r_len, 0, r_cnt + 1))
+        with m.Else():
+            m.d.comb += [c.rvalid.eq(s.rvalid & rq.r_rdy), c.rdata.eq(s.rdata), c.rresp.eq(s.rresp),
+                         c.rid.eq(s.rid), c.rlast.eq(s.rlast), s.rready.eq(c.rready & rq.r_rdy),
+                         r_last.eq(s.rvalid & s.rready & s.rlast)]
+        m.d.comb += rq.r_en.eq(r_last)
+
+        # -- writes: the kind of each burst in issue order for its W beats, then for its response -----------
+        m.submodules.wq = wq = SyncFIFO(width=1, depth=self.bursts)
+        m.submodules.bq = bq = SyncFIFO(width=1, depth=self.bursts)
+        # A passed burst's kind is queued when its address is first presented to the memory, not when it is
+        # taken: its W beats may go before (a memory may wait for them before it takes the address)
+        aw_ok = self._inside(m, c.awaddr, c.awlen, c.awsize, "aw")
+        aw_pend = Signal()          # the memory saw this address last cycle and has not taken it
+        room = wq.w_rdy | aw_pend
+        m.d.comb += [
+            s.awvalid.eq(c.awvalid & aw_ok & room),
+            c.awready.eq(Mux(aw_ok, s.awready & room, wq.w_rdy)),
+            wq.w_en.eq((s.awvalid & ~aw_pend) | (c.awvalid & ~aw_ok & wq.w_rdy)), wq.w_data.eq(~aw_ok),
+        ]
+        m.d.sync += aw_pend.eq(s.awvalid & ~s.awready)
+        refusals.append(c.awvalid & c.awready & ~aw_ok)
+        w_refused = wq.r_data[0]
+        # W beats: to the memory for a passed burst at the head, dropped for a refused one
+        m.d.comb += [
+            s.wvalid.eq(c.wvalid & wq.r_rdy & ~w_refused & bq.w_rdy),
+            c.wready.eq(wq.r_rdy & bq.w_rdy & (w_refused | s.wready)),
+        ]
+        w_end = c.wvalid & c.wready & c.wlast
+        m.d.comb += [wq.r_en.eq(w_end), bq.w_en.eq(w_end), bq.w_data.eq(w_refused)]
+        # a burst's response after its last beat: the memory's, or SLVERR for a refused one
+        with m.If(bq.r_rdy & bq.r_data[0]):
+            m.d.comb += [c.bvalid.eq(1), c.bresp.eq(AxiResp.SLVERR), c.bid.eq(0), s.bready.eq(0),
+                         bq.r_en.eq(c.bready)]
+        with m.Else():
+            m.d.comb += [c.bvalid.eq(s.bvalid & bq.r_rdy), c.bresp.eq(s.bresp), c.bid.eq(s.bid),
+                         s.bready.eq(c.bready & bq.r_rdy), bq.r_en.eq(s.bvalid & s.bready)]
+
+        m.d.sync += self.refused.eq(self.refused + refusals[0] + refusals[1])
+        return m

@@ -159,7 +159,9 @@ class Status(enum.IntEnum):
     PROTOCOL = 18           #: a message did not match the step waiting for it (header mismatch)
     ILLEGAL_INSTRUCTION = 19  #: the program holds a word that is not a valid step
     #: a message came from a rank whose command disagrees with this one: another element type, or (on a step
-    #: that reduces) another reduction operator (packet header ``dtype``/``op``)
+    #: that reduces) another reduction operator (packet header ``dtype``/``op``), or another element count
+    #: (the awaited message has another ``length``, or another ``final``: its chunk is the last of one
+    #: rank's command only)
     MISMATCH = 20
     #: the host gave up on the command: the engine's watchdog saw no progress (a dead link, a peer that never
     #: posted) and the command was aborted (written by the host driver, never by the engine)

@@ -248,9 +248,9 @@ class RecvUnit(wiring.Component):
     chunk is its command's last on one rank and not on the other: the ranks' chunk counts differ), a
     non-empty message whose ``dtype`` differs from the command's (or, on a step that reduces, whose ``op``
     does) also comes from a rank whose command disagrees: it is processed normally but forwarded poisoned, and
-    the step ends with MISMATCH. A poisoned input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC
-    error on the channel is reported as LINK_CRC. The header is popped (its credit returned) when the
-    message's last beat is taken.
+    the step ends with MISMATCH. A poisoned input is processed normally but forwarded poisoned and reported
+    (PROTOCOL); a CRC error on the channel is reported as LINK_CRC. The header is popped (its credit returned)
+    when the message's last beat is taken.
     """
 
     def __init__(self, cfg):

@@ -248,6 +248,15 @@ def test_a_window_in_use_is_locked_and_windows_open_only_to_their_communicators(
     run_and_check(s, w, "allreduce", 64, "fp32", seed=15)
 
 
+def _post_with(system, rank, monkeypatch, **fields):
+    """Make ``rank``'s driver post its next descriptors with ``fields`` replaced (a rank whose command
+    disagrees); returns the list the descriptors it posted are appended to."""
+    post, posted = system.drivers[rank].post, []
+    monkeypatch.setattr(system.drivers[rank], "post",
+                        lambda desc: post(posted.append({**desc, **fields}) or posted[-1]))
+    return posted
+
+
 @pytest.mark.parametrize("field, value", [("op", ReduceOp.MAX), ("dtype", DType.INT32)])
 def test_ranks_posting_another_op_or_dtype_complete_with_mismatch_not_ok(ring2, field, value, monkeypatch):
     """Rank 1 posts the all-reduce with op max (or dtype int32) where rank 0 posts sum fp32: each rank's RECVs
@@ -255,8 +264,7 @@ def test_ranks_posting_another_op_or_dtype_complete_with_mismatch_not_ok(ring2, 
     ring:2 each rank receives from the disagreeing one and detects it itself); the engines stay usable."""
     s, w = ring2, ring2.world
     a, b = s.register(4096), s.register(4096)
-    post, posted = s.drivers[1].post, []
-    monkeypatch.setattr(s.drivers[1], "post", lambda desc: post(posted.append({**desc, field: value}) or posted[-1]))
+    posted = _post_with(s, 1, monkeypatch, **{field: value})
     req = w.allreduce(a, b, 64, "fp32", "sum")
     monkeypatch.undo()
     assert [d[field] for d in posted] == [value] and req.descriptors[0][field] != value
@@ -267,14 +275,6 @@ def test_ranks_posting_another_op_or_dtype_complete_with_mismatch_not_ok(ring2, 
     s.deregister(a)
     s.deregister(b)
     run_and_check(s, w, "allreduce", 64, "fp32", seed=13)
-
-
-def _post_with(system, rank, monkeypatch, **fields):
-    """Make ``rank``'s driver post its next descriptors with ``fields`` replaced (a rank whose command
-    disagrees); returns the list the descriptors it posted are appended to."""
-    post, posted = system.drivers[rank].post, []
-    monkeypatch.setattr(system.drivers[rank], "post", lambda desc: post(posted.append({**desc, **fields}) or posted[-1]))
-    return posted
 
 
 def test_ranks_posting_another_element_count_in_as_many_chunks_complete_with_mismatch(ring2, monkeypatch):

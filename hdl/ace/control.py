@@ -176,7 +176,7 @@ class ControlUnit(wiring.Component):
             pool.take.ready.eq(disp.buf.ready), disp.room.eq(pm.room0), disp.q_ready.eq(bank.q_ready),
             bank.enq.valid.eq(dispatch), bank.enq.fsm.eq(dc.fsm), table.dispatched.eq(disp.dispatched),
             bank.enq.chunk.cmd.eq(dc.cmd), bank.enq.chunk.chunk.eq(dc.chunk), bank.enq.chunk.buf.eq(dc.buf),
-            bank.enq.chunk.seq.eq(dc.seq),
+            bank.enq.chunk.seq.eq(dc.seq), bank.enq.chunk.final.eq(dc.final),
         ]
         wiring.connect(m, disp.load, seqr.entry)      # the load sequencer's prefetch queue
 

@@ -29,10 +29,11 @@ __all__ = ["ChunkDispatcher", "dispatch_layout", "prefetch_layout"]
 
 
 def dispatch_layout(cfg):
-    """A dispatched chunk: its FSM, command slot, chunk number, buffer, sequence number, the range of
-    instructions the load sequencer prefetches (phase 0's head LOADs) and the slots they fill (``load_mask``)."""
+    """A dispatched chunk: its FSM, command slot, chunk number, buffer, sequence number, whether it is the
+    command's final chunk (``final``), the range of instructions the load sequencer prefetches (phase 0's head
+    LOADs) and the slots they fill (``load_mask``)."""
     return data.StructLayout({"fsm": _w(cfg.n_fsms), "cmd": _w(cfg.n_cmds), "chunk": unsigned(16),
-                              "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS),
+                              "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS), "final": 1,
                               "first": unsigned(11), "end": unsigned(11), "load_mask": unsigned(LOAD_MASK_BITS)})
 
 
@@ -127,9 +128,11 @@ class ChunkDispatcher(wiring.Component):
         m.d.comb += q_ready.eq(self.q_ready.bit_select(fsm, 1))
         head = self.enable & h_valid
         go = Signal()
+        final = Signal()            # the head command's next chunk is its last
         m.d.comb += [
             go.eq(head & self.buf.valid & self.room & q_ready),
-            last.eq(go & (chunk + 1 == h_chunks)),
+            final.eq(chunk + 1 == h_chunks),
+            last.eq(go & final),
             self.stall_part.eq(head & ~(self.room & self.buf.valid)),
             self.stall_queue.eq(head & self.room & self.buf.valid & ~q_ready),
             self.buf.ready.eq(go),
@@ -138,7 +141,7 @@ class ChunkDispatcher(wiring.Component):
         m.d.comb += [
             self.chunk.valid.eq(go),
             out.fsm.eq(fsm), out.cmd.eq(h_cmd), out.chunk.eq(chunk), out.buf.eq(self.buf.payload),
-            out.seq.eq(seq), out.first.eq(h_first), out.end.eq(h_end), out.load_mask.eq(h_mask),
+            out.seq.eq(seq), out.final.eq(final), out.first.eq(h_first), out.end.eq(h_end), out.load_mask.eq(h_mask),
         ]
         # the load sequencer's queue
         m.submodules.prefetch = pf = fifo.SyncFIFOBuffered(width=prefetch_layout(cfg).size, depth=cfg.n_buffers)

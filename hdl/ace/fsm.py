@@ -54,10 +54,12 @@ class FsmState(enum.Enum, shape=2):
 
 
 def chunk_layout(cfg):
-    """A chunk handed to an FSM: its command's table slot, chunk number, buffer and dispatch order (``seq``,
-    wrapping: arbiters favour the oldest chunk)."""
+    """A chunk handed to an FSM: its command's table slot, chunk number, buffer, dispatch order (``seq``,
+    wrapping: arbiters favour the oldest chunk) and whether it is its command's final chunk (``final``: its
+    messages say so in their header, so a RECV tells a rank whose command has another chunk count)."""
     return data.StructLayout({"cmd": _w(cfg.n_cmds), "chunk": unsigned(16),
-                              "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS)})
+                              "buf": sram_read_layout(cfg).members["buf"], "seq": unsigned(SEQ_BITS),
+                              "final": 1})
 
 
 def load_err_layout(cfg):
@@ -235,7 +237,8 @@ class ChunkFsm(wiring.Component):
                     # the bounds of phase 0 are loaded in ADVANCE (from the view, read by c.cmd now)
                     c = self.chunk.payload
                     m.d.sync += [ctx.cmd.eq(c.cmd), ctx.chunk.eq(c.chunk), ctx.buf.eq(c.buf), ctx.seq.eq(c.seq),
-                                 ctx.phase.eq(0), ctx.status.eq(0), enter.eq(1), st.eq(ADVANCE), gave_up.eq(0)]
+                                 ctx.final.eq(c.final), ctx.phase.eq(0), ctx.status.eq(0), enter.eq(1), st.eq(ADVANCE),
+                                 gave_up.eq(0)]
             with m.Case(ADVANCE):
                 with m.If(enter):
                     # entering the phase: load its bounds (phase 0 after the LOADs the sequencer issued)

@@ -3,9 +3,10 @@ stage's register, :mod:`.issuestage`, names the FSM; the step, its chunk's conte
 the granted FSM's registers, which still hold them).
 
 - SEND on port ``k``: a send job with the message header (this rank, the FSM's virtual channel, the chunk's tag,
-  chunk and phase, the step's key and length, the slot's count, the command's op and dtype); the port's
+  chunk, phase and ``final``, the step's key and length, the slot's count, the command's op and dtype); the port's
   credits for the whole message are reserved and its TX mux learns the message's place in the port's order.
-- RECV on port ``k``: a receive job with the header it expects and, for a forward, the forwarded header (the
+- RECV on port ``k``: a receive job with the header it expects (tag, chunk, phase, key, length, ``final``: the
+  receiving unit checks them) and, for a forward, the forwarded header (the
   forward key, the new count) plus the forward port's reservation and order entry.
 - LOAD: a load job (zeros for a null contribution); when no FSM LOAD is granted, the load sequencer's next
   LOAD goes instead (``seq_take``).
@@ -82,11 +83,11 @@ class JobBuilder(wiring.Component):
             out.chunk.eq(c.chunk), out.phase.eq(c.phase), out.length.eq(g.nbytes),
             out.key.eq(Mux(g.op == StepOp.SEND, g.key, g.fwd_key)), out.put.eq((g.op == StepOp.SEND) & g.put),
             out.count.eq(Mux(g.op == StepOp.SEND, self.slot_count, new_count)),
-            out.op.eq(self.op), out.dtype.eq(self.dtype),
+            out.op.eq(self.op), out.dtype.eq(self.dtype), out.final.eq(c.final),
             # a chunk with a failed step sends and forwards poisoned: its data may derive from the bad input
             out.poison.eq(c.status != 0),
             exp.tag.eq(self.tag), exp.chunk.eq(c.chunk), exp.phase.eq(c.phase), exp.key.eq(g.key),
-            exp.length.eq(g.nbytes),
+            exp.length.eq(g.nbytes), exp.final.eq(c.final),
         ]
         common = [("fsm", gr.fsm), ("cmd", c.cmd), ("buf", c.buf), ("sram_addr", g.sram_addr), ("beats", g.beats)]
         memory = [("addr", g.addr), ("nbytes", g.nbytes), ("slot", g.slot)]

@@ -63,7 +63,7 @@ def job_layouts(cfg):
             "reduce": 1, "dtype": DTYPE_SHAPE, "op": OP_SHAPE,
             "fwd": 1, "fwd_port": unsigned(3),
             "ch": unsigned(CHANNEL_BITS),        # the landing channel the message is in
-            "exp": packet_header_layout(),      # the header the step waits for (tag, chunk, phase, key, length)
+            "exp": packet_header_layout(),      # the header the step waits for (tag, chunk, phase, key, length, final)
             "fwd_hdr": packet_header_layout(),  # the header of the forwarded message
         }),
     }
@@ -244,12 +244,15 @@ class RecvUnit(wiring.Component):
 
     The job's header must match the step (tag, chunk, phase, key, length); if it does
     not, the message is drained, the forward (already owed to the next rank, whose credits are reserved)
-    carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL. A non-empty
-    message whose ``dtype`` differs from the command's (or, on a step that reduces, whose ``op`` does) comes from
-    a rank whose command disagrees: it is processed normally but forwarded poisoned, and the step ends with
-    MISMATCH. A poisoned input is processed normally but forwarded poisoned and reported (PROTOCOL); a CRC
-    error on the channel is reported as LINK_CRC. The header is popped (its credit returned) when the
-    message's last beat is taken.
+    carries zeros with ``poison`` set, the slot is not written and the step ends with PROTOCOL, or with
+    MISMATCH when only the length differs: the message is the awaited one (tag, chunk, phase and key match) from
+    a rank whose command has another element count. A message whose ``final`` differs from the step's (the
+    chunk is its command's last on one rank and not on the other: the ranks' chunk counts differ), a
+    non-empty message whose ``dtype`` differs from the command's (or, on a step that reduces, whose ``op``
+    does) also comes from a rank whose command disagrees: it is processed normally but forwarded poisoned, and
+    the step ends with MISMATCH. A poisoned input is processed normally but forwarded poisoned and reported
+    (PROTOCOL); a CRC error on the channel is reported as LINK_CRC. The header is popped (its credit returned)
+    when the message's last beat is taken.
     """
 
     def __init__(self, cfg):
@@ -337,17 +340,25 @@ class RecvUnit(wiring.Component):
             for c in range(cfg.n_channels):
                 with m.Case(c):
                     m.d.comb += head.eq(Mux(behind, self.nexts[c], self.heads[c]))
-        chk_l = data.StructLayout({"mismatch": 1, "disagree": 1, "poison": 1, "drain_beats": 16})
+        # ``order``: the message is not the one the step waits for (another tag, chunk, phase or key: the ranks'
+        # messages are out of order, PROTOCOL). ``mismatch``: it cannot be processed (out of order, or another
+        # length): drained. ``disagree``: the sender's command disagrees with this one - on the element count
+        # (another length, or another ``final``: the same chunk is the last of one rank's command and not of the
+        # other's), on the element type, or on the operator where the step reduces (type and operator only on a
+        # message with elements: an empty one, e.g. a barrier's, has none to disagree on). A disagreeing message
+        # that is not drained is processed; the step ends with MISMATCH (``order`` wins: PROTOCOL) and its
+        # forward is poisoned.
+        chk_l = data.StructLayout({"order": 1, "mismatch": 1, "disagree": 1, "poison": 1, "drain_beats": 16})
         chk, chk_valid = Signal(chk_l), Signal()
         load = Signal()
+        order = ((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk) | (head.phase != nxt.exp.phase)
+                 | (head.key != nxt.exp.key))
+        length = head.length != nxt.exp.length
         m.d.sync += [
-            chk.mismatch.eq((head.tag != nxt.exp.tag) | (head.chunk != nxt.exp.chunk)
-                            | (head.phase != nxt.exp.phase) | (head.key != nxt.exp.key)
-                            | (head.length != nxt.exp.length)),
-            # the sender's command disagrees with this one (element type; operator where the step reduces) on
-            # a message with elements (an empty one, e.g. a barrier's, has none to disagree on): the message is
-            # processed, but the step ends with MISMATCH and its forward is poisoned
-            chk.disagree.eq((nxt.beats != 0) & ((head.dtype != nxt.dtype) | (nxt.reduce & (head.op != nxt.op)))),
+            chk.order.eq(order),
+            chk.mismatch.eq(order | length),
+            chk.disagree.eq(length | (head.final != nxt.exp.final)
+                            | ((nxt.beats != 0) & ((head.dtype != nxt.dtype) | (nxt.reduce & (head.op != nxt.op))))),
             chk.poison.eq(head.poison),
             chk.drain_beats.eq((head.length + cfg.beat_bytes - 1) >> beat_shift),
             chk_valid.eq(nxt_v & ~load),
@@ -372,7 +383,7 @@ class RecvUnit(wiring.Component):
             m.d.sync += [
                 fe.eq(nxt), fe_oh.eq(nxt_oh), fe_v.eq(1), nxt_v.eq(job_take), drain.eq(mismatch),
                 left.eq(Mux(mismatch, chk.drain_beats, nxt.beats)),
-                fe_status.eq(Mux(mismatch, Status.PROTOCOL,
+                fe_status.eq(Mux(chk.order, Status.PROTOCOL,
                                  Mux(chk.disagree, Status.MISMATCH, Mux(chk.poison, Status.PROTOCOL, 0)))),
             ]
         with m.Elif(fe_end):

@@ -163,7 +163,10 @@ def packet_header_layout():
     lane: how many ranks' non-null contributions the payload holds (docs/programs.md); ``put`` marks a deposit
     (a PUT step's message, taken by the receiver's deposit unit instead of a RECV); ``op`` and ``dtype`` are
     the sending rank's command's reduction operator and element type, which the receiving RECV checks against
-    its own command (``Status.MISMATCH``). The header fits the ``HEADER_CRC_BYTES`` its CRC covers."""
+    its own command (``Status.MISMATCH``); ``final`` says the message belongs to its command's final chunk, so
+    a rank whose command has another element count (hence another chunk count, or other lengths) is told
+    apart by its header as well (``Status.MISMATCH``). The header fits the ``HEADER_CRC_BYTES`` its CRC covers
+    (128 bits: this one uses all of them)."""
     return data.StructLayout({
         "dst": unsigned(9),
         "src": unsigned(9),
@@ -180,6 +183,7 @@ def packet_header_layout():
         "put": unsigned(1),
         "op": OP_SHAPE,
         "dtype": DTYPE_SHAPE,
+        "final": unsigned(1),
     })
 
 

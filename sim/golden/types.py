@@ -159,7 +159,9 @@ class Status(enum.IntEnum):
     PROTOCOL = 18           #: a message did not match the step waiting for it (header mismatch)
     ILLEGAL_INSTRUCTION = 19  #: the program holds a word that is not a valid step
     #: a message came from a rank whose command disagrees with this one: another element type, or (on a step
-    #: that reduces) another reduction operator (packet header ``dtype``/``op``)
+    #: that reduces) another reduction operator (packet header ``dtype``/``op``), or another element count
+    #: (the awaited message has another ``length``, or another ``final``: its chunk is the last of one
+    #: rank's command only)
     MISMATCH = 20
     #: the command could not finish: a step waited STEP_TIMEOUT cycles for its grant (a dead link, a peer that
     #: never posted) and the engine gave the command up, or the host aborted it after the engine's watchdog saw

@@ -10,7 +10,8 @@ head header (its header check reads the header behind the head) and streams righ
 expects another key and ends with PROTOCOL. Last, messages whose header says another command (another dtype;
 another op): MISMATCH on a RECV (a forward of such a message is poisoned, and its receiver reports PROTOCOL),
 except for another op on a RECV that does not reduce and for an empty message. Memory, counters and
-completions are checked against what those steps mean.
+completions are checked against what those steps mean. A second test does the same for headers that say
+another element count (another length or ``final``: MISMATCH) beside an out-of-order one (PROTOCOL).
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -266,6 +267,101 @@ def test_load_send_recv_reduce_forward_store_through_looped_back_ports():
     # the second message streamed right behind the first: its job waited in the unit, operand-free
     assert back_to_back[1][2] - back_to_back[0][2] <= BEATS + 1, back_to_back
     assert [len(dones[n]) for n in ("load", "store", "send0", "recv0", "recv1")] == [1, 4, 10, 10, 2]
+
+
+def test_a_message_of_a_command_with_another_element_count_ends_mismatch_and_forwards_poisoned():
+    """The RECV's header check tells an out-of-order message (another tag, chunk, phase or key: PROTOCOL) from
+    the awaited message of a rank whose command has another element count: another ``length`` (the message
+    cannot be processed: drained, the slot left alone, zeros forwarded poisoned) or another ``final`` (the
+    chunk is the last of one rank's command only: processed, forwarded poisoned) ends the step with MISMATCH.
+    The forwards' receiver on port 1 reports PROTOCOL (a poisoned input). A message that is out of order and
+    also of another length is PROTOCOL. Every landing credit comes back."""
+    src, mem, top, dp = _looped_back(64)
+    ctl, port = dp.ctl, dp.port
+    dones = {"recv0": [], "recv1": []}
+    common = {"fsm": 1, "cmd": 0, "buf": BUF, "beats": BEATS}
+
+    async def completions(ctx):
+        async for _, _, r0, r1 in ctx.tick().sample(port[0].recv_done, port[1].recv_done):
+            for name, v in (("recv0", r0), ("recv1", r1)):
+                if v.valid:
+                    dones[name].append(v.status)
+
+    def header(key, tag=0x5A, length=NBYTES, final=0):
+        return {"dst": 0, "src": 0, "vc": 1, "tag": tag, "chunk": 2, "phase": 0, "key": key, "length": length,
+                "count": 1, "dtype": DType.INT32, "op": ReduceOp.SUM, "final": final}
+
+    async def wait_for(ctx, name, n):
+        for _ in range(2000):
+            if len(dones[name]) >= n:
+                return
+            await ctx.tick()
+        raise AssertionError(f"{name}: {len(dones[name])} completions, expected {n}")
+
+    async def send(ctx, key, **sender):
+        beats = -(-sender.get("length", NBYTES) // BB)
+        await issue(ctx, port[0].send_job, {**common, "beats": beats, "sram_addr": SLOT_A,
+                                            "hdr": header(key, **sender)}, [
+            (port[0].reserve, {"valid": 1, "vc": 1, "beats": beats}),
+            (port[0].order.payload, {"src": 0, "empty": 0}), (port[0].order.valid, 1)])
+        while not (ctx.get(port[0].hdr_valid) >> 1) & 1:        # the message is in channel 1's landing buffer
+            await ctx.tick()
+
+    async def recv(ctx, p, slot, key, n_done, fwd=False):
+        job = {**common, "sram_addr": slot, "dtype": DType.INT32, "op": ReduceOp.SUM, "ch": 1, "exp": header(key)}
+        pulses = []
+        if fwd:
+            job.update(fwd=1, fwd_port=1, fwd_hdr=header(key + 1))
+            pulses = [(port[1].reserve, {"valid": 1, "vc": 1, "beats": BEATS}),
+                      (port[1].order.payload, {"src": 1, "empty": 0}), (port[1].order.valid, 1)]
+        await issue(ctx, port[p].recv_job, job, pulses)
+        await wait_for(ctx, f"recv{p}", n_done)
+
+    async def store(ctx, slot, addr):
+        await issue(ctx, ctl.store_job, {**common, "sram_addr": slot, "addr": addr, "nbytes": NBYTES, "slot": slot})
+        for _ in range(60):
+            await ctx.tick()
+
+    async def bench(ctx):
+        ctx.set(dp.tx_lookahead, 64)
+        await issue(ctx, ctl.load_job, {**common, "sram_addr": SLOT_A, "addr": SRC, "nbytes": NBYTES, "slot": SLOT_A})
+        for _ in range(50):
+            await ctx.tick()
+        await send(ctx, 3)
+        await recv(ctx, 0, SLOT_B, key=3, n_done=1)                     # B = A: OK
+        # another length (a beat more): drained, B left alone, zeros forwarded poisoned
+        await send(ctx, 4, length=NBYTES + BB)
+        await recv(ctx, 0, SLOT_B, key=4, n_done=2, fwd=True)           # MISMATCH
+        await recv(ctx, 1, SLOT_C, key=5, n_done=1)                     # C = zeros: PROTOCOL (poisoned)
+        await store(ctx, SLOT_B, DST_B)
+        await store(ctx, SLOT_C, DST_C)
+        # another final: processed (C = A), forwarded poisoned
+        await send(ctx, 6, final=1)
+        await recv(ctx, 0, SLOT_C, key=6, n_done=3, fwd=True)           # MISMATCH
+        await recv(ctx, 1, SLOT_B, key=7, n_done=2)                     # PROTOCOL (poisoned)
+        await store(ctx, SLOT_C, DST_D)
+        # another tag (and another length): out of order, PROTOCOL wins
+        await send(ctx, 8, tag=0x5B, length=NBYTES - 4)
+        await recv(ctx, 0, SLOT_C, key=8, n_done=4)                     # PROTOCOL
+        for _ in range(20):
+            await ctx.tick()
+        for k in range(2):
+            assert ctx.get(port[k].beat_credits[1]) == CFG.landing_beats
+            assert ctx.get(port[k].hdr_credits[1]) == CFG.landing_headers
+        assert not ctx.get(port[0].hdr_valid) and not ctx.get(port[1].hdr_valid)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    for proc in (*npu_memory(dp, mem), completions):
+        sim.add_process(proc)
+    sim.add_testbench(bench)
+    sim.run()
+
+    assert dones == {"recv0": [Status.OK, Status.MISMATCH, Status.MISMATCH, Status.PROTOCOL],
+                     "recv1": [Status.PROTOCOL, Status.PROTOCOL]}, dones
+    assert bytes(mem[DST_B:DST_B + NBYTES]) == src.tobytes(), "a drained message was written"
+    assert bytes(mem[DST_C:DST_C + NBYTES]) == bytes(NBYTES), "the drained message's forward is not zeros"
+    assert bytes(mem[DST_D:DST_D + NBYTES]) == src.tobytes(), "a message of another final was not processed"
 
 
 class _Deposits:

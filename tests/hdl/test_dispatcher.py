@@ -38,14 +38,15 @@ class DispatchBench(Elaboratable):
 
 
 def expected_order(commands, limit):
-    """(fsm, cmd slot, chunk, seq, first, end, load_mask) of every chunk, in dispatch order. The first chunk's FSM is the
-    tag's low ``log2(n_fsms)`` bits modulo FSM_LIMIT (the same on every rank, which is all that matters)."""
+    """(fsm, cmd slot, chunk, seq, first, end, load_mask, final) of every chunk, in dispatch order. The first chunk's
+    FSM is the tag's low ``log2(n_fsms)`` bits modulo FSM_LIMIT (the same on every rank, which is all that
+    matters); ``final`` marks each command's last chunk (its messages' headers say so)."""
     out, seq = [], 0
     low = (1 << max(1, (CFG.n_fsms - 1).bit_length())) - 1
     for slot, tag, n_chunks, start, load_end, mask in commands:
         for c in range(n_chunks):
             out.append((((tag & low) % limit + c) % limit, slot, c, seq % (1 << SEQ_BITS), start, start + load_end,
-                        mask))
+                        mask, int(c == n_chunks - 1)))
             seq += 1
     return out
 
@@ -92,7 +93,8 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
             q_ready = ctx.get(dut.q_ready)
             if ctx.get(dut.chunk.valid):
                 p = dut.chunk.payload
-                row = tuple(ctx.get(p[k]) for k in ("fsm", "cmd", "chunk", "seq", "first", "end", "load_mask"))
+                row = tuple(ctx.get(p[k]) for k in ("fsm", "cmd", "chunk", "seq", "first", "end", "load_mask",
+                                                   "final"))
                 got.append(row)
                 bufs_given.append(ctx.get(p.buf))
                 assert ctx.get(dut.buf.ready) and ctx.get(dut.room) and q_ready >> row[0] & 1
@@ -118,7 +120,7 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
     assert len(bufs_given) == sum(c[2] for c in commands)
     # the load sequencer's queue: every dispatched chunk, in dispatch order
     assert loads == [(cmd, chunk, buf, first, end)
-                     for (_, cmd, chunk, _, first, end, _), buf in zip(got, bufs_given)][:len(loads)]
+                     for (_, cmd, chunk, _, first, end, _, _), buf in zip(got, bufs_given)][:len(loads)]
     assert len(loads) > len(got) - CFG.n_buffers - 1
 
 

@@ -52,7 +52,7 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
         prog = random_program(rng, sum(lens))
         if n % 3 == 2:                               # an illegal step retires as a no-op and is reported
             prog[-1].update(illegal=1, noop=1)
-        chunks.append({"cmd": n % CFG.n_cmds, "chunk": 10 + n, "buf": n + 1, "seq": n, "lens": lens,
+        chunks.append({"cmd": n % CFG.n_cmds, "chunk": 10 + n, "buf": n + 1, "seq": n, "final": n % 2, "lens": lens,
                        "load_end": load_end, "prog": prog, "fail": n % 3 == 1,
                        "load_fail": n % 6 == 0, "load_fail_at": rng.randrange(4)})
 
@@ -63,13 +63,14 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
                                "phases": [{"first": ck["load_end"], "stop": lens[0]},
                                           {"first": lens[0], "stop": lens[0] + lens[1]}]})
             ctx.set(dut.chunk.payload, {"cmd": ck["cmd"], "chunk": ck["chunk"], "buf": ck["buf"] % CFG.n_buffers,
-                                        "seq": ck["seq"]})
+                                        "seq": ck["seq"], "final": ck["final"]})
             ctx.set(dut.chunk.valid, 1)
             while not ctx.get(dut.chunk.ready):
                 await ctx.tick()
             await ctx.tick()
             ctx.set(dut.chunk.valid, 0)
             assert ctx.get(dut.ctx.chunk) == ck["chunk"] and ctx.get(dut.ctx.buf) == ck["buf"] % CFG.n_buffers
+            assert ctx.get(dut.ctx.final) == ck["final"]
             expected = list(range(ck["load_end"], lens[0])) + list(range(lens[0], lens[0] + lens[1]))
             granted, inflight, decoding = [], [], []
             fills = []              # [cycles left, slot]: LOADs of the chunk's buffer that end later

@@ -32,7 +32,7 @@ def test_the_bank_routes_every_fsm_event_to_its_fsm():
     rng = random.Random(seed_for(31))
     dut = FsmBank(CFG)
     to_enqueue = [{"fsm": rng.randrange(F), "cmd": rng.randrange(CFG.n_cmds), "chunk": n, "buf": n % CFG.n_buffers,
-                   "seq": n} for n in range(40)]
+                   "seq": n, "final": int(n % 3 == 0)} for n in range(40)]
     # each command's view: one phase of N_STEPS steps; its tag tells the commands apart
     views = [{"n_phases": 1, "phases": [{"first": 0, "stop": N_STEPS}], "tag": 100 + c, "rank": c}
              for c in range(CFG.n_cmds)]
@@ -79,7 +79,8 @@ def test_the_bank_routes_every_fsm_event_to_its_fsm():
             if g_prev is not None:
                 assert ctx.get(dut.g_step) == prev_step
                 gc = ctx.get(dut.g_ctx)
-                assert (gc.cmd, gc.chunk, gc.seq) == (ctxs[g_prev].cmd, ctxs[g_prev].chunk, ctxs[g_prev].seq)
+                assert (gc.cmd, gc.chunk, gc.seq, gc.final) == (ctxs[g_prev].cmd, ctxs[g_prev].chunk, ctxs[g_prev].seq,
+                                                                int(ctxs[g_prev].chunk % 3 == 0))
                 assert ctx.get(dut.g_view.tag) == 100 + ctxs[g_prev].cmd
                 assert not offers[g_prev].ready, "offered while its grant goes out"
             # arbiter: a random ready FSM

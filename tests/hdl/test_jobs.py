@@ -36,7 +36,7 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
                     "put": rng.randrange(2), "noop": int(rng.random() < 0.15)}
             step["illegal"] = step["noop"] and rng.randrange(2)
             c = {"cmd": rng.randrange(CFG.n_cmds), "chunk": rng.randrange(1 << 16), "buf": rng.randrange(8),
-                 "phase": rng.randrange(4), "seq": 0, "status": 0}
+                 "phase": rng.randrange(4), "seq": 0, "status": 0, "final": rng.randrange(2)}
             grant = {"valid": int(rng.random() < 0.8), "fsm": rng.randrange(CFG.n_fsms), "ch": rng.randrange(4)}
             e = {"rank": rng.randrange(16), "tag": rng.randrange(1 << 16), "dtype": rng.randrange(4),
                  "op": rng.randrange(3), "null": rng.randrange(2)}
@@ -66,7 +66,8 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
                        "chunk": c["chunk"], "phase": c["phase"], "length": step["nbytes"],
                        "key": step["key"] if op == StepOp.SEND else step["fwd_key"],
                        "put": int(op == StepOp.SEND and step["put"]),
-                       "count": slot_count if op == StepOp.SEND else new_count, "op": e["op"], "dtype": e["dtype"]}
+                       "count": slot_count if op == StepOp.SEND else new_count, "op": e["op"], "dtype": e["dtype"],
+                       "final": c["final"]}
             for k in range(K):
                 sj, rj = ctx.get(dut.send_job[k].payload), ctx.get(dut.recv_job[k].payload)
                 here = step["port"] == k
@@ -78,8 +79,8 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
                 for name, v in out_hdr.items():
                     assert getattr(sj.hdr, name) == v and getattr(rj.fwd_hdr, name) == v, name
                 exp = rj.exp
-                assert (exp.tag, exp.chunk, exp.phase, exp.key, exp.length) == (
-                    e["tag"], c["chunk"], c["phase"], step["key"], step["nbytes"])
+                assert (exp.tag, exp.chunk, exp.phase, exp.key, exp.length, exp.final) == (
+                    e["tag"], c["chunk"], c["phase"], step["key"], step["nbytes"], c["final"])
                 assert (rj.reduce, rj.dtype, rj.op, rj.fwd, rj.fwd_port, rj.ch) == (
                     step["reduce"], e["dtype"], e["op"], step["fwd"], step["fwd_port"], grant["ch"])
                 res = (send and here) or (recv and step["fwd"] and step["fwd_port"] == k)

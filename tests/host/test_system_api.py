@@ -248,6 +248,15 @@ def test_a_window_in_use_is_locked_and_windows_open_only_to_their_communicators(
     run_and_check(s, w, "allreduce", 64, "fp32", seed=15)
 
 
+def _post_with(system, rank, monkeypatch, **fields):
+    """Make ``rank``'s driver post its next descriptors with ``fields`` replaced (a rank whose command
+    disagrees); returns the list the descriptors it posted are appended to."""
+    post, posted = system.drivers[rank].post, []
+    monkeypatch.setattr(system.drivers[rank], "post",
+                        lambda desc: post(posted.append({**desc, **fields}) or posted[-1]))
+    return posted
+
+
 @pytest.mark.parametrize("field, value", [("op", ReduceOp.MAX), ("dtype", DType.INT32)])
 def test_ranks_posting_another_op_or_dtype_complete_with_mismatch_not_ok(ring2, field, value, monkeypatch):
     """Rank 1 posts the all-reduce with op max (or dtype int32) where rank 0 posts sum fp32: each rank's RECVs
@@ -255,8 +264,7 @@ def test_ranks_posting_another_op_or_dtype_complete_with_mismatch_not_ok(ring2, 
     ring:2 each rank receives from the disagreeing one and detects it itself); the engines stay usable."""
     s, w = ring2, ring2.world
     a, b = s.register(4096), s.register(4096)
-    post, posted = s.drivers[1].post, []
-    monkeypatch.setattr(s.drivers[1], "post", lambda desc: post(posted.append({**desc, field: value}) or posted[-1]))
+    posted = _post_with(s, 1, monkeypatch, **{field: value})
     req = w.allreduce(a, b, 64, "fp32", "sum")
     monkeypatch.undo()
     assert [d[field] for d in posted] == [value] and req.descriptors[0][field] != value
@@ -267,6 +275,72 @@ def test_ranks_posting_another_op_or_dtype_complete_with_mismatch_not_ok(ring2, 
     s.deregister(a)
     s.deregister(b)
     run_and_check(s, w, "allreduce", 64, "fp32", seed=13)
+
+
+def test_ranks_posting_another_element_count_in_as_many_chunks_complete_with_mismatch(ring2, monkeypatch):
+    """Rank 1 posts the all-reduce of 60 fp32 elements where rank 0 posts 64: one chunk on both ranks, but
+    every message has another length than the RECV awaiting it expects (a block of 30 elements against 32).
+    The RECVs drain them and report the disagreement: both ranks complete MISMATCH (not PROTOCOL, not OK), and
+    the engines then run a correct all-reduce bit-exact."""
+    s, w = ring2, ring2.world
+    a, b = s.register(4096), s.register(4096)
+    posted = _post_with(s, 1, monkeypatch, count=60)
+    req = w.allreduce(a, b, 64, "fp32", "sum")
+    monkeypatch.undo()
+    assert [d["count"] for d in posted] == [60] and req.descriptors[0]["count"] == 64
+    with pytest.raises(CollectiveError) as err:
+        req.wait(timeout_cycles=100_000)
+    assert err.value.failures.keys() == {0, 1}
+    assert {st for st, _ in err.value.failures.values()} == {"MISMATCH"}, err.value.failures
+    s.deregister(a)
+    s.deregister(b)
+    run_and_check(s, w, "allreduce", 64, "fp32", seed=16)
+
+
+@pytest.mark.parametrize("ender", ["step_timeout", "watchdog"])
+def test_ranks_posting_another_number_of_chunks_complete_mismatch(ring2, monkeypatch, ender):
+    """Rank 0 posts an all-reduce of one full chunk, rank 1 of four. The blocks of chunk 0 have the same length
+    on both ranks, but chunk 0 is rank 0's final chunk and not rank 1's: the headers' ``final`` differs, so
+    rank 0 completes MISMATCH (its RECVs process the messages and report it) and rank 1's chunk 0 records
+    MISMATCH too. Rank 1 then waits for chunks 1-3 of a rank that never sends them. With the step timeout
+    armed its engine gives them up and completes MISMATCH, the first error, by itself; with only the watchdog
+    nothing moves, the watchdog fires and ``wait`` names rank 1, and ``System.reset`` fails its side TIMEOUT.
+    Either way the engines then run a correct all-reduce bit-exact (after a reset: the given-up command's
+    messages may be on the links)."""
+    s, w = ring2, ring2.world
+    w.prepare("allreduce")
+    chunk = s.chunk_bytes // 4                  # fp32 elements per chunk
+    a, b = s.register(4 * chunk * 4), s.register(4 * chunk * 4)
+    try:
+        if ender == "watchdog":
+            s.set_watchdog(3_000)
+        else:
+            s.set_step_timeout(3_000)
+        posted = _post_with(s, 1, monkeypatch, count=4 * chunk)
+        req = w.allreduce(a, b, chunk, "fp32", "sum")
+        monkeypatch.undo()
+        assert [d["count"] for d in posted] == [4 * chunk] and req.chunk_bytes == 4 * chunk
+        if ender == "step_timeout":
+            with pytest.raises(CollectiveError) as err:
+                req.wait(timeout_cycles=500_000)
+            assert err.value.failures == {0: ("MISMATCH", 0), 1: ("MISMATCH", 0)}, err.value.failures
+            s.reset()
+        else:
+            with pytest.raises(RequestTimeout, match=r"watchdog of rank\(s\) \[1\]"):
+                req.wait(timeout_cycles=500_000)
+            assert set(req.completions) == {0} and req.completions[0]["status_name"] == "MISMATCH", req.completions
+            s.reset()
+            assert req.completions[1]["status_name"] == "TIMEOUT"
+            with pytest.raises(CollectiveError) as err:
+                req.test()
+            assert err.value.failures == {0: ("MISMATCH", 0), 1: ("TIMEOUT", 0)}
+        assert not any(drv.status()["hung"] or drv.status()["aborting"] for drv in s.drivers)
+    finally:
+        s.set_watchdog(0)
+        s.set_step_timeout(0)
+        s.deregister(a)
+        s.deregister(b)
+    run_and_check(s, w, "allreduce", 4 * chunk, "fp32", seed=17)
 
 
 #: Malformed descriptors per backend in the fuzz below (the issue's 1,000 on the fast simulator).

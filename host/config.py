@@ -26,6 +26,8 @@ Example (every key but ``topology`` is optional; the values shown are the defaul
       chunk_bytes: max        # max: every collective with the largest chunk the loaded programs allow; auto:
                               # the chunk the model ranks fastest for each collective (host/chunksize.py), the
                               # engines drained when it changes (CHUNK_BEATS is one register for all)
+      step_timeout: 0         # cycles a step may wait for its grant before the engine gives its command up
+                              # (TIMEOUT) and a link that takes no flit for as long is down; 0: off
 
 A prototype board (``backend: serial``) is reached through its UART bridge; its memory size and clock are read
 from the board unless given, and ``engine`` must describe the configuration the board was built with (the
@@ -157,6 +159,8 @@ class SystemConfig:
     buffers: int = None
     #: how the System picks the chunk: ``"max"`` or ``"auto"`` (:data:`CHUNK_RULES`)
     chunk_bytes: str = "max"
+    #: the engines' STEP_TIMEOUT in cycles (``System.set_step_timeout``; 0: off)
+    step_timeout: int = 0
     source: dict = field(default=None, compare=False, repr=False)
 
     @property
@@ -303,7 +307,11 @@ def load_config(source=None, **overrides):
     from ..sim.golden.partitions import SPLITS
 
     drv = _mapping(raw.get("driver"), "driver")
-    _unknown(drv, ("sram_split", "buffers", "chunk_bytes"), "driver.")
+    _unknown(drv, ("sram_split", "buffers", "chunk_bytes", "step_timeout"), "driver.")
+    step_timeout = _int(drv.get("step_timeout", 0), "driver.step_timeout", 0)
+    if step_timeout >= 1 << 32:
+        raise ConfigError(f"driver.step_timeout: at most {(1 << 32) - 1} cycles (the register's width), got "
+                          f"{step_timeout}")
     chunk_rule = drv.get("chunk_bytes", "max")
     if chunk_rule not in CHUNK_RULES:
         raise ConfigError(f"driver.chunk_bytes: expected one of {', '.join(CHUNK_RULES)}, got {chunk_rule!r}")
@@ -317,7 +325,8 @@ def load_config(source=None, **overrides):
             raise ConfigError(f"driver.buffers: the engine has {engine.n_buffers} chunk buffers, got {buffers}")
     return SystemConfig(topology=topo.spec, engine=engine, backend=backend, clock_mhz=float(clock), seed=seed,
                         latency=latency, rate=rate, faults=faults or None, memory_bytes=mem_bytes, serial=serial,
-                        sram_split=split, buffers=buffers, chunk_bytes=chunk_rule, source=raw)
+                        sram_split=split, buffers=buffers, chunk_bytes=chunk_rule, step_timeout=step_timeout,
+                        source=raw)
 
 
 def _yaml(text, where):

@@ -643,6 +643,8 @@ class System:
         self.world = self._new_comm(list(range(self.size)), self.config.topology)
         if self.config.faults:
             self.set_link_faults(**self.config.faults)
+        if self.config.step_timeout:
+            self.set_step_timeout(self.config.step_timeout)
 
     def _adopt_board(self):
         """A board's memory and clock are what it was built with: check the configuration against them."""

@@ -20,7 +20,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AxiBurst", "AxiResp", "AXI4ReadSignature", "AXI4WriteSignature", "AXI4Signature", "connect_axi",
-           "READ_MEMBERS", "WRITE_MEMBERS"]
+           "pass_through", "READ_MEMBERS", "WRITE_MEMBERS"]
 
 
 class AxiBurst(enum.IntEnum):
@@ -135,6 +135,19 @@ class AXI4Signature(_AXI4SignatureBase):
     def write_signature(self):
         """The :class:`AXI4WriteSignature` of the same widths."""
         return AXI4WriteSignature(self.addr_width, self.data_width, self.id_width)
+
+
+def pass_through(m, core, axi, *, except_for=()):
+    """Connect every member of ``core`` (a master port seen from the slave side: an AXI block's ``In``
+    interface) to the same member of ``axi`` (the block's ``Out`` master port towards the memory), in the
+    member's direction, except the names ``except_for`` (the ones the block drives itself)."""
+    for name in READ_MEMBERS + WRITE_MEMBERS:
+        if name in except_for:
+            continue
+        if name[0] in "rb":         # memory -> engine
+            m.d.comb += getattr(core, name).eq(getattr(axi, name))
+        else:
+            m.d.comb += getattr(axi, name).eq(getattr(core, name))
 
 
 def _forward(m, port, sub, names):

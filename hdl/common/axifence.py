@@ -26,7 +26,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .axi import AXI4Signature, READ_MEMBERS, WRITE_MEMBERS
+from .axi import AXI4Signature, pass_through
 
 __all__ = ["AxiFence"]
 
@@ -59,15 +59,8 @@ class AxiFence(wiring.Component):
         m.submodules.lens = lens = SyncFIFO(width=8, depth=self.bursts)
 
         # payloads and the signals nobody gates pass straight through
-        gated = {"arvalid", "arready", "rvalid", "rready", "awvalid", "awready", "wvalid", "wready", "wdata",
-                 "wstrb", "wlast", "bvalid", "bready"}
-        for name in READ_MEMBERS + WRITE_MEMBERS:
-            if name in gated:
-                continue
-            if name[0] in "rb":         # memory -> engine
-                m.d.comb += getattr(c, name).eq(getattr(s, name))
-            else:
-                m.d.comb += getattr(s, name).eq(getattr(c, name))
+        pass_through(m, c, s, except_for={"arvalid", "arready", "rvalid", "rready", "awvalid", "awready", "wvalid",
+                                           "wready", "wdata", "wstrb", "wlast", "bvalid", "bready"})
 
         run = Signal(init=1)            # RUN (else CLOSING or HELD)
         held = Signal()                 # HELD: the engine is in reset (= core_rst)

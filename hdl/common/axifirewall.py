@@ -24,7 +24,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .axi import AXI4Signature, AxiResp, READ_MEMBERS, WRITE_MEMBERS
+from .axi import AXI4Signature, AxiResp, pass_through
 
 __all__ = ["AxiFirewall", "region_layout"]
 
@@ -67,15 +67,9 @@ class AxiFirewall(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c, s = self.core, self.axi
-        gated = {"arvalid", "arready", "rvalid", "rready", "rdata", "rresp", "rlast", "rid",
-                 "awvalid", "awready", "wvalid", "wready", "bvalid", "bready", "bresp", "bid"}
-        for name in READ_MEMBERS + WRITE_MEMBERS:
-            if name in gated:
-                continue
-            if name[0] in "rb":         # memory -> engine
-                m.d.comb += getattr(c, name).eq(getattr(s, name))
-            else:
-                m.d.comb += getattr(s, name).eq(getattr(c, name))
+        pass_through(m, c, s, except_for={"arvalid", "arready", "rvalid", "rready", "rdata", "rresp", "rlast", "rid",
+                                           "awvalid", "awready", "wvalid", "wready", "bvalid", "bready", "bresp",
+                                           "bid"})
         refusals = []
 
         # -- reads: each burst's kind (refused, len) in issue order; a refused one answered at the head ------

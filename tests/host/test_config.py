@@ -25,6 +25,8 @@ def test_defaults_and_a_full_file(tmp_path):
     c = load_config({"topology": "torus:4x2x2", "engine": {"profile": "paper"},
                      "driver": {"sram_split": "ace", "buffers": 16}})
     assert (c.sram_split, c.buffers) == ("ace", 16)
+    assert c.step_timeout == 0
+    assert load_config({"topology": "ring:2", "driver": {"step_timeout": 5000}}).step_timeout == 5000
 
 
 @pytest.mark.parametrize("raw, key", [
@@ -65,6 +67,9 @@ def test_defaults_and_a_full_file(tmp_path):
     ({"topology": "ring:4", "driver": {"buffers": 0}}, "driver.buffers: must be at least 1"),
     ({"topology": "ring:4", "driver": {"buffers": 99}}, "driver.buffers: the engine has"),
     ({"topology": "ring:4", "driver": {"split": "ace"}}, "driver.split: unknown key"),
+    ({"topology": "ring:4", "driver": {"step_timeout": -1}}, "driver.step_timeout: must be at least 0"),
+    ({"topology": "ring:4", "driver": {"step_timeout": 1 << 32}}, "driver.step_timeout: at most"),
+    ({"topology": "ring:4", "driver": {"step_timeout": "1ms"}}, "driver.step_timeout: expected an integer"),
     ({"topology": "ring:2", "backend": "serial", "serial": {"port": []}}, "serial.port: required"),
     ({"topology": "ring:2", "backend": "serial", "serial": {"port": ["/dev/a", 3]}}, "serial.port: required"),
     ({"topology": "ring:2", "backend": "serial", "serial": {"port": ["/dev/a", "/dev/a"]}}, "listed twice"),

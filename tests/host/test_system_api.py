@@ -485,10 +485,11 @@ def test_the_step_timeout_ends_a_dead_link_collective_timeout_on_every_rank(back
     flits, the steps waiting for messages and credits are given up, and both ranks complete TIMEOUT well within
     the wait's limit. After ``System.reset`` and with the link back (the timeout still armed), collectives are
     bit-exact on the world and a fresh communicator, so a healthy run is not cut short by it."""
-    with System({"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(6)}, backend=backend) as s:
+    with System({"topology": "ring:2", "links": {"latency": 4}, "seed": seed_for(6),
+                 "driver": {"step_timeout": 2_000}}, backend=backend) as s:
         w = s.world
         a, b = s.register(16384), s.register(16384)
-        s.set_step_timeout(2_000)
+        assert s.step_timeout_cycles == 2_000 and all(drv.read("STEP_TIMEOUT") == 2_000 for drv in s.drivers)
         try:
             s.stall_link(0, 0)
             req = w.allreduce(a, b, 4096)

@@ -11,11 +11,13 @@ Ports (Verilog names in brackets):
 ``aborting``   high from the start of an abort (CTRL.abort) until the engine leaves reset: a system holds
           the switch between its engines in reset with it.
 
-Abort (docs/engine.md "Abort and the watchdog"): CTRL.abort makes the :class:`~syncfabric.hdl.common.axifence.
-AxiFence` close the AXI port and then hold every unit but the register bank in reset (windows, programs,
-routes, rings and communicators stay configured; commands, chunks, buffers, credits and counters are
-cleared); the link ports drop what arrives and send nothing from the start of the abort. The watchdog (WATCHDOG) flags an
-engine with work that has moved nothing for that many cycles.
+Abort (docs/engine.md section 13): CTRL.abort makes the :class:`~syncfabric.hdl.common.axifence.AxiFence`
+close the AXI port and then hold every unit but the register bank in reset (windows, programs, routes, rings
+and communicators stay configured; commands, chunks, buffers, credits and counters are cleared); the link
+ports drop what arrives and send nothing from the start of the abort. The watchdog (WATCHDOG) flags an engine
+with work that has moved nothing for that many cycles; the step timeout (STEP_TIMEOUT) makes the engine give
+up a command whose steps wait that long and a link that takes no flit. Every AXI burst leaves through the
+:class:`~syncfabric.hdl.common.axifirewall.AxiFirewall` (docs/engine.md section 2).
 """
 
 from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal

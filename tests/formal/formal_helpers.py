@@ -211,16 +211,19 @@ def past(m, value, name):
     return reg
 
 
-def mutant(cls, old, new):
+def mutant(cls, old, new, also=()):
     """A subclass of component ``cls`` whose ``elaborate`` is the real one's source with the snippet ``old``
     replaced by ``new``: a deliberately broken block for a proof to catch, with the bug inside the block (where a
     subclass that overrides ports cannot reach). Raises if ``old`` is not in the source exactly once, so that a
-    mutant cannot silently turn into the real block when the source changes."""
+    mutant cannot silently turn into the real block when the source changes. ``also``: more ``(old, new)`` edits
+    made the same way (a probe that keeps the block's internal signals for the harness, beside a bug)."""
     src = textwrap.dedent(inspect.getsource(cls.elaborate))
-    if src.count(old) != 1:
-        raise ValueError(f"{old!r} occurs {src.count(old)} times in {cls.__qualname__}.elaborate, not once")
+    for o, n in [(old, new), *also]:
+        if src.count(o) != 1:
+            raise ValueError(f"{o!r} occurs {src.count(o)} times in {cls.__qualname__}.elaborate, not once")
+        src = src.replace(o, n)
     namespace = dict(vars(sys.modules[cls.__module__]))
     first = inspect.getsourcelines(cls.elaborate)[1]
-    exec(compile("\n" * (first - 1) + src.replace(old, new), inspect.getsourcefile(cls), "exec"), namespace)
+    exec(compile("\n" * (first - 1) + src, inspect.getsourcefile(cls), "exec"), namespace)
     return type(f"{cls.__name__}Mutant", (cls,), {"elaborate": namespace["elaborate"],
                                                    "__doc__": f"{cls.__name__} with {old!r} -> {new!r}"})

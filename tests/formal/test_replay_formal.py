@@ -5,8 +5,8 @@ unacknowledged one.
 
 **Bounded, not a proof.** Checked by BMC (Yices) on every trace of up to ``DEPTH`` = 10 steps from reset (with
 reset in any cycle), which is enough to fill the 4-flit window, send it, take a NAK or let the timer expire, go
-back and send again. Neither engine proves it unbounded in reasonable time: ABC's PDR did not close within 200 to
-300 s (still adding frames at 11 to 17, also without the payload checks and with the 8-flit window), and
+back and send again. Neither engine proves it unbounded in reasonable time: ABC's PDR did not close in 540 s (at
+frame 44; in 200 to 300 s neither without the payload checks nor with an 8-flit window), and
 k-induction would need the block's ends FIFO and memory stated as invariants; BMC itself takes minutes past 11
 steps. An unbounded proof is still open (issue 29 item 7).
 

@@ -31,7 +31,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Assume, Elaboratable, Fragment, Signal, Value
 
 __all__ = ["FormalResult", "prove", "assert_proves", "assert_fails", "require_tools", "Harness", "past",
-           "mutant"]
+           "mutant", "assert_bounded"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "formal"
@@ -78,6 +78,8 @@ def _sby_text(engine, depth, timeout):
         options, engines = "mode prove", "abc pdr"
     elif engine == "kind":
         options, engines = f"mode prove\ndepth {depth}", "smtbmc yices"
+    elif engine == "bmc":
+        options, engines = f"mode bmc\ndepth {depth}", "smtbmc yices"
     else:
         raise ValueError(f"unknown engine {engine!r} (pdr or kind)")
     return "\n".join([
@@ -109,7 +111,8 @@ def prove(harness, name, *, engine="pdr", depth=20, timeout=300):
     ``init``.
 
     ``engine``: ``"pdr"`` (ABC) or ``"kind"`` (k-induction over ``depth`` steps, Yices); both prove for every
-    trace length or fail. Returns a :class:`FormalResult`.
+    trace length or fail; ``"bmc"`` checks only the traces of up to ``depth`` steps from reset (a bounded
+    check, not a proof: :func:`assert_bounded`). Returns a :class:`FormalResult`.
     """
     require_tools(engine)
     work = BUILD / name
@@ -153,7 +156,21 @@ def prove(harness, name, *, engine="pdr", depth=20, timeout=300):
 
 def assert_proves(harness, name, **kw):
     """:func:`prove` and fail the test unless SBY says PASS (with the failed assertions and the trace)."""
+    if kw.get("engine") == "bmc":
+        raise ValueError("a bounded check is not a proof: use assert_bounded")
     res = prove(harness, name, **kw)
+    print(res.describe())
+    if res.status != "PASS":
+        tail = "\n".join(res.log.splitlines()[-25:])
+        pytest.fail(f"{res.describe()}\n--- sby log (tail) ---\n{tail}", pytrace=False)
+    return res
+
+
+def assert_bounded(harness, name, depth, **kw):
+    """Check the assertions of ``harness`` on every trace of up to ``depth`` steps from reset (bounded model
+    checking, Yices), for a property no engine proves in reasonable time: it says nothing of longer traces, and
+    its docstring must say so. Fails the test unless SBY says PASS."""
+    res = prove(harness, name, engine="bmc", depth=depth, **kw)
     print(res.describe())
     if res.status != "PASS":
         tail = "\n".join(res.log.splitlines()[-25:])
@@ -211,16 +228,19 @@ def past(m, value, name):
     return reg
 
 
-def mutant(cls, old, new):
+def mutant(cls, old, new, also=()):
     """A subclass of component ``cls`` whose ``elaborate`` is the real one's source with the snippet ``old``
     replaced by ``new``: a deliberately broken block for a proof to catch, with the bug inside the block (where a
     subclass that overrides ports cannot reach). Raises if ``old`` is not in the source exactly once, so that a
-    mutant cannot silently turn into the real block when the source changes."""
+    mutant cannot silently turn into the real block when the source changes. ``also``: more ``(old, new)`` edits
+    made the same way (a probe that keeps the block's internal signals for the harness, beside a bug)."""
     src = textwrap.dedent(inspect.getsource(cls.elaborate))
-    if src.count(old) != 1:
-        raise ValueError(f"{old!r} occurs {src.count(old)} times in {cls.__qualname__}.elaborate, not once")
+    for o, n in [(old, new), *also]:
+        if src.count(o) != 1:
+            raise ValueError(f"{o!r} occurs {src.count(o)} times in {cls.__qualname__}.elaborate, not once")
+        src = src.replace(o, n)
     namespace = dict(vars(sys.modules[cls.__module__]))
     first = inspect.getsourcelines(cls.elaborate)[1]
-    exec(compile("\n" * (first - 1) + src.replace(old, new), inspect.getsourcefile(cls), "exec"), namespace)
+    exec(compile("\n" * (first - 1) + src, inspect.getsourcefile(cls), "exec"), namespace)
     return type(f"{cls.__name__}Mutant", (cls,), {"elaborate": namespace["elaborate"],
                                                    "__doc__": f"{cls.__name__} with {old!r} -> {new!r}"})

@@ -11,7 +11,10 @@ come back and time out too. A send job that finishes while its port is down repo
 
 ``down`` is sticky until the engine is aborted (the unit is reset with the rest of the datapath). A flit
 offered when the port goes down is withdrawn (the link is dead: nobody takes it). The counter is a down-counter
-reloaded whenever the flit moves or none waits, so the compare is a zero test of a register.
+reloaded whenever the flit moves or none waits, so the compare is a zero test of a register. It resets to 0,
+which would let a wait that started in the first cycle after reset last until the flit moves; the TX port's
+flit register resets empty (and so does an FSM's step, for the same counter in :mod:`.fsm`), so every wait
+starts from a loaded counter.
 """
 
 from amaranth.hdl import Module, Signal

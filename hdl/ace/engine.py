@@ -26,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.axi import AXI4Signature, connect_axi
 from ..common.axifence import AxiFence
-from ..common.axifirewall import AxiFirewall
+from ..common.axifirewall import PAGE_BITS, AxiFirewall
 from ..common.csr import CsrBank, CsrSignature
 from ..common.layouts import COMPLETION_BYTES, DESCRIPTOR_BYTES, MAX_PHASES, credit_layout, flit_layout
 from .cmdproc import CommandProcessor
@@ -275,19 +275,18 @@ def _firewall_regions(fw, bank, cfg, spill_entries):
     """The regions :class:`~syncfabric.hdl.common.axifirewall.AxiFirewall` ``fw`` lets the engine's bursts use,
     from register bank ``bank`` (registered by the caller: the adds stay off the AXI address path): the memory
     windows (``WIN_SIZE`` 0: disabled), the submission and completion rings and the spill window
-    (``spill_entries`` records, as the datapath uses it). Bounds are
-    widened to whole beats (a burst moves whole beats; the DMA's strobes keep its writes to the buffer's
-    bytes), and a region reaching past the address space ends at its top."""
-    aw, beat = cfg.addr_width, cfg.beat_bytes
+    (``spill_entries`` records, as the datapath uses it), each as the 4 KiB pages it touches; a region reaching
+    past the address space ends at its top."""
+    aw = cfg.addr_width
     record = cfg.max_message_beats * cfg.beat_bytes
     spans = [(bank.reg("WIN_BASE", i), bank.reg("WIN_SIZE", i)) for i in range(cfg.n_windows)] + [
         (bank.reg("SQ_BASE"), bank.reg("SQ_SIZE") * DESCRIPTOR_BYTES),
         (bank.reg("CQ_BASE"), bank.reg("CQ_SIZE") * COMPLETION_BYTES),
         (bank.reg("SPILL_BASE"), spill_entries * record)]
+    page, top = 1 << PAGE_BITS, (1 << (aw - PAGE_BITS + 1)) - 1
     stmts = []
     for r, (base, size) in zip(fw.regions, spans):
-        low = base & ~(beat - 1)
-        high = (base + size + beat - 1) & ~(beat - 1)
-        stmts += [r.base.eq(low), r.end.eq(Mux(high >> (aw + 1) != 0, (1 << (aw + 1)) - 1, high)),
+        stop = (base + size + page - 1) >> PAGE_BITS
+        stmts += [r.first.eq(base >> PAGE_BITS), r.stop.eq(Mux(stop > top, top, stop)),
                   r.enable.eq((size != 0) & (base >> aw == 0))]
     return stmts

@@ -2,21 +2,24 @@
 that leaves them never reaches the memory.
 
 The engine checks a descriptor's buffers against the registered memory windows when it accepts the command,
-and every address its DMA then uses is derived from those buffers (docs/engine.md section 12). The firewall
+and every address its DMA then uses is derived from those buffers (docs/engine.md section 2). The firewall
 checks each access again where it leaves the engine, so that no fault in that derivation (a geometry bug, a
 corrupted command entry) and no register the host sets wrongly can reach memory outside the regions:
 
-* a read or write burst is **passed** when its whole byte range ``[addr, addr + (len+1) << size)`` lies inside
-  one enabled region (``regions[i]``: ``[base, end)``; the engine gives its memory windows, its submission and
-  completion rings and its spill window);
+* regions are whole 4 KiB pages (``regions[i]``: pages ``[first, stop)``; the engine gives its memory windows,
+  its submission and completion rings and its spill window, each widened to the pages it touches), as an
+  IOMMU's are. An AXI burst never crosses a 4 KiB boundary, so a burst lies in a region exactly when its
+  first byte's page does: the check is two compares of page numbers per region, no add;
 * a **refused** read burst is answered by the firewall: ``len + 1`` beats of zeros with ``SLVERR`` (the DMA
   reports ``AXI_ERROR`` for its command); a refused write burst's beats are taken and dropped and the firewall
   answers ``SLVERR``. The memory never sees either. ``refused`` counts them.
 
 Responses keep AXI's order: the engine uses one ID, so the memory answers in burst order, and the firewall
 queues each burst's kind (passed or refused, and its length) in issue order and answers a refused burst when
-it reaches the head. The check adds no cycle: an address is checked in the cycle it is presented (the regions'
-ends are precomputed by the caller), and a passed burst goes to the memory in that cycle.
+it reaches the head. A passed burst takes no cycle of the firewall: its address reaches the memory in the
+cycle it is presented. The engine's ``ready`` does not depend on the check (a refused address is taken when
+the memory's ``ready`` is high anyway, or in the cycle after it was first presented), so the compare ends at
+the memory's ``valid`` and at flip-flops, never back in the DMA.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
@@ -26,12 +29,18 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import AXI4Signature, AxiResp, pass_through
 
-__all__ = ["AxiFirewall", "region_layout"]
+__all__ = ["AxiFirewall", "PAGE_BITS", "region_layout"]
+
+
+#: log2 of the firewall's page: the 4 KiB no AXI burst crosses.
+PAGE_BITS = 12
 
 
 def region_layout(addr_width):
-    """A memory region ``[base, end)``; ``enable`` low: the region allows nothing."""
-    return data.StructLayout({"base": unsigned(addr_width), "end": unsigned(addr_width + 1), "enable": 1})
+    """A memory region of whole pages ``[first, stop)`` (page numbers: byte address >> :data:`PAGE_BITS`);
+    ``enable`` low: the region allows nothing."""
+    pw = addr_width - PAGE_BITS
+    return data.StructLayout({"first": unsigned(pw), "stop": unsigned(pw + 1), "enable": 1})
 
 
 class AxiFirewall(wiring.Component):
@@ -53,15 +62,12 @@ class AxiFirewall(wiring.Component):
             "refused": Out(32),
         })
 
-    def _inside(self, m, addr, length, size, name):
-        """A signal: the burst at ``addr`` of ``length + 1`` beats of ``2**size`` bytes lies in an enabled
+    def _inside(self, m, addr, name):
+        """A signal: the page of byte address ``addr`` (so the whole burst starting there) is in an enabled
         region."""
-        aw = self.sig.addr_width
-        end = Signal(aw + 1, name=f"{name}_end")
-        m.d.comb += end.eq(addr + ((length + 1) << size))
-        hits = [r.enable & (addr >= r.base) & (end <= r.end) for r in self.regions]
+        page = addr[PAGE_BITS:]
         ok = Signal(name=f"{name}_ok")
-        m.d.comb += ok.eq(Cat(*hits).any())
+        m.d.comb += ok.eq(Cat(*[r.enable & (page >= r.first) & (page < r.stop) for r in self.regions]).any())
         return ok
 
     def elaborate(self, platform):
@@ -74,12 +80,14 @@ class AxiFirewall(wiring.Component):
 
         # -- reads: each burst's kind (refused, len) in issue order; a refused one answered at the head ------
         m.submodules.rq = rq = SyncFIFO(width=9, depth=self.bursts)
-        ar_ok = self._inside(m, c.araddr, c.arlen, c.arsize, "ar")
+        ar_ok = self._inside(m, c.araddr, "ar")
+        ar_refuse = Signal()        # a refused address was presented last cycle and not taken: take it now
         m.d.comb += [
             s.arvalid.eq(c.arvalid & ar_ok & rq.w_rdy),
-            c.arready.eq(rq.w_rdy & Mux(ar_ok, s.arready, 1)),
+            c.arready.eq(rq.w_rdy & (s.arready | ar_refuse)),
             rq.w_en.eq(c.arvalid & c.arready), rq.w_data.eq(Cat(c.arlen, ~ar_ok)),
         ]
+        m.d.sync += ar_refuse.eq(c.arvalid & ~ar_ok & ~c.arready)
         refusals.append(c.arvalid & c.arready & ~ar_ok)
         r_refused, r_len = rq.r_data[8], rq.r_data[:8]
         r_cnt = Signal(8)
@@ -100,15 +108,16 @@ class AxiFirewall(wiring.Component):
         m.submodules.bq = bq = SyncFIFO(width=1, depth=self.bursts)
         # A passed burst's kind is queued when its address is first presented to the memory, not when it is
         # taken: its W beats may go before (a memory may wait for them before it takes the address)
-        aw_ok = self._inside(m, c.awaddr, c.awlen, c.awsize, "aw")
+        aw_ok = self._inside(m, c.awaddr, "aw")
         aw_pend = Signal()          # the memory saw this address last cycle and has not taken it
+        aw_refuse = Signal()        # a refused address was presented last cycle and not taken: take it now
         room = wq.w_rdy | aw_pend
         m.d.comb += [
             s.awvalid.eq(c.awvalid & aw_ok & room),
-            c.awready.eq(Mux(aw_ok, s.awready & room, wq.w_rdy)),
-            wq.w_en.eq((s.awvalid & ~aw_pend) | (c.awvalid & ~aw_ok & wq.w_rdy)), wq.w_data.eq(~aw_ok),
+            c.awready.eq((s.awready & room) | (aw_refuse & wq.w_rdy)),
+            wq.w_en.eq((s.awvalid & ~aw_pend) | (c.awvalid & c.awready & ~aw_ok)), wq.w_data.eq(~aw_ok),
         ]
-        m.d.sync += aw_pend.eq(s.awvalid & ~s.awready)
+        m.d.sync += [aw_pend.eq(s.awvalid & ~s.awready), aw_refuse.eq(c.awvalid & ~aw_ok & ~c.awready)]
         refusals.append(c.awvalid & c.awready & ~aw_ok)
         w_refused = wq.r_data[0]
         # W beats: to the memory for a passed burst at the head, dropped for a refused one

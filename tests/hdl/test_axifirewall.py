@@ -1,5 +1,6 @@
-"""The AXI firewall (hdl/common/axifirewall.py): bursts inside an enabled region reach the memory, the others are
-answered by the firewall with SLVERR and never reach it; responses stay in order; no cycle is added."""
+"""The AXI firewall (hdl/common/axifirewall.py): bursts inside an enabled region (whole 4 KiB pages) reach the
+memory, the others are answered by the firewall with SLVERR and never reach it; responses stay in order; a
+passed burst takes no cycle."""
 
 import random
 
@@ -14,8 +15,9 @@ from syncfabric.host.transports.axi_model import AxiRamModel
 BEAT = 8
 SIG = AXI4Signature(16, 8 * BEAT)
 SIZE = 1 << 15
-#: [base, end, enable]: a read-mostly region, a write region, a disabled region over the write region's tail
-REGIONS = [(0x0000, 0x2000, 1), (0x4000, 0x5800, 1), (0x5000, 0x8000, 0)]
+#: [base, end, enable] in bytes, whole 4 KiB pages: a region for reads, one for writes, a disabled region over
+#: the write region's second page and beyond
+REGIONS = [(0x0000, 0x2000, 1), (0x4000, 0x6000, 1), (0x5000, 0x8000, 0)]
 
 
 def inside(addr, beats):
@@ -146,7 +148,7 @@ def test_bursts_outside_the_regions_are_refused_and_never_reach_memory(seed):
 
     async def bench(ctx):
         for i, (base, end, en) in enumerate(REGIONS):
-            ctx.set(fw.regions[i], {"base": base, "end": end, "enable": en})
+            ctx.set(fw.regions[i], {"first": base >> 12, "stop": end >> 12, "enable": en})
         await ctx.tick().repeat(3000)
         assert ctx.get(fw.refused) == master.refused
 
@@ -168,7 +170,7 @@ def test_a_passed_burst_takes_no_cycle_of_the_firewall():
 
     async def bench(ctx):
         c, s = fw.core, fw.axi
-        ctx.set(fw.regions[0], {"base": 0, "end": 0x1000, "enable": 1})
+        ctx.set(fw.regions[0], {"first": 0, "stop": 1, "enable": 1})
         ctx.set(c.arvalid, 1), ctx.set(c.araddr, 0x40), ctx.set(c.arlen, 3), ctx.set(c.arsize, 3)
         ctx.set(s.arready, 1)
         assert ctx.get(s.arvalid) and ctx.get(s.araddr) == 0x40 and ctx.get(c.arready)
@@ -176,7 +178,11 @@ def test_a_passed_burst_takes_no_cycle_of_the_firewall():
         ctx.set(c.arvalid, 0)
         ctx.set(s.rvalid, 1), ctx.set(s.rdata, 0x1234), ctx.set(c.rready, 1)
         assert ctx.get(c.rvalid) and ctx.get(c.rdata) == 0x1234 and ctx.get(s.rready)
-        ctx.set(c.araddr, 0x1000 - 8 * 3), ctx.set(c.arvalid, 1)     # 4 beats ending 8 bytes past the region
+        ctx.set(c.araddr, 0x1000), ctx.set(c.arvalid, 1)     # the page after the region: refused, and taken
+        assert not ctx.get(s.arvalid) and ctx.get(c.arready)  # at once (the memory's ready is high)
+        ctx.set(s.arready, 0)                                 # ... or in the cycle after it was presented
+        assert not ctx.get(c.arready)
+        await ctx.tick()
         assert not ctx.get(s.arvalid) and ctx.get(c.arready)
 
     sim.add_testbench(bench)

@@ -273,10 +273,11 @@ class AceEngine(wiring.Component):
 
 def _firewall_regions(fw, bank, cfg, spill_entries):
     """The regions :class:`~syncfabric.hdl.common.axifirewall.AxiFirewall` ``fw`` lets the engine's bursts use,
-    from register bank ``bank`` (registered by the caller: the adds stay off the AXI address path): the memory
-    windows (``WIN_SIZE`` 0: disabled), the submission and completion rings and the spill window
-    (``spill_entries`` records, as the datapath uses it), each as the 4 KiB pages it touches; a region reaching
-    past the address space ends at its top."""
+    from register bank ``bank``, two stages of registers behind it (a register is written over the CSR bus
+    cycles before a command can use it; the adds stay off the AXI address path and apart): the memory windows
+    (``WIN_SIZE`` 0: disabled), the submission and completion rings and the spill window (``spill_entries``
+    records, as the datapath uses it), each as the 4 KiB pages it touches; a region reaching past the address
+    space ends at its top. Returns the statements (``sync``)."""
     aw = cfg.addr_width
     record = cfg.max_message_beats * cfg.beat_bytes
     spans = [(bank.reg("WIN_BASE", i), bank.reg("WIN_SIZE", i)) for i in range(cfg.n_windows)] + [
@@ -285,8 +286,12 @@ def _firewall_regions(fw, bank, cfg, spill_entries):
         (bank.reg("SPILL_BASE"), spill_entries * record)]
     page, top = 1 << PAGE_BITS, (1 << (aw - PAGE_BITS + 1)) - 1
     stmts = []
-    for r, (base, size) in zip(fw.regions, spans):
-        stop = (base + size + page - 1) >> PAGE_BITS
-        stmts += [r.first.eq(base >> PAGE_BITS), r.stop.eq(Mux(stop > top, top, stop)),
-                  r.enable.eq((size != 0) & (base >> aw == 0))]
+    for i, (r, (base, size)) in enumerate(zip(fw.regions, spans)):
+        # stage 1: the region's end, its first page, whether it is on
+        end, on = Signal(66, name=f"fw_end{i}"), Signal(name=f"fw_on{i}")
+        first = Signal.like(r.first, name=f"fw_first{i}")
+        stmts += [end.eq(base + size), first.eq(base >> PAGE_BITS), on.eq((size != 0) & (base >> aw == 0))]
+        # stage 2: the page after the end, held at the address space's top
+        stop = (end + page - 1) >> PAGE_BITS
+        stmts += [r.first.eq(first), r.stop.eq(Mux(stop > top, top, stop)), r.enable.eq(on)]
     return stmts

@@ -477,8 +477,9 @@ def _dead_link_and_aborts(s):
         s.deregister(b)
 
 
-@pytest.mark.parametrize("backend", BACKENDS[:2] + [
-    pytest.param("icarus", marks=(pytest.mark.cocotb, pytest.mark.slow))])
+@pytest.mark.parametrize("backend", BACKENDS[1:2] + [
+    pytest.param("icarus", marks=(pytest.mark.cocotb, pytest.mark.slow)),
+    pytest.param("amaranth", marks=pytest.mark.slow)])       # (about 4 minutes in Amaranth's simulator)
 def test_the_step_timeout_ends_a_dead_link_collective_timeout_on_every_rank(backend):
     """The engines end a collective a dead link blocks by themselves (STEP_TIMEOUT, no watchdog, no host
     timeout): the link out of rank 0 held stalled, rank 0's port is declared down (LINK_DOWN) and drops its

@@ -14,6 +14,7 @@ from amaranth.lib.wiring import In, Out
 from ...sim.golden.types import Status
 from ..common.layouts import COMPLETION_BYTES, completion_layout
 from ..common.logic import late
+from .dma import DOMAIN_ENGINE
 from .units import beat_stream, dma_cmd_layout
 
 __all__ = ["CompletionWriter"]
@@ -101,6 +102,7 @@ class CompletionWriter(wiring.Component):
                     self.wr_cmd.valid.eq(1),
                     self.wr_cmd.payload.addr.eq(wr_addr),
                     self.wr_cmd.payload.length.eq(COMPLETION_BYTES),
+                    self.wr_cmd.payload.domain.eq(DOMAIN_ENGINE),
                 ]
                 with m.If(self.wr_cmd.ready):
                     m.next = "DATA"

@@ -38,6 +38,7 @@ from ..common.layouts import CHANNEL_BITS, packet_header_layout
 from .deposit_count import DepositCounters, counter_ports
 from .deposit_scan import LandingScan, landing_ports
 from .deposit_write import DepositSource, DepositWriter, dma_ports
+from .dma import DOMAIN_ENGINE
 from .geometry import BlockGeometry
 from .spill_table import SpillTable, spill_entry_layout
 from .units import STATUS_SHAPE, _w
@@ -127,7 +128,9 @@ class DepositUnit(wiring.Component):
                 with m.Case(k):
                     m.d.comb += wr.ch_err.eq(self.errs[k].bit_select(op_ch, 1))
         job = wr.job.payload
-        m.d.comb += [job.wr_addr.eq(op_addr), job.rd_addr.eq(self.spill_base + (op_e << rec_shift)),
+        # the write's protection domain: the command's (its output buffer), the engine's (a spill record)
+        m.d.comb += [job.wr_domain.eq(Mux(op_spill, DOMAIN_ENGINE, op_cmd + 1)),
+                     job.wr_addr.eq(op_addr), job.rd_addr.eq(self.spill_base + (op_e << rec_shift)),
                      job.length.eq(op_hdr.length), job.beats.eq(op_beats),
                      spill.fill.e.eq(op_e), spill.clear.e.eq(op_e), spill.fill.entry.bad.eq(op_status),
                      cnt.arrive.cmd.eq(op_cmd), cnt.spill.bytes.eq(op_hdr.length)]

@@ -20,7 +20,8 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Status
-from .dma import dma_cmd_layout, dma_done_layout, dma_read_data_layout, dma_write_data_layout
+from .dma import (DOMAIN_ENGINE, dma_cmd_layout, dma_done_layout, dma_read_data_layout, dma_write_data_layout,
+                  domain_shape)
 from .units import STATUS_SHAPE
 
 __all__ = ["DepositSource", "DepositWriter", "deposit_job_layout", "dma_ports"]
@@ -34,9 +35,12 @@ class DepositSource(enum.Enum, shape=2):
 
 
 def deposit_job_layout(cfg):
-    """A write-engine job: the source, the write and (``SPILL``) read addresses, the payload bytes and beats."""
+    """A write-engine job: the source, the write and (``SPILL``) read addresses, the payload bytes and beats,
+    and the write's protection domain (the receiving command's, or the engine's for a spill record; a spill
+    record is read in the engine's)."""
     return data.StructLayout({"src": DepositSource, "wr_addr": unsigned(cfg.addr_width),
-                              "rd_addr": unsigned(cfg.addr_width), "length": unsigned(20), "beats": unsigned(16)})
+                              "rd_addr": unsigned(cfg.addr_width), "length": unsigned(20), "beats": unsigned(16),
+                              "wr_domain": domain_shape(cfg)})
 
 
 def dma_ports(cfg):
@@ -99,7 +103,8 @@ class DepositWriter(wiring.Component):
                         m.next = "WCMD"
             with m.State("WCMD"):
                 m.d.comb += [self.hold.eq(job.src == DepositSource.LANDING), self.wr_cmd.valid.eq(1),
-                             self.wr_cmd.payload.addr.eq(job.wr_addr), self.wr_cmd.payload.length.eq(job.length)]
+                             self.wr_cmd.payload.addr.eq(job.wr_addr), self.wr_cmd.payload.length.eq(job.length),
+                             self.wr_cmd.payload.domain.eq(job.wr_domain)]
                 with m.If(self.wr_cmd.ready):
                     with m.If(job.src == DepositSource.SPILL):
                         m.next = "RCMD"
@@ -116,7 +121,7 @@ class DepositWriter(wiring.Component):
                         m.next = "WDONE"
             with m.State("RCMD"):
                 m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.addr.eq(job.rd_addr),
-                             self.rd_cmd.payload.length.eq(job.length)]
+                             self.rd_cmd.payload.length.eq(job.length), self.rd_cmd.payload.domain.eq(DOMAIN_ENGINE)]
                 with m.If(self.rd_cmd.ready):
                     m.next = "RDATA"
             with m.State("RDATA"):       # spill record -> writer

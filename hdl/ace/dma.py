@@ -35,7 +35,8 @@ from ..common.logic import late
 from ..common.skid import SkidBuffer
 from .config import AceConfig
 
-__all__ = ["LENGTH_BITS", "COUNTER_BITS", "dma_cmd_layout", "dma_read_data_layout", "dma_write_data_layout",
+__all__ = ["LENGTH_BITS", "COUNTER_BITS", "DOMAIN_ENGINE", "domain_shape", "dma_cmd_layout", "dma_read_data_layout",
+           "dma_write_data_layout",
            "dma_done_layout", "DmaReader", "DmaWriter"]
 
 #: Width of a command's ``length`` field (bytes; up to 16 MiB - 1 per command).
@@ -48,9 +49,22 @@ _AXCACHE = 0b0011
 _PAGE_BITS = 12
 
 
+#: The protection domain of the engine's own accesses (descriptor fetch, completions, the spill window);
+#: domain ``s + 1`` is the command in table slot ``s``.
+DOMAIN_ENGINE = 0
+
+
+def domain_shape(cfg: AceConfig):
+    """Shape of a DMA command's protection domain: :data:`DOMAIN_ENGINE` or 1 + a command table slot."""
+    return unsigned(cfg.n_cmds.bit_length())
+
+
 def dma_cmd_layout(cfg: AceConfig):
-    """A DMA command: ``length`` (>= 1) bytes from byte address ``addr``."""
-    return data.StructLayout({"addr": unsigned(cfg.addr_width), "length": unsigned(LENGTH_BITS)})
+    """A DMA command: ``length`` (>= 1) bytes from byte address ``addr``, on behalf of ``domain``
+    (:data:`DOMAIN_ENGINE`, or 1 + the table slot of the command it moves data for), which every burst of the
+    command carries to the engine's AXI firewall (``ar_domain``/``aw_domain``)."""
+    return data.StructLayout({"addr": unsigned(cfg.addr_width), "length": unsigned(LENGTH_BITS),
+                              "domain": domain_shape(cfg)})
 
 
 def dma_read_data_layout(cfg: AceConfig):
@@ -89,10 +103,9 @@ class _BurstSplitter(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
-            "run": In(stream.Signature(data.StructLayout({
-                "addr": unsigned(cfg.addr_width), "length": unsigned(LENGTH_BITS)}))),
+            "run": In(stream.Signature(dma_cmd_layout(cfg))),
             "burst": Out(stream.Signature(data.StructLayout({
-                "addr": unsigned(cfg.addr_width), "len": unsigned(8), "last": 1}))),
+                "addr": unsigned(cfg.addr_width), "len": unsigned(8), "last": 1, "domain": domain_shape(cfg)}))),
         })
 
     def elaborate(self, platform):
@@ -101,6 +114,7 @@ class _BurstSplitter(wiring.Component):
         lw = exact_log2(cfg.beat_bytes)
         addr = Signal(cfg.addr_width)
         left = Signal(_beats_bits(cfg))
+        domain = Signal(domain_shape(cfg))          # the run's: every burst of it carries it
 
         # Beats to the end of the page; a power of two page over a power of two beat: never 0.
         page_beats = 1 << (_PAGE_BITS - lw)
@@ -121,6 +135,7 @@ class _BurstSplitter(wiring.Component):
             burst.payload.addr.eq(addr),
             burst.payload.len.eq(n - 1),
             burst.payload.last.eq(last),
+            burst.payload.domain.eq(domain),
             self.run.ready.eq(idle | (burst.ready & last)),
         ]
         if not cfg.fabric:
@@ -145,7 +160,7 @@ class _BurstSplitter(wiring.Component):
         run_addr = Cat(Const(0, lw), run.addr[lw:])
         run_left = (run.addr[:lw] + run.length + (cfg.beat_bytes - 1))[lw:]
         with m.If(self.run.valid & self.run.ready):
-            m.d.sync += [addr.eq(run_addr), left.eq(run_left)]
+            m.d.sync += [addr.eq(run_addr), left.eq(run_left), domain.eq(run.domain)]
         if cfg.fabric:
             # (an FPGA's LUTs) the last-burst and idle flags in flip-flops, each computed for the state the
             # registers take next, for a run taken now and for a burst taken now side by side (the handshakes
@@ -207,6 +222,7 @@ def _split_command(m, cfg, cmd_in, splitter, meta_fifo):
     m.d.comb += [
         splitter.run.payload.addr.eq(c.addr),
         splitter.run.payload.length.eq(c.length),
+        splitter.run.payload.domain.eq(c.domain),
         splitter.run.valid.eq(cmd.valid & ~run_done),
         meta_fifo.w_en.eq(cmd.valid & ~meta_done),
         cmd.ready.eq(meta_ok & run_ok),
@@ -229,15 +245,16 @@ def _counter_members():
             "busy": Out(COUNTER_BITS)}
 
 
-def _drive_address(m, axi, ch, take, burst, size):
+def _drive_address(m, axi, ch, take, burst, size, domain):
     """Drive AXI address channel ``ch`` (``"ar"`` or ``"aw"``) from a register: loaded with ``burst``'s
-    ``addr`` and ``len`` when ``take``, emptied when the memory accepts it; ID 0, INCR bursts of
-    ``2**size``-byte beats, normal non-bufferable access. The caller takes a burst only while
-    ``~valid | ready`` (the register is free)."""
+    ``addr`` and ``len`` (and ``domain``, the burst's protection domain beside the channel) when ``take``,
+    emptied when the memory accepts it; ID 0, INCR bursts of ``2**size``-byte beats, normal non-bufferable
+    access. The caller takes a burst only while ``~valid | ready`` (the register is free)."""
     def port(name):
         return getattr(axi, ch + name)
     with m.If(take):
-        m.d.sync += [port("valid").eq(1), port("addr").eq(burst.addr), port("len").eq(burst.len)]
+        m.d.sync += [port("valid").eq(1), port("addr").eq(burst.addr), port("len").eq(burst.len),
+                     domain.eq(burst.domain)]
     with m.Elif(port("ready")):
         m.d.sync += port("valid").eq(0)
     m.d.comb += [port("id").eq(0), port("size").eq(size), port("burst").eq(AxiBurst.INCR), port("lock").eq(0),
@@ -261,6 +278,8 @@ class DmaReader(wiring.Component):
         AR/R master. ARID 0, INCR, ARSIZE log2(W), ARLEN < dma_max_burst, no 4 KiB crossing. An AR is issued only
         once buffer space for its whole burst is reserved (``dma_outstanding * dma_max_burst`` beats), so
         RREADY is constantly high; at most ``dma_outstanding`` bursts are in flight.
+    ar_domain : Out(domain_shape(cfg))
+        The protection domain of the command the AR burst on ``axi`` belongs to (valid with ``arvalid``).
     beats, bytes, bursts, busy : Out(32)
         Stream beats and payload bytes delivered, AR bursts issued, cycles with a command in progress.
     """
@@ -273,6 +292,7 @@ class DmaReader(wiring.Component):
             "cmd": In(stream.Signature(dma_cmd_layout(cfg))),
             "data": Out(stream.Signature(dma_read_data_layout(cfg))),
             "axi": Out(AXI4ReadSignature(cfg.addr_width, 8 * w)),
+            "ar_domain": Out(domain_shape(cfg)),
             **_counter_members(),
         })
 
@@ -306,7 +326,7 @@ class DmaReader(wiring.Component):
         m.d.comb += split.burst.ready.eq(ar_free & (reserved + burst_beats <= depth) &
                                          (in_flight < cfg.dma_outstanding))
         take_burst = split.burst.valid & split.burst.ready
-        _drive_address(m, axi, "ar", take_burst, split.burst.payload, lw)
+        _drive_address(m, axi, "ar", take_burst, split.burst.payload, lw, self.ar_domain)
         m.d.sync += reserved.eq(reserved + Mux(take_burst, burst_beats, 0) - pop)
         r_last = axi.rvalid & axi.rready & axi.rlast
         m.d.sync += in_flight.eq(in_flight + take_burst - r_last)
@@ -415,6 +435,8 @@ class DmaWriter(wiring.Component):
         AW/W/B master. AWID 0, INCR, AWSIZE log2(W), AWLEN < dma_max_burst, no 4 KiB crossing; AW runs ahead of
         W by up to ``dma_outstanding`` bursts, at most ``dma_outstanding`` bursts await their B response.
         WSTRB covers exactly the bytes of [addr, addr + length).
+    aw_domain : Out(domain_shape(cfg))
+        The protection domain of the command the AW burst on ``axi`` belongs to (valid with ``awvalid``).
     beats, bytes, bursts, busy : Out(32)
         Stream beats and payload bytes taken, AW bursts issued, cycles with a command in progress.
     """
@@ -428,6 +450,7 @@ class DmaWriter(wiring.Component):
             "data": In(stream.Signature(dma_write_data_layout(cfg))),
             "done": Out(stream.Signature(dma_done_layout())),
             "axi": Out(AXI4WriteSignature(cfg.addr_width, 8 * w)),
+            "aw_domain": Out(domain_shape(cfg)),
             **_counter_members(),
         })
 
@@ -463,7 +486,7 @@ class DmaWriter(wiring.Component):
             bq.w_en.eq(take_burst),
             bq.w_data.eq(split.burst.payload.last),
         ]
-        _drive_address(m, axi, "aw", take_burst, split.burst.payload, lw)
+        _drive_address(m, axi, "aw", take_burst, split.burst.payload, lw, self.aw_domain)
 
         # -- W realigner: AXI beat j = stream beats j-1 and j shifted up by `off` bytes (zero outside the range).
         nxt = meta_layout(meta_fifo.r_data)

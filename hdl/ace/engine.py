@@ -20,8 +20,8 @@ up a command whose steps wait that long and a link that takes no flit. Every AXI
 :class:`~syncfabric.hdl.common.axifirewall.AxiFirewall` (docs/engine.md section 2).
 """
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
-from amaranth.lib import stream, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.axi import AXI4Signature, connect_axi
@@ -32,7 +32,7 @@ from ..common.layouts import COMPLETION_BYTES, DESCRIPTOR_BYTES, MAX_PHASES, cre
 from .cmdproc import CommandProcessor
 from .control import ControlUnit
 from .datapath import Datapath
-from .dma import DmaReader, DmaWriter
+from .dma import DOMAIN_ENGINE, DmaReader, DmaWriter
 from .dmamux import ReadMux, WriteMux
 from .regs import N_PARTITIONS, PTAB_ENTRY_WORDS, STALL_CAUSES, ace_regmap
 from .watchdog import Watchdog
@@ -87,7 +87,7 @@ class AceEngine(wiring.Component):
         # every burst leaves through the firewall: inside a memory window, a ring or the spill window, or
         # answered SLVERR without reaching the memory (docs/engine.md section 12)
         m.submodules.firewall = fw = AxiFirewall(self.axi_signature(cfg), cfg.n_windows + 3,
-                                                 bursts=cfg.dma_outstanding + 2)
+                                                 domains=cfg.n_cmds + 1, bursts=cfg.dma_outstanding + 2)
         wiring.connect(m, fence.axi, fw.core)
         wiring.connect(m, fw.axi, wiring.flipped(self.axi))
         # the reset flop drives every flip-flop of the units (a reset net: nothing else hangs on it); the link
@@ -110,6 +110,8 @@ class AceEngine(wiring.Component):
         core_axi = self.axi_signature(cfg).create(path=("core_axi",))
         connect_axi(m, core_axi, read=rd.axi, write=wr.axi)
         wiring.connect(m, core_axi, fence.core)
+        # each burst's protection domain, beside its address (the fence passes AR/AW through unregistered)
+        m.d.comb += [fw.ar_domain.eq(rd.ar_domain), fw.aw_domain.eq(wr.aw_domain)]
 
         # DMA sharing: the command processor has priority on both engines
         wiring.connect(m, cp.rd_cmd, rmux.a_cmd)
@@ -169,7 +171,12 @@ class AceEngine(wiring.Component):
         ]
         for i in range(N_PARTITIONS):
             m.d.comb += [cp.part[i].eq(bank.reg("PART", i)), cu.part[i].eq(bank.reg("PART", i))]
-        m.d.sync += _firewall_regions(fw, bank, cfg, dp.spill_entries)
+        # the memory windows each command's descriptor named (its table entry's), per table slot, taken when
+        # the command enters the table: the firewall opens a window only to the commands that named it
+        slot_windows = Signal(data.ArrayLayout(cfg.n_windows, cfg.n_cmds))
+        with m.If(cp.new_cmd.valid & cp.new_cmd.ready):
+            m.d.sync += slot_windows[cp.new_cmd.payload.slot].eq(cp.new_cmd.payload.entry.windows)
+        m.d.sync += _firewall_regions(fw, bank, cfg, dp.spill_entries, slot_windows)
         m.d.comb += bank.reg("DMA_REFUSED").eq(fw.refused)
         # a window is locked while a command in the table uses it or a descriptor is being checked against it
         win_lock = Signal(cfg.n_windows)
@@ -271,13 +278,17 @@ class AceEngine(wiring.Component):
             m.d.comb += bank.reg("STALL", i).eq(value)
 
 
-def _firewall_regions(fw, bank, cfg, spill_entries):
+def _firewall_regions(fw, bank, cfg, spill_entries, slot_windows):
     """The regions :class:`~syncfabric.hdl.common.axifirewall.AxiFirewall` ``fw`` lets the engine's bursts use,
     from register bank ``bank``, two stages of registers behind it (a register is written over the CSR bus
     cycles before a command can use it; the adds stay off the AXI address path and apart): the memory windows
     (``WIN_SIZE`` 0: disabled), the submission and completion rings and the spill window (``spill_entries``
     records, as the datapath uses it), each as the 4 KiB pages it touches; a region reaching past the address
-    space ends at its top. Returns the statements (``sync``)."""
+    space ends at its top. A memory window is open to the domains of the commands whose descriptors named it
+    (``slot_windows``, per table slot, a register stage behind the table), the rings and the spill window to
+    the engine's own (:data:`~syncfabric.hdl.ace.dma.DOMAIN_ENGINE`). A command's first burst leaves many
+    cycles after it enters the table (dispatch, an FSM step, the load queue, the DMA's command slice and burst
+    splitter), so its domain is open by then. Returns the statements (``sync``)."""
     aw = cfg.addr_width
     record = cfg.max_message_beats * cfg.beat_bytes
     spans = [(bank.reg("WIN_BASE", i), bank.reg("WIN_SIZE", i)) for i in range(cfg.n_windows)] + [
@@ -294,4 +305,8 @@ def _firewall_regions(fw, bank, cfg, spill_entries):
         # stage 2: the page after the end, held at the address space's top
         stop = (end + page - 1) >> PAGE_BITS
         stmts += [r.first.eq(first), r.stop.eq(Mux(stop > top, top, stop)), r.enable.eq(on)]
+        if i < cfg.n_windows:       # domain s + 1: the command in table slot s
+            stmts.append(r.domains.eq(Cat(Const(0, 1), *(slot_windows[s][i] for s in range(cfg.n_cmds)))))
+        else:
+            stmts.append(r.domains.eq(1 << DOMAIN_ENGINE))
     return stmts

@@ -267,9 +267,10 @@ def ace_regmap(cfg=None):
                  doc="Link ports declared down by the step timeout (sticky until an abort)."),
         Register("DMA_REFUSED", 0x0B8, "ro",
                  doc="AXI bursts the engine's firewall refused: a burst outside the 4 KiB pages of every enabled "
-                     "memory window, of the submission and completion rings and of the spill window never reaches "
-                     "the memory; a read gets zeros and a write is dropped, both answered "
-                     "SLVERR, so the command completes AXI_ERROR. Never counts in a correct engine; wraps."),
+                     "memory window its command's descriptor named (for the engine's own accesses: of the "
+                     "submission and completion rings and of the spill window) never reaches the memory; a read "
+                     "gets zeros and a write is dropped, both answered SLVERR, so the command completes "
+                     "AXI_ERROR. Never counts in a correct engine; wraps."),
         RegisterArray("WIN_COMMS", 0x0C0, cfg.n_windows, 0x4, (Register(
             "WIN_COMMS", 0, "rw", init=(1 << cfg.n_comms) - 1,
             doc="Communicators (bit c: communicator c) whose descriptors may name buffers in memory window i "

@@ -18,6 +18,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import DESCRIPTOR_BYTES, descriptor_layout
 from ..common.logic import late
+from .dma import DOMAIN_ENGINE
 from .units import beat_stream, dma_cmd_layout
 
 __all__ = ["DescriptorFetch"]
@@ -89,6 +90,7 @@ class DescriptorFetch(wiring.Component):
                         self.rd_cmd.valid.eq(1),
                         self.rd_cmd.payload.addr.eq(addr),
                         self.rd_cmd.payload.length.eq(DESCRIPTOR_BYTES),
+                        self.rd_cmd.payload.domain.eq(DOMAIN_ENGINE),
                     ]
                     with m.If(self.rd_cmd.ready):
                         m.d.comb += self.started.eq(1)

@@ -111,6 +111,7 @@ class LoadUnit(wiring.Component):
             self.rd_cmd.valid.eq(jobs.r_rdy & inflight.w_rdy & ~head.zero),
             self.rd_cmd.payload.addr.eq(head.addr),
             self.rd_cmd.payload.length.eq(head.nbytes),
+            self.rd_cmd.payload.domain.eq(head.cmd + 1),        # the firewall's domain of the job's command
             jobs.r_en.eq(take),
             inflight.w_en.eq(take),
             inflight.w_data.eq(jobs.r_data),
@@ -632,6 +633,7 @@ class StoreUnit(wiring.Component):
             self.wr_cmd.valid.eq(jobs.r_rdy & st.ready & inflight.w_rdy),
             self.wr_cmd.payload.addr.eq(head.addr),
             self.wr_cmd.payload.length.eq(head.nbytes),
+            self.wr_cmd.payload.domain.eq(head.cmd + 1),        # the firewall's domain of the job's command
             issue.eq(self.wr_cmd.valid & self.wr_cmd.ready),
             jobs.r_en.eq(issue),
             inflight.w_en.eq(issue),

@@ -10,6 +10,12 @@ corrupted command entry) and no register the host sets wrongly can reach memory 
   its submission and completion rings and its spill window, each widened to the pages it touches), as an
   IOMMU's are. An AXI burst never crosses a 4 KiB boundary, so a burst lies in a region exactly when its
   first byte's page does: the check is two compares of page numbers per region, no add;
+* every burst carries a **protection domain** beside its address channel (``ar_domain``/``aw_domain``: the
+  engine's, or the command's the burst moves data for), and a region admits only the domains its mask
+  ``domains`` sets: a command's bursts reach the memory windows its own descriptor named, not another
+  command's, and the engine's own accesses (descriptors, completions, spill records) reach only their rings
+  and the spill window. The mask is one bit per domain, picked by the burst's domain beside the page
+  compares;
 * a **refused** read burst is answered by the firewall: ``len + 1`` beats of zeros with ``SLVERR`` (the DMA
   reports ``AXI_ERROR`` for its command); a refused write burst's beats are taken and dropped and the firewall
   answers ``SLVERR``. The memory never sees either. ``refused`` counts them.
@@ -36,38 +42,47 @@ __all__ = ["AxiFirewall", "PAGE_BITS", "region_layout"]
 PAGE_BITS = 12
 
 
-def region_layout(addr_width):
-    """A memory region of whole pages ``[first, stop)`` (page numbers: byte address >> :data:`PAGE_BITS`);
-    ``enable`` low: the region allows nothing."""
+def region_layout(addr_width, domains=1):
+    """A memory region of whole pages ``[first, stop)`` (page numbers: byte address >> :data:`PAGE_BITS`)
+    open to the protection domains whose bits ``domains`` sets (of ``domains`` domains); ``enable`` low: the
+    region allows nothing."""
     pw = addr_width - PAGE_BITS
-    return data.StructLayout({"first": unsigned(pw), "stop": unsigned(pw + 1), "enable": 1})
+    return data.StructLayout({"first": unsigned(pw), "stop": unsigned(pw + 1), "enable": 1,
+                              "domains": unsigned(domains)})
 
 
 class AxiFirewall(wiring.Component):
     """Firewall between ``core`` (the engine's AXI4 master port, connected flipped) and ``axi`` (towards the
-    memory), both of :class:`~syncfabric.hdl.common.axi.AXI4Signature` ``sig``, with ``n_regions`` regions.
-    ``bursts`` bounds the bursts in flight per direction (the engine's own limit is lower). Every burst must
-    carry the same ID (the engine's DMA uses ID 0).
+    memory), both of :class:`~syncfabric.hdl.common.axi.AXI4Signature` ``sig``, with ``n_regions`` regions
+    and ``domains`` protection domains. ``bursts`` bounds the bursts in flight per direction (the engine's own
+    limit is lower). Every burst must carry the same ID (the engine's DMA uses ID 0).
 
-    Ports: ``regions`` (in: :func:`region_layout` each), ``refused`` (out: bursts refused, wrapping)."""
+    Ports: ``regions`` (in: :func:`region_layout` each), ``ar_domain``/``aw_domain`` (in: the domain of the
+    burst on ``core``'s AR/AW channel, valid with its ``valid``), ``refused`` (out: bursts refused,
+    wrapping)."""
 
-    def __init__(self, sig, n_regions, *, bursts=8):
+    def __init__(self, sig, n_regions, *, domains=1, bursts=8):
         if not isinstance(sig, AXI4Signature):
             raise TypeError(f"expected an AXI4Signature, not {sig!r}")
-        self.sig, self.n_regions, self.bursts = sig, n_regions, bursts
+        if domains < 1:
+            raise ValueError(f"a firewall needs at least one protection domain, not {domains}")
+        self.sig, self.n_regions, self.domains, self.bursts = sig, n_regions, domains, bursts
         super().__init__({
             "core": In(sig),
             "axi": Out(sig),
-            "regions": In(data.ArrayLayout(region_layout(sig.addr_width), n_regions)),
+            "regions": In(data.ArrayLayout(region_layout(sig.addr_width, domains), n_regions)),
+            "ar_domain": In(range(domains)),
+            "aw_domain": In(range(domains)),
             "refused": Out(32),
         })
 
-    def _inside(self, m, addr, name):
+    def _inside(self, m, addr, domain, name):
         """A signal: the page of byte address ``addr`` (so the whole burst starting there) is in an enabled
-        region."""
+        region open to ``domain``."""
         page = addr[PAGE_BITS:]
         ok = Signal(name=f"{name}_ok")
-        m.d.comb += ok.eq(Cat(*[r.enable & (page >= r.first) & (page < r.stop) for r in self.regions]).any())
+        m.d.comb += ok.eq(Cat(*[r.enable & r.domains.bit_select(domain, 1) & (page >= r.first) & (page < r.stop)
+                                for r in self.regions]).any())
         return ok
 
     def elaborate(self, platform):
@@ -80,7 +95,7 @@ class AxiFirewall(wiring.Component):
 
         # -- reads: each burst's kind (refused, len) in issue order; a refused one answered at the head ------
         m.submodules.rq = rq = SyncFIFO(width=9, depth=self.bursts)
-        ar_ok = self._inside(m, c.araddr, "ar")
+        ar_ok = self._inside(m, c.araddr, self.ar_domain, "ar")
         ar_refuse = Signal()        # a refused address was presented last cycle and not taken: take it now
         m.d.comb += [
             s.arvalid.eq(c.arvalid & ar_ok & rq.w_rdy),
@@ -108,7 +123,7 @@ class AxiFirewall(wiring.Component):
         m.submodules.bq = bq = SyncFIFO(width=1, depth=self.bursts)
         # A passed burst's kind is queued when its address is first presented to the memory, not when it is
         # taken: its W beats may go before (a memory may wait for them before it takes the address)
-        aw_ok = self._inside(m, c.awaddr, "aw")
+        aw_ok = self._inside(m, c.awaddr, self.aw_domain, "aw")
         aw_pend = Signal()          # the memory saw this address last cycle and has not taken it
         aw_refuse = Signal()        # a refused address was presented last cycle and not taken: take it now
         room = wq.w_rdy | aw_pend

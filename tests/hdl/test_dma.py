@@ -105,6 +105,41 @@ async def consume(ctx, port, n, rng, ready_prob=1.0, deadline=20_000):
     return got
 
 
+def domain_of(cfg, i):
+    """The protection domain the tests give command ``i``."""
+    return i % (cfg.n_cmds + 1)
+
+
+def watch_domains(dut, ch, out):
+    """A process recording ``(addr, beats, domain)`` of every burst ``dut`` issues on AXI channel ``ch``
+    (``ar``/``aw``) into ``out``."""
+    axi = dut.axi
+    dom = dut.ar_domain if ch == "ar" else dut.aw_domain
+
+    async def process(ctx):
+        async for _, _, valid, ready, addr, alen, d in ctx.tick().sample(
+                getattr(axi, ch + "valid"), getattr(axi, ch + "ready"), getattr(axi, ch + "addr"),
+                getattr(axi, ch + "len"), dom):
+            if valid and ready:
+                out.append((addr, alen + 1, d))
+    return process
+
+
+def check_domains(cfg, cmds, bursts):
+    """Each command's bursts (in command order, covering its AXI beats) carry its domain."""
+    w = cfg.beat_bytes
+    k = 0
+    for i, (addr, length) in enumerate(cmds):
+        left = (addr + length + w - 1) // w - addr // w
+        while left > 0:
+            a, beats, d = bursts[k]
+            k += 1
+            assert d == domain_of(cfg, i), f"command {i} ({addr:#x}, {length}): a burst at {a:#x} in domain {d}"
+            left -= beats
+        assert left == 0
+    assert k == len(bursts)
+
+
 # ---- reader -------------------------------------------------------------------------------------------------
 
 def run_reader(cfg, cmds, *, seed, ram_kw=None, ready_prob=1.0, idle_prob=0.0, error_ranges=()):
@@ -118,10 +153,11 @@ def run_reader(cfg, cmds, *, seed, ram_kw=None, ready_prob=1.0, idle_prob=0.0, e
     ram.add_to(sim)
     layout = dma_cmd_layout(cfg)
     total = sum(beats_of(n, cfg.beat_bytes) for _, n in cmds)
-    result = {"accepted": []}
+    result = {"accepted": [], "bursts": []}
 
     async def commands(ctx):
-        await produce(ctx, dut.cmd, [layout.const({"addr": a, "length": n}) for a, n in cmds],
+        await produce(ctx, dut.cmd, [layout.const({"addr": a, "length": n, "domain": domain_of(cfg, i)})
+                                     for i, (a, n) in enumerate(cmds)],
                       random.Random(seed + 1), idle_prob, times=result["accepted"])
 
     async def sink(ctx):
@@ -132,7 +168,9 @@ def run_reader(cfg, cmds, *, seed, ram_kw=None, ready_prob=1.0, idle_prob=0.0, e
 
     sim.add_testbench(commands)
     sim.add_testbench(sink)
+    sim.add_process(watch_domains(dut, "ar", result["bursts"]))
     sim.run()
+    check_domains(cfg, cmds, result["bursts"])
     return result["beats"], result["accepted"], ram, result["counters"]
 
 
@@ -294,10 +332,11 @@ def run_writer(cfg, cmds, *, seed, ram_kw=None, ready_prob=1.0, idle_prob=0.0, d
                   for b in range(nb)]
     sim = make_sim(dut)
     ram.add_to(sim)
-    result = {"cmd_times": [], "data_times": []}
+    result = {"cmd_times": [], "data_times": [], "bursts": []}
 
     async def commands(ctx):
-        await produce(ctx, dut.cmd, [layout.const({"addr": a, "length": n}) for a, n in cmds],
+        await produce(ctx, dut.cmd, [layout.const({"addr": a, "length": n, "domain": domain_of(cfg, i)})
+                                     for i, (a, n) in enumerate(cmds)],
                       random.Random(seed + 1), idle_prob, times=result["cmd_times"])
 
     async def data(ctx):
@@ -313,7 +352,9 @@ def run_writer(cfg, cmds, *, seed, ram_kw=None, ready_prob=1.0, idle_prob=0.0, d
     sim.add_testbench(commands)
     sim.add_testbench(data)
     sim.add_testbench(done)
+    sim.add_process(watch_domains(dut, "aw", result["bursts"]))
     sim.run()
+    check_domains(cfg, cmds, result["bursts"])
     return before, payloads, result["done"], result["data_times"], result["cmd_times"], ram, result["counters"]
 
 

@@ -35,9 +35,10 @@ Broken variants (source mutants of the block) must fail the same check.
 """
 
 import pytest
-from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Fragment, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Assert, Assume, Cat, Elaboratable, Fragment, Module, Mux, Signal, Value
+from amaranth.lib import fifo
 
-from formal_helpers import Harness, assert_bounded, assert_fails, mutant, past
+from formal_helpers import Harness, assert_bounded, assert_fails, assert_proves, mutant, past
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.retry import ReplayTx
 from syncfabric.hdl.common.layouts import SEQ_BITS
@@ -50,8 +51,18 @@ CFG = AceConfig.small(beat_bytes=8, packet_bytes=8, replay_flits=4)
 MAX_PACKET = 2
 DATA_BITS = 2
 
-#: the edit that keeps ReplayTx.elaborate's locals (pointers, FIFO, internal strobes) in ``self.probe``
-PROBE = ("return m", "self.probe = dict(locals()); return m")
+#: the edits that keep ReplayTx.elaborate's locals (pointers, FIFO, internal strobes) in ``self.probe``, add a
+#: combinational read port of the replay buffer (``self.peek``, for the harness only) and build the FIFO of ends
+#: from ``self.ends_cls`` (a probed ``SyncFIFOBuffered``)
+PROBES = [("return m", "self.probe = dict(locals()); self.peek = mem.read_port(domain='comb'); return m"),
+          ("fifo.SyncFIFOBuffered(", "self.ends_cls(")]
+
+#: ``SyncFIFOBuffered`` keeping its locals (``produce``, ``consume``, ``inner_level``) in ``self.probe`` and with a
+#: combinational read port per entry of its inner storage in ``self.peek`` (behaviour unchanged)
+EndsFIFO = mutant(fifo.SyncFIFOBuffered, '    if platform == "formal":',
+                  '    self.probe = dict(locals())\n'
+                  '    self.peek = [storage.read_port(domain="comb") for _ in range(inner_depth)]\n'
+                  '    if platform == "formal":')
 
 
 def driven(flit):
@@ -83,8 +94,9 @@ class ReplayHarness(Harness):
         cfg = CFG
         R, PB = cfg.replay_flits, MAX_PACKET
         W = R.bit_length()                       # a flit position with its wrap bit, as the block's pointers
-        cls = mutant(ReplayTx, *self.bug, also=[PROBE]) if self.bug else mutant(ReplayTx, *PROBE)
+        cls = mutant(ReplayTx, *self.bug, also=PROBES) if self.bug else mutant(ReplayTx, *PROBES[0], also=PROBES[1:])
         tx = cls(cfg)
+        tx.ends_cls = EndsFIFO
         m.submodules.tx = _Elaborated(Fragment.get(tx, platform))
         p = tx.probe
         wp, sp, ap, ends = p["wp"], p["sp"], p["ap"], p["ends"]
@@ -149,7 +161,8 @@ class ReplayHarness(Harness):
 
         # -- what the link is shown: position `o_pos` next, from the oldest unacknowledged one at a go-back
         o_pos = Signal(W, name="o_pos")
-        o_new = tx.o.valid & ~past(m, tx.o.valid & ~tx.o.ready, "o_stalled")
+        o_stalled = past(m, tx.o.valid & ~tx.o.ready, "o_stalled")   # o held a flit the link did not take
+        o_new = tx.o.valid & ~o_stalled
         with m.If(p["go_back"]):
             m.d.sync += o_pos.eq(ap)
         with m.Elif(o_new):
@@ -162,9 +175,8 @@ class ReplayHarness(Harness):
             m.d.comb += Assert(dist(ap, o_pos) < dist(ap, wp), "shows only a flit written and kept")
         with m.If(o_new & tracked & t_held & (o_pos == t_pos)):
             m.d.comb += Assert(driven(tx.o.payload) == t_flit, "the flit's position shows exactly that flit")
-        stalled = past(m, tx.o.valid & ~tx.o.ready, "o_was_stalled")
         o_held = past(m, driven(tx.o.payload), "o_held")
-        with m.If(stalled):
+        with m.If(o_stalled):
             m.d.comb += Assert(tx.o.valid & (driven(tx.o.payload) == o_held), "a stalled flit holds")
 
         with m.If(free):
@@ -180,15 +192,74 @@ class ReplayHarness(Harness):
             Assert(p["acked"] == (rcv - 1)[:SEQ_BITS], "acked is the receiver's exp - 1"),
             Assert(pend + kept_acked <= R, "at most a window of packets kept"),
         ]
+
+        # -- the inductive invariant: the rest of the block's state tied to the harness's
+        # the FIFO of ends: its inner FIFO (produce, consume, inner_level) and output register (r_rdy, r_data)
+        fp, ND = ends.probe, ends.probe["inner_depth"]
+        produce, consume, inner = fp["produce"], fp["consume"], fp["inner_level"]
+        for k, port in enumerate(ends.peek):
+            m.d.comb += port.addr.eq(k)
+        stored = Array(port.data for port in ends.peek)
+
+        def inner_entry(j):                      # the inner FIFO's j-th oldest entry
+            idx = consume + j
+            return stored[Mux(idx >= ND, idx - ND, idx)]
+
+        # the FIFO's entries oldest first, and the packet boundaries from ap: bound[0] = ap, bound[j + 1] the end
+        # of the FIFO's j-th entry, wp past the last one
+        entry = [Mux(ends.r_rdy, ends.r_data if j == 0 else inner_entry(j - 1), inner_entry(j % ND))
+                 for j in range(R)]
+        bound = Array([ap] + [Mux(j < ends.level, entry[j], wp) for j in range(R)] + [wp])
+        level = ends.level
+        m.d.comb += [
+            Assert((produce < ND) & (consume < ND), "the inner FIFO's pointers are in range"),
+            Assert((inner == Mux(produce >= consume, produce - consume, produce + ND - consume))
+                   | ((produce == consume) & (inner == ND)), "the inner FIFO's level is its pointers' distance"),
+            Assert(ends.r_rdy | (inner <= 1), "the FIFO's output register is loaded behind at most one entry"),
+            Assert(dist(bound[level], wp) == in_pkt, "the flits after the last end are the open packet's"),
+            Assert(dist(ap, bound[level]) <= dist(ap, wp), "the last end is not past wp"),
+        ]
+        for j in range(R):
+            with m.If(j < level):
+                m.d.comb += Assert(dist(ap, bound[j]) < dist(ap, bound[j + 1]), "the ends follow each other")
+
+        # the write side's registered room, the output register, and where the link's position stands
+        loaded = p["loaded"]
+        m.d.comb += [
+            Assert(p["room"] == (dist(ap, wp) != R), "room: the window is not full"),
+            Assert(tx.o.valid == (loaded | o_stalled), "o holds a flit just read or one stalled"),
+            Assert(~(loaded & o_stalled), "a flit is read only into a free output register"),
+            Assert(o_pos == (sp - loaded)[:W], "o_pos: the position of the flit read last, or sp"),
+            Assert(~loaded | (sp != ap), "a flit read is at ap or after it"),
+        ]
+
+        # the followed flit: until acknowledged, in its packet (the FIFO's entry kept_acked + t_ahead) and held;
+        # while held and in the window, the buffer keeps it
+        k = kept_acked + t_ahead
+        with m.If(tracked & ~t_acked):
+            m.d.comb += [
+                Assert(t_held, "an unacknowledged followed flit is held"),
+                Assert(t_ahead <= pend, "its packet is one handed over or the open one"),
+                Assert((dist(ap, bound[k]) <= dist(ap, t_pos)) & (dist(ap, t_pos) < dist(ap, bound[k + 1])),
+                       "it is in its packet"),
+            ]
+        m.d.comb += tx.peek.addr.eq(t_pos[:W - 1])
+        with m.If(tracked & t_held & in_window):
+            m.d.comb += Assert(driven(tx.peek.data) == t_flit, "the buffer keeps the followed flit")
         return m
 
 
 #: steps from reset checked: enough to fill the window, send it, take a NAK or time out, go back and send again
 DEPTH = 10
+KIND_DEPTH = 1
 
 
 def test_replay_window_never_drops_an_unacknowledged_flit_within_the_bound():
     assert_bounded(ReplayHarness(), "replay_tx", depth=DEPTH)
+
+
+def test_replay_window_never_drops_an_unacknowledged_flit():
+    assert_proves(ReplayHarness(), "replay_tx_kind", engine="kind", depth=KIND_DEPTH)
 
 
 # -- broken variants: source mutants of the block, each must fail the same check ----------------------------------

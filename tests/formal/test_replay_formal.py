@@ -1,26 +1,20 @@
-"""Formal check of the link retransmission's transmit side (:class:`~syncfabric.hdl.ace.retry.ReplayTx`,
+"""Formal proof of the link retransmission's transmit side (:class:`~syncfabric.hdl.ace.retry.ReplayTx`,
 docs/engine.md section 15): the retransmission window never drops a flit that is not acknowledged, frees a
 packet only after its acknowledgement, and every go-back sends the window's flits again in order from the oldest
-unacknowledged one.
-
-**Bounded, not a proof.** Checked by BMC (Yices) on every trace of up to ``DEPTH`` = 10 steps from reset (with
-reset in any cycle), which is enough to fill the 4-flit window, send it, take a NAK or let the timer expire, go
-back and send again. Neither engine proves it unbounded in reasonable time: ABC's PDR did not close in 540 s (at
-frame 44; in 200 to 300 s neither without the payload checks nor with an 8-flit window), and
-k-induction would need the block's ends FIFO and memory stated as invariants; BMC itself takes minutes past 11
-steps. An unbounded proof is still open (issue 29 item 7).
+unacknowledged one. Proved, unbounded, by k-induction (Yices, depth 1) for the 4-flit window with packets of 1 or
+2 flits in a few seconds, and (``slow`` marker, under a minute) for an 8-flit window with packets of 1 to 3
+flits; the sequence numbers have the real ``SEQ_BITS`` = 12 and wrap.
 
 The harness is the TX port, the link and the receiver. The port offers flits in any cycle (the stream rule: once
-``valid``, the flit holds until taken), in packets of 1 or 2 flits, numbered as the port numbers them (``seq``
-on every flit); the link takes flits at will; ``timeout`` takes any value in any cycle (0 too); the receiver sends
-ACK ``exp - 1`` or NAK ``exp`` for an ``exp`` (``rcv``) that never goes back and never passes the packets the port
-has handed over in full: more than a real receiver may (it acknowledges only what the link delivered), so the
-check covers every real one. One flit of the stream is followed (the symbolic-index technique: a free ``pick``
-chooses the flit taken in its cycle, so every flit of every trace is the followed one in some trace); its
-payload, packet and position are recorded when it is taken. Only a few payload bits are driven (two of
-``data``, ``first``/``last``, ``seq``; the rest is 0): the buffer is bit-sliced, so they tell flits apart as
-well as the whole word would. The block's pointers, counters, ends FIFO and strobes are probed
-(:func:`formal_helpers.mutant` keeps the locals of its ``elaborate``). Checked:
+``valid``, the flit holds until taken), in packets of 1 to ``max_packet`` flits, numbered as the port numbers
+them (``seq`` on every flit); the link takes flits at will; ``timeout`` takes any value in any cycle (0 too); the
+receiver sends ACK ``exp - 1`` or NAK ``exp`` for an ``exp`` (``rcv``) that never goes back and never passes the
+packets the port has handed over in full: more than a real receiver may (it acknowledges only what the link
+delivered), so the proof covers every real one. One flit of the stream is followed (the symbolic-index
+technique: a free ``pick`` chooses the flit taken in its cycle, so every flit of every trace is the followed one
+in some trace); its payload, packet and position are recorded when it is taken. Only a few payload bits are
+driven (two of ``data``, ``first``/``last``, ``seq``; the rest is 0): the buffer is bit-sliced, so they tell
+flits apart as well as the whole word would. Proved:
 
 * no unacknowledged flit is lost: until its packet is acknowledged the followed flit stays in the window
   (between the oldest unacknowledged and write pointers), and whenever the link is shown the flit's position
@@ -31,14 +25,35 @@ well as the whole word would. The block's pointers, counters, ends FIFO and stro
   ``wp - ap <= replay_flits``, ``wp`` counts the flits taken, the ends FIFO holds one entry per whole packet
   kept, ``aseq`` counts the packets freed, ``acked`` is the receiver's ``exp - 1``.
 
-Broken variants (source mutants of the block) must fail the same check.
+The inductive invariant. ABC's PDR does not close these properties (540 s, at frame 44), and alone they are not
+inductive: the induction step could start from a state whose FIFO of ends or buffer contradicts the pointers. So
+the rest of the block's state is tied to the harness's by assertions of their own (each proved with the rest):
+
+* the FIFO of packet ends: the inner FIFO's pointers and level agree, its output register is loaded behind at
+  most one entry, and its entries oldest first are the ends of the kept packets, ``ap`` < end < end < ... <=
+  ``wp``, with ``wp`` - the last end = the flits of the open packet (fewer than ``max_packet``);
+* ``room`` (registered) is exactly "the window is not full";
+* the output register holds the flit read in the previous cycle or one stalled (never both), ``o_pos`` is ``sp``
+  less the flit just read, and a flit read is at ``ap`` or after it;
+* the followed flit, until its packet is acknowledged, is held and lies in its packet (the FIFO's entry
+  ``kept_acked + t_ahead``, or the open packet after the last end); while held and in the window, the replay
+  buffer's slot for its position holds exactly it.
+
+The replay timer, the go-back request, ``open_pkt`` (a go-back waits for a packet boundary), ``hi`` and the
+counters are left unconstrained: the properties hold whenever a go-back comes. The block's and its FIFO's
+internal signals are probed by source edits (:func:`formal_helpers.mutant`) that keep the locals of
+``elaborate`` and add combinational read ports to the replay buffer and the FIFO's storage; they add signals
+only, the block's behaviour is the real one.
+
+Broken variants (source mutants of the block) must fail the same assertions: BMC from reset to ``DEPTH`` = 10
+steps finds each counterexample (a trace from reset, which a failed induction step alone is not).
 """
 
 import pytest
 from amaranth.hdl import Array, Assert, Assume, Cat, Elaboratable, Fragment, Module, Mux, Signal, Value
 from amaranth.lib import fifo
 
-from formal_helpers import Harness, assert_bounded, assert_fails, assert_proves, mutant, past
+from formal_helpers import Harness, assert_fails, assert_proves, mutant, past
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.retry import ReplayTx
 from syncfabric.hdl.common.layouts import SEQ_BITS
@@ -85,14 +100,14 @@ class ReplayHarness(Harness):
 
     ``bug``: an ``(old, new)`` source edit of the block."""
 
-    def __init__(self, bug=None):
+    def __init__(self, bug=None, cfg=CFG, max_packet=MAX_PACKET):
         super().__init__()
-        self.bug = bug
+        self.bug, self.cfg, self.max_packet = bug, cfg, max_packet
 
     def elaborate(self, platform):
         m = Module()
-        cfg = CFG
-        R, PB = cfg.replay_flits, MAX_PACKET
+        cfg = self.cfg
+        R, PB = cfg.replay_flits, self.max_packet
         W = R.bit_length()                       # a flit position with its wrap bit, as the block's pointers
         cls = mutant(ReplayTx, *self.bug, also=PROBES) if self.bug else mutant(ReplayTx, *PROBES[0], also=PROBES[1:])
         tx = cls(cfg)
@@ -216,6 +231,7 @@ class ReplayHarness(Harness):
             Assert((inner == Mux(produce >= consume, produce - consume, produce + ND - consume))
                    | ((produce == consume) & (inner == ND)), "the inner FIFO's level is its pointers' distance"),
             Assert(ends.r_rdy | (inner <= 1), "the FIFO's output register is loaded behind at most one entry"),
+            Assert(in_pkt < PB, "a packet has at most max_packet flits"),
             Assert(dist(bound[level], wp) == in_pkt, "the flits after the last end are the open packet's"),
             Assert(dist(ap, bound[level]) <= dist(ap, wp), "the last end is not past wp"),
         ]
@@ -249,20 +265,26 @@ class ReplayHarness(Harness):
         return m
 
 
-#: steps from reset checked: enough to fill the window, send it, take a NAK or time out, go back and send again
-DEPTH = 10
+#: k-induction depth: the assertions are 1-inductive
 KIND_DEPTH = 1
 
 
-def test_replay_window_never_drops_an_unacknowledged_flit_within_the_bound():
-    assert_bounded(ReplayHarness(), "replay_tx", depth=DEPTH)
-
-
 def test_replay_window_never_drops_an_unacknowledged_flit():
-    assert_proves(ReplayHarness(), "replay_tx_kind", engine="kind", depth=KIND_DEPTH)
+    assert_proves(ReplayHarness(), "replay_tx", engine="kind", depth=KIND_DEPTH)
 
 
-# -- broken variants: source mutants of the block, each must fail the same check ----------------------------------
+@pytest.mark.slow
+def test_replay_window_never_drops_an_unacknowledged_flit_8_flit_window():
+    """The same proof for an 8-flit window and packets of up to 3 flits (about 40 s)."""
+    cfg = AceConfig.small(beat_bytes=8, packet_bytes=8, replay_flits=8)
+    assert_proves(ReplayHarness(cfg=cfg, max_packet=3), "replay_tx_8", engine="kind", depth=KIND_DEPTH)
+
+
+# -- broken variants: source mutants of the block, each must fail the same assertions -----------------------------
+
+#: steps from reset searched for a broken variant's counterexample: enough to fill the window, send it, take a NAK
+#: or time out, go back and send again
+DEPTH = 10
 
 MUTANTS = {
     # frees the head packet once sent, acknowledged or not
@@ -274,6 +296,14 @@ MUTANTS = {
     "room_off_by_one": ("!= R)", "!= R + 1)"),
     # a NAK taken as acknowledging the packet it names
     "nak_acknowledges": ("acked.eq(a.ack_seq - 1)", "acked.eq(a.ack_seq)"),
+    # a packet's end recorded one flit short: its last flit is freed with the packet before it
+    "end_one_short": ("ends.w_data.eq(wp + 1)", "ends.w_data.eq(wp)"),
+    # frees an acknowledged packet before a go-back has sent it again in full: sp falls behind ap
+    "frees_before_resent": ("free.eq(head_acked & ~(sp - ends.r_data)[aw])", "free.eq(head_acked)"),
+    # goes back while freeing the head packet: sp goes back to a position just freed
+    "goes_back_while_freeing": ("want & ~head_acked & ~loaded", "want & ~loaded"),
+    # `room` computed from the old ap in a cycle that frees (the window only looks full: the exact-room invariant)
+    "room_ignores_free": ("Mux(free, ends.r_data, ap)", "ap"),
 }
 
 

@@ -109,8 +109,8 @@ class ReplayHarness(Harness):
         cfg = self.cfg
         R, PB = cfg.replay_flits, self.max_packet
         W = R.bit_length()                       # a flit position with its wrap bit, as the block's pointers
-        cls = mutant(ReplayTx, *self.bug, also=PROBES) if self.bug else mutant(ReplayTx, *PROBES[0], also=PROBES[1:])
-        tx = cls(cfg)
+        edits = [self.bug, *PROBES] if self.bug else PROBES
+        tx = mutant(ReplayTx, *edits[0], also=edits[1:])(cfg)
         tx.ends_cls = EndsFIFO
         m.submodules.tx = _Elaborated(Fragment.get(tx, platform))
         p = tx.probe
@@ -246,7 +246,7 @@ class ReplayHarness(Harness):
             Assert(tx.o.valid == (loaded | o_stalled), "o holds a flit just read or one stalled"),
             Assert(~(loaded & o_stalled), "a flit is read only into a free output register"),
             Assert(o_pos == (sp - loaded)[:W], "o_pos: the position of the flit read last, or sp"),
-            Assert(~loaded | (sp != ap), "a flit read is at ap or after it"),
+            Assert(~loaded | (sp != ap), "the flit just read (at sp - 1) is at ap or after it"),
         ]
 
         # the followed flit: until acknowledged, in its packet (the FIFO's entry kept_acked + t_ahead) and held;

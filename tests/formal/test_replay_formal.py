@@ -1,26 +1,20 @@
-"""Formal check of the link retransmission's transmit side (:class:`~syncfabric.hdl.ace.retry.ReplayTx`,
+"""Formal proof of the link retransmission's transmit side (:class:`~syncfabric.hdl.ace.retry.ReplayTx`,
 docs/engine.md section 15): the retransmission window never drops a flit that is not acknowledged, frees a
 packet only after its acknowledgement, and every go-back sends the window's flits again in order from the oldest
-unacknowledged one.
-
-**Bounded, not a proof.** Checked by BMC (Yices) on every trace of up to ``DEPTH`` = 10 steps from reset (with
-reset in any cycle), which is enough to fill the 4-flit window, send it, take a NAK or let the timer expire, go
-back and send again. Neither engine proves it unbounded in reasonable time: ABC's PDR did not close in 540 s (at
-frame 44; in 200 to 300 s neither without the payload checks nor with an 8-flit window), and
-k-induction would need the block's ends FIFO and memory stated as invariants; BMC itself takes minutes past 11
-steps. An unbounded proof is still open (issue 29 item 7).
+unacknowledged one. Proved, unbounded, by k-induction (Yices, depth 1) for the 4-flit window with packets of 1 or
+2 flits in a few seconds, and (``slow`` marker, under a minute) for an 8-flit window with packets of 1 to 3
+flits; the sequence numbers have the real ``SEQ_BITS`` = 12 and wrap.
 
 The harness is the TX port, the link and the receiver. The port offers flits in any cycle (the stream rule: once
-``valid``, the flit holds until taken), in packets of 1 or 2 flits, numbered as the port numbers them (``seq``
-on every flit); the link takes flits at will; ``timeout`` takes any value in any cycle (0 too); the receiver sends
-ACK ``exp - 1`` or NAK ``exp`` for an ``exp`` (``rcv``) that never goes back and never passes the packets the port
-has handed over in full: more than a real receiver may (it acknowledges only what the link delivered), so the
-check covers every real one. One flit of the stream is followed (the symbolic-index technique: a free ``pick``
-chooses the flit taken in its cycle, so every flit of every trace is the followed one in some trace); its
-payload, packet and position are recorded when it is taken. Only a few payload bits are driven (two of
-``data``, ``first``/``last``, ``seq``; the rest is 0): the buffer is bit-sliced, so they tell flits apart as
-well as the whole word would. The block's pointers, counters, ends FIFO and strobes are probed
-(:func:`formal_helpers.mutant` keeps the locals of its ``elaborate``). Checked:
+``valid``, the flit holds until taken), in packets of 1 to ``max_packet`` flits, numbered as the port numbers
+them (``seq`` on every flit); the link takes flits at will; ``timeout`` takes any value in any cycle (0 too); the
+receiver sends ACK ``exp - 1`` or NAK ``exp`` for an ``exp`` (``rcv``) that never goes back and never passes the
+packets the port has handed over in full: more than a real receiver may (it acknowledges only what the link
+delivered), so the proof covers every real one. One flit of the stream is followed (the symbolic-index
+technique: a free ``pick`` chooses the flit taken in its cycle, so every flit of every trace is the followed one
+in some trace); its payload, packet and position are recorded when it is taken. Only a few payload bits are
+driven (two of ``data``, ``first``/``last``, ``seq``; the rest is 0): the buffer is bit-sliced, so they tell
+flits apart as well as the whole word would. Proved:
 
 * no unacknowledged flit is lost: until its packet is acknowledged the followed flit stays in the window
   (between the oldest unacknowledged and write pointers), and whenever the link is shown the flit's position
@@ -31,13 +25,35 @@ well as the whole word would. The block's pointers, counters, ends FIFO and stro
   ``wp - ap <= replay_flits``, ``wp`` counts the flits taken, the ends FIFO holds one entry per whole packet
   kept, ``aseq`` counts the packets freed, ``acked`` is the receiver's ``exp - 1``.
 
-Broken variants (source mutants of the block) must fail the same check.
+The inductive invariant. ABC's PDR does not close these properties (540 s, at frame 44), and alone they are not
+inductive: the induction step could start from a state whose FIFO of ends or buffer contradicts the pointers. So
+the rest of the block's state is tied to the harness's by assertions of their own (each proved with the rest):
+
+* the FIFO of packet ends: the inner FIFO's pointers and level agree, its output register is loaded behind at
+  most one entry, and its entries oldest first are the ends of the kept packets, ``ap`` < end < end < ... <=
+  ``wp``, with ``wp`` - the last end = the flits of the open packet (fewer than ``max_packet``);
+* ``room`` (registered) is exactly "the window is not full";
+* the output register holds the flit read in the previous cycle or one stalled (never both), ``o_pos`` is ``sp``
+  less the flit just read, and a flit read is at ``ap`` or after it;
+* the followed flit, until its packet is acknowledged, is held and lies in its packet (the FIFO's entry
+  ``kept_acked + t_ahead``, or the open packet after the last end); while held and in the window, the replay
+  buffer's slot for its position holds exactly it.
+
+The replay timer, the go-back request, ``open_pkt`` (a go-back waits for a packet boundary), ``hi`` and the
+counters are left unconstrained: the properties hold whenever a go-back comes. The block's and its FIFO's
+internal signals are probed by source edits (:func:`formal_helpers.mutant`) that keep the locals of
+``elaborate`` and add combinational read ports to the replay buffer and the FIFO's storage; they add signals
+only, the block's behaviour is the real one.
+
+Broken variants (source mutants of the block) must fail the same assertions: BMC from reset to ``DEPTH`` = 10
+steps finds each counterexample (a trace from reset, which a failed induction step alone is not).
 """
 
 import pytest
-from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Fragment, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Assert, Assume, Cat, Elaboratable, Fragment, Module, Mux, Signal, Value
+from amaranth.lib import fifo
 
-from formal_helpers import Harness, assert_bounded, assert_fails, mutant, past
+from formal_helpers import Harness, assert_fails, assert_proves, mutant, past
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.retry import ReplayTx
 from syncfabric.hdl.common.layouts import SEQ_BITS
@@ -50,8 +66,18 @@ CFG = AceConfig.small(beat_bytes=8, packet_bytes=8, replay_flits=4)
 MAX_PACKET = 2
 DATA_BITS = 2
 
-#: the edit that keeps ReplayTx.elaborate's locals (pointers, FIFO, internal strobes) in ``self.probe``
-PROBE = ("return m", "self.probe = dict(locals()); return m")
+#: the edits that keep ReplayTx.elaborate's locals (pointers, FIFO, internal strobes) in ``self.probe``, add a
+#: combinational read port of the replay buffer (``self.peek``, for the harness only) and build the FIFO of ends
+#: from ``self.ends_cls`` (a probed ``SyncFIFOBuffered``)
+PROBES = [("return m", "self.probe = dict(locals()); self.peek = mem.read_port(domain='comb'); return m"),
+          ("fifo.SyncFIFOBuffered(", "self.ends_cls(")]
+
+#: ``SyncFIFOBuffered`` keeping its locals (``produce``, ``consume``, ``inner_level``) in ``self.probe`` and with a
+#: combinational read port per entry of its inner storage in ``self.peek`` (behaviour unchanged)
+EndsFIFO = mutant(fifo.SyncFIFOBuffered, '    if platform == "formal":',
+                  '    self.probe = dict(locals())\n'
+                  '    self.peek = [storage.read_port(domain="comb") for _ in range(inner_depth)]\n'
+                  '    if platform == "formal":')
 
 
 def driven(flit):
@@ -74,17 +100,18 @@ class ReplayHarness(Harness):
 
     ``bug``: an ``(old, new)`` source edit of the block."""
 
-    def __init__(self, bug=None):
+    def __init__(self, bug=None, cfg=CFG, max_packet=MAX_PACKET):
         super().__init__()
-        self.bug = bug
+        self.bug, self.cfg, self.max_packet = bug, cfg, max_packet
 
     def elaborate(self, platform):
         m = Module()
-        cfg = CFG
-        R, PB = cfg.replay_flits, MAX_PACKET
+        cfg = self.cfg
+        R, PB = cfg.replay_flits, self.max_packet
         W = R.bit_length()                       # a flit position with its wrap bit, as the block's pointers
-        cls = mutant(ReplayTx, *self.bug, also=[PROBE]) if self.bug else mutant(ReplayTx, *PROBE)
-        tx = cls(cfg)
+        edits = [self.bug, *PROBES] if self.bug else PROBES
+        tx = mutant(ReplayTx, *edits[0], also=edits[1:])(cfg)
+        tx.ends_cls = EndsFIFO
         m.submodules.tx = _Elaborated(Fragment.get(tx, platform))
         p = tx.probe
         wp, sp, ap, ends = p["wp"], p["sp"], p["ap"], p["ends"]
@@ -149,7 +176,8 @@ class ReplayHarness(Harness):
 
         # -- what the link is shown: position `o_pos` next, from the oldest unacknowledged one at a go-back
         o_pos = Signal(W, name="o_pos")
-        o_new = tx.o.valid & ~past(m, tx.o.valid & ~tx.o.ready, "o_stalled")
+        o_stalled = past(m, tx.o.valid & ~tx.o.ready, "o_stalled")   # o held a flit the link did not take
+        o_new = tx.o.valid & ~o_stalled
         with m.If(p["go_back"]):
             m.d.sync += o_pos.eq(ap)
         with m.Elif(o_new):
@@ -162,9 +190,8 @@ class ReplayHarness(Harness):
             m.d.comb += Assert(dist(ap, o_pos) < dist(ap, wp), "shows only a flit written and kept")
         with m.If(o_new & tracked & t_held & (o_pos == t_pos)):
             m.d.comb += Assert(driven(tx.o.payload) == t_flit, "the flit's position shows exactly that flit")
-        stalled = past(m, tx.o.valid & ~tx.o.ready, "o_was_stalled")
         o_held = past(m, driven(tx.o.payload), "o_held")
-        with m.If(stalled):
+        with m.If(o_stalled):
             m.d.comb += Assert(tx.o.valid & (driven(tx.o.payload) == o_held), "a stalled flit holds")
 
         with m.If(free):
@@ -180,18 +207,84 @@ class ReplayHarness(Harness):
             Assert(p["acked"] == (rcv - 1)[:SEQ_BITS], "acked is the receiver's exp - 1"),
             Assert(pend + kept_acked <= R, "at most a window of packets kept"),
         ]
+
+        # -- the inductive invariant: the rest of the block's state tied to the harness's
+        # the FIFO of ends: its inner FIFO (produce, consume, inner_level) and output register (r_rdy, r_data)
+        fp, ND = ends.probe, ends.probe["inner_depth"]
+        produce, consume, inner = fp["produce"], fp["consume"], fp["inner_level"]
+        for k, port in enumerate(ends.peek):
+            m.d.comb += port.addr.eq(k)
+        stored = Array(port.data for port in ends.peek)
+
+        def inner_entry(j):                      # the inner FIFO's j-th oldest entry
+            idx = consume + j
+            return stored[Mux(idx >= ND, idx - ND, idx)]
+
+        # the FIFO's entries oldest first, and the packet boundaries from ap: bound[0] = ap, bound[j + 1] the end
+        # of the FIFO's j-th entry, wp past the last one
+        entry = [Mux(ends.r_rdy, ends.r_data if j == 0 else inner_entry(j - 1), inner_entry(j % ND))
+                 for j in range(R)]
+        bound = Array([ap] + [Mux(j < ends.level, entry[j], wp) for j in range(R)] + [wp])
+        level = ends.level
+        m.d.comb += [
+            Assert((produce < ND) & (consume < ND), "the inner FIFO's pointers are in range"),
+            Assert((inner == Mux(produce >= consume, produce - consume, produce + ND - consume))
+                   | ((produce == consume) & (inner == ND)), "the inner FIFO's level is its pointers' distance"),
+            Assert(ends.r_rdy | (inner <= 1), "the FIFO's output register is loaded behind at most one entry"),
+            Assert(in_pkt < PB, "a packet has at most max_packet flits"),
+            Assert(dist(bound[level], wp) == in_pkt, "the flits after the last end are the open packet's"),
+            Assert(dist(ap, bound[level]) <= dist(ap, wp), "the last end is not past wp"),
+        ]
+        for j in range(R):
+            with m.If(j < level):
+                m.d.comb += Assert(dist(ap, bound[j]) < dist(ap, bound[j + 1]), "the ends follow each other")
+
+        # the write side's registered room, the output register, and where the link's position stands
+        loaded = p["loaded"]
+        m.d.comb += [
+            Assert(p["room"] == (dist(ap, wp) != R), "room: the window is not full"),
+            Assert(tx.o.valid == (loaded | o_stalled), "o holds a flit just read or one stalled"),
+            Assert(~(loaded & o_stalled), "a flit is read only into a free output register"),
+            Assert(o_pos == (sp - loaded)[:W], "o_pos: the position of the flit read last, or sp"),
+            Assert(~loaded | (sp != ap), "the flit just read (at sp - 1) is at ap or after it"),
+        ]
+
+        # the followed flit: until acknowledged, in its packet (the FIFO's entry kept_acked + t_ahead) and held;
+        # while held and in the window, the buffer keeps it
+        k = kept_acked + t_ahead
+        with m.If(tracked & ~t_acked):
+            m.d.comb += [
+                Assert(t_held, "an unacknowledged followed flit is held"),
+                Assert(t_ahead <= pend, "its packet is one handed over or the open one"),
+                Assert((dist(ap, bound[k]) <= dist(ap, t_pos)) & (dist(ap, t_pos) < dist(ap, bound[k + 1])),
+                       "it is in its packet"),
+            ]
+        m.d.comb += tx.peek.addr.eq(t_pos[:W - 1])
+        with m.If(tracked & t_held & in_window):
+            m.d.comb += Assert(driven(tx.peek.data) == t_flit, "the buffer keeps the followed flit")
         return m
 
 
-#: steps from reset checked: enough to fill the window, send it, take a NAK or time out, go back and send again
+#: k-induction depth: the assertions are 1-inductive
+KIND_DEPTH = 1
+
+
+def test_replay_window_never_drops_an_unacknowledged_flit():
+    assert_proves(ReplayHarness(), "replay_tx", engine="kind", depth=KIND_DEPTH)
+
+
+@pytest.mark.slow
+def test_replay_window_never_drops_an_unacknowledged_flit_8_flit_window():
+    """The same proof for an 8-flit window and packets of up to 3 flits (about 40 s)."""
+    cfg = AceConfig.small(beat_bytes=8, packet_bytes=8, replay_flits=8)
+    assert_proves(ReplayHarness(cfg=cfg, max_packet=3), "replay_tx_8", engine="kind", depth=KIND_DEPTH)
+
+
+# -- broken variants: source mutants of the block, each must fail the same assertions -----------------------------
+
+#: steps from reset searched for a broken variant's counterexample: enough to fill the window, send it, take a NAK
+#: or time out, go back and send again
 DEPTH = 10
-
-
-def test_replay_window_never_drops_an_unacknowledged_flit_within_the_bound():
-    assert_bounded(ReplayHarness(), "replay_tx", depth=DEPTH)
-
-
-# -- broken variants: source mutants of the block, each must fail the same check ----------------------------------
 
 MUTANTS = {
     # frees the head packet once sent, acknowledged or not
@@ -203,6 +296,14 @@ MUTANTS = {
     "room_off_by_one": ("!= R)", "!= R + 1)"),
     # a NAK taken as acknowledging the packet it names
     "nak_acknowledges": ("acked.eq(a.ack_seq - 1)", "acked.eq(a.ack_seq)"),
+    # a packet's end recorded one flit short: its last flit is freed with the packet before it
+    "end_one_short": ("ends.w_data.eq(wp + 1)", "ends.w_data.eq(wp)"),
+    # frees an acknowledged packet before a go-back has sent it again in full: sp falls behind ap
+    "frees_before_resent": ("free.eq(head_acked & ~(sp - ends.r_data)[aw])", "free.eq(head_acked)"),
+    # goes back while freeing the head packet: sp goes back to a position just freed
+    "goes_back_while_freeing": ("want & ~head_acked & ~loaded", "want & ~loaded"),
+    # `room` computed from the old ap in a cycle that frees (the window only looks full: the exact-room invariant)
+    "room_ignores_free": ("Mux(free, ends.r_data, ap)", "ap"),
 }
 
 

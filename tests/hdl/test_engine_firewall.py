@@ -41,20 +41,30 @@ class _StoresOnePageLower(_StoresAstray):
         return out_addr - 4096
 
 
+def _allreduce_is_refused(s, a, b, keep):
+    """All-reduce 256 fp32 from ``a`` into ``b`` on both ranks of ``s`` (``a`` holds ``x + rank``): both ranks
+    complete AXI_ERROR, both firewalls count refused bursts, and every buffer of ``keep`` (``{buffer: value}``,
+    filled with ``value`` first) keeps its contents."""
+    x = np.arange(256, dtype=np.float32)
+    for r in range(2):
+        a.write(r, x + r)
+        for buf, v in keep.items():
+            buf.write(r, np.full(256, v, np.float32))
+    with pytest.raises(CollectiveError) as err:
+        s.world.allreduce(a, b, 256).wait(timeout_cycles=200_000)
+    assert {st for st, _ in err.value.failures.values()} == {"AXI_ERROR"} and len(err.value.failures) == 2
+    for r, drv in enumerate(s.drivers):
+        assert drv.read("DMA_REFUSED") > 0
+        for buf, v in keep.items():
+            assert np.array_equal(buf.read(r, "fp32", 256), np.full(256, v, np.float32)), \
+                f"rank {r}: the buffer at {buf.addr:#x} was written"
+
+
 def test_a_faulty_store_address_is_refused_and_the_command_fails_axi_error(monkeypatch):
     monkeypatch.setattr(decoder, "BlockGeometry", _StoresAstray)     # the STOREs' addresses come from here
     with System({"topology": "ring:2", "links": {"latency": 4}}, backend="amaranth") as s:
         a, b = s.register(1024), s.register(1024)
-        x = np.arange(256, dtype=np.float32)
-        for r in range(2):
-            a.write(r, x + r)
-            b.write(r, np.full(256, 7.0, np.float32))
-        with pytest.raises(CollectiveError) as err:
-            s.world.allreduce(a, b, 256).wait(timeout_cycles=200_000)
-        assert {st for st, _ in err.value.failures.values()} == {"AXI_ERROR"} and len(err.value.failures) == 2
-        for r, drv in enumerate(s.drivers):
-            assert drv.read("DMA_REFUSED") > 0
-            assert np.array_equal(b.read(r, "fp32", 256), np.full(256, 7.0, np.float32)), f"rank {r} written"
+        _allreduce_is_refused(s, a, b, {b: 7.0})
 
 
 def test_a_store_into_another_buffers_window_is_refused_and_that_buffer_keeps_its_contents(monkeypatch):
@@ -65,15 +75,4 @@ def test_a_store_into_another_buffers_window_is_refused_and_that_buffer_keeps_it
     with System({"topology": "ring:2", "links": {"latency": 4}}, backend="amaranth") as s:
         a, c, b = s.register(4096), s.register(4096), s.register(4096)     # c is the page below b
         assert c.addr + 4096 == b.addr
-        x = np.arange(256, dtype=np.float32)
-        for r in range(2):
-            a.write(r, x + r)
-            b.write(r, np.full(256, 7.0, np.float32))
-            c.write(r, np.full(256, 5.0, np.float32))
-        with pytest.raises(CollectiveError) as err:
-            s.world.allreduce(a, b, 256).wait(timeout_cycles=200_000)
-        assert {st for st, _ in err.value.failures.values()} == {"AXI_ERROR"} and len(err.value.failures) == 2
-        for r, drv in enumerate(s.drivers):
-            assert drv.read("DMA_REFUSED") > 0
-            assert np.array_equal(c.read(r, "fp32", 256), np.full(256, 5.0, np.float32)), f"rank {r}: c written"
-            assert np.array_equal(b.read(r, "fp32", 256), np.full(256, 7.0, np.float32)), f"rank {r}: b written"
+        _allreduce_is_refused(s, a, b, {b: 7.0, c: 5.0})

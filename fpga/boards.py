@@ -119,8 +119,9 @@ BOARDS = {
              "fp32 and int32) joined through a 2-port switch, 16 KiB of NPU memory each"),
     "ulx3s-85f-ring": Board(
         name="ulx3s-85f-ring", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", family="ecp5", config="board",
-        # one engine with the profile unchanged (in its fabric form) packs at 55 %; 50 MHz through the PLL (50.9
-        # MHz after routing for 50, 52.2 on a build placed for 60; docs/results.md "ECP5: the fabric form")
+        # one engine with the profile unchanged (in its fabric form) packs at 59 %; 50 MHz through the PLL (53.4
+        # MHz after routing for 50, 47.6 on a build placed for 60; docs/results.md "The units' reset and the
+        # write-back register")
         clk_hz=50_000_000, mem_bytes=16384, topology="ring:2", ranks=(0,), reset=("button_fire", 0), n_leds=8,
         link_pins=_ULX3S_LINK,
         note="one 'board' engine per board (the profile unchanged: 2 FSMs, 2 command slots, two link ports, "

@@ -95,18 +95,29 @@ class AceEngine(wiring.Component):
         gated = fence.busy
         m.d.comb += [fence.abort.eq(bank.field("CTRL", "abort")), self.aborting.eq(gated)]
 
-        def unit(name, block):
-            m.submodules[name] = ResetInserter({"sync": fence.core_rst})(block)
+        # (fabric) the fence's reset reaches each group of units through a flip-flop of its own, a cycle later:
+        # one reset net to the 14,000 flip-flops of the units was the board's worst path (15 ns of routing
+        # from the net's driver). Synthesis merges flip-flops of equal input and reset value, so the three
+        # copies differ in their initial value or in whether the domain's reset resets them; neither matters,
+        # as the domain's reset resets the units itself and the copies are 0 while it is asserted.
+        copies = {}
+        if cfg.fabric:
+            for group, (init, reset_less) in enumerate([(0, False), (0, True), (1, True)]):
+                copies[group] = Signal(init=init, reset_less=reset_less, name=f"core_rst{group}")
+                m.d.sync += copies[group].eq(fence.core_rst)
+
+        def unit(name, block, group):
+            m.submodules[name] = ResetInserter({"sync": copies.get(group, fence.core_rst)})(block)
             return block
 
-        cp = unit("cmdproc", CommandProcessor(cfg))
-        cu = unit("control", ControlUnit(cfg))
-        dp = unit("datapath", Datapath(cfg))
-        rd = unit("dma_rd", DmaReader(cfg))
-        wr = unit("dma_wr", DmaWriter(cfg))
-        rmux = unit("rd_mux", ReadMux(cfg))
-        wmux = unit("wr_mux", WriteMux(cfg))
-        dog = unit("watchdog", Watchdog())
+        cp = unit("cmdproc", CommandProcessor(cfg), 0)
+        cu = unit("control", ControlUnit(cfg), 1)
+        dp = unit("datapath", Datapath(cfg), 2)
+        rd = unit("dma_rd", DmaReader(cfg), 2)
+        wr = unit("dma_wr", DmaWriter(cfg), 2)
+        rmux = unit("rd_mux", ReadMux(cfg), 2)
+        wmux = unit("wr_mux", WriteMux(cfg), 2)
+        dog = unit("watchdog", Watchdog(), 1)
         core_axi = self.axi_signature(cfg).create(path=("core_axi",))
         connect_axi(m, core_axi, read=rd.axi, write=wr.axi)
         wiring.connect(m, core_axi, fence.core)

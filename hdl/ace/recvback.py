@@ -35,7 +35,11 @@ class RecvWriteBack(wiring.Component):
     reduced, copied : In(stream.Signature(unsigned(8 * beat_bytes)))
         The results of reducing and of passing-through jobs; a ``fill`` job takes none and forwards zeros.
     wr : Out(sram_write_layout(cfg))
-        One result per cycle into the job's slot (not for ``fill``).
+        One result per cycle into the job's slot (not for ``fill``). Built for an FPGA's fabric
+        (``cfg.fabric``) the request leaves from a register, a cycle after its result is taken (the choice of
+        source and the beat count stay off the SRAM banks' write ports); ``done`` still follows the job's last
+        write: it is registered from a ``finish`` that comes a cycle after the last result at the earliest, so
+        the last write is in its bank before ``done`` is seen and a read after it finds it.
     fwd_msg : Out(stream.Signature(fwd_msg_layout())), fwd_data : Out(stream.Signature(fwd_data_layout(cfg)))
         The forward; a result is taken only when the forward (if any) takes it. The last forwarded beat
         waits for the job's status and carries ``poison`` when it is not OK and the forward's header does not
@@ -91,6 +95,11 @@ class RecvWriteBack(wiring.Component):
         ]
 
         be = data.View(be_l, beq.r_data)
+        wr = Signal(sram_write_layout(cfg))
+        if cfg.fabric:
+            m.d.sync += self.wr.eq(wr)
+        else:
+            m.d.comb += self.wr.eq(wr)
         wcount = Signal(16)
         res_valid = Signal()
         res_data = Signal(W)
@@ -118,10 +127,10 @@ class RecvWriteBack(wiring.Component):
             self.fwd_data.payload.last.eq(last),
             self.fwd_data.payload.poison.eq(last & (statq.r_data != 0) & ~be.hdr_poison),
             self.fwd_data.payload.port.eq(be.fwd_port),
-            self.wr.en.eq(res_take & ~be.fill),
-            self.wr.buf.eq(be.buf),
-            self.wr.addr.eq(be.sram_addr + wcount),
-            self.wr.data.eq(res_data),
+            wr.en.eq(res_take & ~be.fill),
+            wr.buf.eq(be.buf),
+            wr.addr.eq(be.sram_addr + wcount),
+            wr.data.eq(res_data),
             self.fwd_msg.valid.eq(fwdq.r_rdy),
             self.fwd_msg.payload.eq(fwdq.r_data),
             fwdq.r_en.eq(self.fwd_msg.ready),

@@ -9,6 +9,8 @@ forward's last beat waits for its job's status and is poisoned when the status i
 
 import random
 
+import pytest
+
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.recvback import RecvWriteBack
 from syncfabric.hdl.common.layouts import packet_header_layout, unpack
@@ -20,9 +22,11 @@ W = CFG.beat_bytes
 HDR = packet_header_layout()
 
 
-def test_results_are_written_forwarded_and_reported_in_job_order():
+@pytest.mark.parametrize("fabric", [0, 1])
+def test_results_are_written_forwarded_and_reported_in_job_order(fabric):
+    """(``fabric``: the slot write leaves a cycle after its result; every job's writes precede its done.)"""
     rng = random.Random(seed_for(95))
-    dut = RecvWriteBack(CFG)
+    dut = RecvWriteBack(CFG.replace(fabric=fabric))
     jobs = []
     for _ in range(80):
         fill = int(rng.random() < 0.15)
@@ -55,6 +59,7 @@ def test_results_are_written_forwarded_and_reported_in_job_order():
         n_in = n_stat = 0
         at = {"reduced": 0, "copied": 0}
         got_wr, got_fwd, got_msg, got_done = [], [], [], []
+        fwd_prev = None          # the beat forwarded in the cycle before (the fabric form writes it now)
         for cycle in range(5000):
             jv = n_in < len(jobs) and rng.random() < 0.6
             ctx.set(dut.job.valid, jv)
@@ -76,14 +81,18 @@ def test_results_are_written_forwarded_and_reported_in_job_order():
                 if offer[name] and ctx.get(getattr(dut, name).ready):
                     at[name] += 1
             fwd_go = ctx.get(dut.fwd_data.valid) and ctx.get(dut.fwd_data.ready)
+            fwd_now = None
             if fwd_go:
                 fd = ctx.get(dut.fwd_data.payload)
                 got_fwd.append((fd.data, fd.last, fd.port, fd.poison))
+                fwd_now = fd.data
             wr = ctx.get(dut.wr)
             if wr.en:
                 got_wr.append((wr.buf, wr.addr, wr.data))
-                if fwd_go:                                 # a forwarded result leaves both ways at once
-                    assert got_fwd[-1][0] == wr.data, cycle
+                fwd = fwd_prev if fabric else fwd_now
+                if fwd is not None:                        # a forwarded result leaves both ways at once
+                    assert fwd == wr.data, cycle
+            fwd_prev = fwd_now
             if ctx.get(dut.fwd_msg.valid) and ctx.get(dut.fwd_msg.ready):
                 fm = ctx.get(dut.fwd_msg.payload)
                 h = unpack(HDR, fm.hdr.as_value().value)
@@ -92,6 +101,9 @@ def test_results_are_written_forwarded_and_reported_in_job_order():
             if done.valid:
                 got_done.append((done.fsm, done.cmd, done.status))
                 assert len(got_done) <= n_stat, cycle       # never before its status
+                # never before its job's last slot write (writes of this cycle land at its clock edge)
+                owed = sum(j["beats"] for j in jobs[:len(got_done)] if not j["fill"])
+                assert len(got_wr) - wr.en >= owed, cycle
             await ctx.tick()
             n_in += took_job
             n_stat += sv

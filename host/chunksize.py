@@ -4,17 +4,19 @@ An engine runs a program with chunks of at most :func:`~syncfabric.host.job.engi
 buffer, its landing buffers' message limit). The largest chunk is not always the fastest: a collective of a few
 dozen chunks spends a large share of its time filling and draining the pipeline of phases, which smaller
 chunks shorten (torus:4x2x2, `paper` engines, 1 MiB per NPU: 64 KiB chunks 0.660 of the link bound, 16 KiB
-0.806). Below a size, though, the messages get too small for the landing buffers' credit loop: a message keeps
-its landing header until the receiving FSM has taken it, so with short messages too few bytes are in flight
-per (port, FSM) (the same collective at 4 MiB: 16 KiB chunks 0.898, 8 KiB 0.628; `docs/results.md`).
+0.806). Below a size, though, the messages get too short for the latency they cross: on that torus a
+chunk's trip through the 500-cycle links is long against its traffic, and the FSMs, each holding one chunk
+through every phase, are too few to cover it (the same collective at 4 MiB: 16 KiB chunks 0.898, 8 KiB 0.628;
+`docs/results.md`).
 
 :func:`choose_chunk_bytes` therefore ranks the chunk sizes from the engine's largest down by halves, as long as
 the program's messages stay at least :data:`MIN_MESSAGE_BEATS` beats, with the performance model
-(:func:`~syncfabric.sim.perf.calibrate.predict_cycles`, a few milliseconds each: pipeline fill and drain, and
-each message's cost on a full-rate port, ``ACE_MESSAGE_CYCLES``), and takes the fastest if the model puts it
-at least :data:`MIN_GAIN` ahead of the largest chunk (a tie or a smaller gain keeps the largest). The model
-does not follow the landing buffers' credit loop, which is what starves 8-beat messages on the torus, so the
-floor keeps it from sizes it would rank wrongly.
+(:func:`~syncfabric.sim.perf.calibrate.predict_cycles`, a few milliseconds each: pipeline fill and drain, the
+FSMs holding their chunks, and each message's cost on a full-rate port, ``ACE_MESSAGE_CYCLES``), and takes the
+fastest if the model puts it at least :data:`MIN_GAIN` ahead of the largest chunk (a tie or a smaller gain
+keeps the largest). The model ranks the torus's 8 KiB chunks last, as the RTL did (within 4.7 %); the floor
+stays: that one run is the only RTL measurement of messages under 16 beats, too little to trust the model's
+ranking of them elsewhere.
 """
 
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from .job import engine_chunk_bytes, slot_beats_for
 __all__ = ["MIN_MESSAGE_BEATS", "MIN_GAIN", "ChunkChoice", "chunk_candidates", "choose_chunk_bytes"]
 
 #: The shortest message (beats) a chosen chunk may give the program: 16 beats (1 KiB at the `paper` engine's
-#: 64 B beat) ran at 0.93 of the slow links on torus:4x2x2, 8 beats starved on credits (0.64).
+#: 64 B beat) ran at 0.93 of the slow links on torus:4x2x2, 8 beats at 0.64.
 MIN_MESSAGE_BEATS = 16
 
 

@@ -100,8 +100,8 @@ RTL_POINTS = (
     # the same at 4 MiB per NPU (16 MiB NPU memories; 21 min wall with the build)
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M", "paper", "allreduce",
              "torus:4x2x2", 4 << 20, 78436),
-    # other chunk sizes (sessions 52 and 55; 16 KiB the best, 0.898 of the bound; 8 KiB starves on credits,
-    # which the model does not see) and the rotated program (session 56; the driver gives its engines 8
+    # other chunk sizes (sessions 52 and 55; 16 KiB the best, 0.898 of the bound; at 8 KiB the 16 FSMs, one
+    # chunk each, cannot cover the slow links' latency) and the rotated program (session 56; the driver gives its engines 8
     # landing headers)
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --chunk-bytes 16K", "paper",
              "allreduce", "torus:4x2x2", 4 << 20, 73546, chunk_bytes=16 << 10),

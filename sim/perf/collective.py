@@ -7,7 +7,8 @@ For every chunk ``c`` and phase ``p`` (in order) the model computes
   chunks in a phase: the SRAM partition's chunk buffers and the phase's FSMs for an engine, ``inflight`` for
   a memory-backed endpoint);
 * a reservation on every resource the phase uses - each output port's link (``rate * link_bw *
-  efficiency``), the memory channel(s) reserved for communication, the ALUs, the phase's FSMs - of
+  efficiency``), the memory channel(s) reserved for communication, the ALUs, the phase's FSMs (the paper's
+  engine; the RTL's, below) - of
   ``demand / capacity`` seconds starting when both the chunk and the resource are free (a resource keeps its
   reservations as busy intervals and a later request may fill a gap an earlier one left); for an RTL engine
   all of them start together (the chunk streams through them: memory, SRAM, ALU and link move the same data
@@ -18,6 +19,14 @@ For every chunk ``c`` and phase ``p`` (in order) the model computes
   overhead)`` (the longest chain of dependent messages, each crossing one link and one endpoint); an RTL
   engine's STORE of what the phase received follows that (it cannot start before the data has arrived) and
   holds the chunk's buffer until it is written.
+
+The RTL's engine (an endpoint calibrated against it, ``buffer_granular``) binds a chunk to one FSM through
+every phase, as its dispatcher does (chunk ``c`` on FSM ``c mod F``): the FSM's serial work on the chunk
+(per step its overhead, per message its beats through the datapath) is the least time the chunk spends in a
+phase; the FSM takes chunk ``c + F`` once chunk ``c`` has taken its last step and moved to the terminal
+partition (whose buffers wait for the STOREs), and chunk ``c + 2F``, then queued behind it, starts its LOADs
+(the load sequencer's prefetch). So with few FSMs, or chunks whose trip through the phases is long against
+their traffic (small chunks on slow, long links), the FSMs, not the SRAM, bound the chunks in flight.
 
 So a lone chunk pays every hop (the alpha-beta time of the ring), and many chunks in flight approach the
 busiest resource's bound (the link bound for ACE, the memory bound for a baseline short of memory bandwidth).
@@ -212,34 +221,51 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
                 if ep.message_cycles and ph.message}
         plans.append([dem, {}, lat, msgs])
     slots = phase_slots(prof, topo, ep, system, chunk)
+    # The RTL's engines (``buffer_granular``, calibrated against it): see ``gang`` below.
+    gang = ep.kind == "ace" and ep.buffer_granular
+    fsm_time = [0.0] * n_ph
     if ep.kind == "ace":
-        # An FSM runs a chunk's steps one after another (it may hold several chunks and switch between
-        # them): per step its overhead, per message the time to stream it through the datapath. The phase's
-        # FSMs share that work.
+        # An FSM runs a chunk's steps one after another: per step its overhead, per message the time to
+        # stream it through the datapath. The RTL's FSM holds one chunk through every phase, so that is the
+        # least time the chunk spends in the phase; the paper's engine has FSMs per phase, which share the
+        # phase's work as a resource.
         datapath = ep.alu_bytes * system.clock_hz
         work = [(ph.steps * step_s + ph.transfers * ph.message * chunk / datapath) for ph in prof.phases]
-        fsms = fsms_per_phase(work, ep.n_fsms)
-        for pi in range(n_ph):
-            plans[pi][1] = {("fsm", pi): work[pi] / fsms[pi]}
+        if gang:
+            fsm_time = work
+        else:
+            fsms = fsms_per_phase(work, ep.n_fsms)
+            for pi in range(n_ph):
+                plans[pi][1] = {("fsm", pi): work[pi] / fsms[pi]}
 
     # Event-driven: chunks ask for a phase in time order; each resource serves its reservations first come,
     # first served (so phases sharing a link, like a torus's first and last, interleave their chunks).
     lines, busy = {}, {}
-    # The RTL's engines (``buffer_granular``, calibrated against it): a chunk streams through a phase's resources
-    # together (``gang``: one start for all), and the engine stores what a phase received once it has arrived:
-    # the STORE follows the phase's messages (their links and latency) instead of overlapping them, and the
-    # chunk's buffer is free only after it. The paper's endpoints keep independent reservations.
-    gang = ep.kind == "ace" and ep.buffer_granular
+    # The RTL's engines (``gang``): a chunk streams through a phase's resources together (one start for all),
+    # and the engine stores what a phase received once it has arrived: the STORE follows the phase's messages
+    # (their links and latency) instead of overlapping them, and the chunk's buffer is free only after it.
+    # Chunk c runs on FSM c mod F from its first phase to its last (the dispatcher's assignment): the FSM
+    # takes chunk c + F when chunk c has taken its last step and moved to the terminal partition, and the
+    # dispatcher queues chunk c + 2F (the FSM's 2-entry queue), whose LOADs the load sequencer then starts.
+    # The paper's endpoints keep independent reservations and no such binding.
     serial_after = [{"mem_wr", "mem"} if gang and ph.ace_write and ph.link else set() for ph in prof.phases]
     torus = isinstance(topo, Torus)
     lead = [ph.ports[0] // 2 if torus and ph.ports else 0 for ph in prof.phases]
     inphase = [0] * n_ph
     waiting = [[] for _ in range(n_ph)]
     done = [0.0] * n_chunks
-    events = [(0.0, c, 0, c) for c in range(n_chunks)]       # (time, seq, kind 0=ready/1=exit, chunk) per phase
+    per_fsm = ep.n_fsms if gang else n_chunks
+    # (time, seq, kind, chunk): kind 0 the chunk is ready for its phase, 1 it leaves the phase, 2 its STOREs
+    # are done
+    events = [(0.0, c, 0, c) for c in range(min(n_chunks, per_fsm))]
     heapq.heapify(events)
     seq = n_chunks
     phase_of = [0] * n_chunks
+    dispatched = [0.0] * n_chunks           # when the chunk's LOADs may start
+    stored = [0.0] * n_chunks               # when its STOREs end
+    # the RTL's terminal partition: chunks whose STOREs are still streaming
+    terminal = max(1, max(n_ph + 1, ep.sram_bytes // chunk) - sum(slots)) if gang else n_chunks
+    in_terminal, terminal_wait = 0, []
 
     def enter(c, pi, t):
         nonlocal seq
@@ -263,8 +289,20 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
             # torus dimension the phase sends on (a phase on two dimensions runs two rings side by side; the
             # memory, ALU and FSM stream with the first)
             starts = {}
+            t0 = t
+            if pi == 0:
+                # the chunk's LOADs start when it is dispatched, before its FSM takes it; the chunk streams
+                # on from the time its data starts to arrive
+                loads = [(r, d) for r, d in need if r in ("mem_rd", "mem")]
+                need = [(r, d) for r, d in need if r not in ("mem_rd", "mem")]
+                for r, d in loads:
+                    s = lines[r].earliest(dispatched[c], d)
+                    lines[r].reserve(s, d)
+                    busy[r] = busy.get(r, 0.0) + d
+                    end = max(end, s + d)
+                    t0 = max(t0, s)
             for g, members in _gangs(need, lead[pi], torus).items():
-                s = t
+                s = t0
                 while True:
                     s2 = max((lines[r].earliest(s, d) for r, d in members), default=s)
                     if s2 == s:
@@ -277,14 +315,39 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
             busy[r] = busy.get(r, 0.0) + d
             end = max(end, s + d)
         end += lat
+        if gang and need:
+            end = max(end, min(starts.values()) + fsm_time[pi] * size / chunk)
+        leave = end
         for r, d in post:
             s = lines[r].earliest(end, d)
             lines[r].reserve(s, d)
             busy[r] = busy.get(r, 0.0) + d
             end = s + d
+        stored[c] = end
         inphase[pi] += 1
         seq += 1
-        heapq.heappush(events, (end, seq, 1, c))
+        # the RTL's chunk leaves its last phase's partition for the terminal one after its last step, its
+        # STOREs still streaming
+        heapq.heappush(events, (leave if gang and pi == n_ph - 1 else end, seq, 1, c))
+
+    def leave_phase(pi, t):
+        inphase[pi] -= 1
+        if waiting[pi]:
+            enter(waiting[pi].pop(0), pi, t)
+
+    def to_terminal(c, t):
+        # the RTL: the chunk moves to the terminal partition and its FSM takes its next chunk (and the
+        # dispatcher queues the one after on that FSM) while its STOREs finish
+        nonlocal seq, in_terminal
+        leave_phase(n_ph - 1, t)
+        in_terminal += 1
+        if c + per_fsm < n_chunks:
+            seq += 1
+            heapq.heappush(events, (t, seq, 0, c + per_fsm))
+            if c + 2 * per_fsm < n_chunks:
+                dispatched[c + 2 * per_fsm] = t
+        seq += 1
+        heapq.heappush(events, (max(t, stored[c]), seq, 2, c))
 
     while events:
         t, _, kind, c = heapq.heappop(events)
@@ -294,15 +357,23 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
                 enter(c, pi, t)
             else:
                 waiting[pi].append(c)
-            continue
-        inphase[pi] -= 1
-        if waiting[pi]:
-            enter(waiting[pi].pop(0), pi, t)
-        if pi + 1 < n_ph:
+        elif kind == 2:                                 # the chunk's STOREs are done: its buffer is free
+            in_terminal -= 1
+            done[c] = t
+            if terminal_wait:
+                to_terminal(terminal_wait.pop(0), t)
+        elif pi + 1 < n_ph:
+            leave_phase(pi, t)
             phase_of[c] = pi + 1
             seq += 1
             heapq.heappush(events, (t, seq, 0, c))
+        elif gang:
+            if in_terminal < terminal:
+                to_terminal(c, t)
+            else:
+                terminal_wait.append(c)
         else:
+            leave_phase(pi, t)
             done[c] = t
     total = max(done) + ep.command_cycles / system.clock_hz
     bound = max((sum(ph.link.get(port, 0.0) for ph in prof.phases) * nbytes / link_capacity(topo, port, system)

@@ -16,6 +16,17 @@ therefore never hold more than the credits its source owns, ``(n_ports - 1) * n_
 default depth and the switch is lossless by construction. ``overflow`` (sticky) reports a flit that found its
 queue full or named a destination that is not another port; tests assert it stays low.
 
+Hop-by-hop hold. A switch of the design point cannot have queues that deep (``paper`` engines on 8 ports:
+29,568 flits of 64 B per input), so an input queue may be shorter than :func:`queue_bound`, given a
+``hold_margin``: the flits that can still arrive after the queue asks its link to pause (the round trip of
+the up-link: the flits on it, those its transmitter sends before the request reaches it, and the registers
+between). Input ``i`` raises ``hold<i>`` (registered) while its queue holds more than ``queue_depth -
+hold_margin`` flits; the system top delays it by the link's latency and holds the link's transmitter
+(XOFF/XON, as a real switch's pause frames or link credits would). Nothing is lost and nothing deadlocks: a
+held flit is still paid for at its destination, whose output always drains, so every queue empties. Without a
+``hold_margin`` the queue must be :func:`queue_bound` deep and ``hold<i>`` stays low. :func:`round_trip_queue`
+sizes both for links of up to a given latency. ``hold_cycles`` counts the cycles in which any input holds.
+
 Credit return. Receiver ``j`` names the channel it freed, ``vc + n_fsms * source``; the switch hands the
 credit to ``source`` as channel ``vc + n_fsms * j``, the index of its credit counter for destination ``j``.
 Several receivers may free credits for one source in the same cycle, so the switch keeps a pending count per
@@ -32,12 +43,21 @@ from amaranth.utils import exact_log2
 from ..common.layouts import credit_layout, flit_layout
 from ..common.refuse import Checked
 
-__all__ = ["Switch", "queue_bound"]
+__all__ = ["Switch", "queue_bound", "round_trip_queue"]
 
 
 def queue_bound(n_ports, n_fsms, landing_beats, landing_headers):
     """Flits an input queue may have to hold: every credit its source owns (see the module docstring)."""
     return (n_ports - 1) * n_fsms * (landing_beats + landing_headers)
+
+
+def round_trip_queue(max_latency):
+    """``(queue_depth, hold_margin)`` of a switch whose up-links have latencies up to ``max_latency``: the
+    margin is a round trip (the flits on the link and those sent while the hold travels back, one each per
+    cycle at most) plus the hold's register and a flit of slack on each side; the queue is twice that, so the
+    queue does not run dry while the link restarts after the hold is released."""
+    margin = 2 * max_latency + 4
+    return 2 * margin, margin
 
 
 class Switch(Checked, wiring.Component):
@@ -47,15 +67,18 @@ class Switch(Checked, wiring.Component):
     Ports
     -----
     inp<i> : In(stream.Signature(flit_layout)), always ready
+    hold<i> : Out(1)                       input i's queue is nearly full: its link's transmitter should pause
     out<j> : Out(stream.Signature(flit_layout))
     credit_in<j> : In(credit_layout())     credits freed by the receiver on port ``j``
     credit_out<i> : Out(credit_layout())   credits for the transmitter on port ``i``
     overflow : Out(1)                      sticky: a flit was dropped (queue full or bad destination)
     flits_in, flits_out : Out(ArrayLayout(unsigned(32), n_ports))   flits per input / output
+    hold_cycles : Out(32)                  cycles in which any ``hold<i>`` is high
     """
 
     @classmethod
-    def check(cls, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None):
+    def check(cls, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None,
+              hold_margin=None):
         if n_ports < 2:
             raise ValueError(f"a switch needs at least 2 ports, not {n_ports}")
         if n_fsms < 1 or n_fsms & (n_fsms - 1):
@@ -64,18 +87,23 @@ class Switch(Checked, wiring.Component):
             else int(queue_depth)
         if depth < 2:
             raise ValueError(f"queue_depth must be at least 2, not {depth}")
+        if hold_margin is not None and not 1 <= hold_margin < depth:
+            raise ValueError(f"hold_margin must be in 1..queue_depth-1 ({depth - 1}), not {hold_margin}")
 
-    def __init__(self, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None):
+    def __init__(self, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None,
+                 hold_margin=None):
         self.queue_depth = queue_bound(n_ports, n_fsms, landing_beats, landing_headers) if queue_depth is None \
             else int(queue_depth)
+        self.hold_margin = hold_margin
         self.beat_bytes, self.n_ports, self.n_fsms = beat_bytes, n_ports, n_fsms
         self.landing_beats, self.landing_headers = landing_beats, landing_headers
         fl = flit_layout(beat_bytes)
-        members = {"overflow": Out(1),
+        members = {"overflow": Out(1), "hold_cycles": Out(32),
                    "flits_in": Out(data.ArrayLayout(unsigned(32), n_ports)),
                    "flits_out": Out(data.ArrayLayout(unsigned(32), n_ports))}
         for i in range(n_ports):
             members[f"inp{i}"] = In(stream.Signature(fl))
+            members[f"hold{i}"] = Out(1)
             members[f"out{i}"] = Out(stream.Signature(fl))
             members[f"credit_in{i}"] = In(credit_layout())
             members[f"credit_out{i}"] = Out(credit_layout())
@@ -114,8 +142,12 @@ class Switch(Checked, wiring.Component):
             heads.append((q, head))
             head_valid.append(q.r_rdy)
             head_dst.append(dst)
+            if self.hold_margin is not None:
+                m.d.sync += getattr(self, f"hold{i}").eq(q.level > self.queue_depth - self.hold_margin)
         with m.If(Cat(*drops).any()):
             m.d.sync += self.overflow.eq(1)
+        with m.If(Cat(*[getattr(self, f"hold{i}") for i in range(P)]).any()):
+            m.d.sync += self.hold_cycles.eq(self.hold_cycles + 1)
 
         # ---- outputs: one packet at a time, round robin among the inputs waiting for it ---------------
         # grant[j] = input granted to output j (valid while `busy[j]`); an input is granted to at most one

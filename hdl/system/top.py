@@ -49,8 +49,8 @@ from ..common.axiram import RAM_ARRAY_VERILOG, AxiRam
 from ..common.layouts import credit_layout, flit_layout
 from ..common.refuse import Checked
 from .cut import LinkReceiver, LinkSender
-from .link import LINK_FAULTS, RATE_DEN_MAX, Link, fault_threshold
-from .switch import Switch
+from .link import LINK_FAULTS, RATE_DEN_MAX, DelayLine, Link, fault_threshold
+from .switch import Switch, queue_bound, round_trip_queue
 
 __all__ = ["AceSystem", "ENGINE_MODULE", "LINK_MODULE", "NPU_MEM_MODULE", "MAX_LATENCY", "system_verilog",
            "engine_verilog", "link_verilog", "npu_mem_ram", "npu_mem_verilog", "link_params",
@@ -205,11 +205,18 @@ class AceSystem(Checked, wiring.Component):
     (``max_latency`` covers all of the topology's links), so a ring row is the same cycle on both sides.
 
     ``npu_mem`` (default None: ``ep<i>_axi`` ports): a dict of :class:`AxiRam` arguments; every endpoint gets
-    such a RAM on its AXI port (module docstring)."""
+    such a RAM on its AXI port (module docstring).
+
+    On a switch, each input queue is what the engines' credits bound it to (:func:`~.switch.queue_bound`) or
+    a round trip of the links (:func:`~.switch.round_trip_queue` of ``max_latency``), whichever is smaller;
+    in the second case the switch holds an up-link's transmitter while its queue is nearly full, the hold
+    reaching the transmitter a link latency later (a :class:`~.link.DelayLine` per up-link).
+    ``switch_queue`` sets the queue's depth instead (with the round trip's margin; tests use it to make the
+    hold work). ``switch_hold_cycles`` counts the cycles in which the switch holds any link."""
 
     @classmethod
     def check(cls, cfg, topology, latency=None, rate=None, inline=False, max_latency=None, ranks=None,
-              cut=False, npu_mem=None):
+              cut=False, npu_mem=None, switch_queue=None):
         topology = parse_topology(topology)
         n = topology.n_endpoints
         got = tuple(range(n)) if ranks is None else tuple(ranks)
@@ -225,10 +232,19 @@ class AceSystem(Checked, wiring.Component):
                              f"engine configuration has {cfg.n_ports}")
         system_links(topology, latency, rate)           # refuses bad latencies and rates
         split_links(topology, got, latency, rate)
+        if switch_queue is not None:
+            if not topology.routed:
+                raise ValueError(f"switch_queue applies to a switch, not {topology.spec}")
+            lats = [ln[4] for ln in system_links(topology, latency, rate)]
+            margin = round_trip_queue(max([MAX_LATENCY if max_latency is None else max_latency] + lats))[1]
+            if switch_queue <= margin:
+                raise ValueError(f"switch_queue must be more than the links' round trip ({margin} flits), "
+                                 f"not {switch_queue}")
 
     def __init__(self, cfg, topology, latency=None, rate=None, inline=False, max_latency=None, ranks=None,
-                 cut=False, npu_mem=None):
+                 cut=False, npu_mem=None, switch_queue=None):
         self.cfg = cfg
+        self.switch_queue = switch_queue
         self.inline = inline
         self.npu_mem = None if npu_mem is None else dict(npu_mem)
         self.topology = parse_topology(topology)
@@ -278,6 +294,7 @@ class AceSystem(Checked, wiring.Component):
             members[f"link{li}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=den)
         if self.topology.routed:
             members["switch_overflow"] = Out(1)
+            members["switch_hold_cycles"] = Out(32)
         if self.cut_halves:
             members["cut_now"] = Out(range(self.cut_halves[0].depth))
         super().__init__(members)
@@ -316,13 +333,15 @@ class AceSystem(Checked, wiring.Component):
                 m.d.comb += getattr(self, f"{x.name}_credit").eq(getattr(eng, f"rx{x.port}_credit"))
         switch = None
         if self.topology.routed:
-            switch = Switch(cfg.beat_bytes, n, cfg.n_fsms, cfg.landing_beats, cfg.landing_headers)
+            switch = Switch(cfg.beat_bytes, n, cfg.n_fsms, cfg.landing_beats, cfg.landing_headers,
+                            *self._switch_queue())
             # an abort holds the engines in reset; the switch between them drops what it holds with them
             aborting = Signal()
             m.d.sync += aborting.eq(Cat(engines[i].aborting for i in self.ranks).any())
             m.submodules.switch = ResetInserter({"sync": aborting})(switch)
-            m.d.comb += self.switch_overflow.eq(switch.overflow)
+            m.d.comb += [self.switch_overflow.eq(switch.overflow), self.switch_hold_cycles.eq(switch.hold_cycles)]
         for li, (s, sp, d, dp, lat, rate) in enumerate(self.links):
+            held = 0
             if self.inline:
                 link = Link(cfg.beat_bytes, lat, rate=rate, max_latency=self.max_latency)
                 m.submodules[f"link{li}"] = link
@@ -349,6 +368,12 @@ class AceSystem(Checked, wiring.Component):
                     link.rx.ready.eq(getattr(switch, f"inp{dp}").ready),
                     getattr(engines[s], f"tx{sp}_credit").eq(getattr(switch, f"credit_out{s}")),
                 ]
+                if switch.hold_margin is not None:
+                    # the switch's hold reaches the transmitter a link latency later
+                    m.submodules[f"hold{li}"] = hold = DelayLine(1, 1, self.max_latency)
+                    m.d.comb += [hold.i.eq(getattr(switch, f"hold{dp}")),
+                                 hold.latency.eq(getattr(self, f"link{li}_latency"))]
+                    held = hold.o
             else:                   # down-link: switch output sp -> endpoint d; its credits back to the switch
                 wiring.connect(m, link.tx, getattr(switch, f"out{sp}"))
                 wiring.connect(m, getattr(engines[d], f"rx{dp}"), link.rx)
@@ -358,7 +383,7 @@ class AceSystem(Checked, wiring.Component):
                 ]
             m.d.comb += [
                 link.inject.eq(getattr(self, f"link{li}_inject")),
-                link.stall.eq(getattr(self, f"link{li}_stall")),
+                link.stall.eq(getattr(self, f"link{li}_stall") | held),
                 *[getattr(link, f"{kind}_prob").eq(getattr(self, f"link{li}_{kind}_prob")) for kind in LINK_FAULTS],
                 link.salt.eq(0x9E37 * (li + 1) & 0xFFFF),
                 link.latency.eq(getattr(self, f"link{li}_latency")),
@@ -367,6 +392,16 @@ class AceSystem(Checked, wiring.Component):
                 link.rate_den.eq(getattr(self, f"link{li}_rate_den")),
             ]
         return m
+
+    def _switch_queue(self):
+        """``(queue_depth, hold_margin)`` of the switch (class docstring): ``(None, None)`` for queues of
+        :func:`~.switch.queue_bound`."""
+        cfg = self.cfg
+        bound = queue_bound(self.topology.n_endpoints, cfg.n_fsms, cfg.landing_beats, cfg.landing_headers)
+        depth, margin = round_trip_queue(self.max_latency)
+        if self.switch_queue is not None:
+            return self.switch_queue, margin
+        return (None, None) if bound <= depth else (depth, margin)
 
     def _npu_mem(self, m, rank, eng):
         """Endpoint ``rank``'s RAM on its engine's AXI port (its host port idle)."""

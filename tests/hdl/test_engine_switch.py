@@ -67,6 +67,27 @@ def test_every_collective_on_an_8_port_switch():
 
 
 @pytest.mark.cocotb
+def test_a_switch_with_round_trip_queues_holds_its_links_and_stays_exact():
+    """Input queues of 200 flits where the engines' credits would need 864 (3 x 4 x 72): the build takes
+    links of up to 90 cycles (the switch's own), so the margin is 2 x 90 + 4 = 184 flits and the switch holds
+    an up-link while its queue has more than 16 (the build's delay lines for up to 90 cycles, not the default
+    512: its margin would exceed the queue). The links run at latency 6 here. All-to-all, all-reduce
+    and all-gather (every rank sends to every other at once) stay byte for byte, nothing is dropped, and
+    the hold did work."""
+    seed = seed_for(20261130)
+    topo = "switch:4"
+    cfg = engine_config_for(BASE, topo)
+    jobs = [job("alltoall", topo, 600, "fp32", seed=seed, tag=0), job("allreduce", topo, 2000, "fp32", "sum",
+                                                                     seed=seed + 1, tag=1),
+            job("allgather", topo, 700, "fp16", seed=seed + 2, tag=2)]
+    res = run_system(cfg, topo, jobs, sim="verilator", latency=6, seed=seed, pause=0.1, max_latency=90,
+                     switch_queue=200)
+    check(res, len(jobs))
+    assert res["switch_overflow"] == 0
+    assert res["switch_hold_cycles"] > 0
+
+
+@pytest.mark.cocotb
 def test_switch_on_icarus():
     topo = "switch:4"
     cfg = engine_config_for(BASE, topo)

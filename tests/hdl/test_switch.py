@@ -10,7 +10,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from syncfabric.hdl.common.layouts import flit_layout
-from syncfabric.hdl.system.switch import Switch
+from syncfabric.hdl.system.switch import Switch, round_trip_queue
 
 from sim_helpers import seed_for
 
@@ -153,3 +153,69 @@ def test_a_flit_for_its_own_port_or_beyond_the_switch_sets_overflow():
         assert ctx.get(dut.flits_out[1]) == 0
 
     run(dut, [bench], 10)
+
+
+@pytest.mark.parametrize("obey", [True, False])
+def test_a_short_queue_holds_its_links_transmitter_and_loses_nothing(obey):
+    """Queues of 26 flits for links of latency 3 (margin 2 * 3 + 4 = 10, ``round_trip_queue(3)`` but
+    shorter): three inputs send packets back to back to one slow output, so their queues fill; each
+    sender sees its ``hold`` a link latency late and its flits arrive a link latency after they leave.
+    Every flit arrives whole and in order and ``overflow`` stays low; the same traffic from senders that
+    ignore the hold overflows the queues (what the hold is for)."""
+    L, P = 3, 4
+    depth, margin = round_trip_queue(L)
+    assert (depth, margin) == (20, 10)
+    dut = Switch(W, P, 4, 16, 4, queue_depth=depth + 6, hold_margin=margin)
+    seed = seed_for(4242)
+    rng = random.Random(seed)
+    plans = [[(0, rng.randint(1, 4)) for _ in range(30)] if s else [] for s in range(P)]
+    expected = {s: [flit(s, 0, pkt, k, n) for pkt, (_, n) in enumerate(plans[s]) for k in range(n)]
+                for s in range(P)}
+    got = {s: [] for s in range(P)}
+
+    def sender(s):
+        async def proc(ctx):
+            inp = getattr(dut, f"inp{s}")
+            holds = [0] * L                     # the hold as the transmitter sees it: L cycles late
+            wire = [None] * L                   # flits on the link
+            todo = list(expected[s])
+            for _ in range(2500):
+                holds.append(ctx.get(getattr(dut, f"hold{s}")))
+                held = holds.pop(0)
+                send = todo and not (obey and held)
+                wire.append(todo.pop(0) if send else None)
+                arriving = wire.pop(0)
+                ctx.set(inp.valid, arriving is not None)
+                if arriving is not None:
+                    ctx.set(inp.payload.as_value(), arriving)
+                await ctx.tick()
+            ctx.set(inp.valid, 0)
+        return proc
+
+    async def receiver(ctx):
+        r = random.Random(seed + 1)
+        while True:
+            ready = r.random() < 0.5
+            ctx.set(dut.out0.ready, ready)
+            await ctx.delay(1e-9)
+            valid, bits = ctx.get(dut.out0.valid), ctx.get(dut.out0.payload.as_value())
+            await ctx.tick()
+            if valid and ready:
+                got[FL.from_bits(bits).data >> 48].append(bits)
+
+    async def watch(ctx):
+        for _ in range(2600):
+            await ctx.tick()
+        if obey:
+            assert not ctx.get(dut.overflow)
+            assert ctx.get(dut.hold_cycles) > 100
+            assert got == expected
+        else:
+            assert ctx.get(dut.overflow)
+
+    run(dut, [sender(s) for s in range(1, P)] + [receiver, watch], 2700)
+
+
+def test_a_hold_margin_must_leave_room_in_the_queue():
+    with pytest.raises(ValueError, match="hold_margin"):
+        Switch(W, 4, 4, 16, 4, queue_depth=10, hold_margin=10)

@@ -30,14 +30,15 @@ def ace_npu_mem(beat_bytes, addr_width, npu_mem):
     return npu_mem_verilog(AceConfig.small(beat_bytes=beat_bytes, addr_width=addr_width), npu_mem)
 
 
-def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None, ranks=None, cut=False):
+def ace_system_verilog(cfg, topology, max_latency=None, npu_mem=None, ranks=None, cut=False, switch_queue=None):
     """Verilog of ``AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem,
-    ranks=ranks, cut=cut)`` followed by the link, engine (and NPU memory) modules (link latencies and rates
+    ranks=ranks, cut=cut, switch_queue=switch_queue)`` followed by the link, engine (and NPU memory) modules (link latencies and rates
     are inputs of the system: one build serves them all). ``ranks``/``cut``: a partition of a partitioned
     simulation (:mod:`syncfabric.host.transports.ace.partition`)."""
     from amaranth.back import verilog
     engine = verilog_for(ace_engine, {"cfg": cfg}, ENGINE_MODULE).read_text()
-    system = AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem, ranks=ranks, cut=cut)
+    system = AceSystem(AceConfig(**cfg), topology, max_latency=max_latency, npu_mem=npu_mem, ranks=ranks, cut=cut,
+                       switch_queue=switch_queue)
     top = verilog.convert(system, name="ace_system", emit_src=False)
     text = top + "\n" + link_verilog(cfg["beat_bytes"], system.max_latency) + "\n" + engine
     if npu_mem is not None:
@@ -66,7 +67,7 @@ def npu_mem_for(cfg, topology, jobs, **options):
 def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testcase="collectives", seed=1,
                pause=0.0, link_stall=0.0, link_flip=0.0, link_drop=0.0, link_dup=0.0, post_skew=0, timeout_cycles=10**6, build_tag=None, out=None, progress=False,
                check=True, buffers=None, fsms=None, log_file=None, late=None, spill_entries=None, npu_mem=True,
-               partition=None, threads=1, sram_split=None):
+               partition=None, threads=1, sram_split=None, max_latency=None, switch_queue=None):
     """Run the cocotb system testbench (:mod:`syncfabric.host.transports.ace.cocotb_system`) on ``topology`` with
     engines configured by ``cfg`` (an :class:`AceConfig`); ``jobs`` as its ``jobs`` parameter. Returns the result
     JSON of the testbench (``out``: where it is written; default a temporary file) with the harness summary
@@ -81,6 +82,9 @@ def run_system(cfg, topology, jobs, *, sim=None, latency=None, rate=None, testca
     (None: the driver's default, residence time; ``"ace"``: the ACE paper's). ``post_skew``: each rank posts a random 0..post_skew
 cycles after the others are ready. ``log_file``: the simulator's output goes there
     instead of the terminal. ``late``/``spill_entries``: see :mod:`syncfabric.host.transports.ace.cocotb_system`.
+    ``max_latency``: the largest link latency the build takes (default :data:`~syncfabric.hdl.system.top.
+    MAX_LATENCY`, or more if a link needs it; the topology's own latencies always fit); ``switch_queue``: a
+    switch's input queue depth (:class:`~syncfabric.hdl.system.top.AceSystem`).
     ``npu_mem``: True (default: an HDL ``AxiRam`` per endpoint, sized by :func:`npu_mem_for`, reached through
     its back door, stalling with probability ``pause`` on every channel), None (cocotbext-axi ``AxiRam`` models
     with their protocol checks, paused per channel by Python on every edge) or a dict of ``AxiRam`` arguments
@@ -100,6 +104,10 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
     lats = [ln[4] for ln in link_params(topology, latency, rate)]
     params = {"cfg": dataclasses.asdict(cfg), "topology": topology,
               "max_latency": max([MAX_LATENCY] + lats) if max(lats, default=0) > MAX_LATENCY else None}
+    if max_latency is not None:
+        params["max_latency"] = max([max_latency] + lats)
+    if switch_queue is not None:
+        params["switch_queue"] = switch_queue
     public = ()
     if npu_mem is not None:
         params["npu_mem"] = npu_mem_for(cfg, topology, jobs) if npu_mem is True else dict(npu_mem)

@@ -352,10 +352,12 @@ def summarize(tb, results, wall):
                              "packets": job.golden.n_packets}
         jobs.append(row)
     overflow = getattr(tb.dut, "switch_overflow", None)
+    held = getattr(tb.dut, "switch_hold_cycles", None)
     mine = [r for r in results if r is not None]
     return {"jobs": jobs, "counters": [r and r.counters for r in results],
             "sram_conflict": [r and r.sram_conflict for r in results],
             "switch_overflow": None if overflow is None else int(overflow.value),
+            "switch_hold_cycles": None if held is None else int(held.value),
             "window_cycles": max(r.cycles for r in mine), "wall_s": wall, "seed": tb.seed,
             "window_wall_s": max(r.wall_s for r in mine),
             "late": getattr(tb, "late_info", None),

@@ -118,6 +118,13 @@ RTL_POINTS = (
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --algorithm hierarchical-rotated "
              "--chunk-bytes 32K", "paper", "allreduce", "torus:4x2x2", 4 << 20, 74954,
              algorithm="hierarchical-rotated", chunk_bytes=32 << 10),
+    # an all-gather bound by the NPU memory port (session 64, on 6305d25; `syncfabric run --config paper
+    # --topology bidir-ring:4 --collective allgather --bytes 1M --chunk-bytes 64K|8K`): the model put 8 KiB 5 %
+    # ahead, the RTL took them alike (+0.2 %)
+    RtlPoint("syncfabric run --config paper --collective allgather --topology bidir-ring:4 --bytes 1M", "paper",
+             "allgather", "bidir-ring:4", 1 << 20, 17746),
+    RtlPoint("syncfabric run --config paper --collective allgather --topology bidir-ring:4 --bytes 1M "
+             "--chunk-bytes 8K", "paper", "allgather", "bidir-ring:4", 1 << 20, 17777, chunk_bytes=8 << 10),
     # the small engine's rows measured with `syncfabric perf calibrate --measure --config small` on ff93be0
     # (the all-to-all programs spreading their ties)
     RtlPoint("syncfabric run --config small --collective allreduce --topology ring:4 --bytes 16384 --latency 10",

@@ -199,10 +199,11 @@ def test_calibration_error_on_the_ring_design_point_is_within_ten_percent():
 
 def test_calibration_over_every_recorded_rtl_row():
     """The recorded RTL cycles (docs/results.md "Model vs RTL"): the mean error and the rows within 5 %
-    as this model reaches them (4.2 %, 23 of 32; the model before the FSMs held their chunks: 5.5 %, 19)."""
+    as this model reaches them (4.1 %, 24 of 34; the model before the FSMs held their chunks: 5.5 %, 19 of
+    31)."""
     rows, mae = calibrate()
     assert mae < 0.045
-    assert sum(abs(r["error"]) <= 0.05 for r in rows) >= 23
+    assert sum(abs(r["error"]) <= 0.05 for r in rows) >= 24
 
 
 def test_the_model_orders_the_design_points_chunk_sizes_as_the_rtl_did():

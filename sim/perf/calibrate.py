@@ -8,7 +8,7 @@ checked against the golden executor) and compares with what it measured: ``syncf
 
 Engine units: one cycle per second (``clock_hz=1``), a rate-1 link carries one beat per cycle
 (``link_bw=beat_bytes``), no link efficiency factor (the RTL's links lose nothing), memory one beat per cycle
-on each AXI channel, 7 cycles per FSM step.
+on each AXI channel, ``ACE_STEP_CYCLES`` per FSM step.
 """
 
 from dataclasses import dataclass

@@ -21,9 +21,9 @@ For every chunk ``c`` and phase ``p`` (in order) the model computes
   holds the chunk's buffer until it is written.
 
 The RTL's engine (an endpoint calibrated against it, ``buffer_granular``) binds a chunk to one FSM through
-every phase, as its dispatcher does (chunk ``c`` on FSM ``c mod F``): the FSM's serial work on the chunk
-(per step its overhead, per message its beats through the datapath) is the least time the chunk spends in a
-phase; the FSM takes chunk ``c + F`` once chunk ``c`` has taken its last step and moved to the terminal
+every phase, as its dispatcher does (chunk ``c`` on FSM ``c mod F``): the chunk's time through a phase alone,
+replayed step by step from the programs (:mod:`.steptime`: every step's overhead, messages streamed one after
+another, RECVs waiting for their messages, forwards cut through), is the least time it spends in the phase; the FSM takes chunk ``c + F`` once chunk ``c`` has taken its last step and moved to the terminal
 partition (whose buffers wait for the STOREs), and chunk ``c + 2F``, then queued behind it, starts its LOADs
 (the load sequencer's prefetch). So with few FSMs, or chunks whose trip through the phases is long against
 their traffic (small chunks on slow, long links), the FSMs, not the SRAM, bound the chunks in flight.
@@ -35,13 +35,16 @@ Demands come from :mod:`.profile` (the golden programs), so the model follows wh
 
 import bisect
 from dataclasses import dataclass, field
+from functools import lru_cache
 import heapq
 import math
 
 from ...hdl.common.layouts import MAX_PHASES
+from ..golden.algorithms import generate
 from ..golden.partitions import partition_sizes, residence
 from ..golden.topology import Torus, parse as parse_topology
-from .profile import profile as get_profile
+from .profile import MAX_PROGRAM_RANKS, profile as get_profile
+from .steptime import phase_step_times
 from .system import SystemParams
 
 __all__ = ["CollectiveResult", "collective_time", "phase_slots", "link_capacity", "ring_bound"]
@@ -151,6 +154,21 @@ def phase_slots(prof, topo, ep, system, chunk):
                  for wi, ph in zip(w, prof.phases))
 
 
+def _step_times(collective, topo, algorithm, prof, chunk, ep, system):
+    """Seconds one chunk takes through each phase, step by step (:mod:`.steptime`); None where the
+    programs are not generated (composed tori beyond the program encoding)."""
+    if topo.n_endpoints > MAX_PROGRAM_RANKS:
+        return None
+    progs = _programs(collective, prof.algorithm, topo.spec)
+    beats = prof.phases[0].message * chunk * system.clock_hz / system.link_bw
+    return [t / system.clock_hz for t in phase_step_times(progs, topo, beats, ep.step_cycles)]
+
+
+@lru_cache(maxsize=64)
+def _programs(collective, algorithm, spec):
+    return tuple(generate(collective, algorithm, spec))
+
+
 def _gangs(need, lead, torus):
     """``need`` (resource, seconds) grouped by the resources that start together: on a torus one group per
     dimension whose links the phase uses, the non-link resources with the ``lead`` dimension's links."""
@@ -226,13 +244,13 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
     fsm_time = [0.0] * n_ph
     if ep.kind == "ace":
         # An FSM runs a chunk's steps one after another: per step its overhead, per message the time to
-        # stream it through the datapath. The RTL's FSM holds one chunk through every phase, so that is the
-        # least time the chunk spends in the phase; the paper's engine has FSMs per phase, which share the
-        # phase's work as a resource.
+        # stream it through the datapath. The RTL's FSM holds one chunk through every phase, so the chunk's
+        # step-by-step time through the phase (which also waits for its messages) is the least time it spends
+        # there; the paper's engine has FSMs per phase, which share the phase's work as a resource.
         datapath = ep.alu_bytes * system.clock_hz
         work = [(ph.steps * step_s + ph.transfers * ph.message * chunk / datapath) for ph in prof.phases]
         if gang:
-            fsm_time = work
+            fsm_time = _step_times(collective, topo, algorithm, prof, chunk, ep, system) or work
         else:
             fsms = fsms_per_phase(work, ep.n_fsms)
             for pi in range(n_ph):

@@ -264,7 +264,9 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
     # (their links and latency) instead of overlapping them, and the chunk's buffer is free only after it.
     # Chunk c runs on FSM c mod F from its first phase to its last (the dispatcher's assignment): the FSM
     # takes chunk c + F when chunk c has taken its last step and moved to the terminal partition, and the
-    # dispatcher queues chunk c + 2F (the FSM's 2-entry queue), whose LOADs the load sequencer then starts.
+    # dispatcher may then queue chunk c + 2F (the FSM's 2-entry queue). Dispatching a chunk takes its place in
+    # the first phase's partition (waiting while it is full) and starts its LOADs (the load sequencer's
+    # prefetch); its FSM starts its steps once it has taken the chunk and the chunk's data starts to arrive.
     # The paper's endpoints keep independent reservations and no such binding.
     serial_after = [{"mem_wr", "mem"} if gang and ph.ace_write and ph.link else set() for ph in prof.phases]
     torus = isinstance(topo, Torus)
@@ -273,13 +275,14 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
     waiting = [[] for _ in range(n_ph)]
     done = [0.0] * n_chunks
     per_fsm = ep.n_fsms if gang else n_chunks
-    # (time, seq, kind, chunk): kind 0 the chunk is ready for its phase, 1 it leaves the phase, 2 its STOREs
-    # are done
-    events = [(0.0, c, 0, c) for c in range(min(n_chunks, per_fsm))]
+    # (time, seq, kind, chunk): kind 0 the chunk is ready for its phase (for phase 0 of an RTL engine: it may
+    # be dispatched), 1 it leaves the phase, 2 its STOREs are done, 3 its FSM starts its first phase
+    events = [(0.0, c, 0, c) for c in range(min(n_chunks, 2 * per_fsm))]
     heapq.heapify(events)
     seq = n_chunks
     phase_of = [0] * n_chunks
-    dispatched = [0.0] * n_chunks           # when the chunk's LOADs may start
+    fsm_free = [0.0 if c < per_fsm else None for c in range(n_chunks)]    # when its FSM may take it
+    loaded = [None] * n_chunks              # (first LOAD's start, last LOAD's end) once dispatched
     stored = [0.0] * n_chunks               # when its STOREs end
     # the RTL's terminal partition: chunks whose STOREs are still streaming
     terminal = max(1, max(n_ph + 1, ep.sram_bytes // chunk) - sum(slots)) if gang else n_chunks
@@ -309,16 +312,10 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
             starts = {}
             t0 = t
             if pi == 0:
-                # the chunk's LOADs start when it is dispatched, before its FSM takes it; the chunk streams
-                # on from the time its data starts to arrive
-                loads = [(r, d) for r, d in need if r in ("mem_rd", "mem")]
+                # its LOADs were booked when it was dispatched: the chunk streams on from the time its data
+                # starts to arrive
                 need = [(r, d) for r, d in need if r not in ("mem_rd", "mem")]
-                for r, d in loads:
-                    s = lines[r].earliest(dispatched[c], d)
-                    lines[r].reserve(s, d)
-                    busy[r] = busy.get(r, 0.0) + d
-                    end = max(end, s + d)
-                    t0 = max(t0, s)
+                t0, end = max(t, loaded[c][0]), max(end, loaded[c][1])
             for g, members in _gangs(need, lead[pi], torus).items():
                 s = t0
                 while True:
@@ -342,7 +339,8 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
             busy[r] = busy.get(r, 0.0) + d
             end = s + d
         stored[c] = end
-        inphase[pi] += 1
+        if not (gang and pi == 0):          # a dispatched chunk holds its place in phase 0 already
+            inphase[pi] += 1
         seq += 1
         # the RTL's chunk leaves its last phase's partition for the terminal one after its last step, its
         # STOREs still streaming
@@ -351,7 +349,25 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
     def leave_phase(pi, t):
         inphase[pi] -= 1
         if waiting[pi]:
-            enter(waiting[pi].pop(0), pi, t)
+            (dispatch if gang and pi == 0 else enter)(waiting[pi].pop(0), pi, t)
+
+    def dispatch(c, pi, t):
+        # the RTL: the chunk takes its place in phase 0's partition and its LOADs start
+        nonlocal seq
+        inphase[0] += 1
+        first, last = t, t
+        for r, spb in plans[0][0].items():
+            if r in ("mem_rd", "mem"):
+                d = spb * sizes[c]
+                lines.setdefault(r, _Timeline())
+                s = lines[r].earliest(t, d)
+                lines[r].reserve(s, d)
+                busy[r] = busy.get(r, 0.0) + d
+                first, last = max(first, s), max(last, s + d)
+        loaded[c] = (first, last)
+        if fsm_free[c] is not None:
+            seq += 1
+            heapq.heappush(events, (max(t, fsm_free[c]), seq, 3, c))
 
     def to_terminal(c, t):
         # the RTL: the chunk moves to the terminal partition and its FSM takes its next chunk (and the
@@ -359,11 +375,15 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
         nonlocal seq, in_terminal
         leave_phase(n_ph - 1, t)
         in_terminal += 1
-        if c + per_fsm < n_chunks:
-            seq += 1
-            heapq.heappush(events, (t, seq, 0, c + per_fsm))
-            if c + 2 * per_fsm < n_chunks:
-                dispatched[c + 2 * per_fsm] = t
+        nxt = c + per_fsm
+        if nxt < n_chunks:
+            fsm_free[nxt] = t
+            if loaded[nxt] is not None:
+                seq += 1
+                heapq.heappush(events, (t, seq, 3, nxt))
+            if nxt + per_fsm < n_chunks:
+                seq += 1
+                heapq.heappush(events, (t, seq, 0, nxt + per_fsm))
         seq += 1
         heapq.heappush(events, (max(t, stored[c]), seq, 2, c))
 
@@ -372,9 +392,11 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
         pi = phase_of[c]
         if kind == 0:
             if inphase[pi] < slots[pi]:
-                enter(c, pi, t)
+                (dispatch if gang and pi == 0 else enter)(c, pi, t)
             else:
                 waiting[pi].append(c)
+        elif kind == 3:
+            enter(c, 0, t)
         elif kind == 2:                                 # the chunk's STOREs are done: its buffer is free
             in_terminal -= 1
             done[c] = t

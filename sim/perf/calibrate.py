@@ -125,6 +125,13 @@ RTL_POINTS = (
              "allgather", "bidir-ring:4", 1 << 20, 17746),
     RtlPoint("syncfabric run --config paper --collective allgather --topology bidir-ring:4 --bytes 1M "
              "--chunk-bytes 8K", "paper", "allgather", "bidir-ring:4", 1 << 20, 17777, chunk_bytes=8 << 10),
+    # an all-gather on ring:2 of small engines at two chunk sizes (session 64, on 1d1f5de): 1 KiB chunks near
+    # the NPU memory port's bound (4,096 cycles), 256 B chunks bound by the FSMs' steps (2.5 idle cycles per
+    # step)
+    RtlPoint("syncfabric run --config small --collective allgather --topology ring:2 --bytes 64K "
+             "--chunk-bytes 1K", "small", "allgather", "ring:2", 64 << 10, 4798, chunk_bytes=1 << 10),
+    RtlPoint("syncfabric run --config small --collective allgather --topology ring:2 --bytes 64K "
+             "--chunk-bytes 256", "small", "allgather", "ring:2", 64 << 10, 9891, chunk_bytes=256),
     # the small engine's rows measured with `syncfabric perf calibrate --measure --config small` on ff93be0
     # (the all-to-all programs spreading their ties)
     RtlPoint("syncfabric run --config small --collective allreduce --topology ring:4 --bytes 16384 --latency 10",

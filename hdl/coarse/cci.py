@@ -81,9 +81,10 @@ class CciTarget(Checked, wiring.Component):
 
     ``MEM_WR``/``MEM_RD`` below :data:`CORE_SPACE` become single-beat AXI writes/reads of DRAM answered by
     ``CMP``/``MEM_DATA`` with the request's tag; in the control region of a sync core they write or read that
-    core's registers (:func:`~.layouts.core_register_map`, value in data bits 0-31). Other sync-core regions answer a read with
-    zero data and a write with ``CMP`` without effect (RecvBuf is written by the ring, not the host). A response
-    opcode arriving as a request below :data:`CORE_SPACE` is dropped.
+    core's registers (:func:`~.layouts.core_register_map`: ``rw`` registers latched, the ``wo`` START a strobe
+    whose read returns the status, ``ro`` registers read back; value in data bits 0-31). Other sync-core regions
+    answer a read with zero data and a write with ``CMP`` without effect (RecvBuf is written by the ring, not the
+    host). A response opcode arriving as a request below :data:`CORE_SPACE` is dropped.
 
     Pipeline: an *issue* register holds one request until its AXI address handshake is done (write data go
     to a FIFO of ``depth`` beats that feeds W) or its register access happened, then records it in the in-order
@@ -136,13 +137,13 @@ class CciTarget(Checked, wiring.Component):
         strobes (a one-cycle pulse, ``start``) and of what reads return for the others (32-bit inputs: the
         ``ro`` registers and the status a read of ``START`` returns)."""
         regs = core_register_map(beat_bytes).registers()
+        if any(r.access not in ("rw", "wo", "ro") for r in regs):
+            raise ValueError("the CCI target serves rw, wo and ro sync-core registers only")
         index = {r.name: r.offset // beat_bytes for r in regs}
         writable = [(index[r.name], r.name.lower()) for r in regs if r.access == "rw"]
         strobes = [(index[r.name], r.name.lower()) for r in regs if r.access == "wo"]
         read_only = [(index[r.name], cls._STROBE_READS[r.name] if r.access == "wo" else r.name.lower())
                      for r in regs if r.access in ("wo", "ro")]
-        if any(r.access not in ("rw", "wo", "ro") for r in regs):
-            raise ValueError("the CCI target serves rw, wo and ro sync-core registers only")
         return writable, strobes, read_only
 
     def _registers(self, m, req, access, value):

@@ -15,8 +15,8 @@ every GPU.
         assert out == svc.expected("w0")          # the golden sync-core order, byte for byte
 
 Layers: :class:`CoarseRtl` is the driver of the system (CCI reads/writes, sync-core registers by
-name in :func:`~syncfabric.hdl.coarse.layouts.core_register_map`, one ring all-reduce); it talks to a :class:`CciBackend`
-(the simulator server :class:`syncfabric.host.transports.coarse.remote.RemoteCoarse`, or any object with the same
+name in :func:`~syncfabric.hdl.coarse.layouts.core_register_map`, one ring all-reduce); it talks to a
+:class:`CciBackend` (the simulator server :class:`syncfabric.host.transports.coarse.remote.RemoteCoarse`, or any object with the same
 ``call``).
 :class:`RtlCoarseService` is the parameter service on it: each client's proxy is the sync-core service of its
 own memory device (the one behind its CCI port), parameter storage allocates every tensor at the same DRAM

@@ -28,9 +28,9 @@ from amaranth.lib import data
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE, pack, unpack
 from ..common.regmap import Field, Register, RegisterMap, RegisterMapError
 
-__all__ = ["CciOpcode", "ADDR_BITS", "TAG_BITS", "cci_flit_layout", "Region", "CoreReg", "core_addr",
+__all__ = ["CciOpcode", "ADDR_BITS", "TAG_BITS", "cci_flit_layout", "Region", "core_addr",
            "is_core_addr", "decode_core_addr", "CORE_SPACE", "MAX_CORES", "pack_flit", "unpack_flit",
-           "core_mode_layout", "core_mode", "CoreStatus", "cci_pending_layout", "core_register_map",
+           "core_mode_layout", "core_mode", "cci_pending_layout", "core_register_map",
            "CTRL_REGION_BYTES"]
 
 #: Address and tag widths of the transaction layer.
@@ -100,7 +100,7 @@ def core_register_map(beat_bytes=16):
     :class:`~syncfabric.hdl.common.regmap.RegisterMap` of region ``CTRL`` of the core's window (offsets from
     the region's start; :func:`core_addr` adds the core and the region): one 32-bit register per beat address,
     register ``i`` of :data:`_CORE_REGISTERS` at byte ``i * beat_bytes``. ``MODE`` has the fields of
-    :func:`core_mode_layout`, ``START`` the status bits its read returns (:class:`CoreStatus`).
+    :func:`core_mode_layout`, ``START`` the status bits its read returns (``BUSY``, ``DONE``, ``ERROR``).
 
     Raises :class:`~syncfabric.hdl.common.regmap.RegisterMapError` for a beat that is not a power of two of at
     least 4 bytes (the registers would not be word aligned)."""
@@ -119,20 +119,6 @@ def core_register_map(beat_bytes=16):
                            f"{beat_bytes}-byte beat address (register i at byte i x beat_bytes, its value in "
                            f"data bits 0-31 of the flit); the `rw` registers give the core their value (no write "
                            f"strobe). Generated from `core_register_map({beat_bytes})` in `hdl/coarse/layouts.py`.")
-
-
-#: Control register indices (byte offset = index x beat_bytes in region ``CTRL``): a thin alias derived from
-#: :func:`core_register_map`, for code that names registers by index (``CoreReg.START``). Addresses come
-#: from the map (``core_register_map(beat_bytes).addr("START")``).
-CoreReg = enum.IntEnum("CoreReg", [(r.name, r.offset // 4) for r in core_register_map(4).registers()],
-                       module=__name__)
-CoreReg.__doc__ = "Control registers of a sync core by index (derived from :func:`core_register_map`)."
-
-#: Bits of the status a read of ``START`` returns: a thin alias derived from the ``START`` fields of
-#: :func:`core_register_map`.
-CoreStatus = enum.IntFlag("CoreStatus", [(f.name, f.mask) for f in core_register_map(4).register("START").fields],
-                          module=__name__)
-CoreStatus.__doc__ = "Bits of the status register (derived from the START fields of :func:`core_register_map`)."
 
 
 def core_mode(dtype, op):

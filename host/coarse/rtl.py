@@ -188,8 +188,8 @@ class CoarseRtl:
         return bytes(self.backend.call("dram", self._device(d), addr, nbytes))
 
     def reg_write(self, d, core, reg, value):
-        """Write sync-core register ``reg`` (its name in :attr:`regmap`, any case, or a
-        :class:`~syncfabric.hdl.coarse.layouts.CoreReg`) of core ``core`` on device ``d``."""
+        """Write sync-core register ``reg`` (its name in :attr:`regmap`, any case) of core ``core`` on device
+        ``d``."""
         self.backend.call("reg_write", self._device(d), self._core(core), self._reg(reg), int(value))
 
     def reg_read(self, d, core, reg):
@@ -204,8 +204,8 @@ class CoarseRtl:
     def _reg(self, reg):
         """The name of register ``reg`` in :attr:`regmap` (what the backend's ``reg_write``/``reg_read`` take);
         raises the map's :class:`~syncfabric.hdl.common.regmap.RegisterMapError` for an unknown one."""
-        name = reg.upper() if isinstance(reg, str) else getattr(reg, "name", reg)
-        if not isinstance(name, str) or name not in self.regmap:
+        name = reg.upper() if isinstance(reg, str) else None
+        if name is None or name not in self.regmap:
             names = ", ".join(r.name for r in self.regmap.registers())
             raise RegisterMapError(f"no sync-core register {reg!r} (one of {names})")
         return self.regmap.register(name).name

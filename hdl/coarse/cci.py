@@ -12,7 +12,7 @@ from amaranth.utils import exact_log2
 from ..common.axi import AXI4Signature, AxiBurst
 from ..common.refuse import Checked
 from ..system.link import RATE_DEN_MAX, DelayLine, pace
-from .layouts import ADDR_BITS, CciOpcode, CoreReg, Region, cci_flit_layout, cci_pending_layout
+from .layouts import ADDR_BITS, CciOpcode, Region, cci_flit_layout, cci_pending_layout, core_register_map
 
 __all__ = ["CciLink", "CciTarget"]
 
@@ -81,9 +81,10 @@ class CciTarget(Checked, wiring.Component):
 
     ``MEM_WR``/``MEM_RD`` below :data:`CORE_SPACE` become single-beat AXI writes/reads of DRAM answered by
     ``CMP``/``MEM_DATA`` with the request's tag; in the control region of a sync core they write or read that
-    core's registers (:class:`CoreReg`, value in data bits 0-31). Other sync-core regions answer a read with
-    zero data and a write with ``CMP`` without effect (RecvBuf is written by the ring, not the host). A response
-    opcode arriving as a request below :data:`CORE_SPACE` is dropped.
+    core's registers (:func:`~.layouts.core_register_map`: ``rw`` registers latched, the ``wo`` START a strobe
+    whose read returns the status, ``ro`` registers read back; value in data bits 0-31). Other sync-core regions
+    answer a read with zero data and a write with ``CMP`` without effect (RecvBuf is written by the ring, not the
+    host). A response opcode arriving as a request below :data:`CORE_SPACE` is dropped.
 
     Pipeline: an *issue* register holds one request until its AXI address handshake is done (write data go
     to a FIFO of ``depth`` beats that feeds W) or its register access happened, then records it in the in-order
@@ -116,18 +117,34 @@ class CciTarget(Checked, wiring.Component):
             "o_rsp": Out(stream.Signature(flit)),
             "axi": Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes)),
         }
+        self._writable, self._strobes, self._read_only = self._register_ports(beat_bytes)
         for k in range(n_cores):
-            for name in ("base", "stride", "chunks", "rank", "ranks", "mode"):
+            for _, name in self._writable:
                 members[f"c{k}_{name}"] = Out(32)
-            members[f"c{k}_start"] = Out(1)
-            for name in ("status", "cycles", "stalls", "alu_beats"):
+            for _, name in self._strobes:
+                members[f"c{k}_{name}"] = Out(1)
+            for _, name in self._read_only:
                 members[f"c{k}_{name}"] = In(32)
         super().__init__(members)
 
-    _WRITABLE = {CoreReg.BASE: "base", CoreReg.STRIDE: "stride", CoreReg.CHUNKS: "chunks", CoreReg.RANK: "rank",
-                 CoreReg.RANKS: "ranks", CoreReg.MODE: "mode"}
-    _READ_ONLY = {CoreReg.START: "status", CoreReg.CYCLES: "cycles", CoreReg.STALLS: "stalls",
-                  CoreReg.ALU_BEATS: "alu_beats"}
+    #: Port read back by a read of a ``wo`` register (instead of 0): reading START returns the core's status.
+    _STROBE_READS = {"START": "status"}
+
+    @classmethod
+    def _register_ports(cls, beat_bytes):
+        """From the sync core's register map (addresses as register indices ``offset / beat_bytes``):
+        ``(index, port)`` of the ``rw`` registers (a 32-bit output each, ``base`` ... ``mode``), of the ``wo``
+        strobes (a one-cycle pulse, ``start``) and of what reads return for the others (32-bit inputs: the
+        ``ro`` registers and the status a read of ``START`` returns)."""
+        regs = core_register_map(beat_bytes).registers()
+        if any(r.access not in ("rw", "wo", "ro") for r in regs):
+            raise ValueError("the CCI target serves rw, wo and ro sync-core registers only")
+        index = {r.name: r.offset // beat_bytes for r in regs}
+        writable = [(index[r.name], r.name.lower()) for r in regs if r.access == "rw"]
+        strobes = [(index[r.name], r.name.lower()) for r in regs if r.access == "wo"]
+        read_only = [(index[r.name], cls._STROBE_READS[r.name] if r.access == "wo" else r.name.lower())
+                     for r in regs if r.access in ("wo", "ro")]
+        return writable, strobes, read_only
 
     def _registers(self, m, req, access, value):
         """Register file access of request ``req`` in the cycle ``access`` is high; ``value``: what a read gives."""
@@ -137,14 +154,15 @@ class CciTarget(Checked, wiring.Component):
             for k in range(self.n_cores):
                 with m.If(core == k):
                     with m.If(req.opcode == CciOpcode.MEM_WR):
-                        for code, name in self._WRITABLE.items():
+                        for code, name in self._writable:
                             with m.If(reg == code):
                                 m.d.sync += getattr(self, f"c{k}_{name}").eq(req.data[:32])
-                        with m.If(reg == CoreReg.START):
-                            m.d.comb += getattr(self, f"c{k}_start").eq(1)
+                        for code, name in self._strobes:
+                            with m.If(reg == code):
+                                m.d.comb += getattr(self, f"c{k}_{name}").eq(1)
                     with m.Else():
                         with m.Switch(reg):
-                            for code, name in (*self._WRITABLE.items(), *self._READ_ONLY.items()):
+                            for code, name in (*self._writable, *self._read_only):
                                 with m.Case(code):
                                     m.d.comb += value.eq(getattr(self, f"c{k}_{name}"))
 

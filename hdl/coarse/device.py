@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.axi import AXI4Signature
 from .cci import CciTarget
-from .layouts import ADDR_BITS, cci_flit_layout, core_mode_layout
+from .layouts import ADDR_BITS, cci_flit_layout, core_mode_layout, core_register_map
 from .sync_core import SyncCore
 
 __all__ = ["AxiArbiter", "MemoryDevice"]
@@ -143,13 +143,17 @@ class MemoryDevice(wiring.Component):
         wiring.connect(m, target.o_rsp, wiring.flipped(self.o_host))
         mode = [data.View(core_mode_layout(), getattr(target, f"c{g}_mode")[:core_mode_layout().size])
                 for g in range(len(cores))]
+        status_fields = sorted(core_register_map(self.beat_bytes).register("START").fields, key=lambda f: f.lsb)
+        assert [(f.lsb, f.width) for f in status_fields] == [(i, 1) for i in range(len(status_fields))], \
+            "the status bits a read of START returns are one bit each from bit 0"
         for g, c in enumerate(cores):
+            status = {"BUSY": c.busy, "DONE": c.done, "ERROR": c.err}   # the START fields of the register map
             m.d.comb += [
                 c.base.eq(getattr(target, f"c{g}_base")), c.stride.eq(getattr(target, f"c{g}_stride")),
                 c.chunks.eq(getattr(target, f"c{g}_chunks")), c.rank.eq(getattr(target, f"c{g}_rank")),
                 c.ranks.eq(getattr(target, f"c{g}_ranks")), c.dtype.eq(mode[g].dtype), c.op.eq(mode[g].op),
                 c.start.eq(getattr(target, f"c{g}_start")),
-                getattr(target, f"c{g}_status").eq(Cat(c.busy, c.done, c.err)),  # CoreStatus bits
+                getattr(target, f"c{g}_status").eq(Cat(*(status[f.name] for f in status_fields))),
                 getattr(target, f"c{g}_cycles").eq(c.cycles),
                 getattr(target, f"c{g}_stalls").eq(c.stalls),
                 getattr(target, f"c{g}_alu_beats").eq(c.alu_beats),

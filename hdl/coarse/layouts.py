@@ -16,19 +16,22 @@ Address map of a memory device (``ADDR_BITS`` = 32)::
                  region 0  RecvBuf  (write only: remote sync cores' ring traffic)
                  region 1  LocalBuf (read only)
                  region 2  SendBuf  (read only)
-                 region 3  control registers (:class:`CoreReg`, one 32-bit register per beat address)
+                 region 3  control registers (:func:`core_register_map`, one 32-bit register per beat address)
 """
 
 import enum
+import functools
 
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE, pack, unpack
+from ..common.regmap import Field, Register, RegisterMap, RegisterMapError
 
-__all__ = ["CciOpcode", "ADDR_BITS", "TAG_BITS", "cci_flit_layout", "Region", "CoreReg", "core_addr",
+__all__ = ["CciOpcode", "ADDR_BITS", "TAG_BITS", "cci_flit_layout", "Region", "core_addr",
            "is_core_addr", "decode_core_addr", "CORE_SPACE", "MAX_CORES", "pack_flit", "unpack_flit",
-           "core_mode_layout", "core_mode", "CoreStatus", "cci_pending_layout"]
+           "core_mode_layout", "core_mode", "cci_pending_layout", "core_register_map",
+           "CTRL_REGION_BYTES"]
 
 #: Address and tag widths of the transaction layer.
 ADDR_BITS = 32
@@ -55,18 +58,35 @@ class Region(enum.IntEnum):
     CTRL = 3
 
 
-class CoreReg(enum.IntEnum):
-    """Control registers of a sync core (byte offset = index x beat_bytes in region ``CTRL``)."""
-    BASE = 0        #: DRAM byte address of the core's first chunk
-    STRIDE = 1      #: bytes from one of its chunks to the next
-    CHUNKS = 2      #: chunks to synchronize
-    RANK = 3        #: ring position of this device in the core's group
-    RANKS = 4       #: devices in the ring
-    MODE = 5        #: element type and operator (:func:`core_mode_layout`)
-    START = 6       #: write: start (clears DONE); read: status (:class:`CoreStatus`)
-    CYCLES = 7      #: read: cycles busy in the last run
-    STALLS = 8      #: read: cycles the ring steps waited for a RecvBuf entry
-    ALU_BEATS = 9   #: read: beats through the ALU in the last run
+#: Bytes of a sync core's control region (the 20-bit offset of its window).
+CTRL_REGION_BYTES = 1 << 20
+
+#: The control registers in address order: ``(name, access, doc)``; register ``i`` is at byte ``i * beat_bytes``
+#: of region ``CTRL`` (one 32-bit register per beat address, in data bits 0-31). The one list the RTL
+#: (:class:`~syncfabric.hdl.coarse.cci.CciTarget`), the host driver, the testbenches and ``docs/coarse.md``
+#: read, through :func:`core_register_map`.
+_CORE_REGISTERS = (
+    ("BASE", "rw", "DRAM byte address of the core's first chunk"),
+    ("STRIDE", "rw", "bytes from one of its chunks to the next"),
+    ("CHUNKS", "rw", "chunks to synchronize"),
+    ("RANK", "rw", "ring position of this device in the core's group"),
+    ("RANKS", "rw", "devices in the ring"),
+    ("MODE", "rw", "element type and operator (`core_mode_layout()`; `core_mode(dtype, op)` packs it)"),
+    ("START", "wo", "write (any value): start a run (clears DONE; a one-cycle strobe, the value is not kept). "
+                    "Unlike other `wo` registers a read does not return 0 but the core's status (the fields)"),
+    ("CYCLES", "ro", "cycles busy in the last run"),
+    ("STALLS", "ro", "cycles the ring steps waited for a RecvBuf entry"),
+    ("ALU_BEATS", "ro", "beats through the ALU in the last run"),
+)
+
+_MODE_FIELD_DOCS = {"dtype": "element type (`DType` code of `sim/golden/types.py`)",
+                    "op": "reduction operator (`ReduceOp` code of `sim/golden/types.py`)"}
+#: Bits of the status a read of ``START`` returns: ``(name, doc)`` from bit 0 up.
+_STATUS_FIELDS = (
+    ("BUSY", "a run is in progress"),
+    ("DONE", "the last run finished (cleared by a write to START)"),
+    ("ERROR", "an AXI error response, or a bad `RANKS` / `RANK`"),
+)
 
 
 def core_mode_layout():
@@ -74,17 +94,37 @@ def core_mode_layout():
     return data.StructLayout({"dtype": DTYPE_SHAPE, "op": OP_SHAPE})
 
 
+@functools.lru_cache(maxsize=None)
+def core_register_map(beat_bytes=16):
+    """The control registers of a sync core with ``beat_bytes``-byte beats, as a
+    :class:`~syncfabric.hdl.common.regmap.RegisterMap` of region ``CTRL`` of the core's window (offsets from
+    the region's start; :func:`core_addr` adds the core and the region): one 32-bit register per beat address,
+    register ``i`` of :data:`_CORE_REGISTERS` at byte ``i * beat_bytes``. ``MODE`` has the fields of
+    :func:`core_mode_layout`, ``START`` the status bits its read returns (``BUSY``, ``DONE``, ``ERROR``).
+
+    Raises :class:`~syncfabric.hdl.common.regmap.RegisterMapError` for a beat that is not a power of two of at
+    least 4 bytes (the registers would not be word aligned)."""
+    if beat_bytes < 4 or beat_bytes & (beat_bytes - 1):
+        raise RegisterMapError(f"sync-core registers need a power-of-two beat of at least 4 bytes, "
+                               f"not {beat_bytes}")
+    fields = {
+        "MODE": tuple(Field(name, f.offset, f.width, _MODE_FIELD_DOCS[name]) for name, f in core_mode_layout()),
+        "START": tuple(Field(name, bit, 1, doc) for bit, (name, doc) in enumerate(_STATUS_FIELDS)),
+    }
+    regs = [Register(name, i * beat_bytes, access, fields=fields.get(name, ()), doc=doc)
+            for i, (name, access, doc) in enumerate(_CORE_REGISTERS)]
+    return RegisterMap("sync-core", regs, CTRL_REGION_BYTES,
+                       doc=f"Control registers of a sync core: region {int(Region.CTRL)} (`CTRL`) of its window "
+                           f"(`core_addr(core, Region.CTRL, offset)`), one 32-bit register per "
+                           f"{beat_bytes}-byte beat address (register i at byte i x beat_bytes, its value in "
+                           f"data bits 0-31 of the flit); the `rw` registers give the core their value (no write "
+                           f"strobe). Generated from `core_register_map({beat_bytes})` in `hdl/coarse/layouts.py`.")
+
+
 def core_mode(dtype, op):
     """MODE register value for ``dtype`` (:class:`~syncfabric.sim.golden.types.DType`) and ``op``
     (:class:`~syncfabric.sim.golden.types.ReduceOp`)."""
-    return pack(core_mode_layout(), {"dtype": dtype, "op": op})
-
-
-class CoreStatus(enum.IntFlag):
-    """Bits of the status register."""
-    BUSY = 1
-    DONE = 2
-    ERROR = 4       #: an AXI error response, or a bad ``RANKS`` / ``RANK``
+    return core_register_map().encode("MODE", dtype=int(dtype), op=int(op))
 
 
 def cci_flit_layout(beat_bytes=16):
@@ -141,7 +181,9 @@ def unpack_flit(beat_bytes, bits):
 
 def format_markdown(beat_bytes=16):
     """Markdown tables of the flit layout, the opcodes and the control registers (``docs/coarse.md`` holds
-    this text; a test keeps them equal)."""
+    this text; a test keeps them equal). The register part is :meth:`RegisterMap.markdown
+    <syncfabric.hdl.common.regmap.RegisterMap.markdown>` of :func:`core_register_map`, its headings moved two
+    levels down to sit in a section of the doc."""
     lines = [f"Flit ({cci_flit_layout(beat_bytes).size} bits with {beat_bytes}-byte beats):", "",
              "| field | bits | width |", "|---|---|---|"]
     for name, field in cci_flit_layout(beat_bytes):
@@ -151,7 +193,6 @@ def format_markdown(beat_bytes=16):
                CciOpcode.MEM_DATA: ("response", "tag, data"), CciOpcode.CMP: ("response", "tag")}
     for op in CciOpcode:
         lines.append(f"| `{op.name}` | {op.value} | {carries[op][0]} | {carries[op][1]} |")
-    lines += ["", "| register | index | byte offset in region 3 |", "|---|---|---|"]
-    for reg in CoreReg:
-        lines.append(f"| `{reg.name}` | {reg.value} | {reg.value} x beat_bytes |")
+    regs = core_register_map(beat_bytes).markdown(f"Sync-core control registers ({beat_bytes}-byte beats)")
+    lines += [""] + [f"##{line}" if line.startswith("#") else line for line in regs.splitlines()]
     return "\n".join(lines) + "\n"

@@ -15,8 +15,8 @@ every GPU.
         assert out == svc.expected("w0")          # the golden sync-core order, byte for byte
 
 Layers: :class:`CoarseRtl` is the driver of the system (CCI reads/writes, sync-core registers by
-:class:`~syncfabric.hdl.coarse.layouts.CoreReg` name, one ring all-reduce); it talks to a :class:`CciBackend`
-(the simulator server :class:`syncfabric.host.transports.coarse.remote.RemoteCoarse`, or any object with the same
+name in :func:`~syncfabric.hdl.coarse.layouts.core_register_map`, one ring all-reduce); it talks to a
+:class:`CciBackend` (the simulator server :class:`syncfabric.host.transports.coarse.remote.RemoteCoarse`, or any object with the same
 ``call``).
 :class:`RtlCoarseService` is the parameter service on it: each client's proxy is the sync-core service of its
 own memory device (the one behind its CCI port), parameter storage allocates every tensor at the same DRAM
@@ -28,7 +28,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ...hdl.coarse.layouts import CORE_SPACE, CoreReg, CoreStatus, core_mode
+from ...hdl.coarse.layouts import CORE_SPACE, core_mode, core_register_map
+from ...hdl.common.regmap import RegisterMapError
 from ...sim.golden.coarse import chunk_bytes_for, coarse_allreduce, ring_positions
 from ...sim.golden.types import DType, ReduceOp, dtype_bytes
 from .storage import ParameterStorage
@@ -101,6 +102,8 @@ class CoarseRtl:
         self.n, self.groups, self.beat_bytes, self.entry_beats = n_devices, n_groups, beat_bytes, entry_beats
         self.mem_bytes, self.window, self.latency, self.ring_rate = mem_bytes, window, latency, tuple(ring_rate)
         self.cci_depth, self.ram_queue = cci_depth, ram_queue
+        #: The sync cores' control registers (addresses, access types, the status fields of START).
+        self.regmap = core_register_map(beat_bytes)
         #: Bytes of one sync-core chunk (one entry per device).
         self.chunk_bytes = chunk_bytes_for(n_devices, entry_beats * beat_bytes)
         if backend is None:
@@ -185,27 +188,27 @@ class CoarseRtl:
         return bytes(self.backend.call("dram", self._device(d), addr, nbytes))
 
     def reg_write(self, d, core, reg, value):
-        """Write sync-core register ``reg`` (a :class:`CoreReg` or its name) of core ``core`` on device ``d``."""
-        self.backend.call("reg_write", self._device(d), self._core(core), int(self._reg(reg)), int(value))
+        """Write sync-core register ``reg`` (its name in :attr:`regmap`, any case) of core ``core`` on device
+        ``d``."""
+        self.backend.call("reg_write", self._device(d), self._core(core), self._reg(reg), int(value))
 
     def reg_read(self, d, core, reg):
         """Read sync-core register ``reg`` of core ``core`` on device ``d``."""
-        return int(self.backend.call("reg_read", self._device(d), self._core(core), int(self._reg(reg))))
+        return int(self.backend.call("reg_read", self._device(d), self._core(core), self._reg(reg)))
 
     def _core(self, core):
         if not 0 <= core < self.groups:
             raise ValueError(f"no sync core {core}: each device has cores 0..{self.groups - 1}")
         return core
 
-    @staticmethod
-    def _reg(reg):
-        if isinstance(reg, str):
-            try:
-                return CoreReg[reg.upper()]
-            except KeyError:
-                raise ValueError(f"no sync-core register {reg!r} (one of {', '.join(r.name for r in CoreReg)})") \
-                    from None
-        return CoreReg(reg)
+    def _reg(self, reg):
+        """The name of register ``reg`` in :attr:`regmap` (what the backend's ``reg_write``/``reg_read`` take);
+        raises the map's :class:`~syncfabric.hdl.common.regmap.RegisterMapError` for an unknown one."""
+        name = reg.upper() if isinstance(reg, str) else None
+        if name is None or name not in self.regmap:
+            names = ", ".join(r.name for r in self.regmap.registers())
+            raise RegisterMapError(f"no sync-core register {reg!r} (one of {names})")
+        return self.regmap.register(name).name
 
     # -- synchronization -------------------------------------------------------------------------------------
     def allreduce(self, base, nbytes, dtype="fp32", op="sum", timeout_cycles=1_000_000, poll_cycles=32):
@@ -222,20 +225,21 @@ class CoarseRtl:
         program = []
         for d in range(self.n):
             for g in range(self.groups):
-                for reg, value in ((CoreReg.BASE, base + g * self.chunk_bytes), (CoreReg.STRIDE, span),
-                                   (CoreReg.CHUNKS, nbytes // span), (CoreReg.RANK, ring_positions(self.n, g)[d]),
-                                   (CoreReg.RANKS, self.n), (CoreReg.MODE, core_mode(dtype, op))):
-                    program.append(("reg_write", d, g, int(reg), value))
+                for reg, value in (("BASE", base + g * self.chunk_bytes), ("STRIDE", span),
+                                   ("CHUNKS", nbytes // span), ("RANK", ring_positions(self.n, g)[d]),
+                                   ("RANKS", self.n), ("MODE", core_mode(dtype, op))):
+                    program.append(("reg_write", d, g, self._reg(reg), value))
         self.backend.call("batch", program)
         t0 = self.cycles()
-        self.backend.call("batch", [("reg_write", d, g, int(CoreReg.START), 1)
+        status_bits = self.regmap.register("START")     # reading START returns the status
+        self.backend.call("batch", [("reg_write", d, g, "START", 1)
                                     for d in range(self.n) for g in range(self.groups)])
         while True:
-            status = self.backend.call("batch", [("reg_read", d, g, int(CoreReg.START))
+            status = self.backend.call("batch", [("reg_read", d, g, "START")
                                                  for d in range(self.n) for g in range(self.groups)])
-            if any(s & CoreStatus.ERROR for s in status):
+            if any(status_bits.field("ERROR").extract(s) for s in status):
                 raise RuntimeError(f"a sync core reported an error (status per device and core: {status})")
-            if all(s & CoreStatus.DONE for s in status):
+            if all(status_bits.field("DONE").extract(s) for s in status):
                 return self.cycles() - t0
             if self.cycles() - t0 > timeout_cycles:
                 raise RuntimeError(f"the sync cores did not finish within {timeout_cycles} cycles "

@@ -9,7 +9,8 @@ Requests (``(op, *args)``):
 ``("write", d, addr, data)``               GPU ``d`` writes ``data`` (whole beats) at device address ``addr``
                                            (``MEM_WR`` requests, ``window`` in flight); returns None
 ``("read", d, addr, n)``                   GPU ``d`` reads ``n`` bytes (whole beats); returns the bytes
-``("reg_write", d, core, reg, value)``     a sync-core register write through CCI
+``("reg_write", d, core, reg, value)``     a sync-core register write through CCI (``reg``: a register name of
+                                           :func:`~syncfabric.hdl.coarse.layouts.core_register_map`)
 ``("reg_read", d, core, reg)``             a sync-core register read through CCI; returns the value
 ``("batch", [req, ...])``                  the requests above at once: each GPU runs its own in order, the
                                            GPUs concurrently; returns ``[value, ...]`` in request order

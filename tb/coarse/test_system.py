@@ -22,7 +22,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiRam
 
-from ...hdl.coarse.layouts import (CciOpcode, CoreReg, CoreStatus, Region, core_addr, core_mode, pack_flit,
+from ...hdl.coarse.layouts import (CciOpcode, Region, core_addr, core_mode, core_register_map, pack_flit,
                                    unpack_flit)
 from ...hdl.coarse.system import link_names
 from ...sim.golden.arith import to_bytes
@@ -80,10 +80,14 @@ class CciMaster:
         return b"".join(v.to_bytes(self.bb, "little") for v in data)
 
     async def reg_write(self, core, reg, value):
-        await self.transact([(CciOpcode.MEM_WR, core_addr(core, Region.CTRL, int(reg) * self.bb), value)])
+        """Write sync-core register ``reg`` (its name in :func:`core_register_map`) of core ``core``."""
+        addr = core_addr(core, Region.CTRL, core_register_map(self.bb).addr(reg))
+        await self.transact([(CciOpcode.MEM_WR, addr, value)])
 
     async def reg_read(self, core, reg):
-        return (await self.transact([(CciOpcode.MEM_RD, core_addr(core, Region.CTRL, int(reg) * self.bb), 0)]))[0]
+        """Read sync-core register ``reg`` (its name in :func:`core_register_map`) of core ``core``."""
+        addr = core_addr(core, Region.CTRL, core_register_map(self.bb).addr(reg))
+        return (await self.transact([(CciOpcode.MEM_RD, addr, 0)]))[0]
 
 
 class SystemTB:
@@ -153,22 +157,23 @@ class SystemTB:
         await _all(g.write(base, bufs[d].tobytes()) for d, g in enumerate(self.gpus))
         for d, gpu in enumerate(self.gpus):
             for g in range(self.G):
-                for reg, value in ((CoreReg.BASE, base + g * chunk), (CoreReg.STRIDE, self.G * chunk),
-                                   (CoreReg.CHUNKS, chunks_per_group),
-                                   (CoreReg.RANK, ring_positions(self.n, g)[d]), (CoreReg.RANKS, self.n),
-                                   (CoreReg.MODE, core_mode(dtype, op))):
+                for reg, value in (("BASE", base + g * chunk), ("STRIDE", self.G * chunk),
+                                   ("CHUNKS", chunks_per_group),
+                                   ("RANK", ring_positions(self.n, g)[d]), ("RANKS", self.n),
+                                   ("MODE", core_mode(dtype, op))):
                     await gpu.reg_write(g, reg, value)
         flits0 = self._flits()
         t0 = self.cycles()
-        await _all(gpu.reg_write(g, CoreReg.START, 1) for gpu in self.gpus for g in range(self.G))
+        start = core_register_map(self.bb).register("START")     # a read returns the status (its fields)
+        await _all(gpu.reg_write(g, "START", 1) for gpu in self.gpus for g in range(self.G))
         for _ in range(100_000):
             await ClockCycles(self.dut.clk, 16)
-            status = [await gpu.reg_read(g, CoreReg.START) for gpu in self.gpus for g in range(self.G)]
-            if all(s & CoreStatus.DONE for s in status):
+            status = [await gpu.reg_read(g, "START") for gpu in self.gpus for g in range(self.G)]
+            if all(start.field("DONE").extract(s) for s in status):
                 break
         else:
             raise AssertionError("sync cores did not finish")
-        assert not any(s & CoreStatus.ERROR for s in status), f"a sync core reported an error: {status}"
+        assert not any(start.field("ERROR").extract(s) for s in status), f"a sync core reported an error: {status}"
         cycles = self.cycles() - t0
         flits = {k: v - flits0[k] for k, v in self._flits().items()}
         cores = []
@@ -176,8 +181,8 @@ class SystemTB:
             for g in range(self.G):
                 cores.append({"device": gpu.d, "group": g,
                               **{name: await gpu.reg_read(g, reg) for name, reg in (
-                                  ("cycles", CoreReg.CYCLES), ("stalls", CoreReg.STALLS),
-                                  ("alu_beats", CoreReg.ALU_BEATS))}})
+                                  ("cycles", "CYCLES"), ("stalls", "STALLS"),
+                                  ("alu_beats", "ALU_BEATS"))}})
         core_cycles = [c["cycles"] for c in cores]
         want = coarse_allreduce(bufs, dtype, op, self.eb * self.bb, self.G).tobytes()
         pulled = await _all(g.read(base, nbytes) for g in self.gpus)

@@ -12,17 +12,23 @@ import pytest
 from amaranth.sim import Simulator
 
 from syncfabric.hdl.coarse.cci import CciTarget
-from syncfabric.hdl.coarse.layouts import CciOpcode, CoreReg, Region, cci_pending_layout, core_addr, pack_flit, \
-    unpack_flit
+from syncfabric.hdl.coarse.layouts import CciOpcode, Region, cci_pending_layout, core_addr, core_register_map, \
+    pack_flit, unpack_flit
 from syncfabric.host.transports.axi_model import AxiRamModel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "hdl"))
 from sim_helpers import seed_for  # noqa: E402
 
 BEAT = 8
-WRITABLE = (CoreReg.BASE, CoreReg.STRIDE, CoreReg.CHUNKS, CoreReg.RANK, CoreReg.RANKS, CoreReg.MODE)
-READ_BACK = {CoreReg.START: "status", CoreReg.CYCLES: "cycles", CoreReg.STALLS: "stalls",
-             CoreReg.ALU_BEATS: "alu_beats"}
+#: The sync-core registers (names and CTRL addresses) the target serves.
+REGS = core_register_map(BEAT)
+WRITABLE = ("BASE", "STRIDE", "CHUNKS", "RANK", "RANKS", "MODE")
+READ_BACK = {"START": "status", "CYCLES": "cycles", "STALLS": "stalls", "ALU_BEATS": "alu_beats"}
+
+
+def read_back_value(core, name):
+    """What the test drives on read-back port ``name`` of core ``core``: distinct per core and register."""
+    return 1000 * core + REGS.addr(name) // BEAT
 
 
 def random_requests(rng, n, n_cores=2, addrs=4):
@@ -36,7 +42,7 @@ def random_requests(rng, n, n_cores=2, addrs=4):
         elif kind < 0.9:
             reg = rng.choice(WRITABLE + tuple(READ_BACK))
             op = rng.choice([CciOpcode.MEM_RD, CciOpcode.MEM_WR])
-            out.append((op, core_addr(rng.randrange(n_cores), Region.CTRL, int(reg) * BEAT), rng.getrandbits(40)))
+            out.append((op, core_addr(rng.randrange(n_cores), Region.CTRL, REGS.addr(reg)), rng.getrandbits(40)))
         elif kind < 0.95:
             out.append((rng.choice(list(CciOpcode)), core_addr(0, Region.SEND, BEAT * rng.randrange(4)), 5))
         else:                       # a response opcode in DRAM space: dropped, no answer
@@ -51,18 +57,19 @@ def model(reqs, n_cores=2):
         tag &= 0xFF
         rsp_op = CciOpcode.MEM_DATA if op == CciOpcode.MEM_RD else CciOpcode.CMP
         if addr >> 31:
-            core, region, reg = (addr >> 24) & 0x7F, (addr >> 20) & 0xF, (addr & 0xFFFFF) // BEAT
+            core, region, hit = (addr >> 24) & 0x7F, (addr >> 20) & 0xF, REGS.at(addr & 0xFFFFF)
+            reg = hit[0].name if hit else None
             value = 0
             if region == Region.CTRL and core < n_cores:
                 if op == CciOpcode.MEM_WR:
-                    if reg in [int(r) for r in WRITABLE]:
-                        regs[(core, CoreReg(reg))] = data & 0xFFFFFFFF
-                    if reg == CoreReg.START:
+                    if reg in WRITABLE:
+                        regs[(core, reg)] = data & 0xFFFFFFFF
+                    if reg == "START":
                         starts[core] += 1
-                elif reg in [int(r) for r in WRITABLE]:
-                    value = regs[(core, CoreReg(reg))]
-                elif reg in [int(r) for r in READ_BACK]:
-                    value = 1000 * core + reg
+                elif reg in WRITABLE:
+                    value = regs[(core, reg)]
+                elif reg in READ_BACK:
+                    value = read_back_value(core, reg)
             rsps.append((rsp_op, tag, value))
         elif op == CciOpcode.MEM_WR:
             mem[addr] = data
@@ -84,7 +91,7 @@ def run_target(reqs, *, depth, seed, idle=0.0, backpressure=0.0, ram_kw=None, n_
     async def producer(ctx):
         for k in range(n_cores):
             for reg, name in READ_BACK.items():
-                ctx.set(getattr(dut, f"c{k}_{name}"), 1000 * k + int(reg))
+                ctx.set(getattr(dut, f"c{k}_{name}"), read_back_value(k, reg))
         for tag, (op, addr, data) in enumerate(reqs):
             while rng_in.random() < idle:
                 ctx.set(dut.i_req.valid, 0)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from syncfabric.hdl.coarse.layouts import CoreReg, CoreStatus
+from syncfabric.hdl.coarse.layouts import core_register_map
 from syncfabric.host.cli import main
 from syncfabric.host.coarse.rtl import CciBackend, CoarseRtl, MismatchError, RtlCoarseService, run_round
 from syncfabric.sim.golden.coarse import coarse_allreduce
@@ -27,7 +27,8 @@ class ModelBackend(CciBackend):
     def __init__(self, n_devices, n_groups, beat_bytes, entry_beats, mem_bytes=1 << 14, corrupt=False):
         self.n, self.g, self.entry = n_devices, n_groups, beat_bytes * entry_beats
         self.mem = [bytearray(mem_bytes) for _ in range(n_devices)]
-        self.regs = {}
+        self.regs = {}                  # (device, core, register name): value
+        self.done = core_register_map(beat_bytes).encode("START", DONE=1)     # the status a START read returns
         self.corrupt, self.now, self.closed = corrupt, 0, False
 
     def call(self, op, *args):
@@ -50,12 +51,12 @@ class ModelBackend(CciBackend):
         if op == "reg_write":
             d, core, reg, value = args
             self.regs[(d, core, reg)] = value
-            if reg == CoreReg.START and d == self.n - 1 and core == self.g - 1:
+            if reg == "START" and d == self.n - 1 and core == self.g - 1:
                 self._run()
             return None
         if op == "reg_read":
             d, core, reg = args
-            return CoreStatus.DONE if reg == CoreReg.START else self.regs.get((d, core, reg), 0)
+            return self.done if reg == "START" else self.regs.get((d, core, reg), 0)
         if op in ("cycles",):
             return self.now
         if op == "idle":
@@ -64,7 +65,7 @@ class ModelBackend(CciBackend):
         raise ValueError(op)
 
     def _run(self):
-        r = lambda name: self.regs[(0, 0, int(CoreReg[name]))]     # noqa: E731
+        r = lambda name: self.regs[(0, 0, name)]     # noqa: E731
         base, stride, chunks, mode = r("BASE"), r("STRIDE"), r("CHUNKS"), r("MODE")
         n = stride * chunks
         bufs = [np.frombuffer(bytes(m[base:base + n]), dtype=np.uint8) for m in self.mem]

@@ -447,6 +447,9 @@ def _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_
                          out.get("window_wall_s") or out["wall_s"], out.get("sram_conflict", []))
     res["contributors"] = j["contributors"]
     res["expected_contributors"] = j["expect_contributors"]
+    if out.get("switch_hold_cycles") is not None:
+        # a switch: the cycles it held an up-link (its queues a round trip deep, docs/engine.md section 5)
+        res["switch_hold_cycles"] = out["switch_hold_cycles"]
     if partitions:
         res["partitions"] = [{k: p[k] for k in ("ranks", "windows", "crossed", "exchange_s")}
                              for p in out["partitions"]]
@@ -628,6 +631,9 @@ def format_summary(r):
         util = ", ".join(f"{p}: {u:.3f}" for p, u in r["port_utilization"].items())
         lines.append(f"  link use per port (flits / (cycles x rate), mean over ranks): {util}; forwarded bytes "
                      f"through NPU memory: {r['forwarded_bytes_to_npu_memory']}")
+        if r.get("switch_hold_cycles") is not None:
+            lines.append(f"  switch: held an up-link in {r['switch_hold_cycles']} cycles (its queues full to the "
+                         f"round trip's margin)")
         for ph in r.get("phases", ()) if len(r.get("phases", ())) > 1 else ():
             eff = "-" if ph["link_efficiency"] is None else f"{ph['link_efficiency']:.3f}"
             lines.append(f"  phase {ph['phase']} ({ph['name']}): {ph['bytes']} B on the links, bandwidth term "

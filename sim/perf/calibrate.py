@@ -118,6 +118,12 @@ RTL_POINTS = (
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --algorithm hierarchical-rotated "
              "--chunk-bytes 32K", "paper", "allreduce", "torus:4x2x2", 4 << 20, 74954,
              algorithm="hierarchical-rotated", chunk_bytes=32 << 10),
+    # the switch at the design point (session 64, on 0925e95: input queues a round trip deep that hold their
+    # up-links; 8 paper engines, the switch's 90-cycle links; 22 min wall with the conversion and a 537 s build)
+    RtlPoint("syncfabric run --config paper --collective allreduce --topology switch:8 --bytes 1M", "paper",
+             "allreduce", "switch:8", 1 << 20, 32586),
+    RtlPoint("syncfabric run --config paper --collective alltoall --topology switch:8 --bytes 1M", "paper",
+             "alltoall", "switch:8", 1 << 20, 22771),
     # an all-gather bound by the NPU memory port (session 64, on 6305d25; `syncfabric run --config paper
     # --topology bidir-ring:4 --collective allgather --bytes 1M --chunk-bytes 64K|8K`): the model put 8 KiB 5 %
     # ahead, the RTL took them alike (+0.2 %)

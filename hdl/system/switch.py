@@ -17,8 +17,8 @@ default depth and the switch is lossless by construction. ``overflow`` (sticky) 
 queue full or named a destination that is not another port; tests assert it stays low.
 
 Hop-by-hop hold. A switch of the design point cannot have queues that deep (``paper`` engines on 8 ports:
-29,120 flits of 64 B per input with 4 landing headers), so an input queue may be shorter than :func:`queue_bound`, given a
-``hold_margin``: the flits that can still arrive after the queue asks its link to pause (the round trip of
+29,120 flits of 64 B per input with 4 landing headers), so an input queue may be shorter than
+:func:`queue_bound`, given a ``hold_margin``: the flits that can still arrive after the queue asks its link to pause (the round trip of
 the up-link: the flits on it, those its transmitter sends before the request reaches it, and the registers
 between). Input ``i`` raises ``hold<i>`` (registered) while its queue holds more than ``queue_depth -
 hold_margin`` flits; the system top delays it by the link's latency and holds the link's transmitter

@@ -18,14 +18,15 @@ queue full or named a destination that is not another port; tests assert it stay
 
 Hop-by-hop hold. A switch of the design point cannot have queues that deep (``paper`` engines on 8 ports:
 29,120 flits of 64 B per input with 4 landing headers), so an input queue may be shorter than
-:func:`queue_bound`, given a ``hold_margin``: the flits that can still arrive after the queue asks its link to pause (the round trip of
-the up-link: the flits on it, those its transmitter sends before the request reaches it, and the registers
-between). Input ``i`` raises ``hold<i>`` (registered) while its queue holds more than ``queue_depth -
-hold_margin`` flits; the system top delays it by the link's latency and holds the link's transmitter
-(XOFF/XON, as a real switch's pause frames or link credits would). Nothing is lost and nothing deadlocks: a
-held flit is still paid for at its destination, whose output always drains, so every queue empties. Without a
-``hold_margin`` the queue must be :func:`queue_bound` deep and ``hold<i>`` stays low. :func:`round_trip_queue`
-sizes both for links of up to a given latency. ``hold_cycles`` counts the cycles in which any input holds.
+:func:`queue_bound`, given a ``hold_margin``: the flits that can still arrive after the queue asks its link to
+pause (the round trip of the up-link: the flits on it, those its transmitter sends before the request reaches
+it, and the registers between). Input ``i`` raises ``hold<i>`` (registered) while its queue holds more than
+``queue_depth - hold_margin`` flits; the system top delays it by the link's latency and holds the link's
+transmitter (XOFF/XON, as a real switch's pause frames or link credits would). Nothing is lost and nothing
+deadlocks: a held flit is still paid for at its destination, whose output always drains, so every queue
+empties. Without a ``hold_margin`` the queue must be :func:`queue_bound` deep and ``hold<i>`` stays low.
+:func:`round_trip_queue` sizes both for links of up to a given latency. ``hold_cycles`` counts the cycles in
+which any input holds.
 
 Credit return. Receiver ``j`` names the channel it freed, ``vc + n_fsms * source``; the switch hands the
 credit to ``source`` as channel ``vc + n_fsms * j``, the index of its credit counter for destination ``j``.

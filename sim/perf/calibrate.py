@@ -101,8 +101,8 @@ RTL_POINTS = (
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M", "paper", "allreduce",
              "torus:4x2x2", 4 << 20, 78436),
     # other chunk sizes (sessions 52 and 55; 16 KiB the best, 0.898 of the bound; at 8 KiB the 16 FSMs, one
-    # chunk each, cannot cover the slow links' latency) and the rotated program (session 56; the driver gives its engines 8
-    # landing headers)
+    # chunk each, cannot cover the slow links' latency) and the rotated program (session 56; the driver gives
+    # its engines 8 landing headers)
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --chunk-bytes 16K", "paper",
              "allreduce", "torus:4x2x2", 4 << 20, 73546, chunk_bytes=16 << 10),
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --chunk-bytes 32K", "paper",

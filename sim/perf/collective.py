@@ -23,10 +23,11 @@ For every chunk ``c`` and phase ``p`` (in order) the model computes
 The RTL's engine (an endpoint calibrated against it, ``buffer_granular``) binds a chunk to one FSM through
 every phase, as its dispatcher does (chunk ``c`` on FSM ``c mod F``): the chunk's time through a phase alone,
 replayed step by step from the programs (:mod:`.steptime`: every step's overhead, messages streamed one after
-another, RECVs waiting for their messages, forwards cut through), is the least time it spends in the phase; the FSM takes chunk ``c + F`` once chunk ``c`` has taken its last step and moved to the terminal
-partition (whose buffers wait for the STOREs), and chunk ``c + 2F``, then queued behind it, starts its LOADs
-(the load sequencer's prefetch). So with few FSMs, or chunks whose trip through the phases is long against
-their traffic (small chunks on slow, long links), the FSMs, not the SRAM, bound the chunks in flight.
+another, RECVs waiting for their messages, forwards cut through), is the least time it spends in the phase;
+the FSM takes chunk ``c + F`` once chunk ``c`` has taken its last step and moved to the terminal partition
+(whose buffers wait for the STOREs), and chunk ``c + 2F``, then queued behind it, starts its LOADs (the load
+sequencer's prefetch). So with few FSMs, or chunks whose trip through the phases is long against their traffic
+(small chunks on slow, long links), the FSMs, not the SRAM, bound the chunks in flight.
 
 So a lone chunk pays every hop (the alpha-beta time of the ring), and many chunks in flight approach the
 busiest resource's bound (the link bound for ACE, the memory bound for a baseline short of memory bandwidth).

@@ -26,7 +26,7 @@ replayed step by step from the programs (:mod:`.steptime`: every step's overhead
 another, RECVs waiting for their messages, forwards cut through), is the least time it spends in the phase;
 the FSM takes chunk ``c + F`` once chunk ``c`` has taken its last step and moved to the terminal partition
 (whose buffers wait for the STOREs), and chunk ``c + 2F``, then queued behind it, starts its LOADs (the load
-sequencer's prefetch). So with few FSMs, or chunks whose trip through the phases is long against their traffic
+sequencer's prefetch). With few FSMs, or chunks whose trip through the phases is long against their traffic
 (small chunks on slow, long links), the FSMs, not the SRAM, bound the chunks in flight.
 
 So a lone chunk pays every hop (the alpha-beta time of the ring), and many chunks in flight approach the

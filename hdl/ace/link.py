@@ -118,7 +118,9 @@ class TxPort(wiring.Component):
             # not ready: the stages in front advance on flip-flops (`skid_full`) instead of on the link's
             # ready, which comes from another unit (on a board, from the pin-level link port)
             crc_valid, crc_flit, crc_phase = Signal(name="crc_valid"), Signal(flit_layout(w), name="crc_flit"), Signal(3)
-            skid_full, skid, skid_phase = Signal(name="skid_full"), Signal(flit_layout(w), name="skid"), Signal(3)
+            skid_full = Signal(name="skid_full")
+            skid = Signal(flit_layout(w), name="skid", reset_less=True)     # (data: off the units' reset net)
+            skid_phase = Signal(3, reset_less=True)
             o_ready = ~crc_valid | ~skid_full
 
         # -- message state: latched header, beats still to send (and whether that is one / more than one, in

@@ -212,7 +212,7 @@ class PinLink(Checked, wiring.Component):
         # costs no throughput), the arriving flits and both credit streams each a cycle later
         fabric = bool(self.cfg.fabric)
         if fabric:
-            held, full = Signal(fl, name="tx_held"), Signal(name="tx_full")
+            held, full = Signal(fl, name="tx_held", reset_less=True), Signal(name="tx_full")
             m.d.comb += self.tx.ready.eq(~full)
             with m.If(self.tx.valid & ~full):
                 m.d.sync += [held.eq(self.tx.payload), full.eq(1)]
@@ -232,9 +232,11 @@ class PinLink(Checked, wiring.Component):
         m.submodules.flit_rx = frx = LaneRx(w, self.max_words, n_flit_words)
         wiring.connect(m, wiring.flipped(self.flit_in), frx.pins)
         if fabric:
-            rx_flit = Signal(fl, name="rx_flit")
+            # (the flit registers hold data only: off the reset net, which reaches every unit's control state)
+            rx_flit, rx_held = Signal(fl, name="rx_flit"), Signal(fl, name="rx_held", reset_less=True)
             self._flit_of(m, frx.o.payload, rx_flit)
-            m.d.sync += [self.rx.valid.eq(frx.o.valid), self.rx.payload.eq(rx_flit)]
+            m.d.sync += [self.rx.valid.eq(frx.o.valid), rx_held.eq(rx_flit)]
+            m.d.comb += self.rx.payload.eq(rx_held)
         else:
             self._flit_of(m, frx.o.payload, self.rx.payload)
             m.d.comb += self.rx.valid.eq(frx.o.valid)

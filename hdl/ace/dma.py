@@ -584,7 +584,9 @@ class DmaWriter(wiring.Component):
         # -- Statistics.
         took = din.valid & din.ready
         busy = (cmd_slice.o.valid | split.burst.valid | axi.awvalid | (meta_fifo.level != 0) | act | axi.wvalid
-                | (wvalid if cfg.fabric else 0) | (bq.level != 0) | self.done.valid)
+                | (bq.level != 0) | self.done.valid)
+        if cfg.fabric:
+            busy = busy | wvalid            # (a beat in the W register behind the skid register)
         with m.If(took):
             m.d.sync += [self.beats.eq(self.beats + 1),
                          self.bytes.eq(self.bytes + Mux(left == 1, tail + 1, w))]

@@ -120,7 +120,19 @@ class DepositUnit(wiring.Component):
         op_drain = Signal()              # do not write (out of range, length mismatch): take the beats, drop them
         op_src = Signal(DepositSource)   # where the writer takes the beats from (a drain: nowhere), from CHECK
         op_spill = Signal()              # this message goes to the spill window
-        geo_wait = Signal(range(max(2, BlockGeometry.LATENCY)))     # cycles until the geometry is valid
+        # the geometry's answer (from the control unit's lookup) and the cycles to wait for it: in the fabric
+        # form it is registered here first, a cycle later, so that the range and length checks and the
+        # writer's job enable start at flip-flops of this unit instead of behind a route from the control unit
+        geo_addr, geo_nbytes, geo_in_range = self.geo_addr, self.geo_nbytes, self.geo_in_range
+        geo_latency = BlockGeometry.LATENCY
+        if cfg.fabric:
+            geo_addr, geo_nbytes, geo_in_range = (Signal.like(self.geo_addr, name="geo_addr_r"),
+                                                  Signal.like(self.geo_nbytes, name="geo_nbytes_r"),
+                                                  Signal(name="geo_in_range_r"))
+            m.d.sync += [geo_addr.eq(self.geo_addr), geo_nbytes.eq(self.geo_nbytes),
+                         geo_in_range.eq(self.geo_in_range)]
+            geo_latency += 1
+        geo_wait = Signal(range(max(2, geo_latency)))     # cycles until the geometry is valid
         m.d.comb += [self.geo_cmd.eq(op_cmd), self.geo_chunk.eq(op_hdr.chunk), self.geo_block.eq(op_hdr.key),
                      self.sel.eq(op_ch)]
         with m.Switch(op_port):
@@ -152,13 +164,13 @@ class DepositUnit(wiring.Component):
                                  op_hdr.tag.eq(cur.tag), op_hdr.chunk.eq(cur.chunk),
                                  op_hdr.key.eq(cur.key), op_hdr.length.eq(cur.length),
                                  op_status.eq(cur.bad), op_beats.eq((cur.length + W - 1) >> exact_log2(W)),
-                                 geo_wait.eq(BlockGeometry.LATENCY - 1)]
+                                 geo_wait.eq(geo_latency - 1)]
                     m.next = "COPY_GEO"
                 with m.Elif(scan.complete & (scan.hit | (scan.full & spill.free))):
                     m.d.sync += [op_hdr.eq(scan.head), op_port.eq(scan.port), op_ch.eq(scan.ch),
                                  op_cmd.eq(scan.cmd), op_spill.eq(~scan.hit), op_e.eq(spill.free_e),
                                  op_beats.eq(scan.beats), op_status.eq(Mux(scan.head.poison, Status.PROTOCOL, 0)),
-                                 geo_wait.eq(BlockGeometry.LATENCY - 1)]
+                                 geo_wait.eq(geo_latency - 1)]
                     m.next = "GEO"
 
             # -- a landed message: to the output (posted) or to a spill record --------------------------------
@@ -168,8 +180,8 @@ class DepositUnit(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 # a block outside the command's chunks and blocks would be written outside its output buffer
-                bad = ~op_spill & ((self.geo_nbytes != op_hdr.length) | ~self.geo_in_range)
-                m.d.sync += [op_addr.eq(Mux(op_spill, self.spill_base + (op_e << rec_shift), self.geo_addr)),
+                bad = ~op_spill & ((geo_nbytes != op_hdr.length) | ~geo_in_range)
+                m.d.sync += [op_addr.eq(Mux(op_spill, self.spill_base + (op_e << rec_shift), geo_addr)),
                              op_drain.eq(bad),
                              op_src.eq(Mux((op_hdr.length == 0) | bad, DepositSource.DRAIN,
                                            DepositSource.LANDING))]
@@ -200,13 +212,13 @@ class DepositUnit(wiring.Component):
                 with m.If(geo_wait == 0):
                     m.next = "COPY_CHECK"
             with m.State("COPY_CHECK"):
-                bad = (self.geo_nbytes != op_hdr.length) | ~self.geo_in_range
+                bad = (geo_nbytes != op_hdr.length) | ~geo_in_range
                 with m.If(bad):
                     m.d.sync += op_status.eq(Status.PROTOCOL)
                 with m.If(bad | (op_hdr.length == 0)):
                     m.next = "COPY_END"
                 with m.Else():
-                    m.d.comb += [wr.job.valid.eq(1), job.src.eq(DepositSource.SPILL), job.wr_addr.eq(self.geo_addr)]
+                    m.d.comb += [wr.job.valid.eq(1), job.src.eq(DepositSource.SPILL), job.wr_addr.eq(geo_addr)]
                     with m.If(wr.job.ready):
                         m.next = "COPY"
             with m.State("COPY"):

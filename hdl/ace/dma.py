@@ -500,7 +500,26 @@ class DmaWriter(wiring.Component):
         prev = Signal(dw)
         burst_left = Signal(9)              # beats left in the current burst; 0: next burst's length from wlen
 
-        adv = ~axi.wvalid | axi.wready
+        # the W register; in the fabric form a skid register behind it (``forward=False``: no cycle added) takes
+        # a beat the memory did not take, so the realigner advances on flip-flops instead of on ``wready``,
+        # which comes through the fence and the firewall's queue (the board's worst path ran from the
+        # firewall's W queue through `adv`, the command's end and the meta queue's read into `prev`)
+        if cfg.fabric:
+            w_layout = data.StructLayout({"data": unsigned(dw), "strb": unsigned(w), "last": 1})
+            m.submodules.w_slice = w_slice = SkidBuffer(w_layout, forward=False)
+            wvalid, wdata, wstrb, wlast = (Signal(name="w_valid"), Signal(dw, name="w_data"),
+                                           Signal(w, name="w_strb"), Signal(name="w_last"))
+            wready = w_slice.i.ready
+            m.d.comb += [
+                w_slice.i.valid.eq(wvalid), w_slice.i.payload.data.eq(wdata), w_slice.i.payload.strb.eq(wstrb),
+                w_slice.i.payload.last.eq(wlast),
+                axi.wvalid.eq(w_slice.o.valid), axi.wdata.eq(w_slice.o.payload.data),
+                axi.wstrb.eq(w_slice.o.payload.strb), axi.wlast.eq(w_slice.o.payload.last),
+                w_slice.o.ready.eq(axi.wready),
+            ]
+        else:
+            wvalid, wdata, wstrb, wlast, wready = axi.wvalid, axi.wdata, axi.wstrb, axi.wlast, axi.wready
+        adv = ~wvalid | wready
         need = left != 0
         burst_ok = (burst_left != 0) | wlen.r_rdy
         last_axi = (left == 0) | ((left == 1) & ~extra)
@@ -522,12 +541,12 @@ class DmaWriter(wiring.Component):
         word = Cat(prev, cur).bit_select(Cat(Const(0, 3), shift), dw)
         strb = Cat(*((~first | (j >= off)) & (~last_axi | (j <= end)) for j in range(w)))
         with m.If(adv):
-            m.d.sync += axi.wvalid.eq(emit)
+            m.d.sync += wvalid.eq(emit)
         with m.If(emit):
             m.d.sync += [
-                axi.wdata.eq(word),
-                axi.wstrb.eq(strb),
-                axi.wlast.eq(blen == 1),
+                wdata.eq(word),
+                wstrb.eq(strb),
+                wlast.eq(blen == 1),
                 burst_left.eq(blen - 1),
                 prev.eq(cur),
                 first.eq(0),
@@ -566,6 +585,8 @@ class DmaWriter(wiring.Component):
         took = din.valid & din.ready
         busy = (cmd_slice.o.valid | split.burst.valid | axi.awvalid | (meta_fifo.level != 0) | act | axi.wvalid
                 | (bq.level != 0) | self.done.valid)
+        if cfg.fabric:
+            busy = busy | wvalid            # (a beat in the W register behind the skid register)
         with m.If(took):
             m.d.sync += [self.beats.eq(self.beats + 1),
                          self.bytes.eq(self.bytes + Mux(left == 1, tail + 1, w))]

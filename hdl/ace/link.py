@@ -83,6 +83,8 @@ class TxPort(wiring.Component):
     Built for an FPGA's fabric (``cfg.fabric``), the flit is formed in one register stage and its CRC computed
     in the next (one more cycle from ``msg`` to the first flit; still one flit per cycle): the CRC's parity
     trees over a first flit's header and payload then start at flip-flops instead of behind the header mux.
+    A skid register behind the CRC stage holds a flit the link did not take, so ``flit.ready`` reaches only
+    that register (``flit.valid`` and ``flit.payload`` leave through a 2:1 mux of flip-flops).
     """
 
     def __init__(self, cfg: AceConfig):
@@ -111,8 +113,15 @@ class TxPort(wiring.Component):
         flit = self.flit.payload
         if cfg.fabric:
             o_valid, flit = Signal(name="form_valid"), Signal(flit_layout(w), name="form")
-            o_ready = ~self.flit.valid | self.flit.ready
             form_poison, form_nonempty, form_phase = Signal(), Signal(), Signal(3)
+            # the CRC stage's register, and a skid register behind it that takes its flit when the link is
+            # not ready: the stages in front advance on flip-flops (`skid_full`) instead of on the link's
+            # ready, which comes from another unit (on a board, from the pin-level link port)
+            crc_valid, crc_flit, crc_phase = Signal(name="crc_valid"), Signal(flit_layout(w), name="crc_flit"), Signal(3)
+            skid_full = Signal(name="skid_full")
+            skid = Signal(flit_layout(w), name="skid", reset_less=True)     # (data: off the units' reset net)
+            skid_phase = Signal(3, reset_less=True)
+            o_ready = ~crc_valid | ~skid_full
 
         # -- message state: latched header, beats still to send (and whether that is one / more than one, in
         # flip-flops, so that the message's end is known without comparing the count), beat in packet, packet
@@ -215,15 +224,25 @@ class TxPort(wiring.Component):
                                                form_nonempty))
             with m.If(o_valid & o_ready):
                 m.d.sync += [
-                    self.flit.valid.eq(1),
-                    self.flit.payload.eq(flit),
-                    self.flit.payload.crc.eq(Mux(flit.last, crc_after ^ CRC32_XOROUT ^ Mux(form_poison, STOMP, 0),
-                                                 0)),
-                    self.flit_phase.eq(form_phase),
+                    crc_valid.eq(1),
+                    crc_flit.eq(flit),
+                    crc_flit.crc.eq(Mux(flit.last, crc_after ^ CRC32_XOROUT ^ Mux(form_poison, STOMP, 0), 0)),
+                    crc_phase.eq(form_phase),
                     out_crc.eq(crc_after),
                 ]
-            with m.Elif(self.flit.ready):
-                m.d.sync += self.flit.valid.eq(0)
+            with m.Elif(~skid_full):
+                m.d.sync += crc_valid.eq(0)
+            # the link sees the skid register while it is full (the CRC stage waits), else the CRC stage's
+            with m.If(skid_full):
+                with m.If(self.flit.ready):
+                    m.d.sync += skid_full.eq(0)
+            with m.Elif(crc_valid & ~self.flit.ready):
+                m.d.sync += [skid_full.eq(1), skid.eq(crc_flit), skid_phase.eq(crc_phase)]
+            m.d.comb += [
+                self.flit.valid.eq(skid_full | crc_valid),
+                self.flit.payload.eq(Mux(skid_full, skid, crc_flit)),
+                self.flit_phase.eq(Mux(skid_full, skid_phase, crc_phase)),
+            ]
         if cfg.replay_flits:                        # packets are numbered only where a link retransmits
             with m.If(go & last_flit):
                 m.d.sync += seq.eq(seq + 1)

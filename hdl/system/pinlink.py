@@ -205,8 +205,24 @@ class PinLink(Checked, wiring.Component):
         # ---- flits out ------------------------------------------------------------------------------------
         m.submodules.flit_tx = ftx = LaneTx(w, self.max_words, self.div)
         wiring.connect(m, ftx.pins, wiring.flipped(self.flit_out))
-        self._flit_bits(m, self.tx.payload, ftx.i.payload.bits, ftx.i.payload.n_words)
-        m.d.comb += [ftx.i.valid.eq(self.tx.valid), self.tx.ready.eq(ftx.i.ready)]
+        fl = flit_layout(self.cfg.beat_bytes)
+        # (fabric) every signal to and from the engine starts and ends at a flip-flop here, so the port's
+        # place beside the pins adds no routing to a path inside the engine: a one-flit buffer in front of the
+        # flit lane (its ready a flip-flop; a flit takes >= 4 words of `div` cycles on the wire, so the buffer
+        # costs no throughput), the arriving flits and both credit streams each a cycle later
+        fabric = bool(self.cfg.fabric)
+        if fabric:
+            held, full = Signal(fl, name="tx_held", reset_less=True), Signal(name="tx_full")
+            m.d.comb += self.tx.ready.eq(~full)
+            with m.If(self.tx.valid & ~full):
+                m.d.sync += [held.eq(self.tx.payload), full.eq(1)]
+            with m.Elif(ftx.i.ready):
+                m.d.sync += full.eq(0)
+            self._flit_bits(m, held, ftx.i.payload.bits, ftx.i.payload.n_words)
+            m.d.comb += ftx.i.valid.eq(full)
+        else:
+            self._flit_bits(m, self.tx.payload, ftx.i.payload.bits, ftx.i.payload.n_words)
+            m.d.comb += [ftx.i.valid.eq(self.tx.valid), self.tx.ready.eq(ftx.i.ready)]
         m.d.sync += self.flits_out.eq(self.flits_out + (self.tx.valid & self.tx.ready))
 
         # ---- flits in -------------------------------------------------------------------------------------
@@ -215,8 +231,16 @@ class PinLink(Checked, wiring.Component):
                        Mux(word[1], words[(0, 1)], words[(0, 0)]))
         m.submodules.flit_rx = frx = LaneRx(w, self.max_words, n_flit_words)
         wiring.connect(m, wiring.flipped(self.flit_in), frx.pins)
-        self._flit_of(m, frx.o.payload, self.rx.payload)
-        m.d.comb += [self.rx.valid.eq(frx.o.valid), frx.o.ready.eq(1)]
+        if fabric:
+            # (the flit registers hold data only: off the reset net, which reaches every unit's control state)
+            rx_flit, rx_held = Signal(fl, name="rx_flit"), Signal(fl, name="rx_held", reset_less=True)
+            self._flit_of(m, frx.o.payload, rx_flit)
+            m.d.sync += [self.rx.valid.eq(frx.o.valid), rx_held.eq(rx_flit)]
+            m.d.comb += self.rx.payload.eq(rx_held)
+        else:
+            self._flit_of(m, frx.o.payload, self.rx.payload)
+            m.d.comb += self.rx.valid.eq(frx.o.valid)
+        m.d.comb += frx.o.ready.eq(1)
         m.d.sync += self.flits_in.eq(self.flits_in + frx.o.valid)
 
         # ---- credits out: gather the engine's freed beats/headers per channel, send them as words ------------
@@ -239,6 +263,9 @@ class PinLink(Checked, wiring.Component):
         send = any_owed & ctx.i.ready
         m.d.comb += [ctx.i.valid.eq(any_owed), ctx.i.payload.bits.eq(msg), ctx.i.payload.n_words.eq(self.credit_words)]
         cr = self.rx_credit
+        if fabric:
+            cr = Signal(credit_layout(), name="rx_credit_late")
+            m.d.sync += cr.eq(self.rx_credit)
         for c in range(NC):
             sent = send & (pick == c)
             m.d.sync += [
@@ -253,7 +280,9 @@ class PinLink(Checked, wiring.Component):
         m.d.comb += [got.eq(crx.o.payload), crx.o.ready.eq(1)]
         due_b = [Signal(cb + 1, name=f"due_beats{c}") for c in range(NC)]
         due_h = [Signal(cb + 1, name=f"due_hdrs{c}") for c in range(NC)]
-        out = self.tx_credit
+        out = Signal(credit_layout(), name="tx_credit_next") if fabric else self.tx_credit
+        if fabric:
+            m.d.sync += self.tx_credit.eq(out)
         for due, flag, vc, field_ in ((due_b, out.beat, out.beat_vc, "beats"), (due_h, out.hdr, out.hdr_vc, "hdrs")):
             sel = Signal(range(max(2, NC)))
             for c in reversed(range(NC)):

@@ -140,10 +140,11 @@ def test_async_all_to_all_on_8_ports():
     check(res, 1)
 
 
-def test_async_all_to_all_in_the_amaranth_simulator():
+@pytest.mark.parametrize("fabric", [0, 1], ids=["asic", "fabric"])
+def test_async_all_to_all_in_the_amaranth_simulator(fabric):
     from syncfabric.host.transports.ace.amaranth_sim import run_system_amaranth
     topo = "ring:2"
-    cfg = engine_config_for(AceConfig.small(), topo)
+    cfg = engine_config_for(AceConfig.small(fabric=fabric), topo)   # (fabric: the deposit registers the geometry)
     spec = sven(topo, 19, seed=2)["spec"]
     j = CollectiveJob(spec, cfg, tag=5, comm=1)
     results = run_system_amaranth(cfg, topo, lambda r: [j], latency=3, timeout_cycles=20_000)

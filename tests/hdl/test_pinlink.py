@@ -59,11 +59,12 @@ def _flit_value(cfg, f):
     return flit_layout(cfg.beat_bytes).const({**f, "hdr": packet_header_layout().from_bits(f["hdr"])}).as_bits()
 
 
+@pytest.mark.parametrize("fabric", [0, 1])
 @pytest.mark.parametrize("width,credit_width,div", [(8, 2, 4), (4, 1, 6)])
-def test_pinlink_loopback_delivers_every_flit_and_returns_every_credit(width, credit_width, div):
+def test_pinlink_loopback_delivers_every_flit_and_returns_every_credit(width, credit_width, div, fabric):
     seed = seed_for(7 + width)
     rng = random.Random(seed)
-    cfg = AceConfig.board()
+    cfg = AceConfig.board(fabric=fabric)    # (fabric: every engine-side signal through a flip-flop)
     dut = _Pair(cfg, width=width, credit_width=credit_width, div=div)
     flits = _random_flits(rng, cfg, 12)
     credits = [(rng.randrange(cfg.n_channels), rng.randrange(2), rng.randrange(cfg.n_channels), rng.randrange(2))

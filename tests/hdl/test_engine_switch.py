@@ -38,6 +38,15 @@ def test_switch_engines_have_one_port_and_a_channel_per_source_and_fsm():
         Switch(16, 1, 4, 64, 8)
 
 
+def test_a_switch_queue_shorter_than_the_round_trip_or_off_a_switch_is_refused():
+    from syncfabric.hdl.system.top import AceSystem
+    cfg = engine_config_for(BASE, "switch:4")
+    with pytest.raises(ValueError, match=r"more than the links' round trip \(184 flits\)"):
+        AceSystem(cfg, "switch:4", max_latency=90, switch_queue=184)
+    with pytest.raises(ValueError, match="applies to a switch, not ring:4"):
+        AceSystem(engine_config_for(BASE, "ring:4"), "ring:4", switch_queue=4000)
+
+
 @pytest.mark.parametrize("collective", ["allreduce", "alltoall", "reduce_scatter", "broadcast"])
 def test_out_of_order_arrivals_fit_per_source_landing_channels(collective):
     """Through a switch every source has its own landing channel and a RECV takes its message from any of

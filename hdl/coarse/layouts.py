@@ -31,7 +31,8 @@ from ..common.regmap import Field, Register, RegisterMap, RegisterMapError
 __all__ = ["CciOpcode", "ADDR_BITS", "TAG_BITS", "cci_flit_layout", "Region", "core_addr",
            "is_core_addr", "decode_core_addr", "CORE_SPACE", "MAX_CORES", "pack_flit", "unpack_flit",
            "core_mode_layout", "core_mode", "cci_pending_layout", "core_register_map",
-           "CTRL_REGION_BYTES"]
+           "CTRL_REGION_BYTES", "SUM_PUSH", "SUM_PULL", "SUM_CTRL", "summation_mode_layout",
+           "summation_register_map"]
 
 #: Address and tag widths of the transaction layer.
 ADDR_BITS = 32
@@ -121,6 +122,52 @@ def core_register_map(beat_bytes=16):
                            f"strobe). Generated from `core_register_map({beat_bytes})` in `hdl/coarse/layouts.py`.")
 
 
+#: The summation service's address space (bytes; :class:`~syncfabric.hdl.coarse.summation.SummationService`):
+#: bit 31 selects its control registers (:func:`summation_register_map`), else bit 30 the pull region.
+SUM_PUSH = 0
+SUM_PULL = 1 << 30
+SUM_CTRL = 1 << 31
+
+#: The summation service's control registers in address order: ``(name, access, doc)``; register ``i`` at byte
+#: ``SUM_CTRL + i * beat_bytes`` (one 32-bit register per beat address, in data bits 0-31).
+_SUM_REGISTERS = (
+    ("MODE", "rw", "training mode, element type and operator (`summation_mode_layout()`); set it while no "
+                   "request is in flight"),
+    ("PARTS_SUMMED", "ro", "parts summed in synchronous mode"),
+    ("PUSHES_APPLIED", "ro", "beats of asynchronous pushes applied"),
+    ("BAD_REQUESTS", "ro", "malformed requests (answered at once, changing nothing)"),
+)
+
+_SUM_MODE_FIELD_DOCS = {"asynchronous": "0: synchronous (a pull waits for every worker's push of the round), "
+                                        "1: asynchronous (a push is applied at once, a pull answers at once)",
+                        **_MODE_FIELD_DOCS}
+
+
+def summation_mode_layout():
+    """The summation service's MODE register: the training mode (bit 0), then the element type and operator."""
+    return data.StructLayout({"asynchronous": 1, "dtype": DTYPE_SHAPE, "op": OP_SHAPE})
+
+
+@functools.lru_cache(maxsize=None)
+def summation_register_map(beat_bytes=16):
+    """The control registers of a summation service with ``beat_bytes``-byte beats, as a
+    :class:`~syncfabric.hdl.common.regmap.RegisterMap` of offsets from :data:`SUM_CTRL` (one 32-bit register per
+    beat address). Raises :class:`~syncfabric.hdl.common.regmap.RegisterMapError` for a beat that is not a power of
+    two of at least 4 bytes."""
+    if beat_bytes < 4 or beat_bytes & (beat_bytes - 1):
+        raise RegisterMapError(f"summation-service registers need a power-of-two beat of at least 4 bytes, "
+                               f"not {beat_bytes}")
+    mode = tuple(Field(name, f.offset, f.width, _SUM_MODE_FIELD_DOCS[name]) for name, f in summation_mode_layout())
+    regs = [Register(name, i * beat_bytes, access, fields=mode if name == "MODE" else (), doc=doc)
+            for i, (name, access, doc) in enumerate(_SUM_REGISTERS)]
+    return RegisterMap("summation-service", regs, len(regs) * beat_bytes,
+                       doc=f"Control registers of the BytePS summation service at `SUM_CTRL` ({SUM_CTRL:#x}) of "
+                           f"its CCI address space, one 32-bit register per {beat_bytes}-byte beat address "
+                           f"(register i at byte i x beat_bytes, its value in data bits 0-31); any worker's port "
+                           f"reaches them. Generated from `summation_register_map({beat_bytes})` in "
+                           f"`hdl/coarse/layouts.py`.")
+
+
 def core_mode(dtype, op):
     """MODE register value for ``dtype`` (:class:`~syncfabric.sim.golden.types.DType`) and ``op``
     (:class:`~syncfabric.sim.golden.types.ReduceOp`)."""
@@ -193,6 +240,8 @@ def format_markdown(beat_bytes=16):
                CciOpcode.MEM_DATA: ("response", "tag, data"), CciOpcode.CMP: ("response", "tag")}
     for op in CciOpcode:
         lines.append(f"| `{op.name}` | {op.value} | {carries[op][0]} | {carries[op][1]} |")
-    regs = core_register_map(beat_bytes).markdown(f"Sync-core control registers ({beat_bytes}-byte beats)")
-    lines += [""] + [f"##{line}" if line.startswith("#") else line for line in regs.splitlines()]
+    for regmap, title in ((core_register_map(beat_bytes), "Sync-core"),
+                          (summation_register_map(beat_bytes), "Summation-service")):
+        regs = regmap.markdown(f"{title} control registers ({beat_bytes}-byte beats)")
+        lines += [""] + [f"##{line}" if line.startswith("#") else line for line in regs.splitlines()]
     return "\n".join(lines) + "\n"

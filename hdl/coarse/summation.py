@@ -15,7 +15,9 @@ each exactly as :class:`syncfabric.sim.golden.byteps.SummationService`:
 
 Address map (bytes): ``PUSH | ((part * n_workers + worker) * part_beats + beat) * beat_bytes`` for a
 contribution (the worker field names the contributor), ``PULL | (part * part_beats + beat) * beat_bytes``
-for a result beat. A part is reusable (the next round) once every worker pulled every beat of it
+for a result beat; with ``registers=True``, ``SUM_CTRL + offset`` for the control registers of
+:func:`~syncfabric.hdl.coarse.layouts.summation_register_map` (any port; they replace the ``mode``, ``dtype``
+and ``op`` inputs, so a host reaches everything over its CCI path). A part is reusable (the next round) once every worker pulled every beat of it
 (each worker pulls each beat once); a worker's pull of the next round waits until then.
 
 Each port serves its requests in order; a pull of an incomplete part waits at its port's head without
@@ -40,13 +42,14 @@ from amaranth.utils import ceil_log2, exact_log2
 from ..alu import ReductionAlu
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE
 from ..common.refuse import Checked
-from .layouts import CciOpcode, cci_flit_layout
+from .layouts import (SUM_CTRL, SUM_PULL, SUM_PUSH, CciOpcode, cci_flit_layout, summation_mode_layout,
+                      summation_register_map)
 
 __all__ = ["SummationService", "SummationMode", "PushScoreboard", "PUSH", "PULL"]
 
-#: Address bases of the two regions (bit 30 selects).
-PUSH = 0
-PULL = 1 << 30
+#: Address bases of the two regions (bit 30 selects; bit 31 is the control registers').
+PUSH = SUM_PUSH
+PULL = SUM_PULL
 
 
 class SummationMode(enum.Enum, shape=1):
@@ -97,20 +100,26 @@ class SummationService(Checked, wiring.Component):
     parts summed in sync mode), ``pushes_applied`` (Out counter of asynchronous pushes) and ``bad_requests`` (Out
     counter of malformed requests: a push outside the parts or naming another port's worker, a pull outside
     the parts, a read in the push region or a write in the pull region; each is answered at once, a read with
-    zero data, and changes nothing)."""
+    zero data, and changes nothing).
+
+    ``registers=True``: no ``mode``/``dtype``/``op`` inputs; the MODE register of
+    :func:`~syncfabric.hdl.coarse.layouts.summation_register_map` holds them (reset: synchronous), written
+    through any port, and the counters are readable there too (a write to a read-only register is ignored; an
+    access to no register is a malformed request)."""
 
     @classmethod
-    def check(cls, n_workers=4, beat_bytes=8, part_beats=4, n_parts=4):
+    def check(cls, n_workers=4, beat_bytes=8, part_beats=4, n_parts=4, registers=False):
         exact_log2(part_beats)
         exact_log2(beat_bytes)
         if n_workers < 2 or n_parts < 1:
             raise ValueError("a summation service needs at least 2 workers and 1 part")
 
-    def __init__(self, n_workers=4, beat_bytes=8, part_beats=4, n_parts=4):
+    def __init__(self, n_workers=4, beat_bytes=8, part_beats=4, n_parts=4, registers=False):
         self.n, self.bb, self.pb, self.n_parts = n_workers, beat_bytes, part_beats, n_parts
+        self.registers = registers
         flit = stream.Signature(cci_flit_layout(beat_bytes))
-        members = {"mode": In(SummationMode), "dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE),
-                   "parts_summed": Out(32), "pushes_applied": Out(32), "bad_requests": Out(32)}
+        members = {} if registers else {"mode": In(SummationMode), "dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE)}
+        members.update({"parts_summed": Out(32), "pushes_applied": Out(32), "bad_requests": Out(32)})
         for k in range(n_workers):
             members[f"w{k}_req"] = In(flit)
             members[f"w{k}_rsp"] = Out(flit)
@@ -140,7 +149,11 @@ class SummationService(Checked, wiring.Component):
         arrived = [Signal(range(2 * n * pb + 1), name=f"arrived_{p}") for p in range(P)]
         complete = Signal(P)
         pulled = [Signal(range(n * pb + 1), name=f"pulled_{p}") for p in range(P)]
-        asy = self.mode == SummationMode.ASYNC
+        if self.registers:
+            mode_reg = Signal(summation_mode_layout())
+            asy, dtype, op = mode_reg.asynchronous, mode_reg.dtype, mode_reg.op
+        else:
+            asy, dtype, op = self.mode == SummationMode.ASYNC, self.dtype, self.op
         aw = max(1, ceil_log2(P * pb))
         # the ALU's tag: where the result goes and, for an async first push, the beat to store instead of a sum
         tag_layout = data.StructLayout({"addr": aw, "copy": 1, "asy": 1, "data": width})
@@ -168,7 +181,7 @@ class SummationService(Checked, wiring.Component):
         # ---- request arbitration: a port's head is servable if a push, or a pull of a complete part ----------
         reqs = [getattr(self, f"w{k}_req") for k in range(n)]
         rsps = [getattr(self, f"w{k}_rsp") for k in range(n)]
-        pulling = [r.payload.addr[30] for r in reqs]
+        pulling = [r.payload.addr[30] & ~r.payload.addr[31] for r in reqs]
         pull_part = [r.payload.addr[bb_bits + pb_bits:30] for r in reqs]
         # beats of the current round each worker pulled per part: a worker that pulled all of a part waits
         # (its next pull is of the next round) until every worker pulled it and the part is summed again
@@ -215,10 +228,29 @@ class SummationService(Checked, wiring.Component):
         head_waddr = Array(waddr)[pick]
         # a push must name an existing part and the worker of the port it came in on
         slot = push_index >> pb_bits
-        is_push = (fire & ~head.addr[30] & (head.opcode == CciOpcode.MEM_WR) & (slot < P * n)
+        is_push = (fire & ~head.addr[31] & ~head.addr[30] & (head.opcode == CciOpcode.MEM_WR) & (slot < P * n)
                    & (slot == part_of_push * n + pick))
-        is_pull = fire & head.addr[30] & (head.opcode == CciOpcode.MEM_RD) & (pull_part_of_head < P)
-        with m.If(fire & ~is_push & ~is_pull):
+        is_pull = (fire & ~head.addr[31] & head.addr[30] & (head.opcode == CciOpcode.MEM_RD)
+                   & (pull_part_of_head < P))
+        # control registers (registers=True): one per beat address from SUM_CTRL
+        regmap = summation_register_map(self.bb)
+        reg_names = [r.name for r in regmap.registers()]
+        reg_bits = max(1, ceil_log2(len(reg_names)))
+        reg_index = head.addr[bb_bits:bb_bits + reg_bits]
+        is_reg = Signal()
+        if self.registers:
+            assert [regmap.addr(name) for name in reg_names] == [i * self.bb for i in range(len(reg_names))]
+            m.d.comb += is_reg.eq(fire & head.addr[31] & (head.addr[bb_bits + reg_bits:31] == 0)
+                                  & (reg_index < len(reg_names)) & (head.addr[:bb_bits] == 0))
+            counters = {"MODE": mode_reg.as_value(), "PARTS_SUMMED": self.parts_summed,
+                        "PUSHES_APPLIED": self.pushes_applied, "BAD_REQUESTS": self.bad_requests}
+            reg_value = Array(counters[name] for name in reg_names)[reg_index]
+            with m.If(is_reg & (head.opcode == CciOpcode.MEM_WR) & (reg_index == reg_names.index("MODE"))):
+                m.d.sync += mode_reg.eq(head.data[:len(mode_reg.as_value())])
+        else:
+            reg_value = 0
+        is_reg_read = is_reg & (head.opcode == CciOpcode.MEM_RD)
+        with m.If(fire & ~is_push & ~is_pull & ~is_reg):
             m.d.sync += self.bad_requests.eq(self.bad_requests + 1)
         sync_push, sync_pull, async_push = is_push & ~asy, is_pull & ~asy, is_push & asy
         m.d.comb += [c_w.addr.eq(push_index), c_w.data.eq(head.data), c_w.en.eq(sync_push),
@@ -231,21 +263,24 @@ class SummationService(Checked, wiring.Component):
         pull_word = Mux(asy & ~r_pull.data[width], 0, r_pull.data[:width])
         rsp_tag = [Signal(8, name=f"rsp_tag_{k}") for k in range(n)]
         rsp_data_from_mem = Signal(n)
+        rsp_data_from_reg = Signal(n)
         rsp_op = [Signal(2, name=f"rsp_op_{k}") for k in range(n)]
         for k in range(n):
             with m.If(fire & (pick == k)):
                 m.d.sync += [busy_rsp[k].eq(1), rsp_tag[k].eq(head.tag),
                              rsp_op[k].eq(Mux(head.opcode == CciOpcode.MEM_RD, CciOpcode.MEM_DATA, CciOpcode.CMP)),
-                             rsp_data_from_mem[k].eq(is_pull)]
+                             rsp_data_from_mem[k].eq(is_pull), rsp_data_from_reg[k].eq(is_reg_read)]
             held = Signal(width, name=f"rsp_data_{k}")
             first = Signal(name=f"rsp_first_{k}")
             m.d.sync += first.eq(fire & (pick == k))
-            with m.If(first):
-                m.d.sync += held.eq(pull_word)
-            word = Mux(first, pull_word, held)
+            with m.If(fire & (pick == k) & is_reg_read):
+                m.d.sync += held.eq(reg_value)          # a register: its value as the request is taken
+            with m.If(first & rsp_data_from_mem[k]):
+                m.d.sync += held.eq(pull_word)          # a pull: the result memory answers a cycle later
+            word = Mux(first & rsp_data_from_mem[k], pull_word, held)
             m.d.comb += [rsps[k].valid.eq(busy_rsp[k]), rsps[k].payload.tag.eq(rsp_tag[k]),
                          rsps[k].payload.opcode.eq(rsp_op[k]),
-                         rsps[k].payload.data.eq(Mux(rsp_data_from_mem[k], word, 0))]
+                         rsps[k].payload.data.eq(Mux(rsp_data_from_mem[k] | rsp_data_from_reg[k], word, 0))]
             with m.If(rsps[k].valid & rsps[k].ready):
                 m.d.sync += busy_rsp[k].eq(0)
 
@@ -306,8 +341,8 @@ class SummationService(Checked, wiring.Component):
             alu.i.valid.eq(issued | x_valid),
             alu.i.payload.a.eq(Mux(x_valid, acc, Mux(issued_first, c_r0.data, acc))),
             alu.i.payload.b.eq(Mux(x_valid, x_data, c_r.data)),
-            alu.i.payload.dtype.eq(self.dtype),
-            alu.i.payload.op.eq(self.op),
+            alu.i.payload.dtype.eq(dtype),
+            alu.i.payload.op.eq(op),
             alu.i.payload.tag.eq(i_tag),
             alu.o.ready.eq(1),
             r_w.addr.eq(o_tag.addr),

@@ -7,6 +7,11 @@ backpressure). Link names: ``h{d}_req`` (GPU d -> device d), ``h{d}_rsp`` (devic
 (device d -> d+1, clockwise: even groups), ``r{d}_ccw`` (device d+1 -> d: odd groups). Top-level ports:
 ``d{d}_axi`` (DRAM), ``gpu{d}_req`` (In flits), ``gpu{d}_rsp`` (Out flits), and per link ``<link>_latency``,
 ``<link>_rate_num``, ``<link>_rate_den``, ``<link>_stall``, ``<link>_flits``.
+
+With ``sum_parts`` > 0 the system also holds BytePS's summation service
+(:class:`~syncfabric.hdl.coarse.summation.SummationService`, ``registers=True``) as a CCI endpoint of its own:
+GPU ``d`` is its worker ``d``, over the links ``s{d}_req`` (GPU d -> service) and ``s{d}_rsp`` (back), ports
+``gpu{d}_sreq`` (In flits) and ``gpu{d}_srsp`` (Out flits). Its mode is in its control registers.
 """
 
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Value
@@ -19,6 +24,7 @@ from ..system.link import RATE_DEN_MAX
 from .cci import CciLink
 from .device import MemoryDevice
 from .layouts import ADDR_BITS, cci_flit_layout
+from .summation import SummationService
 
 __all__ = ["CoarseSystem", "link_names", "system_verilog", "DEVICE_MODULE"]
 
@@ -26,11 +32,14 @@ __all__ = ["CoarseSystem", "link_names", "system_verilog", "DEVICE_MODULE"]
 DEVICE_MODULE = "coarse_device"
 
 
-def link_names(n_devices):
-    """Names of every link of a system of ``n_devices``."""
+def link_names(n_devices, summation=False):
+    """Names of every link of a system of ``n_devices`` (with ``summation``: the summation service's too)."""
     out = []
     for d in range(n_devices):
         out += [f"h{d}_req", f"h{d}_rsp", f"r{d}_cw", f"r{d}_ccw"]
+    if summation:
+        for d in range(n_devices):
+            out += [f"s{d}_req", f"s{d}_rsp"]
     return out
 
 
@@ -48,12 +57,17 @@ class CoarseSystem(wiring.Component):
     compile the device once; :func:`system_verilog` emits both), ``inline=True`` makes the devices
     submodules (Amaranth's simulator). ``credits`` (default ``2 x latency + 8``) is every link's receive buffer:
     a link set to a latency longer than about ``(credits - 8) / 2`` is limited by credits, not by its rate.
-    ``cci_depth``: host requests each device's CCI target keeps outstanding."""
+    ``cci_depth``: host requests each device's CCI target keeps outstanding. ``sum_parts`` (0: none) parts of
+    ``sum_part_beats`` beats in the summation service (see the module docstring)."""
 
     def __init__(self, n_devices=4, n_groups=1, beat_bytes=16, entry_beats=16, max_ranks=None, latency=4,
-                 credits=None, max_latency=64, inline=True, cci_depth=8):
+                 credits=None, max_latency=64, inline=True, cci_depth=8, sum_parts=0, sum_part_beats=4):
         if n_devices < 2:
             raise ValueError("a COARSE ring needs at least 2 devices")
+        if sum_parts < 0 or (sum_parts and (sum_part_beats < 1 or sum_part_beats & (sum_part_beats - 1))):
+            raise ValueError(f"the summation service needs sum_parts >= 0 and a power-of-two sum_part_beats, not "
+                             f"{sum_parts} parts of {sum_part_beats} beats")
+        self.sum_parts, self.sum_part_beats = sum_parts, sum_part_beats
         self.n_devices, self.n_groups, self.beat_bytes, self.entry_beats = n_devices, n_groups, beat_bytes, \
             entry_beats
         self.max_ranks = max_ranks or n_devices
@@ -68,7 +82,10 @@ class CoarseSystem(wiring.Component):
             members[f"d{d}_axi"] = Out(AXI4Signature(ADDR_BITS, 8 * beat_bytes, max(1, ceil_log2(n_groups + 1))))
             members[f"gpu{d}_req"] = In(flit)
             members[f"gpu{d}_rsp"] = Out(flit)
-        for name in link_names(n_devices):
+            if sum_parts:
+                members[f"gpu{d}_sreq"] = In(flit)
+                members[f"gpu{d}_srsp"] = Out(flit)
+        for name in link_names(n_devices, bool(sum_parts)):
             members[f"{name}_latency"] = In(range(1, max_latency + 1), init=latency)
             members[f"{name}_rate_num"] = In(range(1, RATE_DEN_MAX + 1), init=1)
             members[f"{name}_rate_den"] = In(range(1, RATE_DEN_MAX + 1), init=1)
@@ -91,7 +108,7 @@ class CoarseSystem(wiring.Component):
                     *_ports(dev))
             devs.append(dev)
         links = {}
-        for name in link_names(n):
+        for name in link_names(n, bool(self.sum_parts)):
             link = links[name] = CciLink(self.beat_bytes, self.latency, credits=self.credits,
                                          max_latency=self.max_latency)
             m.submodules[f"link_{name}"] = link
@@ -111,6 +128,14 @@ class CoarseSystem(wiring.Component):
             wiring.connect(m, links[f"r{d}_cw"].rx, nxt.i_left)
             wiring.connect(m, nxt.o_left, links[f"r{d}_ccw"].tx)
             wiring.connect(m, links[f"r{d}_ccw"].rx, dev.i_right)
+        if self.sum_parts:
+            svc = m.submodules.summation = SummationService(n, self.beat_bytes, self.sum_part_beats, self.sum_parts,
+                                                            registers=True)
+            for d in range(n):
+                wiring.connect(m, wiring.flipped(getattr(self, f"gpu{d}_sreq")), links[f"s{d}_req"].tx)
+                wiring.connect(m, links[f"s{d}_req"].rx, getattr(svc, f"w{d}_req"))
+                wiring.connect(m, getattr(svc, f"w{d}_rsp"), links[f"s{d}_rsp"].tx)
+                wiring.connect(m, links[f"s{d}_rsp"].rx, wiring.flipped(getattr(self, f"gpu{d}_srsp")))
         return m
 
 

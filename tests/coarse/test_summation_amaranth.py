@@ -155,3 +155,41 @@ def test_malformed_requests_are_answered_counted_and_change_nothing():
     assert sorted(got) == [0, 1] and all(len(got[w]) == pb for w in got), got
     for w in range(n):
         assert b"".join(got[w][b] for b in range(pb)) == want, w
+
+
+def test_control_registers_set_the_mode_and_read_the_counters_through_any_port():
+    """``registers=True`` (the service in the system top): MODE written through port 1 makes the service
+    asynchronous FP32 SUM (a push applied at once, a pull answered without the other worker), the counters read
+    back through port 0, a write to a read-only register is ignored, an access to no register is malformed."""
+    from syncfabric.hdl.coarse.layouts import SUM_CTRL, summation_register_map
+    n, pb, parts = 2, 2, 1
+    regs = summation_register_map(BB)
+    dut = SummationService(n, BB, pb, parts, registers=True)
+    assert not hasattr(dut, "mode")
+    nrng = np.random.default_rng(seed_for(78))
+    dw = [to_bytes(random_operands(nrng, DType.FP32, BB // 4)[0]).tobytes() for _ in range(2)]
+    g = GoldenService(n, DType.FP32, ReduceOp.SUM, asynchronous=True)
+    seen = {}
+
+    async def bench(ctx):
+        mode = regs.encode("MODE", asynchronous=1, dtype=int(DType.FP32), op=int(ReduceOp.SUM))
+        await cci_request(ctx, dut, 1, CciOpcode.MEM_WR, 1, SUM_CTRL + regs.addr("MODE"), mode)
+        seen["mode"] = (await cci_request(ctx, dut, 0, CciOpcode.MEM_RD, 2, SUM_CTRL + regs.addr("MODE")))["data"]
+        for k, w in enumerate((0, 1)):          # worker 0 then worker 1 add a delta to beat 0
+            await cci_request(ctx, dut, w, CciOpcode.MEM_WR, 3 + k, dut.push_addr(0, w, 0),
+                              int.from_bytes(dw[k], "little"))
+            g.push(0, w, np.frombuffer(dw[k], np.uint8))
+        f = await cci_request(ctx, dut, 0, CciOpcode.MEM_RD, 5, dut.pull_addr(0, 0))
+        seen["w"] = f["data"].to_bytes(BB, "little")
+        await cci_request(ctx, dut, 0, CciOpcode.MEM_WR, 6, SUM_CTRL + regs.addr("PUSHES_APPLIED"), 99)
+        await cci_request(ctx, dut, 0, CciOpcode.MEM_RD, 7, SUM_CTRL + len(list(regs.registers())) * BB)
+        for tag, name in enumerate(("PUSHES_APPLIED", "BAD_REQUESTS", "PARTS_SUMMED")):
+            seen[name] = (await cci_request(ctx, dut, 1, CciOpcode.MEM_RD, 8 + tag, SUM_CTRL + regs.addr(name)))["data"]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run_until(1_000 * 1e-6)
+    assert regs.decode("MODE", seen["mode"]) == {"asynchronous": 1, "dtype": int(DType.FP32), "op": int(ReduceOp.SUM)}
+    assert seen["w"] == g.pull(0).tobytes()
+    assert (seen["PUSHES_APPLIED"], seen["BAD_REQUESTS"], seen["PARTS_SUMMED"]) == (2, 1, 0)

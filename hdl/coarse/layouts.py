@@ -32,7 +32,7 @@ __all__ = ["CciOpcode", "ADDR_BITS", "TAG_BITS", "cci_flit_layout", "Region", "c
            "is_core_addr", "decode_core_addr", "CORE_SPACE", "MAX_CORES", "pack_flit", "unpack_flit",
            "core_mode_layout", "core_mode", "cci_pending_layout", "core_register_map",
            "CTRL_REGION_BYTES", "SUM_PUSH", "SUM_PULL", "SUM_CTRL", "summation_mode_layout",
-           "summation_register_map"]
+           "summation_register_map", "sum_push_addr", "sum_pull_addr"]
 
 #: Address and tag widths of the transaction layer.
 ADDR_BITS = 32
@@ -141,6 +141,16 @@ _SUM_REGISTERS = (
 _SUM_MODE_FIELD_DOCS = {"asynchronous": "0: synchronous (a pull waits for every worker's push of the round), "
                                         "1: asynchronous (a push is applied at once, a pull answers at once)",
                         **_MODE_FIELD_DOCS}
+
+
+def sum_push_addr(n_workers, part_beats, beat_bytes, part, worker, beat):
+    """Service address of beat ``beat`` of ``worker``'s contribution to ``part``."""
+    return SUM_PUSH | ((part * n_workers + worker) * part_beats + beat) * beat_bytes
+
+
+def sum_pull_addr(part_beats, beat_bytes, part, beat):
+    """Service address of beat ``beat`` of ``part``'s result (a pull)."""
+    return SUM_PULL | (part * part_beats + beat) * beat_bytes
 
 
 def summation_mode_layout():

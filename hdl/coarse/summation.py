@@ -42,8 +42,8 @@ from amaranth.utils import ceil_log2, exact_log2
 from ..alu import ReductionAlu
 from ..common.layouts import DTYPE_SHAPE, OP_SHAPE
 from ..common.refuse import Checked
-from .layouts import (SUM_CTRL, SUM_PULL, SUM_PUSH, CciOpcode, cci_flit_layout, summation_mode_layout,
-                      summation_register_map)
+from .layouts import (SUM_PULL, SUM_PUSH, CciOpcode, cci_flit_layout, sum_pull_addr, sum_push_addr,
+                      summation_mode_layout, summation_register_map)
 
 __all__ = ["SummationService", "SummationMode", "PushScoreboard", "PUSH", "PULL"]
 
@@ -127,11 +127,11 @@ class SummationService(Checked, wiring.Component):
 
     def push_addr(self, part, worker, beat):
         """Byte address of a contribution beat."""
-        return PUSH | ((part * self.n + worker) * self.pb + beat) * self.bb
+        return sum_push_addr(self.n, self.pb, self.bb, part, worker, beat)
 
     def pull_addr(self, part, beat):
         """Byte address of a result beat."""
-        return PULL | (part * self.pb + beat) * self.bb
+        return sum_pull_addr(self.pb, self.bb, part, beat)
 
     def elaborate(self, platform):
         m = Module()

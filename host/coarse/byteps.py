@@ -20,12 +20,30 @@ class BytePSCluster:
 
     ``asynchronous=True``: the services hold the latest parameters; ``push(worker, deltas)`` adds a worker's
     delta parameters to them at once (the first push of a part sets them: the initial parameters ``w0``) and
-    returns the latest parameters, which ``pull(worker)`` also returns, without waiting for other workers."""
+    returns the latest parameters, which ``pull(worker)`` also returns, without waiting for other workers.
 
-    def __init__(self, n, k, dtype="fp32", op="sum", part_bytes=4 << 20, asynchronous=False):
+    ``service``: None (every machine's summation service is the golden model) or an
+    :class:`~syncfabric.host.coarse.summation.RtlSummationService` for ``n`` workers of the same mode, element
+    type and operator: every machine's service is then a share of the RTL service's parts
+    (:meth:`~syncfabric.host.coarse.summation.RtlSummationService.server`), each part's bytes checked against the
+    golden service; ``part_bytes`` must fit one of its parts."""
+
+    def __init__(self, n, k, dtype="fp32", op="sum", part_bytes=4 << 20, asynchronous=False, service=None):
         self.n, self.k, self.part_bytes, self.asynchronous = n, k, part_bytes, asynchronous
-        self.services = {("cpu", j): SummationService(n, dtype, op, asynchronous) for j in range(k)}
-        self.services.update({("gpu", j): SummationService(n, dtype, op, asynchronous) for j in range(n)})
+        keys = [("cpu", j) for j in range(k)] + [("gpu", j) for j in range(n)]
+        if service is None:
+            self.services = {key: SummationService(n, dtype, op, asynchronous) for key in keys}
+        else:
+            golden = SummationService(n, dtype, op, asynchronous)
+            want = (n, golden.dtype, golden.op, bool(asynchronous))
+            got = (service.n, service.dtype, service.op, service.asynchronous)
+            if got != want:
+                raise ValueError(f"the RTL service serves (workers, dtype, op, asynchronous) {got}, the cluster "
+                                 f"needs {want}")
+            if part_bytes > service.part_bytes:
+                raise ValueError(f"parts of {part_bytes} bytes do not fit the RTL service's {service.part_bytes}-"
+                                 f"byte parts")
+            self.services = {key: service.server() for key in keys}
         self.bytes_summed = {s: 0 for s in self.services}
         self.parts = None
         self.results = {}

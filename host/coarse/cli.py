@@ -6,6 +6,10 @@
 ``syncfabric coarse host``     the host's parameter clients and proxies on the RTL: every GPU pushes tensors over
                                its CCI link, the sync cores synchronize them, every GPU pulls; every byte checked
                                against the golden sync-core order; push/pull cycles against the link bound;
+``syncfabric coarse sumsvc``   BytePS's summation service in the system top (Verilator or Icarus): every GPU
+                               pushes parts over its CCI path to the service and pulls the sums (sync) or the
+                               latest parameters (async), and a BytePS cluster runs its services on it; every
+                               byte checked against the golden service; cycles against the link bound;
 ``syncfabric coarse profile``  the routing table and shard size the profiler picks for a bandwidth profile;
 ``syncfabric coarse byteps``   BytePS times, CPU/GPU shares and speedups for n GPU and k CPU machines.
 """
@@ -124,31 +128,38 @@ def _sizes(text):
     return sizes
 
 
-def _host(args):
+def _on_rtl(args, run, **params):
+    """Start a :class:`CoarseRtl` of ``args`` (and ``params``) and return ``run(rtl)``; a simulator that does not
+    start, a mismatch or a run error print one line and return status 1."""
     import sys
 
     from ..transport import TransportError
-    from .rtl import CoarseRtl, MismatchError, run_round
-    sizes = _sizes(args.tensors)
+    from .rtl import CoarseRtl, MismatchError
     if args.devices < 2 or args.groups < 1:
         raise ValueError("need --devices >= 2 and --groups >= 1")
     try:
         rtl = CoarseRtl(args.devices, args.groups, args.beat_bytes, args.entry_beats, sim=args.backend,
-                   latency=args.latency, mem_bytes=args.mem_bytes, window=args.window, cci_depth=args.cci_depth,
-                   ram_queue=args.ram_queue, seed=args.seed,
-                   progress=not args.quiet)
+                        latency=args.latency, seed=args.seed, progress=not args.quiet, **params)
     except TransportError as exc:       # the simulator did not build or start
         print(f"syncfabric coarse: error: {exc}", file=sys.stderr)
         return 1
     with rtl:
         try:
-            rep = run_round(rtl, sizes, args.dtype, args.op, args.seed)
+            return run(rtl)
         except MismatchError as exc:
             print(f"syncfabric coarse: MISMATCH: {exc}", file=sys.stderr)
-            return 1
         except (TransportError, RuntimeError) as exc:
             print(f"syncfabric coarse: error: {exc}", file=sys.stderr)
-            return 1
+        return 1
+
+
+def _host(args):
+    from .rtl import run_round
+    sizes = _sizes(args.tensors)
+    rep = _on_rtl(args, lambda rtl: run_round(rtl, sizes, args.dtype, args.op, args.seed), mem_bytes=args.mem_bytes,
+                  window=args.window, cci_depth=args.cci_depth, ram_queue=args.ram_queue)
+    if rep == 1:
+        return 1
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -165,6 +176,49 @@ def _host(args):
     print("every GPU pushed and pulled at once; every pulled byte equals the golden sync-core result.\n"
           "link bnd: flits of the padded tensor on one host link at 1 flit/cycle; sync cyc: the sync-core run "
           "(START to the poll that saw DONE)")
+    return 0
+
+
+def _sumsvc(args):
+    from .summation import run_byteps, run_summation
+    modes = {"sync": [False], "async": [True], "both": [False, True]}[args.mode]
+    sizes = _sizes(args.tensors)
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, not {args.rounds}")
+
+    def run(rtl):
+        out = []
+        for a in modes:     # the cluster first: its shares need parts holding no asynchronous parameters yet
+            bp = run_byteps(rtl, a, sizes, args.k, args.dtype, args.op, args.seed)
+            out.append((run_summation(rtl, a, args.rounds, args.dtype, args.op, args.seed), bp))
+        return out
+
+    reps = _on_rtl(args, run, mem_bytes=1 << 12, window=args.window, sum_parts=args.parts,
+                   sum_part_beats=args.part_beats)
+    if reps == 1:
+        return 1
+    if args.json:
+        print(json.dumps([{"service": s, "byteps": b} for s, b in reps], indent=1))
+        return 0
+    s0 = reps[0][0]
+    print(f"BytePS summation service in the system ({args.backend}): {s0['workers']} workers, {s0['parts']} parts "
+          f"of {s0['part_bytes']} B, {s0['beat_bytes']} B beats, {s0['dtype']} {s0['op']}, link latency "
+          f"{args.latency}")
+    print(f"{'mode':>6} {'round':>5} {'checked B':>9} {'cycles':>7} {'link bnd':>8} {'svc bnd':>8} {'cyc/link':>8} "
+          f"{'cyc/svc':>8}")
+    for svc, _ in reps:
+        for r in svc["rounds"]:
+            print(f"{svc['mode']:>6} {r['round']:>5} {r['checked']:>9} {r['cycles']:>7} {r['link_bound']:>8} "
+                  f"{r['service_bound']:>8} {r['cycles'] / r['link_bound']:>8.2f} "
+                  f"{r['cycles'] / r['service_bound']:>8.2f}")
+    for svc, bp in reps:
+        print(f"BytePS cluster ({bp['mode']}, {bp['workers']} GPU + {bp['cpu_machines']} CPU machines, tensors "
+              f"{bp['sizes']} B in {bp['parts']} parts) on the RTL service: {bp['checked']} bytes checked, "
+              f"{bp['cycles']} cycles; service counters {svc['counters']}")
+    print("every pulled byte equals the golden summation service's (sync: the round's sum in worker order; async: "
+          "the latest parameters in the order the service accepted the requests).\nlink bnd: flits on the "
+          "busiest CCI path to the service (1 per cycle; async workers take turns); svc bnd: every worker's "
+          "requests, the service taking one per cycle")
     return 0
 
 
@@ -248,6 +302,20 @@ def register(subparsers):
     q.add_argument("--mem-bytes", type=int, default=1 << 16, help="DRAM per device (default %(default)s)")
     q.add_argument("--json", action="store_true", help="print the report as JSON")
     q.set_defaults(func=_checked(_host))
+    q = sub.add_parser("sumsvc", help="BytePS's summation service in the system: push/pull through the RTL, "
+                                      "checked, and a BytePS cluster on it")
+    common(q)
+    q.set_defaults(devices=2, groups=1, beat_bytes=8, entry_beats=4)
+    q.add_argument("--mode", default="both", choices=["sync", "async", "both"])
+    q.add_argument("--parts", type=int, default=4, help="parts in the service (default %(default)s)")
+    q.add_argument("--part-beats", type=int, default=4, help="beats per part (default %(default)s)")
+    q.add_argument("--rounds", type=int, default=2, help="rounds of push/pull per mode (default %(default)s)")
+    q.add_argument("--tensors", default="48,16", help="the BytePS cluster's tensor sizes in bytes "
+                   "(default %(default)s)")
+    q.add_argument("--k", type=int, default=1, help="CPU machines of the BytePS cluster (default %(default)s)")
+    q.add_argument("--window", type=int, default=32, help="CCI requests in flight per GPU (default %(default)s)")
+    q.add_argument("--json", action="store_true", help="print the reports as JSON")
+    q.set_defaults(func=_checked(_sumsvc))
     q = sub.add_parser("profile", help="routing table and shard size for a bandwidth profile")
     q.add_argument("--profile", default="all", choices=["all", *PROFILES])
     q.add_argument("--devices", type=int, default=4)

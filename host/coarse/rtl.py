@@ -73,12 +73,14 @@ class CoarseRtl:
     per GPU, ``cci_depth`` host requests outstanding in each device's CCI target (None: the RTL's default),
     ``ram_queue`` items in each channel queue of the testbench's DRAM model (cocotbext-axi's own 2 limit
     single-beat writes to about 0.73 per cycle: a model limit, not the design's).
+    ``sum_parts`` (0: none) parts of ``sum_part_beats`` beats in the system's BytePS summation service
+    (:class:`~syncfabric.host.coarse.summation.RtlSummationService` drives it).
     ``backend``: an already open :class:`CciBackend` (default: start one on ``sim``). The first use of
     a geometry builds its Verilator model (about a minute; cached by content afterwards)."""
 
     def __init__(self, n_devices=4, n_groups=1, beat_bytes=16, entry_beats=16, *, sim="verilator", latency=4,
                  ring_rate=(1, 1), mem_bytes=1 << 16, window=32, cci_depth=None, ram_queue=8, seed=1,
-                 backend=None, progress=False):
+                 sum_parts=0, sum_part_beats=4, backend=None, progress=False):
         if n_devices < 2:
             raise ValueError(f"a COARSE ring needs at least 2 devices, not {n_devices}")
         if n_groups < 1:
@@ -97,11 +99,17 @@ class CoarseRtl:
             raise ValueError(f"link latency must be in 1..64 cycles, not {latency}")
         if mem_bytes < beat_bytes or mem_bytes > CORE_SPACE:
             raise ValueError(f"mem_bytes must be in {beat_bytes}..{CORE_SPACE}, not {mem_bytes}")
+        if sum_parts < 0 or (sum_parts and (sum_part_beats < 1 or sum_part_beats & (sum_part_beats - 1))):
+            raise ValueError(f"the summation service needs sum_parts >= 0 and a power-of-two sum_part_beats, not "
+                             f"{sum_parts} parts of {sum_part_beats} beats")
         if sim not in SIMULATORS and backend is None:
             raise ValueError(f"simulator {sim!r} is not one of {', '.join(SIMULATORS)}")
         self.n, self.groups, self.beat_bytes, self.entry_beats = n_devices, n_groups, beat_bytes, entry_beats
         self.mem_bytes, self.window, self.latency, self.ring_rate = mem_bytes, window, latency, tuple(ring_rate)
         self.cci_depth, self.ram_queue = cci_depth, ram_queue
+        self.sum_parts, self.sum_part_beats = sum_parts, sum_part_beats
+        #: The host's replay of the summation service's state (:mod:`syncfabric.host.coarse.summation`).
+        self.summation_state = None
         #: The sync cores' control registers (addresses, access types, the status fields of START).
         self.regmap = core_register_map(beat_bytes)
         #: Bytes of one sync-core chunk (one entry per device).
@@ -112,6 +120,8 @@ class CoarseRtl:
                       "entry_beats": entry_beats}
             if cci_depth is not None:
                 params["cci_depth"] = cci_depth
+            if sum_parts:
+                params.update(sum_parts=sum_parts, sum_part_beats=sum_part_beats)
             backend = RemoteCoarse(params, sim=sim, latency=latency, ring_rate=ring_rate,
                                    mem_bytes=mem_bytes, window=window, ram_queue=ram_queue, seed=seed,
                                    progress=progress)
@@ -182,6 +192,21 @@ class CoarseRtl:
         t0 = self.cycles()
         out = self.backend.call("batch", [("read", d, addr, nbytes) for d in range(self.n)])
         return [bytes(b) for b in out], self.cycles() - t0
+
+    def sum_write(self, d, addr, data):
+        """GPU ``d`` writes ``data`` (whole beats) at ``addr`` of the summation service (its worker ``d`` port)."""
+        self.backend.call("sum_write", self._device(d), int(addr), bytes(data))
+
+    def sum_read(self, d, addr, nbytes):
+        """GPU ``d`` reads ``nbytes`` (whole beats) at ``addr`` of the summation service."""
+        return bytes(self.backend.call("sum_read", self._device(d), int(addr), int(nbytes)))
+
+    def batch(self, reqs):
+        """Requests ``(op, d, ...)`` of :meth:`write`, :meth:`read`, :meth:`sum_write`, :meth:`sum_read` at once
+        (each GPU runs its own in order, the GPUs concurrently); returns ``(values, cycles)``."""
+        t0 = self.cycles()
+        out = self.backend.call("batch", [(op, self._device(d), *args) for op, d, *args in reqs])
+        return out, self.cycles() - t0
 
     def dram(self, d, addr, nbytes):
         """Device ``d``'s DRAM by back door (no CCI traffic, no simulated time)."""

@@ -12,6 +12,9 @@ Requests (``(op, *args)``):
 ``("reg_write", d, core, reg, value)``     a sync-core register write through CCI (``reg``: a register name of
                                            :func:`~syncfabric.hdl.coarse.layouts.core_register_map`)
 ``("reg_read", d, core, reg)``             a sync-core register read through CCI; returns the value
+``("sum_write", d, addr, data)``           GPU ``d`` writes on its path to the summation service (pushes,
+                                           control registers: whole beats at service address ``addr``)
+``("sum_read", d, addr, n)``               GPU ``d`` reads ``n`` bytes on that path (pulls, registers)
 ``("batch", [req, ...])``                  the requests above at once: each GPU runs its own in order, the
                                            GPUs concurrently; returns ``[value, ...]`` in request order
 ``("dram", d, addr, n)``                   device ``d``'s DRAM by back door (no simulated time)
@@ -29,13 +32,17 @@ from ...host.transports.harness import tb_params
 from .test_system import SystemTB
 
 #: Requests a GPU performs on its CCI port (the ones a ``batch`` may hold).
-GPU_OPS = ("write", "read", "reg_write", "reg_read")
+GPU_OPS = ("write", "read", "reg_write", "reg_read", "sum_write", "sum_read")
 
 
 async def _gpu_op(tb, op, d, *args):
     if not 0 <= d < tb.n:
         raise ValueError(f"no device {d} (the system has {tb.n})")
     gpu = tb.gpus[d]
+    if op in ("sum_write", "sum_read"):
+        if not tb.summation:
+            raise ValueError("the system has no summation service (sum_parts = 0)")
+        gpu, op = tb.sum_gpus[d], op[4:]
     if op == "write":
         return await gpu.write(*args)
     if op == "read":
@@ -68,7 +75,7 @@ async def serve(dut):
     """Serve the host's requests until it closes the connection."""
     p = tb_params()
     tb = SystemTB(dut)
-    for gpu in tb.gpus:
+    for gpu in tb.gpus + tb.sum_gpus:
         gpu.window = int(p.get("window", gpu.window))
     if p.get("ram_queue"):          # cocotbext-axi's 2-item channel queues take ~0.73 single-beat writes per cycle
         for ram in tb.rams:

@@ -37,11 +37,13 @@ DATA_BASE = 0x1000
 
 
 class CciMaster:
-    """An emulated GPU's CCI port: MEM_WR / MEM_RD requests with tags, responses matched by tag."""
+    """An emulated GPU's CCI port: MEM_WR / MEM_RD requests with tags, responses matched by tag. ``port``: the
+    path to its memory device (``""``: ports ``gpu{d}_req``/``gpu{d}_rsp``) or to the summation service
+    (``"s"``: ``gpu{d}_sreq``/``gpu{d}_srsp``)."""
 
-    def __init__(self, dut, d, rng, backpressure, beat_bytes, window=8):
-        self.src = StreamSource(dut, f"gpu{d}_req", dut.clk, rng=rng)
-        self.sink = StreamSink(dut, f"gpu{d}_rsp", dut.clk, backpressure=backpressure, rng=rng)
+    def __init__(self, dut, d, rng, backpressure, beat_bytes, window=8, port=""):
+        self.src = StreamSource(dut, f"gpu{d}_{port}req", dut.clk, rng=rng)
+        self.sink = StreamSink(dut, f"gpu{d}_{port}rsp", dut.clk, backpressure=backpressure, rng=rng)
         self.bb, self.window, self.d = beat_bytes, window, d
         cocotb.start_soon(self.src.run())
         cocotb.start_soon(self.sink.run())
@@ -91,7 +93,8 @@ class CciMaster:
 
 
 class SystemTB:
-    """Clock, reset, a cocotbext-axi ``AxiRam`` per device, an emulated GPU per device, random link stalls."""
+    """Clock, reset, a cocotbext-axi ``AxiRam`` per device, an emulated GPU per device (and its port to the
+    summation service, ``sum_gpus``, if the system has one), random link stalls."""
 
     def __init__(self, dut):
         self.dut = dut
@@ -114,13 +117,16 @@ class SystemTB:
             self.rams.append(ram)
         bp = float(self.p.get("backpressure", 0.0))
         self.gpus = [CciMaster(dut, d, random.Random(self.seed * 31 + d), bp, self.bb) for d in range(self.n)]
+        self.summation = bool(self.sp.get("sum_parts", 0))
+        self.sum_gpus = [CciMaster(dut, d, random.Random(self.seed * 37 + d), bp, self.bb, port="s")
+                         for d in range(self.n)] if self.summation else []
 
     async def start(self):
         cocotb.start_soon(Clock(self.dut.clk, CLOCK_NS, unit="ns").start())
         max_lat = int(self.p.get("max_latency", 4))
         num, den = self.p.get("ring_rate", [1, 1])
         self.latencies = {}
-        for name in link_names(self.n):
+        for name in link_names(self.n, self.summation):
             lat = int(self.p["fixed_latency"]) if "fixed_latency" in self.p else self.rng.randint(1, max_lat)
             self.latencies[name] = lat
             getattr(self.dut, f"{name}_latency").value = lat
@@ -137,7 +143,7 @@ class SystemTB:
             cocotb.start_soon(self._stall(stall))
 
     async def _stall(self, prob):
-        pins = [getattr(self.dut, f"{name}_stall") for name in link_names(self.n)]
+        pins = [getattr(self.dut, f"{name}_stall") for name in link_names(self.n, self.summation)]
         rng = random.Random(self.seed + 99)
         while True:
             await RisingEdge(self.dut.clk)
@@ -199,7 +205,7 @@ class SystemTB:
                 "core_cycles": max(core_cycles), "cores": cores, "links": flits}
 
     def _flits(self):
-        return {name: int(getattr(self.dut, f"{name}_flits").value) for name in link_names(self.n)}
+        return {name: int(getattr(self.dut, f"{name}_flits").value) for name in link_names(self.n, self.summation)}
 
 
 async def _all(coros):

@@ -202,8 +202,10 @@ class CoarseRtl:
         return bytes(self.backend.call("sum_read", self._device(d), int(addr), int(nbytes)))
 
     def batch(self, reqs):
-        """Requests ``(op, d, ...)`` of :meth:`write`, :meth:`read`, :meth:`sum_write`, :meth:`sum_read` at once
-        (each GPU runs its own in order, the GPUs concurrently); returns ``(values, cycles)``."""
+        """Requests ``(op, d, ...)`` of :meth:`write`, :meth:`read`, :meth:`sum_write`, :meth:`sum_read` and
+        ``("sum_transact", d, [(opcode, addr, data), ...])`` (GPU ``d``'s CCI requests to the summation service,
+        sent as one stream; its value is the responses' data) at once (each GPU runs its own in order, the GPUs
+        concurrently); returns ``(values, cycles)``."""
         t0 = self.cycles()
         out = self.backend.call("batch", [(op, self._device(d), *args) for op, d, *args in reqs])
         return out, self.cycles() - t0

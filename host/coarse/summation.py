@@ -22,7 +22,7 @@ the push of the same beat), which makes the acceptance order the host's, and the
 
 import numpy as np
 
-from ...hdl.coarse.layouts import SUM_CTRL, sum_pull_addr, sum_push_addr, summation_register_map
+from ...hdl.coarse.layouts import SUM_CTRL, CciOpcode, sum_pull_addr, sum_push_addr, summation_register_map
 from ...sim.golden.byteps import SummationService as GoldenService
 from ...sim.golden.types import dtype_bytes
 from .rtl import MismatchError, _dtype, _op
@@ -96,7 +96,7 @@ class RtlSummationService:
         return raw + bytes(self.part_bytes - len(raw))
 
     def _push(self, worker, part, raw):
-        """The golden service takes the push; returns the RTL request."""
+        """The golden service takes the push; returns its CCI requests ``(opcode, addr, data)``, one per beat."""
         if self.asynchronous:
             self.golden.push(part, worker, np.frombuffer(raw, np.uint8))
         else:
@@ -110,10 +110,11 @@ class RtlSummationService:
             if out is not None:
                 state["sum"] = out.tobytes()
                 self.golden.weights.pop(part, None)     # the sum clears the part's asynchronous parameters
-        return ("sum_write", worker, sum_push_addr(self.n, self.pb, self.bb, part, worker, 0), raw)
+        return [(CciOpcode.MEM_WR, sum_push_addr(self.n, self.pb, self.bb, part, worker, b),
+                 int.from_bytes(raw[b * self.bb:(b + 1) * self.bb], "little")) for b in range(self.pb)]
 
     def _pull(self, worker, part):
-        """What a pull of ``part`` by ``worker`` must return now (golden), and the RTL request."""
+        """What a pull of ``part`` by ``worker`` must return now (golden), and its CCI requests."""
         if self.asynchronous:
             want = self.golden.pull(part)
             if want is None:
@@ -131,7 +132,7 @@ class RtlSummationService:
             if len(state["pulled"]) == self.n:
                 del self.rounds[part]           # every worker pulled: the part starts its next round
             want = state["sum"]
-        return want, ("sum_read", worker, sum_pull_addr(self.pb, self.bb, part, 0), self.part_bytes)
+        return want, [(CciOpcode.MEM_RD, sum_pull_addr(self.pb, self.bb, part, b), 0) for b in range(self.pb)]
 
     def _item(self, item):
         if not isinstance(item, tuple) or item[:1] not in (("push",), ("pull",)) or len(item) != 2 + (
@@ -184,11 +185,13 @@ class RtlSummationService:
         groups = [list(scripts.items())] if not self.asynchronous else [[item] for item in scripts.items()]
         for group in groups:
             plans = self._plan(group)           # refuses bad input before the group's traffic
-            order = [(w, k) for w, reqs, _ in plans for k in range(len(reqs))]
-            values, took = self.rtl.batch([req for _, reqs, _ in plans for req in reqs])
+            # one stream of requests per worker (window in flight), the workers of the group at once
+            values, took = self.rtl.batch([("sum_transact", w, [r for item in reqs for r in item])
+                                           for w, reqs, _ in plans])
             cycles += took
-            for w, reqs, wants in plans:
-                got = [values[i] for i, (ww, _) in enumerate(order) if ww == w]
+            for (w, reqs, wants), data in zip(plans, values):
+                beats = [v.to_bytes(self.bb, "little") for v in data]
+                got = [b"".join(beats[k * self.pb:(k + 1) * self.pb]) for k in range(len(reqs))]
                 pulled[w] = pulled.get(w, []) + self._check(w, wants, got)
         return pulled, cycles
 

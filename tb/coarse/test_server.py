@@ -15,6 +15,8 @@ Requests (``(op, *args)``):
 ``("sum_write", d, addr, data)``           GPU ``d`` writes on its path to the summation service (pushes,
                                            control registers: whole beats at service address ``addr``)
 ``("sum_read", d, addr, n)``               GPU ``d`` reads ``n`` bytes on that path (pulls, registers)
+``("sum_transact", d, [(opcode, addr,      GPU ``d`` sends these requests on that path, ``window`` in flight
+data), ...])``                             (one stream, no wait between them); returns the response data
 ``("batch", [req, ...])``                  the requests above at once: each GPU runs its own in order, the
                                            GPUs concurrently; returns ``[value, ...]`` in request order
 ``("dram", d, addr, n)``                   device ``d``'s DRAM by back door (no simulated time)
@@ -27,22 +29,25 @@ Requests (``(op, *args)``):
 import cocotb
 from cocotb.triggers import ClockCycles
 
+from ...hdl.coarse.layouts import CciOpcode
 from ...host.transports import remote
 from ...host.transports.harness import tb_params
 from .test_system import SystemTB
 
 #: Requests a GPU performs on its CCI port (the ones a ``batch`` may hold).
-GPU_OPS = ("write", "read", "reg_write", "reg_read", "sum_write", "sum_read")
+GPU_OPS = ("write", "read", "reg_write", "reg_read", "sum_write", "sum_read", "sum_transact")
 
 
 async def _gpu_op(tb, op, d, *args):
     if not 0 <= d < tb.n:
         raise ValueError(f"no device {d} (the system has {tb.n})")
     gpu = tb.gpus[d]
-    if op in ("sum_write", "sum_read"):
+    if op.startswith("sum_"):
         if not tb.summation:
             raise ValueError("the system has no summation service (sum_parts = 0)")
         gpu, op = tb.sum_gpus[d], op[4:]
+    if op == "transact":
+        return await gpu.transact([(CciOpcode(o), a, v) for o, a, v in args[0]])
     if op == "write":
         return await gpu.write(*args)
     if op == "read":

@@ -30,5 +30,6 @@ class RemoteCoarse(RemoteSimulation, CciBackend):
                                                f"(built once per configuration)")
 
     def describe(self, req):
-        return f"{req[0]} on device {req[1]}" if req[0] in ("write", "read", "reg_write", "reg_read", "sum_write", "sum_read", "dram") \
+        return f"{req[0]} on device {req[1]}" if req[0] in ("write", "read", "reg_write", "reg_read", "sum_write", "sum_read", "sum_transact",
+                                                  "dram") \
             else str(req[0])

@@ -74,13 +74,14 @@ class CoarseRtl:
     ``ram_queue`` items in each channel queue of the testbench's DRAM model (cocotbext-axi's own 2 limit
     single-beat writes to about 0.73 per cycle: a model limit, not the design's).
     ``sum_parts`` (0: none) parts of ``sum_part_beats`` beats in the system's BytePS summation service
-    (:class:`~syncfabric.host.coarse.summation.RtlSummationService` drives it).
+    (:class:`~syncfabric.host.coarse.summation.RtlSummationService` drives it). ``stall``: the probability that
+    a link stalls in a cycle (random backpressure; cycle counts then vary with ``seed``).
     ``backend``: an already open :class:`CciBackend` (default: start one on ``sim``). The first use of
     a geometry builds its Verilator model (about a minute; cached by content afterwards)."""
 
     def __init__(self, n_devices=4, n_groups=1, beat_bytes=16, entry_beats=16, *, sim="verilator", latency=4,
                  ring_rate=(1, 1), mem_bytes=1 << 16, window=32, cci_depth=None, ram_queue=8, seed=1,
-                 sum_parts=0, sum_part_beats=4, backend=None, progress=False):
+                 sum_parts=0, sum_part_beats=4, stall=0.0, backend=None, progress=False):
         if n_devices < 2:
             raise ValueError(f"a COARSE ring needs at least 2 devices, not {n_devices}")
         if n_groups < 1:
@@ -102,6 +103,8 @@ class CoarseRtl:
         if sum_parts < 0 or (sum_parts and (sum_part_beats < 1 or sum_part_beats & (sum_part_beats - 1))):
             raise ValueError(f"the summation service needs sum_parts >= 0 and a power-of-two sum_part_beats, not "
                              f"{sum_parts} parts of {sum_part_beats} beats")
+        if not 0 <= stall < 1:
+            raise ValueError(f"stall must be a probability in [0, 1), not {stall}")
         if sim not in SIMULATORS and backend is None:
             raise ValueError(f"simulator {sim!r} is not one of {', '.join(SIMULATORS)}")
         self.n, self.groups, self.beat_bytes, self.entry_beats = n_devices, n_groups, beat_bytes, entry_beats
@@ -123,7 +126,7 @@ class CoarseRtl:
             if sum_parts:
                 params.update(sum_parts=sum_parts, sum_part_beats=sum_part_beats)
             backend = RemoteCoarse(params, sim=sim, latency=latency, ring_rate=ring_rate,
-                                   mem_bytes=mem_bytes, window=window, ram_queue=ram_queue, seed=seed,
+                                   mem_bytes=mem_bytes, window=window, ram_queue=ram_queue, seed=seed, stall=stall,
                                    progress=progress)
         self.backend = backend
 

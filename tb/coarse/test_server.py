@@ -27,12 +27,16 @@ data), ...])``                             (one stream, no wait between them); r
 """
 
 import cocotb
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, SimTimeoutError, with_timeout
 
 from ...hdl.coarse.layouts import CciOpcode
 from ...host.transports import remote
 from ...host.transports.harness import tb_params
-from .test_system import SystemTB
+from .test_system import CLOCK_NS, SystemTB
+
+#: Cycles a GPU's requests to the summation service may take (a synchronous pull waits for the other workers'
+#: pushes; one that never comes would otherwise hang the simulation).
+SUM_TIMEOUT_CYCLES = 200_000
 
 #: Requests a GPU performs on its CCI port (the ones a ``batch`` may hold).
 GPU_OPS = ("write", "read", "reg_write", "reg_read", "sum_write", "sum_read", "sum_transact")
@@ -47,7 +51,12 @@ async def _gpu_op(tb, op, d, *args):
             raise ValueError("the system has no summation service (sum_parts = 0)")
         gpu, op = tb.sum_gpus[d], op[4:]
     if op == "transact":
-        return await gpu.transact([(CciOpcode(o), a, v) for o, a, v in args[0]])
+        try:
+            return await with_timeout(gpu.transact([(CciOpcode(o), a, v) for o, a, v in args[0]]),
+                                      SUM_TIMEOUT_CYCLES * CLOCK_NS, "ns")
+        except SimTimeoutError:
+            raise RuntimeError(f"GPU {d}: the summation service did not answer within {SUM_TIMEOUT_CYCLES} "
+                               f"cycles") from None
     if op == "write":
         return await gpu.write(*args)
     if op == "read":

@@ -151,6 +151,13 @@ def test_service_in_the_system_on_verilator_sums_every_byte_as_golden_in_both_mo
 
 
 @pytest.mark.cocotb
+def test_service_in_the_system_on_verilator_with_random_link_stalls():
+    """Every link (the service's paths too) stalls in a cycle with probability 0.2."""
+    with CoarseRtl(**GEOMETRY, mem_bytes=1 << 12, seed=seed_for(93), stall=0.2) as rtl:
+        _system_checks(rtl, seed_for(93), rounds=1)
+
+
+@pytest.mark.cocotb
 def test_service_in_the_system_on_icarus_sums_every_byte_as_golden_in_both_modes():
     with CoarseRtl(**GEOMETRY, mem_bytes=1 << 12, seed=seed_for(92), sim="icarus") as rtl:
         _system_checks(rtl, seed_for(92), rounds=1)

@@ -14,13 +14,14 @@ class RemoteCoarse(RemoteSimulation, CciBackend):
     cycles, ring links at ``ring_rate`` (num, den) flits per cycle, host links at one flit per cycle; each
     device's DRAM ``mem_bytes``; each emulated GPU keeps ``window`` CCI requests in flight; the DRAM model's AW, W
     and B channels queue ``ram_queue`` items (cocotbext-axi's default, 2, takes single-beat writes at about 0.73
-    per cycle)."""
+    per cycle); every link stalls in a cycle with probability ``stall`` (random backpressure: the cycle counts
+    then vary with ``seed``)."""
 
     def __init__(self, params, *, sim="verilator", latency=4, ring_rate=(1, 1), mem_bytes=1 << 16, window=32,
-                 ram_queue=8, seed=1, connect_timeout=3600, progress=False):
+                 ram_queue=8, seed=1, stall=0.0, connect_timeout=3600, progress=False):
         from ....hdl.coarse.system import DEVICE_MODULE, system_verilog
         tbp = {"seed": seed, "fixed_latency": int(latency), "ring_rate": list(ring_rate), "mem_bytes": mem_bytes,
-               "window": int(window), "ram_queue": int(ram_queue)}
+               "window": int(window), "ram_queue": int(ram_queue), "stall": float(stall)}
         n, g = params["n_devices"], params.get("n_groups", 1)
         super().__init__(system_verilog, dict(params), toplevel="coarse_system",
                          test_module="syncfabric.tb.coarse.test_server", testcase="serve", tb_params=tbp,

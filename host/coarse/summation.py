@@ -20,6 +20,8 @@ worker's requests in order: its port keeps them in order and the service's score
 the push of the same beat), which makes the acceptance order the host's, and the golden model replays it.
 """
 
+import copy
+
 import numpy as np
 
 from ...hdl.coarse.layouts import SUM_CTRL, CciOpcode, sum_pull_addr, sum_push_addr, summation_register_map
@@ -147,16 +149,26 @@ class RtlSummationService:
         items = [(self._worker(w), [self._item(i) for i in script]) for w, script in group]
         plans = [(w, [None] * len(its), [None] * len(its)) for w, its in items]
         phases = (("push", "pull"),) if self.asynchronous else (("push",), ("pull",))
-        for phase in phases:
-            for (w, its), (_, reqs, wants) in zip(items, plans):
-                for k, (kind, part, *data) in enumerate(its):
-                    if kind not in phase:
-                        continue
-                    if kind == "push":
-                        reqs[k] = self._push(w, part, self._raw(part, data[0]))
-                    else:
-                        wants[k], reqs[k] = self._pull(w, part)
-                        wants[k] = (wants[k], part)
+        saved = copy.deepcopy((self.golden.__dict__, self.rounds, self.sizes))
+        try:
+            for phase in phases:
+                for (w, its), (_, reqs, wants) in zip(items, plans):
+                    for k, (kind, part, *data) in enumerate(its):
+                        if kind not in phase:
+                            continue
+                        if kind == "push":
+                            reqs[k] = self._push(w, part, self._raw(part, data[0]))
+                        else:
+                            want, reqs[k] = self._pull(w, part)
+                            wants[k] = (want, part)
+        except ValueError:          # refused before any traffic: the replay stays the service's state
+            golden, rounds, sizes = saved
+            self.golden.__dict__.update(golden)
+            self.rounds.clear()
+            self.rounds.update(rounds)
+            self.sizes.clear()
+            self.sizes.update(sizes)
+            raise
         return plans
 
     def _check(self, worker, wants, got):

@@ -161,3 +161,14 @@ def test_service_in_the_system_on_verilator_with_random_link_stalls():
 def test_service_in_the_system_on_icarus_sums_every_byte_as_golden_in_both_modes():
     with CoarseRtl(**GEOMETRY, mem_bytes=1 << 12, seed=seed_for(92), sim="icarus") as rtl:
         _system_checks(rtl, seed_for(92), rounds=1)
+
+
+def test_a_refused_script_leaves_the_replay_as_the_service_is():
+    """A script refused halfway (its second item is bad) sends nothing and changes none of the golden replay:
+    the round that follows is checked as if it had never been given."""
+    svc = RtlSummationService(model_rtl(), "fp32", "sum")
+    data = np.arange(8, dtype=np.float32)
+    with pytest.raises(ValueError, match="36 bytes do not fit"):
+        svc.run({0: [("push", 0, data), ("push", 1, np.ones(9, np.float32))]})
+    pulled, _ = svc.run({0: [("push", 0, data), ("pull", 0)], 1: [("push", 0, data), ("pull", 0)]})
+    assert pulled[0][0] == (2 * data).tobytes()

@@ -22,7 +22,8 @@ and ``op`` inputs, so a host reaches everything over its CCI path). A part is re
 
 Each port serves its requests in order; a pull of an incomplete part waits at its port's head without
 blocking the other ports (a worker pulls only after pushing, so the missing contributions come from other
-ports: no deadlock). One request is served per cycle (round-robin among ports whose head can be served).
+ports: no deadlock). One request is served per cycle (round-robin among ports whose head can be served); a
+port takes its next request in the cycle its response leaves (asynchronous mode: a cycle later, see below).
 Summation runs pass by pass (worker 1, 2, ... against the running sum), streaming the part's beats through
 the ALU, one part at a time.
 
@@ -203,15 +204,18 @@ class SummationService(Checked, wiring.Component):
         m.d.sync += held_req.eq(Cat(r.valid & ~r.ready for r in reqs))
         m.d.comb += [sb.probe[k].eq(waddr[k]) for k in range(n)]
         servable = [r.valid & Mux(asy, held_req[k] & ~sb.hit[k], sync_ok[k]) for k, r in enumerate(reqs)]
-        # a response register per port (the answer is sent while the next request may be taken elsewhere)
+        # a response register per port (the answer is sent while the next request may be taken elsewhere); a
+        # port takes its next request in the cycle its response leaves (``ready`` of the response link: from its
+        # registers), so a port serves a request per cycle in sync mode
         last = Signal(range(n))
         pick = Signal(range(n))
         any_req = Signal()
         busy_rsp = Signal(n)
+        rsp_free = [~busy_rsp[k] | rsps[k].ready for k in range(n)]
         for off in reversed(range(1, n + 1)):
             for k in range(n):
                 idx = (k + off) % n
-                with m.If((last == k) & servable[idx] & ~busy_rsp[idx]):
+                with m.If((last == k) & servable[idx] & rsp_free[idx]):
                     m.d.comb += [pick.eq(idx), any_req.eq(1)]
         head = Array(r.payload for r in reqs)[pick]
         fire = Signal()
@@ -266,23 +270,24 @@ class SummationService(Checked, wiring.Component):
         rsp_data_from_reg = Signal(n)
         rsp_op = [Signal(2, name=f"rsp_op_{k}") for k in range(n)]
         for k in range(n):
-            with m.If(fire & (pick == k)):
+            with m.If(rsps[k].valid & rsps[k].ready):
+                m.d.sync += busy_rsp[k].eq(0)
+            with m.If(fire & (pick == k)):          # after the clear: a response leaving as the next is taken
                 m.d.sync += [busy_rsp[k].eq(1), rsp_tag[k].eq(head.tag),
                              rsp_op[k].eq(Mux(head.opcode == CciOpcode.MEM_RD, CciOpcode.MEM_DATA, CciOpcode.CMP)),
                              rsp_data_from_mem[k].eq(is_pull), rsp_data_from_reg[k].eq(is_reg_read)]
             held = Signal(width, name=f"rsp_data_{k}")
             first = Signal(name=f"rsp_first_{k}")
             m.d.sync += first.eq(fire & (pick == k))
-            with m.If(fire & (pick == k) & is_reg_read):
-                m.d.sync += held.eq(reg_value)          # a register: its value as the request is taken
             with m.If(first & rsp_data_from_mem[k]):
                 m.d.sync += held.eq(pull_word)          # a pull: the result memory answers a cycle later
+            with m.If(fire & (pick == k) & is_reg_read):
+                m.d.sync += held.eq(reg_value)          # a register: its value as the request is taken (after
+                #                                         the line above: the pull it replaces is leaving now)
             word = Mux(first & rsp_data_from_mem[k], pull_word, held)
             m.d.comb += [rsps[k].valid.eq(busy_rsp[k]), rsps[k].payload.tag.eq(rsp_tag[k]),
                          rsps[k].payload.opcode.eq(rsp_op[k]),
                          rsps[k].payload.data.eq(Mux(rsp_data_from_mem[k] | rsp_data_from_reg[k], word, 0))]
-            with m.If(rsps[k].valid & rsps[k].ready):
-                m.d.sync += busy_rsp[k].eq(0)
 
         # ---- summation: one part at a time, pass w = 1..n-1, beats streamed through the ALU -----------------
         s_part = Signal(range(P))

@@ -17,8 +17,9 @@ Address map (bytes): ``PUSH | ((part * n_workers + worker) * part_beats + beat) 
 contribution (the worker field names the contributor), ``PULL | (part * part_beats + beat) * beat_bytes``
 for a result beat; with ``registers=True``, ``SUM_CTRL + offset`` for the control registers of
 :func:`~syncfabric.hdl.coarse.layouts.summation_register_map` (any port; they replace the ``mode``, ``dtype``
-and ``op`` inputs, so a host reaches everything over its CCI path). A part is reusable (the next round) once every worker pulled every beat of it
-(each worker pulls each beat once); a worker's pull of the next round waits until then.
+and ``op`` inputs, so a host reaches everything over its CCI path). A part is reusable (the next round) once
+every worker pulled every beat of it (each worker pulls each beat once); a worker's pull of the next round
+waits until then.
 
 Each port serves its requests in order; a pull of an incomplete part waits at its port's head without
 blocking the other ports (a worker pulls only after pushing, so the missing contributions come from other

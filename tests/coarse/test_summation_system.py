@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from syncfabric.hdl.coarse.layouts import SUM_CTRL, CciOpcode, summation_register_map
+from syncfabric.hdl.coarse.layouts import CciOpcode, summation_register_map
 from syncfabric.host.cli import main
 from syncfabric.host.coarse.byteps import BytePSCluster
 from syncfabric.host.coarse.rtl import CciBackend, CoarseRtl, MismatchError

@@ -136,6 +136,37 @@ def test_a_build_in_use_is_not_pruned_and_a_pruned_build_is_made_again(tmp_path,
     assert summary["build_dir"] == str(build_dir) and summary["tests"] == 1
 
 
+def test_builds_too_large_for_half_the_memory_run_one_at_a_time(tmp_path, monkeypatch):
+    """A build whose Verilog may need more than half the machine's memory holds a machine-wide lock while it
+    builds: a second one waits (its build log says for what) until the first is over; a small build takes no
+    lock."""
+    import io
+    import threading
+    import time
+    from syncfabric.host.transports import harness
+
+    monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path))
+    monkeypatch.setattr(harness, "_machine_memory", lambda: 2 * 200 * 1000)    # half: 1,000 bytes of Verilog
+    assert harness._large_build_slot(1000).file is None
+    order, log = [], io.StringIO()
+
+    def second():
+        with harness._large_build_slot(1001, log):
+            order.append("second")
+
+    with harness._large_build_slot(1001):
+        t = threading.Thread(target=second)
+        t.start()
+        for _ in range(500):
+            if log.getvalue():
+                break
+            time.sleep(0.01)
+        assert "waiting for another large Verilator build" in log.getvalue()
+        order.append("first")
+    t.join(30)
+    assert order == ["first", "second"]
+
+
 def test_a_build_removed_or_remade_since_the_listing_is_left_alone(tmp_path):
     """Every run prunes, so two processes can list the same stale build: the one that gets its lock second
     finds it gone (CI once failed on the FileNotFoundError) or made again by a run in between (fresh, kept).

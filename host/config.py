@@ -72,7 +72,7 @@ _TOP_KEYS = ("topology", "backend", "clock_mhz", "seed", "engine", "links", "mem
 #: Units of byte sizes (``64K``, ``1MiB``), binary.
 SIZE_UNITS = _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-#: Smallest endpoint memory: below 128 KiB the host uses a compact layout (``host.system.memory_layout``).
+#: Smallest endpoint memory: below 128 KiB the host uses a compact layout (``host.bringup.memory_layout``).
 MIN_MEMORY = 1 << 13
 
 

@@ -16,6 +16,7 @@ Endpoint memory map (every endpoint the same)::
                                each followed by a guard band that must stay untouched
 """
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -27,8 +28,10 @@ from ..sim.golden.chunking import buffer_counts
 from ..sim.golden.executor import execute, landing_deadlock
 from ..sim.golden.topology import parse as parse_topology
 from ..sim.golden.types import DType, ReduceOp, Status, dtype_bytes
-from ..hdl.common.layouts import DescFlags
-from .run import make_inputs
+from ..sim.golden.inputs import make_inputs
+from . import bringup
+from .bringup import (CQ_BASE, CQ_ENTRIES, DATA_BASE, SPILL_BASE, SQ_BASE, SQ_ENTRIES, descriptor,
+                      memory_layout, spill_entries_for)
 
 __all__ = ["SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "CQ_ENTRIES", "DATA_BASE", "GUARD_BYTES", "CANARY",
            "SPILL_BASE", "spill_entries_for", "slot_beats_for", "CollectiveJob", "RejectedCommand",
@@ -36,13 +39,6 @@ __all__ = ["SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "CQ_ENTRIES", "DATA_BASE", "GUARD
            "engine_config_for_job", "job_chunk_beats", "REJECTIONS", "Buffers", "EndpointResult", "memory_bytes",
            "bring_up", "load_programs", "run_endpoint"]
 
-SQ_BASE = 0x00000
-SQ_ENTRIES = 128
-CQ_BASE = 0x04000
-CQ_ENTRIES = 128
-DATA_BASE = 0x10000
-#: The deposit unit's spill window (asynchronous all-to-all) sits between the rings and the data.
-SPILL_BASE = 0x08000
 #: Bytes after each buffer that no command may touch (checked after every run).
 GUARD_BYTES = 256
 #: Fill byte of output buffers and guard bands before a run: a byte the engine did not write keeps it.
@@ -239,14 +235,10 @@ class CollectiveJob:
     def descriptor(self, rank):
         """The descriptor ``rank`` posts (fields of ``descriptor_layout()``)."""
         b = self.buffers[rank]
-        return {
-            "collective": self.collective, "algorithm": 0, "dtype": self.dtype, "op": self.op,
-            "flags": (DescFlags.IN_PLACE if self.in_place else 0) | (DescFlags.NULL if rank in self.null_ranks
-                                                                      else 0),
-            "comm": self.comm, "root": self.spec["root"],
-            "tag": self.tag, "count": self.spec["count"], "src": b.src, "dst": b.dst,
-            "cookie": self.cookie if self.cookie is not None else rank,
-        }
+        return descriptor(self.collective, self.dtype, self.op, comm=self.comm, root=self.spec["root"],
+                          tag=self.tag, count=self.spec["count"], src=b.src, dst=b.dst,
+                          cookie=self.cookie if self.cookie is not None else rank, in_place=self.in_place,
+                          null=rank in self.null_ranks)
 
     async def write_inputs(self, transport, rank):
         """Canary-fill the receive buffer and guard bands, then write the send buffer."""
@@ -312,9 +304,9 @@ class RejectedCommand:
     def descriptor(self, rank):
         b = self.buffers[rank]
         t = self.template
-        desc = {"collective": t.collective, "algorithm": 0, "dtype": t.dtype, "op": t.op, "flags": 0,
-                "comm": t.comm, "root": t.spec["root"], "tag": t.tag, "count": t.spec["count"], "src": b.src,
-                "dst": b.dst, "cookie": self.cookie if self.cookie is not None else rank}
+        desc = descriptor(t.collective, t.dtype, t.op, comm=t.comm, root=t.spec["root"], tag=t.tag,
+                          count=t.spec["count"], src=b.src, dst=b.dst,
+                          cookie=self.cookie if self.cookie is not None else rank)
         self.detail = self._mutate(desc, self)
         return desc
 
@@ -396,27 +388,22 @@ def memory_bytes(jobs, rank=0):
     return _round_up(end, _ALIGN)
 
 
-def spill_entries_for(cfg):
-    """Spill records that fit between :data:`SPILL_BASE` and :data:`DATA_BASE` (at most the engine's table)."""
-    return min(cfg.spill_entries, (DATA_BASE - SPILL_BASE) // (cfg.max_message_beats * cfg.beat_bytes))
-
-
 async def bring_up(drv, mem_bytes, chunk_beats=None, spill_entries=None, replay_timeout=None):
-    """Check the engine's identity and configuration, set up the rings, register the data window, set the
-    chunk size (``chunk_beats``; default: the configuration's), the spill window (``spill_entries``
-    records at :data:`SPILL_BASE`; default: :func:`spill_entries_for`) and, when given, the link
-    retransmission's ``REPLAY_TIMEOUT``."""
-    await drv.check_config()
-    await drv.configure(SQ_BASE, SQ_ENTRIES, CQ_BASE, CQ_ENTRIES)
-    await drv.add_window(0, DATA_BASE, mem_bytes - DATA_BASE)
-    await drv.write("CHUNK_BEATS", drv.cfg.chunk_beats if chunk_beats is None else chunk_beats)
-    await drv.set_spill_window(SPILL_BASE, spill_entries_for(drv.cfg) if spill_entries is None else spill_entries)
-    if replay_timeout is not None:
-        await drv.write("REPLAY_TIMEOUT", replay_timeout)
+    """:func:`syncfabric.host.bringup.bring_up` for a job runner's endpoint of ``mem_bytes``: the rings and
+    spill window at :data:`SQ_BASE`..:data:`SPILL_BASE`, the data window from :data:`DATA_BASE` to the end of
+    memory, the chunk size ``chunk_beats`` (default: the configuration's), ``spill_entries`` spill records
+    (default: :func:`spill_entries_for`) and, when given, the link retransmission's ``REPLAY_TIMEOUT``."""
+    layout = memory_layout(mem_bytes, drv.cfg, compact=False)
+    if spill_entries is not None:
+        layout = dataclasses.replace(layout, spill_entries=spill_entries)
+    await bringup.bring_up(drv, layout, window=(DATA_BASE, mem_bytes - DATA_BASE),
+                           chunk_beats=drv.cfg.chunk_beats if chunk_beats is None else chunk_beats,
+                           replay_timeout=replay_timeout)
 
 
 async def load_programs(drv, rank, jobs):
-    """Load every job's program of ``rank`` on its communicator (one configure_comm per communicator)."""
+    """Load every job's program of ``rank`` on its communicator (one
+    :func:`syncfabric.host.bringup.load_programs` per communicator)."""
     by_comm = {}
     for job in jobs:
         progs = by_comm.setdefault(job.comm, {})
@@ -431,13 +418,7 @@ async def load_programs(drv, rank, jobs):
         if len(topos) != 1:
             raise ValueError(f"communicator {comm} is used on several topologies: {sorted(topos)}")
         topo = next(iter(progs.values()))[1]
-        table = {}
-        for (coll, _), (prog, _) in sorted(progs.items()):
-            if coll in ("broadcast", "reduce"):
-                table.setdefault(coll, []).append(prog)
-            else:
-                table[coll] = prog
-        await drv.configure_comm(comm, rank, topo.n_endpoints, table, topo)
+        await bringup.load_programs(drv, comm, rank, topo, [prog for _, (prog, _) in sorted(progs.items())])
 
 
 @dataclass

@@ -20,9 +20,10 @@ import numpy as np
 
 from ..sim.golden import topology as topo_mod
 from ..sim.golden.algorithms import default_algorithm, generate
-from ..sim.golden.arith import bf16_from_float32, float32_from_bf16
-from ..sim.golden.chunking import COLLECTIVES, buffer_counts, normalize_collective
+from ..sim.golden.arith import float32_from_bf16
+from ..sim.golden.chunking import COLLECTIVES, normalize_collective
 from ..sim.golden.executor import execute
+from ..sim.golden.inputs import make_inputs, random_inputs
 from ..sim.golden.partitions import SPLITS
 from ..sim.golden.types import DType, ReduceOp, dtype_bytes
 
@@ -96,32 +97,6 @@ def job_spec(collective, topology, nbytes, dtype, op, *, algorithm=None, root=0,
             "count": count, "dtype": dtype.name.lower(), "op": op.name.lower(), "root": root,
             "chunk_bytes": chunk_bytes, "seed": seed, "null_ranks": null}
 
-
-
-def make_inputs(spec):
-    """Seeded random send buffers of every endpoint (None where a rank has no send buffer)."""
-    return random_inputs(spec["collective"], spec["count"], spec["npus"], spec["dtype"], spec["root"],
-                         np.random.default_rng(spec["seed"]))
-
-
-def random_inputs(collective, count, npus, dtype, root, rng):
-    """Random send buffers of ``npus`` ranks for ``collective`` of ``count`` elements (NCCL convention) drawn
-    from the numpy generator ``rng``; None where a rank has no send buffer."""
-    dtype = DType.parse(dtype)
-    inputs = []
-    for r in range(npus):
-        n, _ = buffer_counts(collective, count, npus, r, root)
-        if n == 0:
-            inputs.append(None)
-        elif dtype == DType.INT32:
-            inputs.append(rng.integers(-(1 << 24), 1 << 24, n, dtype=np.int32))
-        elif dtype == DType.FP16:
-            inputs.append(rng.standard_normal(n).astype(np.float16))
-        elif dtype == DType.BF16:
-            inputs.append(bf16_from_float32(rng.standard_normal(n).astype(np.float32)))
-        else:
-            inputs.append(rng.standard_normal(n).astype(np.float32))
-    return inputs
 
 
 def _programs(spec):

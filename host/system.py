@@ -31,14 +31,13 @@ Every bad call is refused before anything is posted, with a :class:`UsageError` 
 :class:`RegistrationError`, :class:`CommunicatorError`) naming the problem; the system stays usable.
 """
 
-import dataclasses
 import itertools
 
 import numpy as np
 
 from ..hdl.ace.regs import IRQ_CPL, IRQ_ERROR
 from ..hdl.ace.retry import replay_timeout
-from ..hdl.common.layouts import DescFlags, completion_layout
+from ..hdl.common.layouts import completion_layout
 from ..hdl.system.top import system_links
 from ..sim.golden.algorithms import default_algorithm, generate, supported_algorithms
 from ..sim.golden.arith import bf16_from_float32, float32_from_bf16
@@ -48,7 +47,9 @@ from ..sim.golden.topology import Torus, parse as parse_topology
 from ..sim.golden.types import Collective, DType, ReduceOp, Status, dtype_bytes
 from .config import MIN_MEMORY, ConfigError, load_config
 from .driver import SyncAceDriver, status_name
-from .job import CQ_BASE, CQ_ENTRIES, DATA_BASE, SPILL_BASE, SQ_BASE, SQ_ENTRIES, engine_chunk_bytes
+from .bringup import MemoryLayout, bring_up, descriptor, load_programs, memory_layout
+from .job import engine_chunk_bytes
+from .transport import run_sync
 
 __all__ = ["System", "Communicator", "Buffer", "Request", "SyncfabricError", "UsageError", "RegistrationError",
            "CommunicatorError", "CollectiveError", "RequestTimeout", "ConfigError", "COLLECTIVES", "sub_topology",
@@ -102,31 +103,6 @@ class CollectiveError(SyncfabricError):
 def _short(desc):
     return ", ".join(f"{k}={v:#x}" if k in ("src", "dst") else f"{k}={v}" for k, v in desc.items()
                      if k in ("collective", "dtype", "op", "flags", "comm", "root", "count", "src", "dst"))
-
-
-@dataclasses.dataclass(frozen=True)
-class MemoryLayout:
-    """Where the host puts the engine's rings, the spill window and the registered buffers in each endpoint's
-    memory (:func:`memory_layout`)."""
-    sq_base: int
-    sq_entries: int
-    cq_base: int
-    cq_entries: int
-    spill_base: int
-    spill_entries: int
-    data_base: int
-
-
-def memory_layout(mem_bytes, cfg):
-    """The layout for ``mem_bytes`` of memory per endpoint and engine configuration ``cfg``: the job runner's
-    (rings and spill window in the first 64 KiB) from 128 KiB on, below that a compact one for the on-chip
-    memories of prototype boards (16-entry rings, a 2 KiB spill window, buffers from 4 KiB)."""
-    record = cfg.max_message_beats * cfg.beat_bytes
-    if mem_bytes >= 1 << 17:
-        sq, sqn, cq, cqn, spill, data = SQ_BASE, SQ_ENTRIES, CQ_BASE, CQ_ENTRIES, SPILL_BASE, DATA_BASE
-    else:
-        sq, sqn, cq, cqn, spill, data = 0x0, 16, 0x400, 16, 0x800, 0x1000
-    return MemoryLayout(sq, sqn, cq, cqn, spill, min(cfg.spill_entries, (data - spill) // record), data)
 
 
 def _open_backend(config, progress=False):
@@ -552,12 +528,8 @@ class Communicator:
         tag = next(self._tags) & 0xFFFF
         descs = {}
         for sr, (src, dst, cr) in addrs.items():
-            descs[sr] = {
-                "collective": coll, "algorithm": 0, "dtype": dt, "op": rop,
-                "flags": (DescFlags.IN_PLACE if in_place else 0) | (DescFlags.NULL if cr in null else 0),
-                "comm": self.id, "root": root, "tag": tag, "count": count, "src": src, "dst": dst,
-                "cookie": cookie,
-            }
+            descs[sr] = descriptor(coll, dt, rop, comm=self.id, root=root, tag=tag, count=count, src=src, dst=dst,
+                                   cookie=cookie, in_place=in_place, null=cr in null)
         req = Request(self, coll, cookie, descs, system.now)
         req.chunk_bytes = system.chunk_bytes
         out = recv if recv is not None else send
@@ -618,11 +590,9 @@ class System:
         self.layout = lay = memory_layout(self.config.memory_bytes, cfg)
         links = system_links(self.config.topology, self.config.latency, self.config.rate)
         for rank, drv in enumerate(self.drivers):
-            drv.check_config()
-            drv.configure(lay.sq_base, lay.sq_entries, lay.cq_base, lay.cq_entries)
-            drv.set_spill_window(lay.spill_base, lay.spill_entries)
-            if cfg.replay_flits:        # the link retransmission's timer from the links' round trips
-                drv.write("REPLAY_TIMEOUT", replay_timeout(cfg, links, rank))
+            # the link retransmission's timer from the links' round trips
+            run_sync(bring_up(drv.driver, lay,
+                              replay_timeout=replay_timeout(cfg, links, rank) if cfg.replay_flits else None))
         #: The engines' chunk (CHUNK_BEATS in bytes) and the largest the loaded programs allow.
         self.chunk_bytes = self._chunk_limit = None
         self._chunk_choices = {}
@@ -990,15 +960,9 @@ class System:
         """Replace ``comm``'s programs on every rank's engine with those of ``wanted`` ((collective, root)
         pairs); :class:`UsageError` if they do not fit."""
         for cr, sr in enumerate(comm.ranks):
-            table = {}
-            for c, rt in wanted:
-                p = generate(c, comm.algorithm(c), comm.topology, root=rt)[cr]
-                if c in ("broadcast", "reduce"):
-                    table.setdefault(c, []).append(p)
-                else:
-                    table[c] = p
+            progs = [generate(c, comm.algorithm(c), comm.topology, root=rt)[cr] for c, rt in wanted]
             try:
-                self.drivers[sr].configure_comm(comm.id, cr, comm.size, table, comm.topology)
+                run_sync(load_programs(self.drivers[sr].driver, comm.id, cr, comm.topology, progs))
             except (ValueError, MemoryError) as e:
                 raise UsageError(f"{coll} on {comm!r}: its programs do not fit the engine ({e})") from None
 

@@ -108,6 +108,11 @@ def prepare_tool_path():
             os.environ["PATH"] = os.pathsep.join([str(bindir), *path])
     if "OBJCACHE" not in os.environ and shutil.which("ccache"):
         os.environ["OBJCACHE"] = "ccache"
+        # Verilator's makefiles pass the toolchain's headers by absolute path: relative to a base directory
+        # holding the build root and the environment, a second clone (CI's) hits the objects of the first
+        common = os.path.commonpath([str(build_root()), sys.prefix])
+        if "CCACHE_BASEDIR" not in os.environ and common != os.path.sep:
+            os.environ["CCACHE_BASEDIR"] = common
 
 
 def _fix_verilator_pch():
@@ -367,7 +372,7 @@ def _verilator_build(verilog, toplevel, waves, hier_blocks, public=(), threads=1
             if (build_dir / "built").exists():
                 break
             lock.take(exclusive=True)
-            _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc)
+            _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc, hier_blocks, public)
         os.utime(build_dir / "built")
         _prune_verilator_builds(root)
     except BaseException:
@@ -376,8 +381,9 @@ def _verilator_build(verilog, toplevel, waves, hier_blocks, public=(), threads=1
     return build_dir, lock
 
 
-def _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc):
-    """Build in ``build_dir`` unless it is built (the caller holds its exclusive lock)."""
+def _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc, hier_blocks=(), public=()):
+    """Build in ``build_dir`` unless it is built (the caller holds its exclusive lock). ``hier_blocks`` are
+    built once per content and shared between designs (:mod:`.verilator_blocks`)."""
     build_dir.mkdir(parents=True, exist_ok=True)
     source = _sync_file(verilog, build_dir / f"{toplevel}.v")
     vlt_file = _sync_text(build_dir / "config.vlt", vlt)
@@ -389,14 +395,19 @@ def _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc):
     scratch = build_dir / "building"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
-    cmd = [shutil.which("verilator"), "-cc", "--exe", "-Mdir", str(scratch / "obj"),
-           "--top-module", toplevel, "--vpi", "--prefix", "Vtop", "-o", str(scratch / toplevel),
-           "-LDFLAGS", f"-Wl,-rpath,{cc.libs_dir} -L{cc.libs_dir} -lcocotbvpi_verilator",
-           *build_args, "--no-public-flat-rw", str(vlt_file), "--timescale", "1ns/1ps",
-           str(cc.share_dir / "lib" / "verilator" / "verilator.cpp"), str(source)]
+    ldflags = f"-Wl,-rpath,{cc.libs_dir} -L{cc.libs_dir} -lcocotbvpi_verilator"
+    cpp = cc.share_dir / "lib" / "verilator" / "verilator.cpp"
     log_path = build_dir / "build.log"
-    with open(log_path, "w") as log, _large_build_slot(source.stat().st_size, log):
-        proc = _verilate_and_make(cmd, scratch / "obj", build_dir, log)
+    if hier_blocks and os.environ.get("SYNCFABRIC_SHARED_BLOCKS", "1") != "0":
+        proc = _build_with_shared_blocks(build_dir, toplevel, source, vlt_file, build_args, flags, hier_blocks,
+                                         public, scratch, ldflags, cpp, log_path)
+    else:
+        cmd = [shutil.which("verilator"), "-cc", "--exe", "-Mdir", str(scratch / "obj"),
+               "--top-module", toplevel, "--vpi", "--prefix", "Vtop", "-o", str(scratch / toplevel),
+               "-LDFLAGS", ldflags, *build_args, "--no-public-flat-rw", str(vlt_file), "--timescale", "1ns/1ps",
+               str(cpp), str(source)]
+        with open(log_path, "w") as log, _large_build_slot(source.stat().st_size, log):
+            proc = _verilate_and_make(cmd, scratch / "obj", build_dir, log)
     if proc.returncode or not (scratch / toplevel).exists():
         # the log's end in the message: CI keeps the test output, not the build directory
         tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-25:])
@@ -407,6 +418,45 @@ def _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc):
     os.replace(scratch / toplevel, build_dir / toplevel)
     scratch.rmdir()
     done.write_text(flags)
+
+
+def _build_with_shared_blocks(build_dir, toplevel, source, vlt_file, build_args, flags, hier_blocks, public,
+                              scratch, ldflags, cpp, log_path):
+    """Build ``toplevel`` against its ``hier_blocks`` built once per content (:mod:`.verilator_blocks`): each
+    block is found (or built) under ``build/verilator/blocks/``, then the top alone (the design's Verilog
+    without the blocks' modules) is Verilated against their wrappers and linked with their libraries.
+    Returns the make's CompletedProcess (or the first failing step's)."""
+    from . import verilator_blocks as vb
+
+    root = build_root() / "verilator"
+    rest, texts = vb.split_blocks(source.read_text(), hier_blocks)
+    top_source = build_dir / f"{toplevel}.top.v"
+    _sync_text(top_source, rest)
+    blocks, locks = {}, []
+    try:
+        with open(log_path, "w") as log:
+            for b in hier_blocks:
+                print(f"block {b}: {len(texts[b]):,} bytes of Verilog, built once per content under "
+                      f"{root / 'blocks'}", file=log, flush=True)
+                d, lk = vb.build_block(root, b, texts[b], public, build_args, flags, _Lock, _lock_file,
+                                       _large_build_slot)
+                blocks[b] = d
+                locks.append(lk)
+                print(f"block {b}: {d}", file=log, flush=True)
+            obj = scratch / "obj"
+            cmd = vb.top_command(blocks, toplevel, top_source, vlt_file, obj, scratch / toplevel, ldflags,
+                                 build_args, cpp)
+            with _large_build_slot(len(rest), log):
+                proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=build_dir)
+                if proc.returncode:
+                    return proc
+                vb.write_hier_mk(obj, blocks)
+                return subprocess.run(["make", "-C", str(obj), "-f", "Vtop.mk", "-j", str(os.cpu_count() or 1)],
+                                      stdout=log, stderr=subprocess.STDOUT, cwd=build_dir)
+    finally:
+        for lk in locks:
+            lk.__exit__()
+        vb.prune_blocks(root, _remove_build)
 
 
 #: Peak resident memory of a hierarchical Verilator build per byte of its Verilog. Measured: a torus partition of

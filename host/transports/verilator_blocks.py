@@ -1,0 +1,183 @@
+"""Verilator hierarchical blocks built once per content and shared by every design that instantiates them.
+
+Verilator's ``--hierarchical`` mode compiles a block (the engine) into a library of its own, but inside each
+design's build: two system tops that differ only in their topology, NPU memory size or link cuts each
+Verilate the same engine again (about 85 s for a `small` engine, 37 minutes for a `paper` one). Here the
+block is cut out of the design's Verilog (the module ``B`` and every ``\\B.*`` submodule, as Amaranth names
+them), Verilated and compiled into ``build/verilator/blocks/B-<key>/`` once per (block text, flags), and each
+design's top is Verilated against the block's wrapper and linked with its library: the same Verilator
+commands as ``--hierarchical`` runs (the block with ``--lib-create --hierarchical-child``, the top with
+``--hierarchical-block``), in two steps instead of one.
+
+Blocks are locked like builds (shared while a top links one, exclusive while it is built or pruned) and the
+least recently used beyond ``SYNCFABRIC_VERILATOR_BLOCKS_KEEP`` (default 12) are pruned.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+__all__ = ["split_blocks", "block_config", "build_block", "top_command", "write_hier_mk", "prune_blocks"]
+
+_MODULE = re.compile(r"module\s+(\\\S+|[A-Za-z_][\w$]*)")
+
+
+def split_blocks(text, blocks):
+    """Cut the modules of each block in ``blocks`` out of the Verilog ``text``: returns ``(rest, {block:
+    text})``. A module belongs to block ``B`` when it is named ``B`` or ``\\B.<anything>``; the attribute lines
+    and comments just before a module go with it. Raises ``ValueError`` when a block's module is missing."""
+    parts = {b: [] for b in blocks}
+    rest, pending, current = [], [], None
+    for line in text.splitlines(keepends=True):
+        if current is not None:
+            current.append(line)
+            if line.startswith("endmodule"):
+                current = None
+            continue
+        m = _MODULE.match(line)
+        if m is None:
+            pending.append(line)
+            continue
+        name = m.group(1)
+        owner = next((b for b in blocks if name == b or name.startswith(f"\\{b}.")), None)
+        current = parts[owner] if owner is not None else rest
+        current.extend(pending)
+        current.append(line)
+        pending = []
+    rest.extend(pending)
+    for b in blocks:
+        if not any(_MODULE.match(line) and _MODULE.match(line).group(1) == b for line in parts[b]):
+            raise ValueError(f"hierarchical block {b!r} is not a module of the design's Verilog")
+    return "".join(rest), {b: "".join(p) for b, p in parts.items()}
+
+
+def block_config(block, public):
+    """The Verilator configuration file of ``block``: its ``hier_block`` line and the ``public`` rules
+    ``(module, var)`` that name the block or its submodules (the top's own rules would only change the key)."""
+    rules = [(m, v) for m, v in public if m == block or m.startswith(f"{block}.")]
+    return ("`verilator_config\n" + "".join(f'public_flat_rw -module "{m}" -var "{v}"\n' for m, v in rules)
+            + f'hier_block -module "{block}"\n')
+
+
+def _common(build_args):
+    """``build_args`` without the options ``--hierarchical`` passes on in its own form: itself and
+    ``--threads N``; returns (args, threads)."""
+    args, threads, it = [], 1, iter(build_args)
+    for a in it:
+        if a == "--threads":
+            threads = int(next(it))
+        elif a != "--hierarchical":
+            args.append(a)
+    return args, threads
+
+
+def _block_args(block, source, vlt, obj, build_args):
+    """Verilator's command for ``block`` as ``--hierarchical`` writes it (``V<block>__hierMkArgs.f``: the
+    model's thread count goes to ``--hierarchical-child``)."""
+    args, threads = _common(build_args)
+    return [shutil.which("verilator"), "--cc", "-Mdir", str(obj), str(source), "--prefix", f"V{block}",
+            "--mod-prefix", f"V{block}", "--top-module-encoded", block, "--lib-create", block,
+            "--hierarchical-child", str(threads), "--hierarchical-block", f"{block},{block}", "--vpi",
+            *args, "--no-public-flat-rw", str(vlt), "--timescale", "1ns/1ps"]
+
+
+def build_block(root, block, text, public, build_args, flags, lock_cls, lock_file, large_slot, log_name="build.log"):
+    """The built block ``block`` of Verilog ``text`` under ``root``: returns ``(directory, lock)``, the lock
+    held shared until the caller has linked the block's library (``directory/obj/lib<block>.a``) and the
+    wrapper (``directory/obj/<block>.sv``). Builds it first unless a build of the same text and flags exists."""
+    vlt = block_config(block, public)
+    # the key: the block's text and configuration, the make flags and the Verilator command (its paths left out)
+    cmd = " ".join(_block_args(block, "SOURCE", "CONFIG", "OBJ", build_args))
+    key = hashlib.sha256("\0".join([text, vlt, flags, cmd]).encode()).hexdigest()[:16]
+    blk = Path(root) / "blocks" / f"{block}-{key}"
+    lock = lock_cls(lock_file(blk))
+    try:
+        while True:
+            lock.take(exclusive=False)
+            if (blk / "built").exists():
+                break
+            lock.take(exclusive=True)
+            if not (blk / "built").exists():
+                _build(blk, block, text, vlt, build_args, flags, large_slot, log_name)
+        os.utime(blk / "built")
+    except BaseException:
+        lock.__exit__()
+        raise
+    return blk, lock
+
+
+def _build(blk, block, text, vlt, build_args, flags, large_slot, log_name):
+    blk.mkdir(parents=True, exist_ok=True)
+    source = blk / f"{block}.v"
+    source.write_text(text)
+    vlt_file = blk / "config.vlt"
+    vlt_file.write_text(vlt)
+    scratch = blk / "building"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    log_path = blk / log_name
+    jobs = str(os.cpu_count() or 1)
+    with open(log_path, "w") as log, large_slot(len(text), log):
+        proc = subprocess.run(_block_args(block, source, vlt_file, scratch, build_args), stdout=log,
+                              stderr=subprocess.STDOUT, cwd=blk)
+        if proc.returncode == 0:
+            proc = subprocess.run(["make", "-C", str(scratch), "-f", f"V{block}.mk", f"VM_PREFIX=V{block}", "-j",
+                                   jobs], stdout=log, stderr=subprocess.STDOUT, cwd=blk)
+    if proc.returncode or not (scratch / f"lib{block}.a").exists():
+        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-25:])
+        raise AssertionError(f"Verilator failed to build the block {block} (exit {proc.returncode}); "
+                             f"{log_path} ends:\n{tail}")
+    shutil.rmtree(blk / "obj", ignore_errors=True)
+    os.replace(scratch, blk / "obj")
+    (blk / "built").write_text(flags)
+
+
+def top_command(blocks, toplevel, source, vlt, obj, exe, ldflags, build_args, cpp):
+    """Verilator's command for the top ``toplevel`` of ``source`` (the design without its blocks) against the
+    built ``blocks`` ({name: directory}), as ``--hierarchical`` writes it (``Vtop__hierMkArgs.f``)."""
+    cmd = [shutil.which("verilator"), *[str(Path(d) / "obj" / f"{b}.sv") for b, d in blocks.items()],
+           str(source), str(cpp), "--top-module", toplevel, "--prefix", "Vtop", "-Mdir", str(obj),
+           "--mod-prefix", "Vtop"]
+    for b in blocks:
+        cmd += ["--hierarchical-block", f"{b},{b}"]
+    args, threads = _common(build_args)
+    return cmd + ["--threads", str(threads), "--cc", "--exe", "--vpi", "-o", str(exe), "-LDFLAGS", ldflags,
+                  *args, "--no-public-flat-rw", str(vlt), "--timescale", "1ns/1ps"]
+
+
+def write_hier_mk(obj, blocks):
+    """The ``Vtop_hier.mk`` that the top's makefile includes: the blocks' libraries, already built, reached
+    through a link ``obj/V<block>`` to each block's directory (Verilator's makefile merges the libraries into
+    the top's archive by a path relative to ``obj``)."""
+    libs = ""
+    for b, d in blocks.items():
+        link = Path(obj) / f"V{b}"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(Path(d) / "obj", target_is_directory=True)
+        libs += f"  V{b}/lib{b}.a \\\n"
+    (Path(obj) / "Vtop_hier.mk").write_text(
+        "# Hierarchical blocks built once (syncfabric.host.transports.verilator_blocks)\n"
+        "ifndef VM_HIER_VERILATION_INCLUDED\nVM_HIER_VERILATION_INCLUDED = 1\n"
+        f"VM_HIER_LIBS := \\\n{libs}\nendif\n")
+
+
+def prune_blocks(root, remove):
+    """Remove the least recently used blocks beyond ``SYNCFABRIC_VERILATOR_BLOCKS_KEEP`` (default 12) with
+    ``remove(directory, listed_mtime)``, which skips blocks in use."""
+    keep = int(os.environ.get("SYNCFABRIC_VERILATOR_BLOCKS_KEEP", "12"))
+    found = []
+    base = Path(root) / "blocks"
+    if not base.is_dir():
+        return
+    for d in base.iterdir():
+        try:
+            found.append((d, (d / "built").stat().st_mtime))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    found.sort(key=lambda b: b[1], reverse=True)
+    for d, listed in found[keep:]:
+        remove(d, listed)

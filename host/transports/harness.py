@@ -363,22 +363,35 @@ def _verilator_build(verilog, toplevel, waves, hier_blocks, public=(), threads=1
     key = hashlib.sha256(text + vlt.encode() + flags.encode()).hexdigest()[:16]
     root = build_root() / "verilator"
     build_dir = root / f"{toplevel}-{key}"
-    lock = _Lock(_lock_file(build_dir))
+    lock = _shared_once_built(build_dir, lambda: _build_once(build_dir, toplevel, verilog, vlt, build_args, flags,
+                                                            cc, hier_blocks, public))
     try:
-        # runs share the build (shared lock); building and pruning need it alone (exclusive). Converting a
-        # flock is not atomic, so the build is checked again each time the shared lock is taken.
-        while True:
-            lock.take(exclusive=False)
-            if (build_dir / "built").exists():
-                break
-            lock.take(exclusive=True)
-            _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc, hier_blocks, public)
-        os.utime(build_dir / "built")
         _prune_verilator_builds(root)
     except BaseException:
         lock.__exit__()
         raise
     return build_dir, lock
+
+
+def _shared_once_built(directory, build):
+    """The lock of ``directory`` held shared once it is built (``directory/built`` exists), calling ``build``
+    first (under the exclusive lock) when it is not; the caller releases it. Runs share a build (shared lock);
+    building and pruning need it alone (exclusive). Converting a flock is not atomic, so the build is checked
+    again each time the shared lock is taken."""
+    lock = _Lock(_lock_file(directory))
+    try:
+        while True:
+            lock.take(exclusive=False)
+            if (directory / "built").exists():
+                break
+            lock.take(exclusive=True)
+            if not (directory / "built").exists():
+                build()
+        os.utime(directory / "built")
+    except BaseException:
+        lock.__exit__()
+        raise
+    return lock
 
 
 def _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc, hier_blocks=(), public=()):
@@ -438,8 +451,7 @@ def _build_with_shared_blocks(build_dir, toplevel, source, vlt_file, build_args,
             for b in hier_blocks:
                 print(f"block {b}: {len(texts[b]):,} bytes of Verilog, built once per content under "
                       f"{root / 'blocks'}", file=log, flush=True)
-                d, lk = vb.build_block(root, b, texts[b], public, build_args, flags, _Lock, _lock_file,
-                                       _large_build_slot)
+                d, lk = vb.build_block(root, b, texts[b], public, build_args, flags)
                 blocks[b] = d
                 locks.append(lk)
                 print(f"block {b}: {d}", file=log, flush=True)
@@ -456,7 +468,7 @@ def _build_with_shared_blocks(build_dir, toplevel, source, vlt_file, build_args,
     finally:
         for lk in locks:
             lk.__exit__()
-        vb.prune_blocks(root, _remove_build)
+        vb.prune_blocks(root)
 
 
 #: Peak resident memory of a hierarchical Verilator build per byte of its Verilog. Measured: a torus partition of

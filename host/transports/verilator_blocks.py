@@ -10,7 +10,7 @@ commands as ``--hierarchical`` runs (the block with ``--lib-create --hierarchica
 ``--hierarchical-block``), in two steps instead of one.
 
 Blocks are locked like builds (shared while a top links one, exclusive while it is built or pruned) and the
-least recently used beyond ``SYNCFABRIC_VERILATOR_BLOCKS_KEEP`` (default 12) are pruned.
+least recently used beyond ``SYNCFABRIC_VERILATOR_BLOCKS_KEEP`` (default 24) are pruned.
 """
 
 import hashlib
@@ -84,32 +84,23 @@ def _block_args(block, source, vlt, obj, build_args):
             *args, "--no-public-flat-rw", str(vlt), "--timescale", "1ns/1ps"]
 
 
-def build_block(root, block, text, public, build_args, flags, lock_cls, lock_file, large_slot, log_name="build.log"):
+def build_block(root, block, text, public, build_args, flags, log_name="build.log"):
     """The built block ``block`` of Verilog ``text`` under ``root``: returns ``(directory, lock)``, the lock
     held shared until the caller has linked the block's library (``directory/obj/lib<block>.a``) and the
     wrapper (``directory/obj/<block>.sv``). Builds it first unless a build of the same text and flags exists."""
+    from .harness import _shared_once_built
+
     vlt = block_config(block, public)
     # the key: the block's text and configuration, the make flags and the Verilator command (its paths left out)
     cmd = " ".join(_block_args(block, "SOURCE", "CONFIG", "OBJ", build_args))
     key = hashlib.sha256("\0".join([text, vlt, flags, cmd]).encode()).hexdigest()[:16]
     blk = Path(root) / "blocks" / f"{block}-{key}"
-    lock = lock_cls(lock_file(blk))
-    try:
-        while True:
-            lock.take(exclusive=False)
-            if (blk / "built").exists():
-                break
-            lock.take(exclusive=True)
-            if not (blk / "built").exists():
-                _build(blk, block, text, vlt, build_args, flags, large_slot, log_name)
-        os.utime(blk / "built")
-    except BaseException:
-        lock.__exit__()
-        raise
-    return blk, lock
+    return blk, _shared_once_built(blk, lambda: _build(blk, block, text, vlt, build_args, flags, log_name))
 
 
-def _build(blk, block, text, vlt, build_args, flags, large_slot, log_name):
+def _build(blk, block, text, vlt, build_args, flags, log_name):
+    from .harness import _large_build_slot
+
     blk.mkdir(parents=True, exist_ok=True)
     source = blk / f"{block}.v"
     source.write_text(text)
@@ -120,7 +111,7 @@ def _build(blk, block, text, vlt, build_args, flags, large_slot, log_name):
     scratch.mkdir()
     log_path = blk / log_name
     jobs = str(os.cpu_count() or 1)
-    with open(log_path, "w") as log, large_slot(len(text), log):
+    with open(log_path, "w") as log, _large_build_slot(len(text), log):
         proc = subprocess.run(_block_args(block, source, vlt_file, scratch, build_args), stdout=log,
                               stderr=subprocess.STDOUT, cwd=blk)
         if proc.returncode == 0:
@@ -130,6 +121,8 @@ def _build(blk, block, text, vlt, build_args, flags, large_slot, log_name):
         tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-25:])
         raise AssertionError(f"Verilator failed to build the block {block} (exit {proc.returncode}); "
                              f"{log_path} ends:\n{tail}")
+    for f in [*scratch.glob("*.o"), *scratch.glob("*.gch")]:   # in the library / only for its compiles
+        f.unlink()
     shutil.rmtree(blk / "obj", ignore_errors=True)
     os.replace(scratch, blk / "obj")
     (blk / "built").write_text(flags)
@@ -165,10 +158,12 @@ def write_hier_mk(obj, blocks):
         f"VM_HIER_LIBS := \\\n{libs}\nendif\n")
 
 
-def prune_blocks(root, remove):
-    """Remove the least recently used blocks beyond ``SYNCFABRIC_VERILATOR_BLOCKS_KEEP`` (default 12) with
-    ``remove(directory, listed_mtime)``, which skips blocks in use."""
-    keep = int(os.environ.get("SYNCFABRIC_VERILATOR_BLOCKS_KEEP", "12"))
+def prune_blocks(root):
+    """Remove the least recently used blocks beyond ``SYNCFABRIC_VERILATOR_BLOCKS_KEEP`` (default 24), but
+    none that a process builds or links (holds its lock)."""
+    from .harness import _remove_build
+
+    keep = int(os.environ.get("SYNCFABRIC_VERILATOR_BLOCKS_KEEP", "24"))
     found = []
     base = Path(root) / "blocks"
     if not base.is_dir():
@@ -180,4 +175,4 @@ def prune_blocks(root, remove):
             continue
     found.sort(key=lambda b: b[1], reverse=True)
     for d, listed in found[keep:]:
-        remove(d, listed)
+        _remove_build(d, listed)

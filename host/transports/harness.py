@@ -6,7 +6,9 @@ fails. Verilog is cached by content: the cache key is the design's top-level nam
 of every source file under ``hdl/`` and ``sim/golden/``, so an unchanged design is not converted again.
 Verilator builds are cached by content too: one build directory per (Verilog text, flags), shared by every test
 and command that simulates that design (``build/verilator/``; the least recently used are pruned beyond
-``SYNCFABRIC_VERILATOR_KEEP``, default 24). Icarus builds in milliseconds and builds in the run directory.
+``SYNCFABRIC_VERILATOR_KEEP``, default 24); a design's hierarchical blocks (the engine) are built once per
+content and linked into every design that holds them (:mod:`.verilator_blocks`). Icarus builds in
+milliseconds and builds in the run directory.
 
 Environment:
   ``SIM``        ``verilator`` (default) or ``icarus``;

@@ -31,7 +31,13 @@ def dask_client(scheduler, workers, min_slots=None):
     from dask.distributed import Client, LocalCluster
 
     if scheduler in (None, "local"):
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        import dask
+        # a task that holds the GIL for minutes (converting a design of 32 `paper` engines) on a loaded machine
+        # misses its worker's heartbeats; the scheduler's default 5-minute limit then restarted the workers
+        # and lost the work. A local cluster dies with its client, so it needs no such limit.
+        with dask.config.set({"distributed.scheduler.worker-ttl": None}):
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
         return Client(cluster), cluster, f"dask LocalCluster ({workers} workers)"
     client = Client(scheduler)
     slots = sum(client.nthreads().values())

@@ -358,6 +358,13 @@ def run_partitioned(cfg, topology, jobs, *, partitions=2, parts=None, scheduler=
     threads = options.get("threads", 1)
     options["threads"] = (1 if remote and threads in (None, "auto")
                           else verilator_threads(threads, share=len(parts)))
+    if not remote:
+        # every partition holds the same engine: convert it once here, not in every partition side by side
+        # (about 10 minutes and 3 GB each for the `paper` engine)
+        from ....hdl.system.top import ENGINE_MODULE
+        from ..harness import verilog_for
+        from . import ace_engine
+        verilog_for(ace_engine, {"cfg": dataclasses.asdict(cfg)}, ENGINE_MODULE)
     host = hub_host or (socket.gethostname() if remote else "127.0.0.1")
     hub = Hub(topology, parts, host=host, progress=progress, window=window)
     tag = build_tag or os.environ.get("PYTEST_CURRENT_TEST", "partitioned").split(" ")[0]

@@ -576,6 +576,8 @@ def _run(runner, params, toplevel, test_module, sim, tb_params, testcase, seed, 
     results = run_dir / "results.xml"
     if results.exists():
         results.unlink()
+    if log_file is not None:    # a partition's log sits beside the one-process run's, which may never have run
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     exit_code = 0
     try:

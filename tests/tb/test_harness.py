@@ -277,3 +277,13 @@ def test_a_hierarchical_block_is_built_once_for_every_design_that_holds_it(tmp_p
     d = run_cocotb(counter_top_verilog, {"width": 6, "spare": 2}, build_tag="blocks-d", **kw)
     assert d["tests"] == 1 and not (tmp_path / "plain" / "verilator" / "blocks").exists()
     assert (Path(d["build_dir"]) / "obj" / "Vcounter").is_dir()
+
+
+@pytest.mark.cocotb
+def test_a_log_file_in_a_directory_not_made_yet_is_written(tmp_path):
+    """The simulator's output goes to ``log_file`` even when its directory does not exist yet (a partitioned
+    run's logs sit beside the one-process run's, whose run directory may never have been made)."""
+    log = tmp_path / "not" / "made" / "sim-p0.log"
+    summary = run_cocotb(Counter, {"width": 4}, toplevel="counter", test_module="syncfabric.tb.smoke",
+                         sim="icarus", tb_params={"cycles": 6}, testcase="counts_enabled_cycles", log_file=log)
+    assert summary["tests"] == 1 and "counts_enabled_cycles" in log.read_text()

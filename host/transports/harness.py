@@ -533,10 +533,11 @@ def _verilate_and_make(cmd, obj, cwd, log):
                           stderr=subprocess.STDOUT, cwd=cwd)
 
 
-def _prune_verilator_builds(root):
-    """Remove the least recently used Verilator builds beyond ``SYNCFABRIC_VERILATOR_KEEP`` (default 24),
-    skipping any that another process builds or runs (holds its lock)."""
-    keep = int(os.environ.get("SYNCFABRIC_VERILATOR_KEEP", "24"))
+def _prune_verilator_builds(root, keep_env="SYNCFABRIC_VERILATOR_KEEP"):
+    """Remove the least recently used builds in ``root`` (directories with a ``built`` marker: Verilator
+    builds, or blocks) beyond ``$keep_env`` (default 24), skipping any that another process builds or uses
+    (holds its lock)."""
+    keep = int(os.environ.get(keep_env, "24"))
     builds = []
     for d in root.iterdir():
         try:

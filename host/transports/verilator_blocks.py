@@ -30,7 +30,7 @@ def split_blocks(text, blocks):
     text})``. A module belongs to block ``B`` when it is named ``B`` or ``\\B.<anything>``; the attribute lines
     and comments just before a module go with it. Raises ``ValueError`` when a block's module is missing."""
     parts = {b: [] for b in blocks}
-    rest, pending, current = [], [], None
+    rest, pending, current, found = [], [], None, set()
     for line in text.splitlines(keepends=True):
         if current is not None:
             current.append(line)
@@ -44,12 +44,13 @@ def split_blocks(text, blocks):
         name = m.group(1)
         owner = next((b for b in blocks if name == b or name.startswith(f"\\{b}.")), None)
         current = parts[owner] if owner is not None else rest
+        found.add(name)
         current.extend(pending)
         current.append(line)
         pending = []
     rest.extend(pending)
     for b in blocks:
-        if not any(_MODULE.match(line) and _MODULE.match(line).group(1) == b for line in parts[b]):
+        if b not in found:
             raise ValueError(f"hierarchical block {b!r} is not a module of the design's Verilog")
     return "".join(rest), {b: "".join(p) for b, p in parts.items()}
 
@@ -161,18 +162,8 @@ def write_hier_mk(obj, blocks):
 def prune_blocks(root):
     """Remove the least recently used blocks beyond ``SYNCFABRIC_VERILATOR_BLOCKS_KEEP`` (default 24), but
     none that a process builds or links (holds its lock)."""
-    from .harness import _remove_build
+    from .harness import _prune_verilator_builds
 
-    keep = int(os.environ.get("SYNCFABRIC_VERILATOR_BLOCKS_KEEP", "24"))
-    found = []
     base = Path(root) / "blocks"
-    if not base.is_dir():
-        return
-    for d in base.iterdir():
-        try:
-            found.append((d, (d / "built").stat().st_mtime))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-    found.sort(key=lambda b: b[1], reverse=True)
-    for d, listed in found[keep:]:
-        _remove_build(d, listed)
+    if base.is_dir():
+        _prune_verilator_builds(base, "SYNCFABRIC_VERILATOR_BLOCKS_KEEP")

@@ -555,6 +555,10 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         res, run = _run_engine(spec, cfg, backend, latency, rate, seed, pause, progress, build_tag, buffers, fsms,
                                npu_mem, partitions, scheduler, threads, faults, sram_split)
         result.update(res)
+        model = _model_of(spec, cfg, res["chunk_bytes"], latency, rate, buffers, fsms, sram_split,
+                          faults or pause)
+        if model is not None:
+            result["model"] = model
         if faults:
             from .faults import classify
 
@@ -569,6 +573,24 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
         result["checked_against"] = "golden executor, byte for byte"
     result["wall_s"] = round(time.monotonic() - t0, 3)
     return result
+
+
+def _model_of(spec, cfg, chunk_bytes, latency, rate, buffers, fsms, sram_split, disturbed):
+    """The performance model's figures for an engine run (:func:`syncfabric.sim.perf.calibrate.predict`): the
+    cycles, their difference from the RTL's, and per program phase the cycles a chunk was in it, the figure
+    the engine's ``PHASE_BUSY`` counters measure. None for runs the model does not describe: a barrier, null
+    contributions, the ACE paper's SRAM split, a memory that stalls or links with faults (``disturbed``), an
+    algorithm it has no profile of."""
+    if spec["collective"] == "barrier" or spec["null_ranks"] or sram_split != "residence" or disturbed:
+        return None
+    from ..sim.perf.calibrate import predict
+
+    try:
+        m = predict(cfg, spec["collective"], spec["topology"], spec["bytes"], latency, rate, buffers, fsms,
+                    spec["algorithm"], chunk_bytes)
+    except (KeyError, NotImplementedError, ValueError):
+        return None
+    return {"cycles": round(m.time), "phase_busy": [round(b) for b in m.phase_busy]}
 
 
 def _choice_note(choice):
@@ -603,6 +625,10 @@ def format_summary(r):
         lines.append(f"  {r['cycles']} cycles (descriptor fetch to completion); bound {r['bound_cycles']:.0f} "
                      f"cycles (busiest link {r['busiest_link_bytes']} B: {r['bandwidth_cycles']:.0f} cycles, "
                      f"+ one hop's latency): link efficiency {r['link_efficiency']:.3f}")
+        model = r.get("model")
+        if model and r["cycles"]:
+            lines.append(f"  the performance model (sim/perf): {model['cycles']} cycles "
+                         f"({model['cycles'] / r['cycles'] - 1:+.1%})")
         util = ", ".join(f"{p}: {u:.3f}" for p, u in r["port_utilization"].items())
         lines.append(f"  link use per port (flits / (cycles x rate), mean over ranks): {util}; forwarded bytes "
                      f"through NPU memory: {r['forwarded_bytes_to_npu_memory']}")
@@ -611,9 +637,12 @@ def format_summary(r):
                          f"round trip's margin)")
         for ph in r.get("phases", ()) if len(r.get("phases", ())) > 1 else ():
             eff = "-" if ph["link_efficiency"] is None else f"{ph['link_efficiency']:.3f}"
+            in_model = ""
+            if model and ph["phase"] < len(model["phase_busy"]):
+                in_model = f", model {model['phase_busy'][ph['phase']]}"
             lines.append(f"  phase {ph['phase']} ({ph['name']}): {ph['bytes']} B on the links, bandwidth term "
                          f"{ph['bandwidth_cycles']:.0f} cycles, a chunk in it {ph['busy_cycles']:.0f} cycles "
-                         f"(mean over ranks), link efficiency while busy {eff}")
+                         f"(mean over ranks{in_model}), link efficiency while busy {eff}")
         if r.get("step_gap_per_step") is not None:
             stalls = {}
             for per_rank in r["stalls"]:

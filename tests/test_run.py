@@ -6,6 +6,7 @@ import pytest
 
 from syncfabric.host.cli import main, parse_size
 from syncfabric.host.run import job_spec, run_collective
+from syncfabric.sim.perf.calibrate import predict_cycles
 
 
 def test_parse_size_units_and_errors():
@@ -159,6 +160,11 @@ def test_run_drives_the_engine_rtl_and_reports_cycles_and_traffic(backend, tmp_p
     # every link carries (P-1)/P of its direction's half: 2 * 3/4 * 1536 B = 2304 B = 144 16-byte flits
     assert r["busiest_link_bytes"] == 2304 and r["bound_cycles"] == pytest.approx(144 + 4)
     assert r["cycles"] >= r["bound_cycles"] and 0 < r["link_efficiency"] <= 1
+    # the performance model's figures for the same job, beside the RTL's
+    m = r["model"]
+    assert m["cycles"] == round(predict_cycles("small", "allreduce", "bidir-ring:4", 3072, latency=4,
+                                               chunk_bytes=r["chunk_bytes"]))
+    assert len(m["phase_busy"]) == len(r["phases"]) and 0 < m["phase_busy"][0] < m["cycles"]
 
 
 @pytest.mark.cocotb

@@ -17,7 +17,7 @@ from ..golden.topology import LinkAttr, Ring, Switch, Torus, parse as parse_topo
 from .collective import collective_time
 from .system import SystemParams, endpoint_from_ace
 
-__all__ = ["RtlPoint", "RTL_POINTS", "predict_cycles", "measure", "calibrate"]
+__all__ = ["RtlPoint", "RTL_POINTS", "predict", "predict_cycles", "measure", "calibrate"]
 
 
 @dataclass(frozen=True)
@@ -159,21 +159,27 @@ RTL_POINTS = (
 
 
 def _topology(spec, latency, rate):
+    """``spec`` with every link's latency and/or rate replaced where given (``syncfabric run --latency
+    --rate``); the other attribute stays each link's own."""
     t = parse_topology(spec)
     if latency is None and rate is None:
         return t
-    attr = LinkAttr(rate=1.0 if rate is None else rate, latency=90 if latency is None else latency)
+
+    def attr(a):
+        return LinkAttr(rate=a.rate if rate is None else rate, latency=a.latency if latency is None else latency)
     if isinstance(t, Ring):
-        return Ring(t.p, t.bidirectional, attr)
+        return Ring(t.p, t.bidirectional, attr(t.attr))
     if isinstance(t, Switch):
-        return Switch(t.p, attr)
-    return Torus(*t.dims, attrs=(attr,) * 3)
+        return Switch(t.p, attr(t.attr))
+    return Torus(*t.dims, attrs=tuple(attr(a) for a in t.attrs))
 
 
-def predict_cycles(config, collective, topology, nbytes, latency=None, rate=None, buffers=None, fsms=None,
-                   algorithm=None, chunk_bytes=None):
-    """Cycles the model predicts for one RTL job (``config``: an AceConfig or a profile name; ``chunk_bytes``:
-    the job's chunk, each in one of the configuration's chunk buffers)."""
+def predict(config, collective, topology, nbytes, latency=None, rate=None, buffers=None, fsms=None,
+            algorithm=None, chunk_bytes=None):
+    """The model's :class:`~.collective.CollectiveResult` of one RTL job in engine cycles (``config``: an
+    AceConfig or a profile name; ``chunk_bytes``: the job's chunk, each in one of the configuration's chunk
+    buffers): ``time`` the cycles, ``phase_busy`` the cycles a chunk was in each phase (the engine's
+    ``PHASE_BUSY``)."""
     from ...hdl.ace.config import AceConfig
     cfg = AceConfig.profile(config) if isinstance(config, str) else config
     if chunk_bytes:
@@ -181,7 +187,14 @@ def predict_cycles(config, collective, topology, nbytes, latency=None, rate=None
     topo = _topology(topology, latency, rate)
     ep = endpoint_from_ace(cfg, buffers=buffers, fsms=fsms)
     system = SystemParams(clock_hz=1.0, link_bw=float(cfg.beat_bytes), link_efficiency=1.0)
-    return collective_time(collective, nbytes, topo, ep, system, algorithm=algorithm).time
+    return collective_time(collective, nbytes, topo, ep, system, algorithm=algorithm)
+
+
+def predict_cycles(config, collective, topology, nbytes, latency=None, rate=None, buffers=None, fsms=None,
+                   algorithm=None, chunk_bytes=None):
+    """Cycles the model predicts for one RTL job (:func:`predict`)."""
+    return predict(config, collective, topology, nbytes, latency, rate, buffers, fsms, algorithm,
+                   chunk_bytes).time
 
 
 def calibrate(points=RTL_POINTS, *, measure=None, on_row=None):

@@ -54,7 +54,8 @@ __all__ = ["CollectiveResult", "collective_time", "phase_slots", "link_capacity"
 @dataclass
 class CollectiveResult:
     """Time of one collective and what it used. ``sent``: bytes one NPU put on its links; ``busy``: seconds
-    each resource was reserved; ``slots``: chunks in flight allowed per phase."""
+    each resource was reserved; ``slots``: chunks in flight allowed per phase; ``phase_busy``: seconds at least one
+    chunk held a place in each phase (the engine's ``PHASE_BUSY`` counters)."""
 
     time: float
     n_chunks: int
@@ -62,6 +63,7 @@ class CollectiveResult:
     bound: float
     slots: tuple
     busy: dict = field(default_factory=dict)
+    phase_busy: tuple = ()
 
     @property
     def network_bw(self):
@@ -273,6 +275,16 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
     torus = isinstance(topo, Torus)
     lead = [ph.ports[0] // 2 if torus and ph.ports else 0 for ph in prof.phases]
     inphase = [0] * n_ph
+    held = [0.0] * n_ph                     # seconds a phase held at least one chunk
+    since = [0.0] * n_ph                    # when it last went from none to some
+
+    def occupy(pi, t, d):
+        if d > 0 and inphase[pi] == 0:
+            since[pi] = t
+        inphase[pi] += d
+        if d < 0 and inphase[pi] == 0:
+            held[pi] += t - since[pi]
+
     waiting = [[] for _ in range(n_ph)]
     done = [0.0] * n_chunks
     per_fsm = ep.n_fsms if gang else n_chunks
@@ -341,21 +353,21 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
             end = s + d
         stored[c] = end
         if not (gang and pi == 0):          # a dispatched chunk holds its place in phase 0 already
-            inphase[pi] += 1
+            occupy(pi, t, 1)
         seq += 1
         # the RTL's chunk leaves its last phase's partition for the terminal one after its last step, its
         # STOREs still streaming
         heapq.heappush(events, (leave if gang and pi == n_ph - 1 else end, seq, 1, c))
 
     def leave_phase(pi, t):
-        inphase[pi] -= 1
+        occupy(pi, t, -1)
         if waiting[pi]:
             (dispatch if gang and pi == 0 else enter)(waiting[pi].pop(0), pi, t)
 
     def dispatch(c, pi, t):
         # the RTL: the chunk takes its place in phase 0's partition and its LOADs start
         nonlocal seq
-        inphase[0] += 1
+        occupy(0, t, 1)
         first, last = t, t
         for r, spb in plans[0][0].items():
             if r in ("mem_rd", "mem"):
@@ -419,4 +431,4 @@ def collective_time(collective, nbytes, topology, ep, system=None, algorithm=Non
     total = max(done) + ep.command_cycles / system.clock_hz
     bound = max((sum(ph.link.get(port, 0.0) for ph in prof.phases) * nbytes / link_capacity(topo, port, system)
                  for port in {p for ph in prof.phases for p in ph.link}), default=0.0)
-    return CollectiveResult(total, n_chunks, sent, bound, slots, busy)
+    return CollectiveResult(total, n_chunks, sent, bound, slots, busy, tuple(held))

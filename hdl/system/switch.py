@@ -1,28 +1,31 @@
-"""Model of a packet switch for system simulation: an input-queued crossbar between ``n_ports`` engines, with
-per-input queues, per-output round-robin arbitration and a credit return path routed back by source.
+"""Model of a packet switch for system simulation: a crossbar between ``n_ports`` engines with virtual output
+queues, per-output round-robin arbitration and a credit return path routed back by source.
 
-Data path. Every input has a FIFO of flits (:attr:`Switch.queue_depth` deep); an input is always ready (the
-link delivers a flit in the cycle it arrives). The queue's head packet goes to the output named by its
-header's ``dst``; an output carries one packet at a time, from its first flit to its last (so packets never
-interleave on a link, which is what the receiving port expects), and picks the next packet round robin among
-the inputs whose head waits for it. An input whose head waits for a busy output holds the packets behind it
-(head-of-line blocking: the receivers always drain, so it delays but never deadlocks).
+Data path. Every input keeps one FIFO of flits per other port (its virtual output queues, each
+:attr:`Switch.queue_depth` deep); an input is always ready (the link delivers a flit in the cycle it arrives)
+and writes a flit to the queue of its packet's output (the header's ``dst`` on the first flit, kept for the
+rest of the packet). An output carries one packet at a time, from its first flit to its last (so packets
+never interleave on a link, which is what the receiving port expects), and picks the next packet round robin
+among the inputs whose queue for it holds one. Queue ``(i, j)`` is read by output ``j`` alone, so a packet
+waiting for a busy output never holds a packet for another output behind it (no head-of-line blocking; an
+input may feed several outputs in one cycle, as an output-queued switch's memory would). Per (source,
+destination) the order is kept.
 
 Flow control. The engines keep end-to-end credits: a transmitter sends a message only with credits for the
 destination's landing channel of that (source, virtual channel) pair (``rx_sources`` in the engine
-configuration), so whatever sits in the switch is already paid for at its destination. An input queue can
-therefore never hold more than the credits its source owns, ``(n_ports - 1) * n_fsms`` channels of
+configuration), so whatever sits in the switch is already paid for at its destination. A queue can
+therefore never hold more than the credits its source owns for the queue's destination, ``n_fsms`` channels of
 ``landing_beats`` payload flits and ``landing_headers`` header-only flits each: :func:`queue_bound` is the
 default depth and the switch is lossless by construction. ``overflow`` (sticky) reports a flit that found its
 queue full or named a destination that is not another port; tests assert it stays low.
 
-Hop-by-hop hold. A switch of the design point cannot have queues that deep (``paper`` engines on 8 ports:
-29,120 flits of 64 B per input with 4 landing headers), so an input queue may be shorter than
+Hop-by-hop hold. A switch of the design point cannot have queues that deep (``paper`` engines: 4,160 flits of
+64 B per queue with 4 landing headers, 56 queues on 8 ports), so a queue may be shorter than
 :func:`queue_bound`, given a ``hold_margin``: the flits that can still arrive after the queue asks its link to
 pause (the round trip of the up-link: the flits on it, those its transmitter sends before the request reaches
-it, and the registers between). Input ``i`` raises ``hold<i>`` (registered) while its queue holds more than
-``queue_depth - hold_margin`` flits; the system top delays it by the link's latency and holds the link's
-transmitter (XOFF/XON, as a real switch's pause frames or link credits would). Nothing is lost and nothing
+it, and the registers between). Input ``i`` raises ``hold<i>`` (registered) while any of its queues holds
+more than ``queue_depth - hold_margin`` flits (any of them may be the arriving flits' destination); the
+system top delays it by the link's latency and holds the link's transmitter (XOFF/XON, as a real switch's pause frames or link credits would). Nothing is lost and nothing
 deadlocks: a held flit is still paid for at its destination, whose output always drains, so every queue
 empties. Without a ``hold_margin`` the queue must be :func:`queue_bound` deep and ``hold<i>`` stays low.
 :func:`round_trip_queue` sizes both for links of up to a given latency. ``hold_cycles`` counts the cycles in
@@ -47,9 +50,10 @@ from ..common.refuse import Checked
 __all__ = ["Switch", "queue_bound", "round_trip_queue"]
 
 
-def queue_bound(n_ports, n_fsms, landing_beats, landing_headers):
-    """Flits an input queue may have to hold: every credit its source owns (see the module docstring)."""
-    return (n_ports - 1) * n_fsms * (landing_beats + landing_headers)
+def queue_bound(n_fsms, landing_beats, landing_headers):
+    """Flits a virtual output queue may have to hold: every credit its source owns for the queue's
+    destination (see the module docstring)."""
+    return n_fsms * (landing_beats + landing_headers)
 
 
 def round_trip_queue(max_latency):
@@ -84,7 +88,7 @@ class Switch(Checked, wiring.Component):
             raise ValueError(f"a switch needs at least 2 ports, not {n_ports}")
         if n_fsms < 1 or n_fsms & (n_fsms - 1):
             raise ValueError(f"n_fsms must be a power of two, not {n_fsms}")
-        depth = queue_bound(n_ports, n_fsms, landing_beats, landing_headers) if queue_depth is None \
+        depth = queue_bound(n_fsms, landing_beats, landing_headers) if queue_depth is None \
             else int(queue_depth)
         if depth < 2:
             raise ValueError(f"queue_depth must be at least 2, not {depth}")
@@ -93,7 +97,7 @@ class Switch(Checked, wiring.Component):
 
     def __init__(self, beat_bytes, n_ports, n_fsms, landing_beats, landing_headers, queue_depth=None,
                  hold_margin=None):
-        self.queue_depth = queue_bound(n_ports, n_fsms, landing_beats, landing_headers) if queue_depth is None \
+        self.queue_depth = queue_bound(n_fsms, landing_beats, landing_headers) if queue_depth is None \
             else int(queue_depth)
         self.hold_margin = hold_margin
         self.beat_bytes, self.n_ports, self.n_fsms = beat_bytes, n_ports, n_fsms
@@ -116,49 +120,54 @@ class Switch(Checked, wiring.Component):
         fl = flit_layout(self.beat_bytes)
         fbits = exact_log2(F)
 
-        # ---- input queues ------------------------------------------------------------------------------
-        heads, head_valid, head_dst = [], [], []
+        # ---- virtual output queues: input i's packets for output j in queue (i, j) ----------------------
+        # the destination of the packet arriving on an input: from its first flit, kept for the rest of it
+        voq = {}
         drops = []
         for i in range(P):
             inp = getattr(self, f"inp{i}")
-            q = fifo.SyncFIFOBuffered(width=fl.size, depth=self.queue_depth)
-            m.submodules[f"queue{i}"] = q
             flit = inp.payload
-            bad_dst = flit.first & ((flit.hdr.dst >= P) | (flit.hdr.dst == i))
-            m.d.comb += [
-                inp.ready.eq(1),
-                q.w_data.eq(flit.as_value()),
-                q.w_en.eq(inp.valid & ~bad_dst),
-            ]
-            drops.append(inp.valid & (bad_dst | ~q.w_rdy))
+            dst_keep = Signal.like(flit.hdr.dst, name=f"in{i}_dst")
+            dst = Signal.like(flit.hdr.dst, name=f"in{i}_wdst")
+            m.d.comb += [inp.ready.eq(1), dst.eq(Mux(flit.first, flit.hdr.dst, dst_keep))]
+            with m.If(inp.valid & flit.first):
+                m.d.sync += dst_keep.eq(flit.hdr.dst)
+            # a packet for its own port or beyond the switch is dropped whole
+            bad_dst = (dst >= P) | (dst == i)
+            full = Signal(name=f"in{i}_full")
+            near = []
+            for j in range(P):
+                if j == i:
+                    continue
+                q = fifo.SyncFIFOBuffered(width=fl.size, depth=self.queue_depth)
+                m.submodules[f"voq{i}_{j}"] = q
+                voq[i, j] = (q, data.View(fl, q.r_data))
+                m.d.comb += [q.w_data.eq(flit.as_value()),
+                             q.w_en.eq(inp.valid & ~bad_dst & (dst == j))]
+                with m.If(dst == j):
+                    m.d.comb += full.eq(~q.w_rdy)
+                if self.hold_margin is not None:
+                    near.append(q.level > self.queue_depth - self.hold_margin)
+            drops.append(inp.valid & (bad_dst | full))
             with m.If(inp.valid):
                 m.d.sync += self.flits_in[i].eq(self.flits_in[i] + 1)
-            head = data.View(fl, q.r_data)
-            # the destination of the packet at the head: from its first flit, kept for the rest of it
-            dst_keep = Signal(range(P), name=f"in{i}_dst")
-            dst = Signal(range(P), name=f"in{i}_head_dst")
-            m.d.comb += dst.eq(Mux(head.first, head.hdr.dst, dst_keep))
-            with m.If(q.r_rdy & q.r_en & head.first):
-                m.d.sync += dst_keep.eq(head.hdr.dst)
-            heads.append((q, head))
-            head_valid.append(q.r_rdy)
-            head_dst.append(dst)
             if self.hold_margin is not None:
-                m.d.sync += getattr(self, f"hold{i}").eq(q.level > self.queue_depth - self.hold_margin)
+                m.d.sync += getattr(self, f"hold{i}").eq(Cat(*near).any())
         with m.If(Cat(*drops).any()):
             m.d.sync += self.overflow.eq(1)
         with m.If(Cat(*[getattr(self, f"hold{i}") for i in range(P)]).any()):
             m.d.sync += self.hold_cycles.eq(self.hold_cycles + 1)
 
-        # ---- outputs: one packet at a time, round robin among the inputs waiting for it ---------------
-        # grant[j] = input granted to output j (valid while `busy[j]`); an input is granted to at most one
-        # output (its head names one destination)
+        # ---- outputs: one packet at a time, round robin among the inputs with a packet for it ----------
+        # every queue (i, j) is read by output j alone, so a packet for a busy output never holds one for
+        # another output behind it
         for j in range(P):
             out = getattr(self, f"out{j}")
             busy = Signal(name=f"out{j}_busy")
             owner = Signal(range(P), name=f"out{j}_owner")
             last_owner = Signal(range(P), name=f"out{j}_last", init=P - 1)
-            req = Cat(*[head_valid[i] & heads[i][1].first & (head_dst[i] == j) & (i != j) for i in range(P)])
+            srcs = [i for i in range(P) if i != j]
+            req = Cat(*[voq[i, j][0].r_rdy & voq[i, j][1].first if i != j else 0 for i in range(P)])
             # round robin: the first requester after the last owner
             pick = Signal(range(P), name=f"out{j}_pick")
             pick_any = Signal(name=f"out{j}_pick_any")
@@ -177,14 +186,13 @@ class Switch(Checked, wiring.Component):
             sel_flit = Signal(fl, name=f"out{j}_flit")
             sel_valid = Signal(name=f"out{j}_valid")
             with m.Switch(src):
-                for i in range(P):
+                for i in srcs:
                     with m.Case(i):
-                        m.d.comb += [sel_flit.eq(heads[i][1]), sel_valid.eq(head_valid[i])]
+                        m.d.comb += [sel_flit.eq(voq[i, j][1]), sel_valid.eq(voq[i, j][0].r_rdy)]
             m.d.comb += [out.valid.eq(active & sel_valid), out.payload.eq(sel_flit)]
             fire = out.valid & out.ready
-            for i in range(P):
-                with m.If(fire & (src == i)):
-                    m.d.comb += heads[i][0].r_en.eq(1)
+            for i in srcs:
+                m.d.comb += voq[i, j][0].r_en.eq(fire & (src == i))
             with m.If(fire):
                 m.d.sync += [self.flits_out[j].eq(self.flits_out[j] + 1), busy.eq(~sel_flit.last)]
                 with m.If(~busy):

@@ -207,11 +207,12 @@ class AceSystem(Checked, wiring.Component):
     ``npu_mem`` (default None: ``ep<i>_axi`` ports): a dict of :class:`AxiRam` arguments; every endpoint gets
     such a RAM on its AXI port (module docstring).
 
-    On a switch, each input queue is what the engines' credits bound it to (:func:`~.switch.queue_bound`) or
-    a round trip of the links (:func:`~.switch.round_trip_queue` of ``max_latency``), whichever is smaller;
-    in the second case the switch holds an up-link's transmitter while its queue is nearly full, the hold
+    On a switch, each virtual output queue is what the engines' credits bound it to
+    (:func:`~.switch.queue_bound`) or a round trip of the links (:func:`~.switch.round_trip_queue` of
+    ``max_latency``), whichever is smaller; in the second case the switch holds an up-link's transmitter while
+    one of its input's queues is nearly full, the hold
     reaching the transmitter a link latency later (a :class:`~.link.DelayLine` per up-link).
-    ``switch_queue`` sets the queue's depth instead (with the round trip's margin; tests use it to make the
+    ``switch_queue`` sets the queues' depth instead (with the round trip's margin; tests use it to make the
     hold work). ``switch_hold_cycles`` counts the cycles in which the switch holds any link."""
 
     @classmethod
@@ -397,7 +398,7 @@ class AceSystem(Checked, wiring.Component):
         """``(queue_depth, hold_margin)`` of the switch (class docstring): ``(None, None)`` for queues of
         :func:`~.switch.queue_bound`."""
         cfg = self.cfg
-        bound = queue_bound(self.topology.n_endpoints, cfg.n_fsms, cfg.landing_beats, cfg.landing_headers)
+        bound = queue_bound(cfg.n_fsms, cfg.landing_beats, cfg.landing_headers)
         depth, margin = round_trip_queue(self.max_latency)
         if self.switch_queue is not None:
             return self.switch_queue, margin

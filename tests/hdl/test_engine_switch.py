@@ -24,8 +24,9 @@ from test_engine_topologies import check, every_collective, job
 BASE = AceConfig.small(landing_headers=8, landing_beats=64, imem_words=1024)
 #: The small engine on an 8-port switch: one port, 8 source channels per FSM; 8 headers per channel.
 CFG = engine_config_for(BASE, "switch:8")
-#: A 4-port switch build with input queues of a round trip (200 flits for links of up to 90 cycles) instead of
-#: the 864 its engines' credits need, so that it holds its links (the 8-port and Icarus tests keep queue_bound).
+#: A 4-port switch build with virtual output queues of a round trip (200 flits for links of up to 90 cycles)
+#: instead of the 288 its engines' credits need, so that it holds its links (the 8-port and Icarus tests keep
+#: queue_bound).
 ROUND_TRIP = {"max_latency": 90, "switch_queue": 200}
 
 
@@ -33,7 +34,7 @@ def test_switch_engines_have_one_port_and_a_channel_per_source_and_fsm():
     assert CFG.n_ports == 1 and CFG.rx_sources == 8 and CFG.n_channels == 32
     assert engine_config_for(AceConfig.small(), "switch:5").rx_sources == 8
     assert engine_config_for(AceConfig.small(), "ring:8").rx_sources == 1
-    assert queue_bound(8, 4, 64, 8) == 7 * 4 * 72
+    assert queue_bound(4, 64, 8) == 4 * 72
     with pytest.raises(ValueError, match="at least 2 ports"):
         Switch(16, 1, 4, 64, 8)
 

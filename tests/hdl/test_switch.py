@@ -103,6 +103,37 @@ def test_random_packets_arrive_whole_and_in_order(ports):
     assert all(not q for q in expected.values())
 
 
+def test_a_packet_for_a_free_output_passes_packets_waiting_for_a_busy_one():
+    """Virtual output queues: input 1 sends three packets to output 0, which is not ready, then one to output
+    2, which is. The packet for output 2 arrives while the others wait (one input FIFO would hold it behind
+    them: head-of-line blocking); once output 0 is ready its packets follow, in order."""
+    dut = Switch(W, 3, 4, 16, 4, queue_depth=16)
+    plan = [(0, 4), (0, 4), (0, 4), (2, 3)]
+    arrived = {0: [], 2: []}
+
+    async def bench(ctx):
+        todo = [flit(1, d, pkt, k, n) for pkt, (d, n) in enumerate(plan) for k in range(n)]
+        ctx.set(dut.out2.ready, 1)
+        for cycle in range(50):
+            if cycle == 30:
+                assert [FL.from_bits(b).data & 0xFF for b in arrived[2]] == [0, 1, 2]
+                assert arrived[0] == []
+                ctx.set(dut.out0.ready, 1)
+            ctx.set(dut.inp1.valid, bool(todo))
+            if todo:
+                ctx.set(dut.inp1.payload.as_value(), todo.pop(0))
+            await ctx.delay(1e-9)
+            for j in (0, 2):
+                out = getattr(dut, f"out{j}")
+                if ctx.get(out.valid) and ctx.get(out.ready):
+                    arrived[j].append(ctx.get(out.payload.as_value()))
+            await ctx.tick()
+        assert arrived[0] == [flit(1, 0, pkt, k, 4) for pkt in range(3) for k in range(4)]
+        assert not ctx.get(dut.overflow)
+
+    run(dut, [bench], 60)
+
+
 def test_credits_return_to_their_source_as_the_receivers_channel():
     F, P = 4, 4
     dut = Switch(W, P, F, 16, 4, queue_depth=8)

@@ -54,15 +54,23 @@ from amaranth.lib.wiring import In, Out
 from .axi import AXI4Signature, AxiBurst, AxiResp
 from .csr import CsrSignature
 
-__all__ = ["AxiRam", "Lfsr", "RamArray", "RAM_ARRAY_MODULE", "RAM_ARRAY_VERILOG", "stall_threshold"]
+__all__ = ["AxiRam", "Lfsr", "RamArray", "RAM_ARRAY_MODULE", "RAM_ARRAY_VERILOG", "BD_FILE_BYTES", "stall_threshold"]
 
 #: Verilog module name of :class:`RamArray`.
 RAM_ARRAY_MODULE = "sf_ram_array"
 
+#: Bytes of :data:`RAM_ARRAY_VERILOG`'s ``bd_file`` register: the longest path of a bulk back-door file.
+BD_FILE_BYTES = 256
+
 #: :class:`RamArray`'s Verilog: ``DEPTH`` words of ``WIDTH`` bits, two read ports (registered, read-first:
 #: a read in the cycle of a write to its word returns the old word, as an Amaranth read port not transparent
 #: for the write port) and two write ports with byte enables (the second wins a same-word same-byte
-#: collision), zero at time 0 by one loop. ``mem`` is public for Verilator's VPI (the back door).
+#: collision), zero at time 0 by one loop. ``mem`` is public for Verilator's VPI (the back door). Bulk back
+#: door: on a rising edge of ``bd_strobe`` (a variable the testbench sets, not a port: no clock edge, no
+#: simulated cycle) words ``bd_lo..bd_hi`` are read from (``bd_dump`` 0, ``$readmemh``) or written to
+#: (``bd_dump`` 1, ``$writememh``) the file whose path ``bd_file`` holds (ASCII, right-aligned), so a testbench
+#: moves a buffer with a handful of VPI accesses instead of one handle per word
+#: (:class:`syncfabric.host.transports.backdoor.MemoryBackdoor`).
 RAM_ARRAY_VERILOG = f"""module {RAM_ARRAY_MODULE} #(parameter WIDTH = 32, parameter DEPTH = 2, parameter ABITS = 1) (
   input clk,
   input r0_en, input [ABITS-1:0] r0_addr, output reg [WIDTH-1:0] r0_data,
@@ -71,11 +79,21 @@ RAM_ARRAY_VERILOG = f"""module {RAM_ARRAY_MODULE} #(parameter WIDTH = 32, parame
   input [WIDTH/8-1:0] w1_en, input [ABITS-1:0] w1_addr, input [WIDTH-1:0] w1_data
 );
   reg [WIDTH-1:0] mem [0:DEPTH-1] /*verilator public_flat_rw*/;
+  reg [8*{BD_FILE_BYTES}-1:0] bd_file /*verilator public_flat_rw*/;
+  reg [31:0] bd_lo /*verilator public_flat_rw*/;
+  reg [31:0] bd_hi /*verilator public_flat_rw*/;
+  reg bd_dump /*verilator public_flat_rw*/;
+  reg bd_strobe /*verilator public_flat_rw*/;
   integer row;
   initial begin
     for (row = 0; row < DEPTH; row = row + 1) mem[row] = 0;
     r0_data = 0;
     r1_data = 0;
+    bd_strobe = 0;
+  end
+  always @(posedge bd_strobe) begin
+    if (bd_dump) $writememh(bd_file, mem, bd_lo, bd_hi);
+    else $readmemh(bd_file, mem, bd_lo, bd_hi);
   end
   // byte enables as bit masks: a write is one masked word update (no per-byte loop on every edge)
   wire [WIDTH-1:0] m0, m1;

@@ -12,23 +12,45 @@ partial words are read, modified and written back), so it can stand where a coco
 the ``mem=`` of :class:`~syncfabric.host.transports.cocotb.CocotbTransport`. Writes take effect at once
 (:class:`cocotb.handle.Immediate`), so a read right after a write sees it. Use it between collectives, not
 while the design accesses the memory in the same time step.
+
+Each word reached this way costs a simulator handle that cocotb keeps for the rest of the run (about a
+kilobyte on Verilator: 4 MiB buffers on 32 NPUs of 64 B words held 4-7 GB). The RAM of system builds
+(:class:`~syncfabric.hdl.common.axiram.RamArray`) also has a bulk back door: :meth:`MemoryBackdoor.load` and
+:meth:`MemoryBackdoor.dump` (coroutines) move the whole words of a buffer through a file, ``$readmemh`` /
+``$writememh`` started by a strobe in the RAM (two time steps, no clock edge), and only the partial words at
+its ends word by word. :class:`~syncfabric.host.transports.cocotb.CocotbTransport` uses them for its
+``write_mem`` / ``read_mem``.
 """
 
-from cocotb.handle import Immediate
+import os
+import tempfile
 
-__all__ = ["MemoryBackdoor"]
+import numpy as np
+from cocotb.handle import Immediate
+from cocotb.triggers import Timer
+from cocotb.utils import get_sim_time
+
+from ...hdl.common.axiram import BD_FILE_BYTES
+
+__all__ = ["MemoryBackdoor", "BULK_MIN_WORDS"]
+
+#: Whole words from which :meth:`MemoryBackdoor.load` / :meth:`MemoryBackdoor.dump` go through a file.
+BULK_MIN_WORDS = 16
 
 
 class MemoryBackdoor:
     """Byte-addressed access to the memory array ``handle`` (a cocotb array handle of ``depth`` words of
-    ``width`` bits; both read from the handle when not given)."""
+    ``width`` bits; both read from the handle when not given). ``bulk``: the handle of the
+    :class:`~syncfabric.hdl.common.axiram.RamArray` instance holding the array (its ``bd_*`` variables), for
+    :meth:`load` and :meth:`dump` through files."""
 
     #: Writes go to simulator objects (not allowed in cocotb's read-only phase; :class:`CocotbTransport`
     #: steps out of it first).
     vpi_writes = True
 
-    def __init__(self, handle, *, width=None, depth=None):
+    def __init__(self, handle, *, width=None, depth=None, bulk=None):
         self.handle = handle
+        self.bulk = bulk
         self.depth = depth if depth is not None else len(handle)
         self.width = width if width is not None else len(handle[0])
         if self.width % 8:
@@ -88,3 +110,74 @@ class MemoryBackdoor:
         """Set every word to ``value`` (an integer)."""
         for i in range(self.depth):
             self.write_word(i, value)
+
+    def _span(self, addr, length):
+        """``(first, last)`` whole words inside ``[addr, addr + length)`` worth a file, or None."""
+        wb = self.word_bytes
+        first, last = -(-addr // wb), (addr + length) // wb - 1
+        return (first, last) if self.bulk is not None and last - first + 1 >= BULK_MIN_WORDS else None
+
+    async def _strobe(self, path, first, last, dump):
+        name = path.encode()
+        if len(name) > BD_FILE_BYTES:
+            raise ValueError(f"back-door file path longer than {BD_FILE_BYTES} bytes: {path}")
+        b = self.bulk
+        if get_sim_time("step") == 0:
+            # the RAM's initial block (its zero fill, the strobe's first value) runs in the first time step
+            await Timer(1, unit="step")
+        b.bd_file.value = Immediate(int.from_bytes(name, "big"))
+        b.bd_lo.value = Immediate(first)
+        b.bd_hi.value = Immediate(last)
+        b.bd_dump.value = Immediate(int(dump))
+        b.bd_strobe.value = Immediate(1)
+        await Timer(1, unit="step")
+        b.bd_strobe.value = Immediate(0)
+        await Timer(1, unit="step")
+
+    def _file(self):
+        if not hasattr(self, "_dir"):
+            self._dir = tempfile.mkdtemp(prefix="sf-backdoor-")
+        return os.path.join(self._dir, "words.hex")
+
+    async def load(self, addr, data):
+        """:meth:`write`, with the whole words through ``$readmemh`` (module docstring): two time steps."""
+        data = bytes(data)
+        self._check(addr, len(data))
+        span = self._span(addr, len(data))
+        if span is None:
+            self.write(addr, data)
+            return
+        first, last = span
+        wb = self.word_bytes
+        lo, hi = first * wb - addr, (last + 1) * wb - addr
+        words = np.frombuffer(data[lo:hi], np.uint8).reshape(-1, wb)[:, ::-1]
+        text = words.tobytes().hex()
+        path = self._file()
+        with open(path, "w") as f:
+            f.write("\n".join(text[i:i + 2 * wb] for i in range(0, len(text), 2 * wb)))
+            f.write("\n")
+        await self._strobe(path, first, last, False)
+        os.unlink(path)
+        self.write(addr, data[:lo])
+        self.write(addr + hi, data[hi:])
+
+    async def dump(self, addr, length):
+        """:meth:`read`, with the whole words through ``$writememh`` (module docstring): two time steps."""
+        self._check(addr, length)
+        span = self._span(addr, length)
+        if span is None:
+            return self.read(addr, length)
+        first, last = span
+        wb = self.word_bytes
+        lo, hi = first * wb - addr, (last + 1) * wb - addr
+        path = self._file()
+        await self._strobe(path, first, last, True)
+        with open(path) as f:
+            words = [w for line in f for w in line.split("//")[0].split() if not w.startswith("@")]
+        os.unlink(path)
+        if len(words) != last - first + 1:
+            raise RuntimeError(f"{self.handle._path}: $writememh gave {len(words)} words of {last - first + 1}")
+        digits = "".join(w.rjust(2 * wb, "0") for w in words).replace("x", "0").replace("X", "0") \
+            .replace("z", "0").replace("Z", "0")
+        body = np.frombuffer(bytes.fromhex(digits), np.uint8).reshape(-1, wb)[:, ::-1].tobytes()
+        return self.read(addr, lo) + body + self.read(addr + hi, length - hi)

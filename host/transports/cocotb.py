@@ -18,7 +18,8 @@ or its ``Memory`` base class for a test without an AXI bus, or a
 :class:`~syncfabric.host.transports.backdoor.MemoryBackdoor` into a RAM of the design); these are plain calls, they
 take no simulated time (the NPU's own accesses to its memory are not what is being simulated). A memory whose
 ``vpi_writes`` is true writes simulator objects, which cocotb refuses in the read-only phase where a CSR access ends:
-a write to it first moves on by one time step (no clock edge).
+a write to it first moves on by one time step (no clock edge). A memory with coroutines ``load(addr, data)`` and
+``dump(addr, n)`` (the back door's bulk path) is written and read through them.
 """
 
 from cocotb.triggers import ClockCycles, First, Lock, ReadOnly, RisingEdge, Timer
@@ -106,7 +107,19 @@ class CocotbTransport(SimulatedTransport):
         mem = self._memory()
         if getattr(mem, "vpi_writes", False):
             await Timer(1, unit="step")
-        mem.write(addr, bytes(data))
+        if hasattr(mem, "load"):
+            await mem.load(addr, bytes(data))
+        else:
+            mem.write(addr, bytes(data))
+
+    async def read_mem(self, addr, n):
+        """``n`` bytes of the memory at ``addr`` (no clock cycle; see the module docstring)."""
+        mem = self._memory()
+        if hasattr(mem, "dump"):
+            if getattr(mem, "vpi_writes", False):
+                await Timer(1, unit="step")
+            return bytes(await mem.dump(addr, n))
+        return bytes(mem.read(addr, n))
 
     async def wait_irq(self, timeout_cycles=None):
         """Wait for the interrupt line to be high (at most ``timeout_cycles`` cycles; without an ``irq``

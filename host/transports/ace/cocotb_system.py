@@ -131,7 +131,8 @@ class SystemTB:
                 self.drivers.append(None)
                 continue
             if hdl_mem is not None:
-                ram = MemoryBackdoor(getattr(dut, f"mem{i}").array.mem)    # the RamArray's words
+                array = getattr(dut, f"mem{i}").array           # the RamArray: its words and bulk door
+                ram = MemoryBackdoor(array.mem, bulk=array)
                 assert ram.size >= self.mem_bytes, \
                     f"the system's NPU memories hold {ram.size:#x} bytes, the jobs need {self.mem_bytes:#x}"
                 self._add_driver(dut, i, ram, p)

@@ -134,10 +134,12 @@ class MemoryBackdoor:
         b.bd_strobe.value = Immediate(0)
         await Timer(1, unit="step")
 
-    def _file(self):
-        if not hasattr(self, "_dir"):
-            self._dir = tempfile.mkdtemp(prefix="sf-backdoor-")
-        return os.path.join(self._dir, "words.hex")
+    @staticmethod
+    def _file():
+        """A new empty file for one load or dump (the caller removes it)."""
+        fd, path = tempfile.mkstemp(prefix="sf-backdoor-", suffix=".hex")
+        os.close(fd)
+        return path
 
     async def load(self, addr, data):
         """:meth:`write`, with the whole words through ``$readmemh`` (module docstring): two time steps."""
@@ -153,11 +155,13 @@ class MemoryBackdoor:
         words = np.frombuffer(data[lo:hi], np.uint8).reshape(-1, wb)[:, ::-1]
         text = words.tobytes().hex()
         path = self._file()
-        with open(path, "w") as f:
-            f.write("\n".join(text[i:i + 2 * wb] for i in range(0, len(text), 2 * wb)))
-            f.write("\n")
-        await self._strobe(path, first, last, False)
-        os.unlink(path)
+        try:
+            with open(path, "w") as f:
+                f.write("\n".join(text[i:i + 2 * wb] for i in range(0, len(text), 2 * wb)))
+                f.write("\n")
+            await self._strobe(path, first, last, False)
+        finally:
+            os.unlink(path)
         self.write(addr, data[:lo])
         self.write(addr + hi, data[hi:])
 
@@ -171,10 +175,12 @@ class MemoryBackdoor:
         wb = self.word_bytes
         lo, hi = first * wb - addr, (last + 1) * wb - addr
         path = self._file()
-        await self._strobe(path, first, last, True)
-        with open(path) as f:
-            words = [w for line in f for w in line.split("//")[0].split() if not w.startswith("@")]
-        os.unlink(path)
+        try:
+            await self._strobe(path, first, last, True)
+            with open(path) as f:
+                words = [w for line in f for w in line.split("//")[0].split() if not w.startswith("@")]
+        finally:
+            os.unlink(path)
         if len(words) != last - first + 1:
             raise RuntimeError(f"{self.handle._path}: $writememh gave {len(words)} words of {last - first + 1}")
         digits = "".join(w.rjust(2 * wb, "0") for w in words).replace("x", "0").replace("X", "0") \

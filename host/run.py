@@ -577,8 +577,8 @@ def run_collective(collective="allreduce", topology="ring:4", nbytes=65536, dtyp
 
 def _model_of(spec, cfg, chunk_bytes, latency, rate, buffers, fsms, sram_split, disturbed):
     """The performance model's figures for an engine run (:func:`syncfabric.sim.perf.calibrate.predict`): the
-    cycles, their difference from the RTL's, and per program phase the cycles a chunk was in it, the figure
-    the engine's ``PHASE_BUSY`` counters measure. None for runs the model does not describe: a barrier, null
+    cycles, and per program phase the cycles a chunk was in it, the figure the engine's ``PHASE_BUSY``
+    counters measure. None for runs the model does not describe: a barrier, null
     contributions, the ACE paper's SRAM split, a memory that stalls or links with faults (``disturbed``), an
     algorithm it has no profile of."""
     if spec["collective"] == "barrier" or spec["null_ranks"] or sram_split != "residence" or disturbed:

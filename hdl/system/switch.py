@@ -25,9 +25,9 @@ Hop-by-hop hold. A switch of the design point cannot have queues that deep (``pa
 pause (the round trip of the up-link: the flits on it, those its transmitter sends before the request reaches
 it, and the registers between). Input ``i`` raises ``hold<i>`` (registered) while any of its queues holds
 more than ``queue_depth - hold_margin`` flits (any of them may be the arriving flits' destination); the
-system top delays it by the link's latency and holds the link's transmitter (XOFF/XON, as a real switch's pause frames or link credits would). Nothing is lost and nothing
-deadlocks: a held flit is still paid for at its destination, whose output always drains, so every queue
-empties. Without a ``hold_margin`` the queue must be :func:`queue_bound` deep and ``hold<i>`` stays low.
+system top delays it by the link's latency and holds the link's transmitter (XOFF/XON, as a real switch's
+pause frames or link credits would). Nothing is lost and nothing deadlocks: a held flit is still paid for
+at its destination, whose output always drains, so every queue empties. Without a ``hold_margin`` the queue must be :func:`queue_bound` deep and ``hold<i>`` stays low.
 :func:`round_trip_queue` sizes both for links of up to a given latency. ``hold_cycles`` counts the cycles in
 which any input holds.
 

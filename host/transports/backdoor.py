@@ -13,8 +13,9 @@ the ``mem=`` of :class:`~syncfabric.host.transports.cocotb.CocotbTransport`. Wri
 (:class:`cocotb.handle.Immediate`), so a read right after a write sees it. Use it between collectives, not
 while the design accesses the memory in the same time step.
 
-Each word reached this way costs a simulator handle that cocotb keeps for the rest of the run (about a
-kilobyte on Verilator: 4 MiB buffers on 32 NPUs of 64 B words held 4-7 GB). The RAM of system builds
+Each word reached this way costs a simulator handle that cocotb keeps for the rest of the run (about 2 KB
+on Verilator, inferred from a torus:4x4x4 partition of 32 NPUs that grew from 3.3 to 10.5-10.9 GB between
+1 and 4 MiB buffers, docs/results.md). The RAM of system builds
 (:class:`~syncfabric.hdl.common.axiram.RamArray`) also has a bulk back door: :meth:`MemoryBackdoor.load` and
 :meth:`MemoryBackdoor.dump` (coroutines) move the whole words of a buffer through a file, ``$readmemh`` /
 ``$writememh`` started by a strobe in the RAM (two time steps, no clock edge), and only the partial words at

@@ -19,7 +19,8 @@ or its ``Memory`` base class for a test without an AXI bus, or a
 take no simulated time (the NPU's own accesses to its memory are not what is being simulated). A memory whose
 ``vpi_writes`` is true writes simulator objects, which cocotb refuses in the read-only phase where a CSR access ends:
 a write to it first moves on by one time step (no clock edge). A memory with coroutines ``load(addr, data)`` and
-``dump(addr, n)`` (the back door's bulk path) is written and read through them.
+``dump(addr, n)`` (the back door's bulk path) is written and read through them: a few more time steps, still no
+clock edge.
 """
 
 from cocotb.triggers import ClockCycles, First, Lock, ReadOnly, RisingEdge, Timer

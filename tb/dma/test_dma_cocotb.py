@@ -7,7 +7,8 @@ region is read back through the DMA. Reads are compared with the RAM's contents,
 memory (no byte outside a written range may change).
 
 Parameters (:func:`syncfabric.host.transports.harness.tb_params`): ``params`` (``AceConfig.small`` overrides given to
-the factory), ``seed``, ``commands`` (per phase and direction), ``pause`` (probability of a paused AXI cycle),
+the factory), ``seed``, ``commands`` (per phase and direction). The traffic regimes are the test's own parameters
+(:data:`REGIMES`, one cocotb test each in the same simulation): ``pause`` (probability of a paused AXI cycle),
 ``ready_prob`` (stream sinks), ``idle`` (stream sources).
 """
 
@@ -30,6 +31,9 @@ MEM_BYTES = 1 << 16
 #: Writes go to the lower half of the RAM, the concurrent reads to the upper half.
 WRITE_REGION = (0, MEM_BYTES // 2)
 READ_REGION = (MEM_BYTES // 2, MEM_BYTES)
+#: (pause, ready_prob, idle): every channel at full rate (the back-to-back paths), random pauses and
+#: backpressure, and a slow memory behind a slow consumer.
+REGIMES = ((0.0, 1.0, 0.0), (0.3, 0.8, 0.2), (0.6, 0.5, 0.5))
 
 
 def pauses(rng, prob):
@@ -55,16 +59,14 @@ def random_ranges(rng, w, n, region, max_beats=20):
 class DmaTB:
     """Clock, reset, the AXI RAM with paused channels, stream drivers and the memory model."""
 
-    def __init__(self, dut, params):
+    def __init__(self, dut, params, *, pause, ready_prob, idle):
         self.dut = dut
         overrides = params.get("params", {})
         self.cfg = AceConfig.small(**overrides)
         self.w = self.cfg.beat_bytes
         self.seed = int(params.get("seed", cocotb.RANDOM_SEED))
         self.rng = random.Random(self.seed)
-        self.pause = float(params.get("pause", 0.3))
-        self.ready_prob = float(params.get("ready_prob", 0.8))
-        self.idle = float(params.get("idle", 0.2))
+        self.pause, self.ready_prob, self.idle = pause, ready_prob, idle
         self.log = dut._log
         self.cmd_layout = dma_cmd_layout(self.cfg)
         self.rdata_layout = dma_read_data_layout(self.cfg)
@@ -131,12 +133,13 @@ class DmaTB:
 
 
 @cocotb.test(timeout_time=1, timeout_unit="ms")      # 100,000 cycles: a hang fails instead of running forever
-async def random_reads_and_writes_on_axi_ram(dut):
+@cocotb.parametrize((("pause", "ready_prob", "idle"), REGIMES))
+async def random_reads_and_writes_on_axi_ram(dut, pause, ready_prob, idle):
     p = tb_params()
-    tb = DmaTB(dut, p)
+    tb = DmaTB(dut, p, pause=pause, ready_prob=ready_prob, idle=idle)
     n = int(p.get("commands", 40))
-    tb.log.info("seed %d, %d commands per direction and phase, pause %.2f, beat %d bytes", tb.seed, n, tb.pause,
-                tb.w)
+    tb.log.info("seed %d, %d commands per direction and phase, pause %.2f, ready %.2f, idle %.2f, beat %d bytes",
+                tb.seed, n, pause, ready_prob, idle, tb.w)
     await tb.start()
     writes = random_ranges(tb.rng, tb.w, n, WRITE_REGION)
     reads = random_ranges(tb.rng, tb.w, n, READ_REGION)

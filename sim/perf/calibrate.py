@@ -120,11 +120,22 @@ RTL_POINTS = (
              algorithm="hierarchical-rotated", chunk_bytes=32 << 10),
     # the switch at the design point (session 64, on 0925e95: input queues a round trip deep that hold their
     # up-links; 8 paper engines, the switch's 90-cycle links; 22 min wall with the conversion and a 537 s build).
-    # The all-to-all's figure predates the virtual output queues (session 67), not re-measured yet
+    # The all-to-all's figure at the largest chunk predates the virtual output queues (session 67)
     RtlPoint("syncfabric run --config paper --collective allreduce --topology switch:8 --bytes 1M", "paper",
              "allreduce", "switch:8", 1 << 20, 32586),
     RtlPoint("syncfabric run --config paper --collective alltoall --topology switch:8 --bytes 1M", "paper",
              "alltoall", "switch:8", 1 << 20, 22771),
+    # the all-to-all on the virtual output queues (session 68, on 6776cdd) with the chunk the driver chooses
+    # (8 KiB): 0.795 of the link bound; 44 min wall with the conversion and a 937 s build beside another run
+    RtlPoint("syncfabric run --config paper --collective alltoall --topology switch:8 --bytes 1M "
+             "--chunk-bytes 8K", "paper", "alltoall", "switch:8", 1 << 20, 18249, chunk_bytes=8 << 10),
+    # the design point on torus:4x4x4 (64 paper engines, the paper's links, two partitions: `--partitions 2
+    # --threads 1`), 32 KiB chunks (the driver's choice): 1 MiB per NPU in session 66 (0.772 of the link bound;
+    # 16 min of simulation), 4 MiB in session 68 on 6776cdd (0.930; 55 min wall, 42 cycles/s, builds cached)
+    RtlPoint("syncfabric run --topology torus:4x4x4 --config paper --bytes 1M --chunk-bytes 32K", "paper",
+             "allreduce", "torus:4x4x4", 1 << 20, 32500, chunk_bytes=32 << 10),
+    RtlPoint("syncfabric run --topology torus:4x4x4 --config paper --bytes 4M --chunk-bytes 32K", "paper",
+             "allreduce", "torus:4x4x4", 4 << 20, 106241, chunk_bytes=32 << 10),
     # an all-gather bound by the NPU memory port (session 64, on 6305d25; `syncfabric run --config paper
     # --topology bidir-ring:4 --collective allgather --bytes 1M --chunk-bytes 64K|8K`): the model put 8 KiB 5 %
     # ahead, the RTL took them alike (+0.2 %)

@@ -199,12 +199,14 @@ def test_calibration_error_on_the_ring_design_point_is_within_ten_percent():
 
 def test_calibration_over_every_recorded_rtl_row():
     """The recorded RTL cycles (docs/results.md "Model vs RTL"): the mean error and the rows within 5 %
-    as this model reaches them (3.9 %, 28 of 38: the switch's virtual output queues took the small engines'
-    all-to-all on switch:8 from +4.5 % to +8.4 %; before the FSMs held their chunks and a chunk's phase was
-    timed step by step: 5.5 %, 19 of 31)."""
+    as this model reaches them (4.0 %, 29 of 41 with the design point's torus:4x4x4 rows, +7.4 % at 1 MiB and
+    +2.3 % at 4 MiB, and the `paper` switch's all-to-all on its virtual output queues, -6.3 %; 3.9 %, 28 of 38
+    before them; the switch's virtual output queues took the small engines' all-to-all on switch:8 from +4.5 %
+    to +8.4 %; before the FSMs held their chunks and a chunk's phase was timed step by step: 5.5 %, 19 of
+    31)."""
     rows, mae = calibrate()
-    assert mae < 0.04
-    assert sum(abs(r["error"]) <= 0.05 for r in rows) >= 28
+    assert mae < 0.041
+    assert sum(abs(r["error"]) <= 0.05 for r in rows) >= 29
 
 
 def test_the_model_holds_the_slow_rings_chunks_as_long_as_the_rtl_did():
@@ -218,6 +220,18 @@ def test_the_model_holds_the_slow_rings_chunks_as_long_as_the_rtl_did():
     assert r.phase_busy[1] == pytest.approx(67756, rel=0.03)
     assert r.phase_busy[2] == pytest.approx(68914, rel=0.03)
     assert max(r.phase_busy) < r.time
+
+
+def test_the_model_holds_the_4x4x4_design_points_chunks_as_long_as_the_rtl_did():
+    """torus:4x4x4, 64 `paper` engines, 4 MiB per NPU at 32 KiB chunks (session 68): the RTL took 106,241
+    cycles (0.930 of the link bound) and held a chunk in the slow rings' phases 100,517 and 101,020 cycles
+    (``PHASE_BUSY``, mean over ranks); the model's slow phases within 3 % of those and its cycles within 5 %."""
+    from syncfabric.sim.perf.calibrate import predict
+    r = predict("paper", "allreduce", "torus:4x4x4", 4 << 20, chunk_bytes=32 << 10)
+    assert r.time == pytest.approx(106241, rel=0.05)
+    assert r.phase_busy[1] == pytest.approx(100517, rel=0.03)
+    assert r.phase_busy[2] == pytest.approx(101020, rel=0.03)
+    assert r.bound / r.time > 0.88
 
 
 def test_the_model_orders_the_design_points_chunk_sizes_as_the_rtl_did():

@@ -23,7 +23,9 @@ __all__ = ["RtlPoint", "RTL_POINTS", "predict", "predict_cycles", "measure", "ca
 @dataclass(frozen=True)
 class RtlPoint:
     """One measured RTL run: the configuration, the job and the cycles it took. ``chunk_bytes`` None: the
-    largest chunk the engine runs the program with (``--chunk-bytes max``), not the driver's choice."""
+    largest chunk the engine runs the program with (``--chunk-bytes max``), not the driver's choice.
+    ``partitions``: simulator processes the run is split into (``--partitions``; cycle-identical to one process,
+    which a 64-engine `paper` system could not be built as)."""
 
     command: str
     config: str
@@ -37,12 +39,14 @@ class RtlPoint:
     fsms: int = None
     algorithm: str = None
     chunk_bytes: int = None
+    partitions: int = None
 
     def run_kwargs(self):
         """Keyword arguments of :func:`~syncfabric.host.run.run_collective` for this job."""
         return {"collective": self.collective, "topology": self.topology, "nbytes": self.nbytes,
                 "config": self.config, "latency": self.latency, "rate": self.rate, "buffers": self.buffers,
-                "fsms": self.fsms, "algorithm": self.algorithm, "chunk_bytes": self.chunk_bytes or "max"}
+                "fsms": self.fsms, "algorithm": self.algorithm, "chunk_bytes": self.chunk_bytes or "max",
+                "partitions": self.partitions}
 
     @property
     def run_command(self):
@@ -50,7 +54,8 @@ class RtlPoint:
         cmd = (f"syncfabric run --config {self.config} --collective {self.collective} --topology {self.topology} "
                f"--bytes {self.nbytes}")
         for flag, v in (("latency", self.latency), ("rate", self.rate), ("buffers", self.buffers),
-                        ("fsms", self.fsms), ("algorithm", self.algorithm), ("chunk-bytes", self.chunk_bytes)):
+                        ("fsms", self.fsms), ("algorithm", self.algorithm), ("chunk-bytes", self.chunk_bytes),
+                        ("partitions", self.partitions)):
             if v is not None:
                 cmd += f" --{flag} {v}"
         return cmd + ("" if self.chunk_bytes else " --chunk-bytes max")
@@ -132,10 +137,10 @@ RTL_POINTS = (
     # the design point on torus:4x4x4 (64 paper engines, the paper's links, two partitions: `--partitions 2
     # --threads 1`), 32 KiB chunks (the driver's choice): 1 MiB per NPU in session 66 (0.772 of the link bound;
     # 16 min of simulation), 4 MiB in session 68 on 6776cdd (0.930; 55 min wall, 42 cycles/s, builds cached)
-    RtlPoint("syncfabric run --topology torus:4x4x4 --config paper --bytes 1M --chunk-bytes 32K", "paper",
-             "allreduce", "torus:4x4x4", 1 << 20, 32500, chunk_bytes=32 << 10),
-    RtlPoint("syncfabric run --topology torus:4x4x4 --config paper --bytes 4M --chunk-bytes 32K", "paper",
-             "allreduce", "torus:4x4x4", 4 << 20, 106241, chunk_bytes=32 << 10),
+    RtlPoint("syncfabric run --topology torus:4x4x4 --config paper --bytes 1M --chunk-bytes 32K --partitions 2",
+             "paper", "allreduce", "torus:4x4x4", 1 << 20, 32500, chunk_bytes=32 << 10, partitions=2),
+    RtlPoint("syncfabric run --topology torus:4x4x4 --config paper --bytes 4M --chunk-bytes 32K --partitions 2",
+             "paper", "allreduce", "torus:4x4x4", 4 << 20, 106241, chunk_bytes=32 << 10, partitions=2),
     # an all-gather bound by the NPU memory port (session 64, on 6305d25; `syncfabric run --config paper
     # --topology bidir-ring:4 --collective allgather --bytes 1M --chunk-bytes 64K|8K`): the model put 8 KiB 5 %
     # ahead, the RTL took them alike (+0.2 %)

@@ -65,3 +65,4 @@ def test_each_row_is_a_run_command_with_its_job():
         assert p.run_command.startswith(f"syncfabric run --config {p.config} --collective {p.collective}")
         assert (kw["topology"], kw["nbytes"]) == (p.topology, p.nbytes)
         assert ("--latency" in p.run_command) == (p.latency is not None)
+        assert ("--partitions" in p.run_command) == (kw["partitions"] is not None)

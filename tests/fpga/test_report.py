@@ -188,3 +188,25 @@ def test_full_report_of_the_board_engine_attributes_every_component_and_sweeps()
     assert [p["area_um2"] for p in sw["sram"]] == sorted(p["area_um2"] for p in sw["sram"])
     assert [p["area_um2"] for p in sw["lanes"]] == sorted(p["area_um2"] for p in sw["lanes"])
     assert math.isfinite(sum(p["area_um2"] for p in sw["fsms"]))
+
+
+_PAPER_REF = json.loads((Path(__file__).parent / "data" / "report_paper.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("component", sorted(_PAPER_REF["components"]))
+def test_the_design_point_report_keeps_its_recorded_figures(component):
+    # ACE's Table IV at the design point (`syncfabric report --config paper`, minutes to most of an hour per
+    # component): 45 nm area, flip-flops, power and Fmax within 10 % of the figures recorded with the same tools
+    out = ROOT / "build" / "test-fpga" / f"report-paper-{component}"
+    rep = run_report("paper", components=[component], out_dir=out, fpga=False)
+    c, t = rep["components"][component], rep["timing"][component]
+    got = {"asic_area_um2": c["asic_area_um2"], "macro_area_um2": c["macro_area_um2"], "flops": c["flops"],
+           "power_mw": c["power_mw"], "fmax_mhz": t["fmax_mhz"]}
+    for key, want in _PAPER_REF["components"][component].items():
+        assert got[key] == pytest.approx(want, rel=_PAPER_REF["tolerance"], abs=1e-9), (key, got[key], want)
+    # power is taken at the clock the component meets, never above the target
+    assert c["power_clock_mhz"] == min(1000.0, t["fmax_mhz"])
+    row = next(r for r in rep["table_iv"] if r["key"] == component) if component in PAPER_TABLE_IV else None
+    if row is not None:
+        assert row["ours_area_um2_28nm"] == pytest.approx(c["area_um2"] / NODE["area"])

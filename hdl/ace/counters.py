@@ -8,10 +8,10 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES
-from ..common.logic import late
+from ..common.logic import late, split_counter
 from .regs import STALL_CAUSES
 
-__all__ = ["ControlCounters", "stall_layout"]
+__all__ = ["ControlCounters", "COUNTER_LAG", "stall_layout"]
 
 
 def stall_layout():
@@ -23,8 +23,11 @@ class ControlCounters(wiring.Component):
     """Counts, every cycle: FSMs holding a chunk (``active``, into ``fsm_busy``), steps granted (``step``,
     into ``steps``), FSMs that held a chunk but had no decoded step and nothing in flight (``gap``, into
     ``step_gap``), each stall cause seen (``cause``, into ``stall``; a cause counts once per cycle whatever
-    the number of FSMs waiting on it; counted a cycle late, so the adders start at flip-flops) and each
-    program phase with a chunk in it (``phase_used``, into ``phase_busy``). The counters wrap."""
+    the number of FSMs waiting on it) and each program phase with a chunk in it (``phase_used``, into
+    ``phase_busy``). Every input is taken into a flip-flop first, so the adders start at flip-flops, and the
+    counters are made of 16-bit parts: a 64-bit counter shows the count of four cycles ago, a 32-bit one of
+    two (:data:`COUNTER_LAG`), which nothing reading them over the register bank can tell. The counters
+    wrap."""
 
     def __init__(self, cfg):
         F = cfg.n_fsms
@@ -39,13 +42,22 @@ class ControlCounters(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.d.sync += [
-            self.fsm_busy.eq(self.fsm_busy + sum(self.active)),
-            self.steps.eq(self.steps + self.step),
-            self.step_gap.eq(self.step_gap + self.gap),
+        # every event a flip-flop first (late), then counters of 16-bit parts (split_counter): a 64-bit adder
+        # behind the FSMs' population count was too long a path for 1 GHz at the design point's 16 FSMs
+        m.d.comb += [
+            self.fsm_busy.eq(split_counter(m, late(m, sum(self.active), "active_late"), 64, "fsm_busy")),
+            self.steps.eq(split_counter(m, late(m, self.step, "step_late"), 64, "steps")),
+            self.step_gap.eq(split_counter(m, late(m, self.gap, "gap_late"), 64, "step_gap")),
         ]
         for i, name in enumerate(STALL_CAUSES):
-            m.d.sync += self.stall[i].eq(self.stall[i] + late(m, getattr(self.cause, name), f"{name}_late"))
+            m.d.comb += self.stall[i].eq(split_counter(m, late(m, getattr(self.cause, name), f"{name}_late"), 32,
+                                                       f"stall_{name}"))
         for p in range(MAX_PHASES):
-            m.d.sync += self.phase_busy[p].eq(self.phase_busy[p] + self.phase_used[p])
+            m.d.comb += self.phase_busy[p].eq(split_counter(m, late(m, self.phase_used[p], f"phase{p}_late"), 32,
+                                                            f"phase{p}_busy"))
         return m
+
+
+#: Cycles a counter of :class:`ControlCounters` lags its events: one for the event's flip-flop, then one per
+#: 16-bit part beyond the first (:func:`~syncfabric.hdl.common.logic.split_counter`).
+COUNTER_LAG = {64: 4, 32: 2}

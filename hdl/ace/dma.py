@@ -152,9 +152,9 @@ class _BurstSplitter(wiring.Component):
         with m.If(burst.valid & burst.ready):
             m.d.sync += [
                 addr.eq(Mux(at_page, next_page, addr + (cfg.dma_max_burst << lw))),
-                # (fabric) a run's last burst takes what is left, any other one the clamp: the flag picks,
-                # the count does not wait for n's compare
-                left.eq(Mux(last, 0, left - limit) if cfg.fabric else left - n),
+                # a run's last burst takes what is left, any other one the clamp: the flag picks, the
+                # count does not wait for n's compare (n == limit when not last)
+                left.eq(Mux(last, 0, left - limit)),
             ]
         run = self.run.payload
         run_addr = Cat(Const(0, lw), run.addr[lw:])

@@ -32,7 +32,7 @@ from amaranth.utils import exact_log2
 from ..common.crc import CRC32_XOROUT
 from ...sim.golden.link import STOMP
 from ..common.layouts import CHANNEL_BITS, SEQ_BITS, credit_layout, flit_layout, packet_header_layout
-from ..common.logic import late
+from ..common.logic import late, split_counter
 from .config import AceConfig
 from .landing import LandingBuffer, consumer_members
 from .rxframe import LENGTH_BITS, RxDeframer, ceil_beats, crc_cases
@@ -75,7 +75,8 @@ class TxPort(wiring.Component):
         Credits per channel, initially ``landing_beats`` / ``landing_headers``.
     flits, packets, busy, stall : Out(32)
         Flits and packets sent; cycles with ``flit.valid & flit.ready`` (= flits) and with
-        ``flit.valid & ~flit.ready``.
+        ``flit.valid & ~flit.ready``. Each counts the events of two cycles ago
+        (:func:`~syncfabric.hdl.common.logic.split_counter`).
     flit_phase : Out(3)
         The program phase (header ``phase``) of the message the flit in the output register belongs to, for
         the per-phase counters.
@@ -293,13 +294,17 @@ class TxPort(wiring.Component):
                 self.hdr_credits[v].eq(Mux(res, hdrs - 1, hdrs)),
             ]
 
+        # the counters add flip-flops (events counted a cycle late) in 16-bit parts (split_counter): the
+        # 32-bit incrementers were the paper engine's longest paths at 45 nm
         sent = late(m, self.flit.valid & self.flit.ready, "sent_late")
-        m.d.sync += [
-            self.flits.eq(self.flits + sent),
-            self.packets.eq(self.packets + late(m, self.flit.valid & self.flit.ready & self.flit.payload.last,
-                                                "packet_late")),
-            self.busy.eq(self.busy + sent),
-            self.stall.eq(self.stall + late(m, self.flit.valid & ~self.flit.ready, "stall_late")),
+        sent_count = split_counter(m, sent, 32, "sent_count")
+        m.d.comb += [
+            self.flits.eq(sent_count),
+            self.busy.eq(sent_count),
+            self.packets.eq(split_counter(m, late(m, self.flit.valid & self.flit.ready & self.flit.payload.last,
+                                                  "packet_late"), 32, "packet_count")),
+            self.stall.eq(split_counter(m, late(m, self.flit.valid & ~self.flit.ready, "stall_late"), 32,
+                                        "stall_count")),
         ]
         return m
 

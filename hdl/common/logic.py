@@ -5,7 +5,7 @@ import operator
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down", "up_down_below", "split_product"]
+__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down", "up_down_below", "split_product", "split_counter"]
 
 
 def one_hot(index, n):
@@ -85,3 +85,30 @@ def split_product(m, a, b, name, *, en=1):
         m.d.sync += [lo.eq(a * b[:k]), hi.eq(a * b[k:])]
     return lo + (hi << k)
 
+
+
+def split_counter(m, inc, width, name, *, part=16):
+    """A free-running ``width``-bit counter that adds ``inc`` (an unsigned value narrower than ``part`` bits,
+    best a flip-flop: see :func:`late`) every cycle, built as ``part``-bit counters with a registered carry
+    between neighbours: no adder is wider than ``part`` bits, where a 32- or 64-bit incrementer is a carry
+    chain of 20 and more cells. Returns the count, made of flip-flops only: part ``k`` is read
+    ``n - 1 - k`` cycles late (``n`` parts), so every part shows the same cycle and the value is always a
+    true count, ``n - 1`` cycles old. Wraps at ``2**width`` as one counter would; everything resets to 0."""
+    if len(inc) >= part:
+        raise ValueError(f"split_counter: the increment ({len(inc)} bits) must be narrower than a part ({part})")
+    n = -(-width // part)
+    parts, carry = [], inc
+    for k in range(n):
+        w = min(part, width - k * part)
+        reg = Signal(w, name=f"{name}_p{k}")
+        total = reg + carry                                 # w + 1 bits: the carry out on top
+        m.d.sync += reg.eq(total[:w])
+        if k < n - 1:
+            carry = Signal(name=f"{name}_c{k}")
+            m.d.sync += carry.eq(total[w])
+        for d in range(n - 1 - k):                          # align the part with the highest one
+            late_part = Signal(w, name=f"{name}_p{k}_d{d}")
+            m.d.sync += late_part.eq(reg)
+            reg = late_part
+        parts.append(reg)
+    return Cat(*parts)

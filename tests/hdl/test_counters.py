@@ -4,7 +4,7 @@ counters take their causes a cycle late)."""
 import random
 
 from syncfabric.hdl.ace.config import AceConfig
-from syncfabric.hdl.ace.counters import ControlCounters
+from syncfabric.hdl.ace.counters import COUNTER_LAG, ControlCounters
 from syncfabric.hdl.ace.regs import STALL_CAUSES
 from syncfabric.hdl.common.layouts import MAX_PHASES
 
@@ -14,14 +14,25 @@ CFG = AceConfig.small()
 
 
 def test_counters_count_each_event_once_per_cycle():
+    """Every counter equals the sum of its events up to its lag (COUNTER_LAG: the event's flip-flop and the
+    16-bit parts' carries) before the current cycle, cycle by cycle."""
     rng = random.Random(seed_for(5))
     dut = ControlCounters(CFG)
     F = CFG.n_fsms
-    want = {"fsm_busy": 0, "steps": 0, "step_gap": 0, "stall": [0] * len(STALL_CAUSES), "phase": [0] * MAX_PHASES}
+    names = ["fsm_busy", "steps", "step_gap", *(f"stall{i}" for i in range(len(STALL_CAUSES))),
+             *(f"phase{p}" for p in range(MAX_PHASES))]
+    lag = {n: COUNTER_LAG[64 if n in ("fsm_busy", "steps", "step_gap") else 32] for n in names}
+    events = {n: [] for n in names}
+
+    def read(ctx, n):
+        if n.startswith("stall"):
+            return ctx.get(dut.stall[int(n[5:])])
+        if n.startswith("phase"):
+            return ctx.get(dut.phase_busy[int(n[5:])])
+        return ctx.get(getattr(dut, n))
 
     async def bench(ctx):
-        late = [0] * len(STALL_CAUSES)      # the causes of the cycle before, counted in this one
-        for _ in range(300):
+        for t in range(1, 301):
             active, step, gap = rng.getrandbits(F), rng.getrandbits(1), rng.randint(0, F)
             cause = {c: rng.getrandbits(1) for c in STALL_CAUSES}
             used = rng.getrandbits(MAX_PHASES)
@@ -30,19 +41,46 @@ def test_counters_count_each_event_once_per_cycle():
             ctx.set(dut.gap, gap)
             ctx.set(dut.cause, cause)
             ctx.set(dut.phase_used, used)
-            await ctx.tick()
-            want["fsm_busy"] += bin(active).count("1")
-            want["steps"] += step
-            want["step_gap"] += gap
+            events["fsm_busy"].append(bin(active).count("1"))
+            events["steps"].append(step)
+            events["step_gap"].append(gap)
             for i, c in enumerate(STALL_CAUSES):
-                want["stall"][i] += late[i]
-                late[i] = cause[c]
+                events[f"stall{i}"].append(cause[c])
             for p in range(MAX_PHASES):
-                want["phase"][p] += used >> p & 1
-            assert ctx.get(dut.fsm_busy) == want["fsm_busy"]
-            assert ctx.get(dut.steps) == want["steps"]
-            assert ctx.get(dut.step_gap) == want["step_gap"]
-            assert [ctx.get(dut.stall[i]) for i in range(len(STALL_CAUSES))] == want["stall"]
-            assert [ctx.get(dut.phase_busy[p]) for p in range(MAX_PHASES)] == want["phase"]
+                events[f"phase{p}"].append(used >> p & 1)
+            await ctx.tick()
+            for n in names:
+                assert read(ctx, n) == sum(events[n][:max(0, t - lag[n])]), (n, t)
+
+    run_sim(dut, bench)
+
+
+def test_split_counters_carry_across_their_parts_and_wrap():
+    """split_counter's parts at their boundaries: a 32-bit counter of 4-bit parts, started near every carry,
+    against a plain counter a lag behind (one cycle per part beyond the first), through the wrap."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from syncfabric.hdl.common.logic import split_counter
+
+    class Dut(wiring.Component):
+        inc: In(3)
+        count: Out(12)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.comb += self.count.eq(split_counter(m, self.inc, 12, "c", part=4))
+            return m
+
+    dut = Dut()
+    rng = random.Random(seed_for(6))
+    incs = [rng.choice((0, 1, 7, 5)) for _ in range(2000)]
+
+    async def bench(ctx):
+        for t, inc in enumerate(incs, 1):
+            ctx.set(dut.inc, inc)
+            await ctx.tick()
+            assert ctx.get(dut.count) == sum(incs[:max(0, t - 2)]) % 4096, t
 
     run_sim(dut, bench)

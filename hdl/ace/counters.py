@@ -3,7 +3,7 @@ docs/registers.md): free-running 64- and 32-bit counts of per-cycle events, whic
 an engine's cycles go.
 """
 
-from amaranth.hdl import Module, unsigned
+from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -44,8 +44,10 @@ class ControlCounters(wiring.Component):
         m = Module()
         # every event a flip-flop first (late), then counters of 16-bit parts (split_counter): a 64-bit adder
         # behind the FSMs' population count was too long a path for 1 GHz at the design point's 16 FSMs
+        n_active = Signal(range(len(self.active) + 1))        # Python's sum widens a bit per term
+        m.d.comb += n_active.eq(sum(self.active))
         m.d.comb += [
-            self.fsm_busy.eq(split_counter(m, late(m, sum(self.active), "active_late"), 64, "fsm_busy")),
+            self.fsm_busy.eq(split_counter(m, late(m, n_active, "active_late"), 64, "fsm_busy")),
             self.steps.eq(split_counter(m, late(m, self.step, "step_late"), 64, "steps")),
             self.step_gap.eq(split_counter(m, late(m, self.gap, "gap_late"), 64, "step_gap")),
         ]

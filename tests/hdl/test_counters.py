@@ -3,6 +3,8 @@ counters take their causes a cycle late)."""
 
 import random
 
+import pytest
+
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.counters import COUNTER_LAG, ControlCounters
 from syncfabric.hdl.ace.regs import STALL_CAUSES
@@ -13,12 +15,13 @@ from sim_helpers import run_sim, seed_for
 CFG = AceConfig.small()
 
 
-def test_counters_count_each_event_once_per_cycle():
+@pytest.mark.parametrize("cfg", [CFG, AceConfig.profile("paper")], ids=["small", "paper"])
+def test_counters_count_each_event_once_per_cycle(cfg):
     """Every counter equals the sum of its events up to its lag (COUNTER_LAG: the event's flip-flop and the
-    16-bit parts' carries) before the current cycle, cycle by cycle."""
+    16-bit parts' carries) before the current cycle, cycle by cycle (the paper engine: 16 FSMs)."""
     rng = random.Random(seed_for(5))
-    dut = ControlCounters(CFG)
-    F = CFG.n_fsms
+    dut = ControlCounters(cfg)
+    F = cfg.n_fsms
     names = ["fsm_busy", "steps", "step_gap", *(f"stall{i}" for i in range(len(STALL_CAUSES))),
              *(f"phase{p}" for p in range(MAX_PHASES))]
     lag = {n: COUNTER_LAG[64 if n in ("fsm_busy", "steps", "step_gap") else 32] for n in names}

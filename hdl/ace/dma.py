@@ -497,7 +497,10 @@ class DmaWriter(wiring.Component):
         extra = Signal()
         tail = Signal(lw)
         end = Signal(lw)
-        prev = Signal(dw)
+        # (fabric) a data register of neither reset nor clear: the first AXI beat of a command takes only the
+        # bytes from `off` on (its strobes), so what `prev` holds then is never written; clearing its flip-flops
+        # as a command starts put them on the end of the command-end path (a set/reset net to every one)
+        prev = Signal(dw, reset_less=bool(cfg.fabric))
         burst_left = Signal(9)              # beats left in the current burst; 0: next burst's length from wlen
 
         # the W register; in the fabric form a skid register behind it (``forward=False``: no cycle added) takes
@@ -563,8 +566,9 @@ class DmaWriter(wiring.Component):
                 extra.eq(nxt.extra),
                 tail.eq(nxt.tail),
                 end.eq(nxt.end),
-                prev.eq(0),
             ]
+            if not cfg.fabric:
+                m.d.sync += prev.eq(0)
 
         # -- B: one response per burst, in order (single ID); a command is done with its last burst's response.
         b_err = Signal()

@@ -63,7 +63,7 @@ class AceConfig:
                     buffer's block RAM output then reaches no logic in its cycle), their float adders align
                     and normalise in two stages each and their max/min is decided a stage before it is
                     selected (ALU latency 8 instead of 5); the TX ports compute a flit's CRC a stage after
-                    forming it; the RX ports queue a header a cycle after its flit; the DMA's burst splitter
+                    forming it (at 45 nm too from 64-byte beats: ``tx_crc_stage``); the RX ports queue a header a cycle after its flit; the DMA's burst splitter
                     keeps its last-burst flag in a flip-flop. The same results; 0 = the 45 nm form (default).
     """
 
@@ -164,6 +164,13 @@ class AceConfig:
         except ValueError:
             return False
         return code in self.dtype_codes
+
+    @property
+    def tx_crc_stage(self):
+        """Whether the TX ports compute a flit's CRC in a register stage after forming it: in the fabric form,
+        and at 45 nm for beats of 64 bytes or more, where the parity trees over a 512-bit beat behind the
+        header mux and the last beat's byte mask are too deep for one 1 GHz cycle."""
+        return bool(self.fabric) or self.beat_bytes >= 64
 
     @property
     def n_channels(self):

@@ -123,13 +123,15 @@ RTL_POINTS = (
     RtlPoint("syncfabric run --topology torus:4x2x2 --config paper --bytes 4M --algorithm hierarchical-rotated "
              "--chunk-bytes 32K", "paper", "allreduce", "torus:4x2x2", 4 << 20, 74954,
              algorithm="hierarchical-rotated", chunk_bytes=32 << 10),
-    # the switch at the design point (session 64, on 0925e95: input queues a round trip deep that hold their
-    # up-links; 8 paper engines, the switch's 90-cycle links; 22 min wall with the conversion and a 537 s build).
-    # The all-to-all's figure at the largest chunk predates the virtual output queues (session 67)
+    # the switch at the design point (8 paper engines, the switch's 90-cycle links): the all-reduce of session 64
+    # (on 0925e95: input queues a round trip deep that hold their up-links; 22 min wall with the conversion and
+    # a 537 s build); the all-to-all at the largest chunk re-measured in session 70 on the virtual output
+    # queues and the TX CRC stage (20,173 cycles, 0.720 of the link bound; 22,771 before the queues), 13.5 min
+    # wall with the conversion and a 313 s build
     RtlPoint("syncfabric run --config paper --collective allreduce --topology switch:8 --bytes 1M", "paper",
              "allreduce", "switch:8", 1 << 20, 32586),
     RtlPoint("syncfabric run --config paper --collective alltoall --topology switch:8 --bytes 1M", "paper",
-             "alltoall", "switch:8", 1 << 20, 22771),
+             "alltoall", "switch:8", 1 << 20, 20173),
     # the all-to-all on the virtual output queues (session 68, on 6776cdd) with the chunk the driver chooses
     # (8 KiB): 0.795 of the link bound; 44 min wall with the conversion and a 937 s build beside another run
     RtlPoint("syncfabric run --config paper --collective alltoall --topology switch:8 --bytes 1M "

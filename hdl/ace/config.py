@@ -63,8 +63,9 @@ class AceConfig:
                     buffer's block RAM output then reaches no logic in its cycle), their float adders align
                     and normalise in two stages each and their max/min is decided a stage before it is
                     selected (ALU latency 8 instead of 5); the TX ports compute a flit's CRC a stage after
-                    forming it (at 45 nm too from 64-byte beats: ``tx_crc_stage``); the RX ports queue a header a cycle after its flit; the DMA's burst splitter
-                    keeps its last-burst flag in a flip-flop. The same results; 0 = the 45 nm form (default).
+                    forming it (at 45 nm too from 64-byte beats: ``tx_crc_stage``); the RX ports queue a
+                    header a cycle after its flit; the DMA's burst splitter keeps its last-burst flag in a
+                    flip-flop and its writer's previous-beat register is neither reset nor cleared. The same results; 0 = the 45 nm form (default).
     """
 
     beat_bytes: int = 64

@@ -8,7 +8,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import MAX_PHASES
-from ..common.logic import late, split_counter
+from ..common.logic import late, split_counter, split_counter_lag
 from .regs import STALL_CAUSES
 
 __all__ = ["ControlCounters", "COUNTER_LAG", "stall_layout"]
@@ -62,4 +62,4 @@ class ControlCounters(wiring.Component):
 
 #: Cycles a counter of :class:`ControlCounters` lags its events: one for the event's flip-flop, then one per
 #: 16-bit part beyond the first (:func:`~syncfabric.hdl.common.logic.split_counter`).
-COUNTER_LAG = {64: 4, 32: 2}
+COUNTER_LAG = {w: 1 + split_counter_lag(w) for w in (32, 64)}

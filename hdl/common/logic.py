@@ -5,7 +5,8 @@ import operator
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down", "up_down_below", "split_product", "split_counter"]
+__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down", "up_down_below", "split_product",
+           "split_counter", "split_counter_lag"]
 
 
 def one_hot(index, n):
@@ -86,6 +87,11 @@ def split_product(m, a, b, name, *, en=1):
     return lo + (hi << k)
 
 
+def split_counter_lag(width, part=16):
+    """Cycles by which :func:`split_counter`'s value of ``width`` bits trails its increments (one per part
+    beyond the first)."""
+    return -(-width // part) - 1
+
 
 def split_counter(m, inc, width, name, *, part=16):
     """A free-running ``width``-bit counter that adds ``inc`` (an unsigned value narrower than ``part`` bits,
@@ -96,7 +102,7 @@ def split_counter(m, inc, width, name, *, part=16):
     true count, ``n - 1`` cycles old. Wraps at ``2**width`` as one counter would; everything resets to 0."""
     if len(inc) >= part:
         raise ValueError(f"split_counter: the increment ({len(inc)} bits) must be narrower than a part ({part})")
-    n = -(-width // part)
+    n = split_counter_lag(width, part) + 1
     parts, carry = [], inc
     for k in range(n):
         w = min(part, width - k * part)

@@ -1,5 +1,5 @@
-"""ControlCounters in Amaranth's simulator: random per-cycle events against a model of the counters (the stall
-counters take their causes a cycle late)."""
+"""ControlCounters in Amaranth's simulator: random per-cycle events against a model of the counters (each takes
+its events into a flip-flop and counts in 16-bit parts, so it trails them by COUNTER_LAG cycles)."""
 
 import random
 
@@ -59,8 +59,9 @@ def test_counters_count_each_event_once_per_cycle(cfg):
 
 
 def test_split_counters_carry_across_their_parts_and_wrap():
-    """split_counter's parts at their boundaries: a 32-bit counter of 4-bit parts, started near every carry,
-    against a plain counter a lag behind (one cycle per part beyond the first), through the wrap."""
+    """split_counter's carries between parts and its wrap: a 12-bit counter of three 4-bit parts, increments of
+    0, 1, 5 and 7 (so a part carries every few cycles), against a plain count two cycles behind, through about
+    1.6 wraps; an increment as wide as a part is refused."""
     from amaranth.hdl import Module, Signal
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
@@ -87,3 +88,5 @@ def test_split_counters_carry_across_their_parts_and_wrap():
             assert ctx.get(dut.count) == sum(incs[:max(0, t - 2)]) % 4096, t
 
     run_sim(dut, bench)
+    with pytest.raises(ValueError, match="narrower than a part"):
+        split_counter(None, Signal(4), 12, "wide", part=4)    # refused before it builds anything

@@ -174,6 +174,17 @@ class AceConfig:
         return bool(self.fabric) or self.beat_bytes >= 64
 
     @property
+    def control_stages(self):
+        """Whether the control unit has the register stages of a wide engine (from 16 FSMs or 32 buffers), where
+        decisions over every FSM or buffer do not fit one 1 GHz cycle at 45 nm with what they update (the
+        design point's control unit: docs/results.md): the partition manager registers a move's grant and
+        applies it a cycle later (at most one move every two cycles; a move reaches its FSM a cycle later), and
+        the chunk leaving the terminal partition; the dispatcher takes a queued command's first FSM (its tag
+        modulo FSM_LIMIT) from a register computed while the command waited at the queue's head, so a command
+        arriving at an empty queue waits a cycle. The smaller engines keep the one-cycle forms."""
+        return self.n_fsms > 8 or self.n_buffers >= 32
+
+    @property
     def n_channels(self):
         """Landing channels per RX port: channel ``vc + n_fsms * source`` (source 0 unless ``rx_sources`` > 1)."""
         return self.n_fsms * self.rx_sources

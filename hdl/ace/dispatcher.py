@@ -11,7 +11,10 @@ The head command's fields the dispatch needs (its chunk 0's FSM, chunk count, pr
 registered when the command reaches the head (``FSM_LIMIT`` is sampled then), so a dispatch decision starts
 from flip-flops, not from a command-table lookup and the tag's reduction modulo ``FSM_LIMIT``; the FSM of the
 next chunk is a register too. The next command is taken the cycle after its predecessor's last chunk goes (a
-cycle between commands), so the order queue's read does not hang off the dispatch decision.
+cycle between commands), so the order queue's read does not hang off the dispatch decision. In a wide engine
+(``AceConfig.control_stages``: 16 FSMs, four steps of conditional subtraction) the modulo is itself a register,
+computed while the command waits at the queue's head: a command is taken once it has been the head for a
+cycle under the same ``FSM_LIMIT``.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -116,6 +119,13 @@ class ChunkDispatcher(wiring.Component):
         # the next command becomes the head a cycle after the last chunk of this one went (a cycle per
         # command), so the order queue's read does not hang off this cycle's dispatch decision
         take = order.r_rdy & ~h_valid
+        if cfg.control_stages:
+            # the modulo registered while the command waits at the queue's head, and taken once it is of this
+            # head and this FSM_LIMIT (the head was there, not popped, a cycle ago, and the limit is unchanged)
+            t_reg, lim_reg, seen = Signal(tbits, name="tag_mod_q"), Signal.like(self.fsm_limit), Signal()
+            m.d.sync += [t_reg.eq(t_mod), lim_reg.eq(self.fsm_limit), seen.eq(order.r_rdy & ~order.r_en)]
+            take = take & seen & (lim_reg == self.fsm_limit)
+            t_mod = t_reg
         m.d.comb += order.r_en.eq(take)
         with m.If(take):
             m.d.sync += [h_valid.eq(1), h_cmd.eq(order.r_data), h_chunks.eq(e.geom.n_chunks),

@@ -12,7 +12,7 @@ Both the oldest chunk and the move's pick come from the FSM bank's age matrix (:
 each is one AND-OR per FSM, and the moving chunk's context is selected by the one-hot pick.
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -102,12 +102,25 @@ class PartitionManager(wiring.Component):
                 self.phase_wait[f].eq(at_end & ~room & ~is_oldest),
                 self.handoff_wait[f].eq(ho & ~term_free & ~is_oldest),
             ]
-        m.d.comb += [moves.req.eq(move_req), self.move_valid.eq(moves.valid), self.move_fsm.eq(moves.sel),
-                     self.room0.eq(next_free[0])]
+        m.d.comb += self.room0.eq(next_free[0])
+        if self.cfg.control_stages:
+            # the grant registered and applied a cycle later (the FSM holds its request and context until it
+            # sees it); no grant in that cycle, so the room flags a grant reads count every earlier move
+            sel, gone, gone_ho = Signal.like(moves.sel), Signal(F), Signal(F)
+            valid = Signal()
+            m.d.comb += moves.req.eq(Mux(valid, 0, move_req))
+            m.d.sync += [valid.eq(moves.valid), sel.eq(moves.sel), gone.eq(moves.onehot),
+                         gone_ho.eq(moves.onehot & self.handoff)]
+            h_handoff = gone_ho.any()
+        else:
+            m.d.comb += moves.req.eq(move_req)
+            valid, sel, gone = moves.valid, moves.sel, moves.onehot
+            h_handoff = one_hot_mux([(gone[f], self.handoff[f]) for f in range(F)])
+        m.d.comb += [self.move_valid.eq(valid), self.move_fsm.eq(sel)]
+
         # the moving chunk: a hand-off (else a phase change), its phase, buffer, command and status
         def moving(value):
-            return one_hot_mux([(moves.onehot[f], value(f)) for f in range(F)])
-        h_handoff = moving(lambda f: self.handoff[f])
+            return one_hot_mux([(gone[f], value(f)) for f in range(F)])
         h_phase, h_buf, h_cmd, h_status = (moving(lambda f, k=k: self.ctx[f][k])
                                            for k in ("phase", "buf", "cmd", "status"))
 
@@ -116,19 +129,25 @@ class PartitionManager(wiring.Component):
         t_cmd = Signal(data.ArrayLayout(_w(self.cfg.n_cmds), NB))
         t_status = Signal(data.ArrayLayout(STATUS_SHAPE, NB))
         done = self.done.payload
-        for b in reversed(range(NB)):
-            with m.If(term[b] & ~self.stores_pending[b]):
-                m.d.comb += [self.done.valid.eq(1), done.buf.eq(b), done.cmd.eq(t_cmd[b]),
-                             done.status.eq(t_status[b])]
-        to_term = moves.valid & h_handoff
+        ready = Signal(NB)
+        m.d.comb += ready.eq(term & ~self.stores_pending)
+        first = Signal(NB)                      # the lowest buffer ready to leave, one-hot
+        m.d.comb += [first[b].eq(ready[b] & ~ready[:b].any() if b else ready[0]) for b in range(NB)]
+        leaving = [(self.done.valid, first.any()), (done.buf, one_hot_mux([(first[b], b) for b in range(NB)])),
+                   (done.cmd, one_hot_mux([(first[b], t_cmd[b]) for b in range(NB)])),
+                   (done.status, one_hot_mux([(first[b], t_status[b]) for b in range(NB)]))]
+        # with the stage, the chunk leaves a cycle after it is picked (its term bit clears at once)
+        domain = m.d.sync if self.cfg.control_stages else m.d.comb
+        domain += [port.eq(value) for port, value in leaving]
+        to_term = valid & h_handoff
         for b in range(NB):
             with m.If(to_term & (h_buf == b)):
                 m.d.sync += [term[b].eq(1), t_cmd[b].eq(h_cmd), t_status[b].eq(h_status)]
-            with m.Elif(self.done.valid & (done.buf == b)):
+            with m.Elif(first[b]):
                 m.d.sync += term[b].eq(0)
         for p in range(MAX_PHASES):
-            leave = moves.valid & (h_phase == p)
-            enter = self.dispatch if p == 0 else (moves.valid & ~h_handoff & (h_phase == p - 1))
+            leave = valid & (h_phase == p)
+            enter = self.dispatch if p == 0 else (valid & ~h_handoff & (h_phase == p - 1))
             m.d.comb += next_free[p].eq(up_down_below(m, self.used[p], enter, leave, self.part[p],
                                                        name=f"free{p}"))
         m.d.comb += term_free.eq(up_down_below(m, self.used_term, to_term, self.done.valid,

@@ -18,6 +18,8 @@ from syncfabric.hdl.common.layouts import LOAD_MASK_BITS
 from sim_helpers import run_sim, seed_for
 
 CFG = AceConfig.small()
+#: the wide engine's form (``control_stages``: the first FSM's modulo registered while the command waits)
+WIDE = AceConfig.small(n_fsms=16)
 
 
 class DispatchBench(Elaboratable):
@@ -37,12 +39,12 @@ class DispatchBench(Elaboratable):
         return m
 
 
-def expected_order(commands, limit):
+def expected_order(commands, limit, cfg=CFG):
     """(fsm, cmd slot, chunk, seq, first, end, load_mask, final) of every chunk, in dispatch order. The first chunk's
     FSM is the tag's low ``log2(n_fsms)`` bits modulo FSM_LIMIT (the same on every rank, which is all that
     matters); ``final`` marks each command's last chunk (its messages' headers say so)."""
     out, seq = [], 0
-    low = (1 << max(1, (CFG.n_fsms - 1).bit_length())) - 1
+    low = (1 << max(1, (cfg.n_fsms - 1).bit_length())) - 1
     for slot, tag, n_chunks, start, load_end, mask in commands:
         for c in range(n_chunks):
             out.append((((tag & low) % limit + c) % limit, slot, c, seq % (1 << SEQ_BITS), start, start + load_end,
@@ -51,14 +53,16 @@ def expected_order(commands, limit):
     return out
 
 
-@pytest.mark.parametrize("limit", [1, 3, 4])
-def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(limit):
+@pytest.mark.parametrize("cfg, limit", [(CFG, 1), (CFG, 3), (CFG, 4), (WIDE, 11), (WIDE, 16)],
+                         ids=["1", "3", "4", "wide-11", "wide-16"])
+def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(cfg, limit):
+    assert cfg.control_stages == (cfg is WIDE)
     rng = random.Random(seed_for(40 + limit))
-    bench = DispatchBench(CFG)
+    bench = DispatchBench(cfg)
     dut = bench.dut
-    F = CFG.n_fsms
+    F = cfg.n_fsms
     # commands reuse table slots once their last chunk is dispatched (at most n_cmds queued)
-    commands = [(i % CFG.n_cmds, rng.randrange(1 << 16), rng.randint(1, 5), rng.randrange(64), rng.randrange(8),
+    commands = [(i % cfg.n_cmds, rng.randrange(1 << 16), rng.randint(1, 5), rng.randrange(64), rng.randrange(8),
                  rng.getrandbits(LOAD_MASK_BITS)) for i in range(24)]
     got, bufs_given, dispatched, loads = [], [], [], []
 
@@ -70,7 +74,7 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
         next_buf = 0
         for _ in range(2000):
             # post the next command when its table slot is free (not queued)
-            if pending and pending[0][0] not in queued and len(queued) < CFG.n_cmds:
+            if pending and pending[0][0] not in queued and len(queued) < cfg.n_cmds:
                 slot, tag, n_chunks, start, load_end, mask = pending[0]
                 e = bench.entries[slot]
                 ctx.set(e.tag, tag)
@@ -84,7 +88,7 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
                 ctx.set(dut.cmd.valid, 0)
             # a buffer is free only while fewer than n_buffers chunks wait in the load sequencer's queue (the
             # engine's pool holds n_buffers, and the sequencer takes a chunk before its buffer is freed)
-            ctx.set(dut.buf.valid, rng.random() < 0.7 and len(got) - len(loads) < CFG.n_buffers)
+            ctx.set(dut.buf.valid, rng.random() < 0.7 and len(got) - len(loads) < cfg.n_buffers)
             ctx.set(dut.load.ready, rng.random() < 0.5)
             ctx.set(dut.buf.payload, next_buf)
             ctx.set(dut.room, rng.random() < 0.8)
@@ -100,7 +104,7 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
                 assert ctx.get(dut.buf.ready) and ctx.get(dut.room) and q_ready >> row[0] & 1
                 assert row[0] < max(1, limit)
                 assert ctx.get(p.buf) == next_buf
-                next_buf = (next_buf + 1) % CFG.n_buffers
+                next_buf = (next_buf + 1) % cfg.n_buffers
             else:
                 assert not ctx.get(dut.buf.ready)
             if ctx.get(dut.load.valid) and ctx.get(dut.load.ready):
@@ -115,13 +119,13 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(lim
             await ctx.tick()
 
     run_sim(bench, bench_fn)
-    assert got == expected_order(commands, max(1, limit)), "dispatch order"
+    assert got == expected_order(commands, max(1, limit), cfg), "dispatch order"
     assert dispatched == [c[0] for c in commands]
     assert len(bufs_given) == sum(c[2] for c in commands)
     # the load sequencer's queue: every dispatched chunk, in dispatch order
     assert loads == [(cmd, chunk, buf, first, end)
                      for (_, cmd, chunk, _, first, end, _, _), buf in zip(got, bufs_given)][:len(loads)]
-    assert len(loads) > len(got) - CFG.n_buffers - 1
+    assert len(loads) > len(got) - cfg.n_buffers - 1
 
 
 def test_nothing_is_dispatched_while_disabled():

@@ -1,12 +1,15 @@
 """PartitionManager in Amaranth's simulator against a cycle model of its rules: random requests, partition sizes
-(zero included), dispatch sequence numbers and STORE acknowledgements; plus the rule that matters for deadlock
-freedom, checked directly: the oldest chunk moves even into a full partition (the manager finding it, and the
-move, on the FSM bank's age matrix).
+(zero included), dispatch sequence numbers and STORE acknowledgements, in both forms (the small engine's, which
+grants and applies a move in one cycle, and the design point's ``control_stages``, which registers the grant and
+the leaving chunk); plus the rule that matters for deadlock freedom, checked directly: the oldest chunk moves
+even into a full partition (the manager finding it, and the move, on the FSM bank's age matrix).
 
 ``SEED=<n>`` replaces the random seed.
 """
 
 import random
+
+import pytest
 
 from syncfabric.hdl.ace.arbiter import SEQ_BITS, age_matrix_model, oldest_first_model
 from syncfabric.hdl.ace.config import AceConfig
@@ -17,11 +20,16 @@ from syncfabric.hdl.common.layouts import MAX_PHASES
 from sim_helpers import run_sim, seed_for
 
 CFG = AceConfig.small()
+#: the design point's form (``control_stages``) on the small engine's other parameters
+STAGED = AceConfig.small(n_fsms=16, n_buffers=32)
 F, NB = CFG.n_fsms, CFG.n_buffers
 
 
 class Model:
-    def __init__(self):
+    def __init__(self, cfg=CFG):
+        self.F, self.staged = cfg.n_fsms, cfg.control_stages
+        self.grant = None       # with the stage: the move granted last cycle, applied now
+        self.leaving = None     # with the stage: the chunk picked last cycle, leaving now
         self.used = [0] * MAX_PHASES
         self.used_term = 0
         self.term = {}          # buffer -> (cmd, status)
@@ -35,7 +43,7 @@ class Model:
         term_free = self.used_term < part[TERMINAL_PARTITION]
         req, pwait, hwait = [], [], []
         oldest = oldest_first_model(x["active"], x["seq"])
-        for f in range(F):
+        for f in range(self.F):
             is_oldest = f == oldest         # privileged: the oldest chunk any FSM holds
             nxt = x["phase"][f] + 1
             room = nxt < MAX_PHASES and self.used[nxt] < part[nxt]
@@ -43,14 +51,21 @@ class Model:
             req.append((at_end and (room or is_oldest)) or (ho and (term_free or is_oldest)))
             pwait.append(at_end and not room and not is_oldest)
             hwait.append(ho and not term_free and not is_oldest)
-        move = oldest_first_model(req, x["seq"])
         ready = sorted(b for b in self.term if not x["pending"][b])
-        done = (ready[0], *self.term[ready[0]]) if ready else None
+        pick = (ready[0], *self.term[ready[0]]) if ready else None
+        if self.staged:
+            # no grant in the cycle a grant is applied; the picked chunk leaves in the next cycle
+            move = self.grant
+            self.grant = oldest_first_model(req, x["seq"]) if move is None else None
+            done, self.leaving = self.leaving, pick
+        else:
+            move, done = oldest_first_model(req, x["seq"]), pick
         out = {"move": move, "phase_wait": pwait, "handoff_wait": hwait, "room0": self.used[0] < part[0],
                "done": done, "used": list(self.used), "used_term": self.used_term}
         # update
+        if pick:
+            del self.term[pick[0]]
         if done:
-            del self.term[done[0]]
             self.used_term -= 1
         if x["dispatch"]:
             self.used[0] += 1
@@ -67,16 +82,22 @@ class Model:
         return out
 
 
-def test_partition_moves_match_the_model_under_random_requests():
+@pytest.mark.parametrize("cfg", [CFG, STAGED], ids=["one-cycle", "staged"])
+def test_partition_moves_match_the_model_under_random_requests(cfg):
     rng = random.Random(seed_for(5))
-    dut = PartitionManager(CFG)
-    model = Model()
+    dut = PartitionManager(cfg)
+    model = Model(cfg)
+    F, NB = cfg.n_fsms, cfg.n_buffers
     n = 3000
     checked = {"moves": 0, "handoffs": 0, "done": 0, "refused": 0}
 
     async def bench(ctx):
         base = 0
+        prev_x = None
         for t in range(n):
+            # a granted move reaches its FSM in this cycle (registered, with the stage): it still asks, with the
+            # same chunk, as a real FSM does until it sees the move
+            held = ctx.get(dut.move_fsm) if cfg.control_stages and ctx.get(dut.move_valid) else None
             base = (base + rng.randrange(3)) % (1 << SEQ_BITS)
             at_end = [rng.random() < 0.3 for _ in range(F)]
             x = {
@@ -92,6 +113,16 @@ def test_partition_moves_match_the_model_under_random_requests():
                 "status": [rng.choice([0, 0, 0, 9]) for _ in range(F)],
                 "pending": [rng.random() < 0.5 for _ in range(NB)],
             }
+            if held is not None:
+                prev = x["buf"][held]
+                for name in ("active", "at_end", "handoff", "seq", "phase", "cmd", "status"):
+                    x[name][held] = prev_x[name][held]
+                old = prev_x["buf"][held]
+                if old in x["buf"]:         # keep the buffers distinct
+                    j = x["buf"].index(old)
+                    x["buf"][j] = prev
+                x["buf"][held] = old
+            prev_x = x
             for p, v in enumerate(x["part"]):
                 ctx.set(dut.part[p], v)
             ctx.set(dut.dispatch, x["dispatch"])

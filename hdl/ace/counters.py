@@ -21,8 +21,8 @@ def stall_layout():
 
 class ControlCounters(wiring.Component):
     """Counts, every cycle: FSMs holding a chunk (``active``, into ``fsm_busy``), steps granted (``step``,
-    into ``steps``), FSMs that held a chunk but had no decoded step and nothing in flight (``gap``, into
-    ``step_gap``), each stall cause seen (``cause``, into ``stall``; a cause counts once per cycle whatever
+    into ``steps``), FSMs that held a chunk but had no decoded step and nothing in flight (``gap``, a bit per FSM,
+    into ``step_gap``), each stall cause seen (``cause``, into ``stall``; a cause counts once per cycle whatever
     the number of FSMs waiting on it) and each program phase with a chunk in it (``phase_used``, into
     ``phase_busy``). Every input is taken into a flip-flop first, so the adders start at flip-flops, and the
     counters are made of 16-bit parts: a 64-bit counter shows the count of four cycles ago, a 32-bit one of
@@ -32,7 +32,7 @@ class ControlCounters(wiring.Component):
     def __init__(self, cfg):
         F = cfg.n_fsms
         super().__init__({
-            "active": In(F), "step": In(1), "gap": In(range(F + 1)),
+            "active": In(F), "step": In(1), "gap": In(F),
             "cause": In(stall_layout()),
             "phase_used": In(MAX_PHASES),
             "fsm_busy": Out(64), "steps": Out(64), "step_gap": Out(64),
@@ -44,12 +44,16 @@ class ControlCounters(wiring.Component):
         m = Module()
         # every event a flip-flop first (late), then counters of 16-bit parts (split_counter): a 64-bit adder
         # behind the FSMs' population count was too long a path for 1 GHz at the design point's 16 FSMs
-        n_active = Signal(range(len(self.active) + 1))        # Python's sum widens a bit per term
-        m.d.comb += n_active.eq(sum(self.active))
+        # the FSMs' bits, not their population counts, go into the flip-flops (the gap bits come late in the
+        # cycle: behind the partition manager's room and oldest-chunk decisions)
+        def count(bits, name):
+            n = Signal(range(len(bits) + 1), name=name)     # Python's sum widens a bit per term
+            m.d.comb += n.eq(sum(late(m, bits, f"{name}_late")))
+            return n
         m.d.comb += [
-            self.fsm_busy.eq(split_counter(m, late(m, n_active, "active_late"), 64, "fsm_busy")),
+            self.fsm_busy.eq(split_counter(m, count(self.active, "n_active"), 64, "fsm_busy")),
             self.steps.eq(split_counter(m, late(m, self.step, "step_late"), 64, "steps")),
-            self.step_gap.eq(split_counter(m, late(m, self.gap, "gap_late"), 64, "step_gap")),
+            self.step_gap.eq(split_counter(m, count(self.gap, "n_gap"), 64, "step_gap")),
         ]
         for i, name in enumerate(STALL_CAUSES):
             m.d.comb += self.stall[i].eq(split_counter(m, late(m, getattr(self.cause, name), f"{name}_late"), 32,

@@ -77,8 +77,8 @@ class FsmBank(wiring.Component):
         The partition manager moves FSM ``fsm``'s chunk on; the FSMs waiting for partition room.
     at_end, handoff : Out(n_fsms)
         A phase that is not the last is done / the last step retired and no LOAD into the buffer is outstanding.
-    ctx : Out(fsm_context_layout per FSM), active : Out(n_fsms), gap : Out
-        Each FSM's chunk context; which FSMs hold a chunk; how many had nothing to offer this cycle (STEP_GAP).
+    ctx : Out(fsm_context_layout per FSM), active : Out(n_fsms), gap : Out(n_fsms)
+        Each FSM's chunk context; which FSMs hold a chunk; which had nothing to offer this cycle (STEP_GAP).
     age : Out(age_layout(n_fsms))
         The age matrix of the FSMs' chunks (registered, exact in every cycle).
     timeout : In(32), cmd_new : In(valid, slot), given_up : Out(n_cmds)
@@ -115,7 +115,7 @@ class FsmBank(wiring.Component):
             "at_end": Out(F), "handoff": Out(F),
             "ctx": Out(data.ArrayLayout(fsm_context_layout(cfg), F)),
             "active": Out(F),
-            "gap": Out(range(F + 1)),
+            "gap": Out(F),
             "age": Out(age_layout(F)),
             "timeout": In(32), "cmd_new": In(data.StructLayout({"valid": 1, "slot": _w(NC)})),
             "given_up": Out(NC),
@@ -196,7 +196,7 @@ class FsmBank(wiring.Component):
             for u in self.unit_done:
                 with m.If(u.valid & (u.fsm == f)):
                     m.d.comb += [fsm.unit_done.valid.eq(1), fsm.unit_done.status.eq(u.status)]
-        m.d.comb += self.gap.eq(sum(fsm.gap for fsm in fsms))
+        m.d.comb += self.gap.eq(Cat(*(fsm.gap for fsm in fsms)))
 
         # commands given up (the step timeout): a chunk's expired step marks its command, and the FSMs holding
         # its other chunks learn it a cycle later (a flip-flop per FSM, off the table's flags)

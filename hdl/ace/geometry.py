@@ -329,7 +329,8 @@ class BlockGeometry(wiring.Component):
     all-to-all).
 
     Outputs, registered (valid :attr:`LATENCY` cycles after the inputs): ``segment`` and ``sub`` (block =
-    segment*m + sub), ``is_last`` (the last chunk), ``nbytes`` (0 for an empty block), ``beats`` =
+    segment*m + sub), ``is_last`` (the last chunk), ``nbytes`` (0 for an empty block; ``empty`` says so from
+    a flip-flop of its own, the clipped ends' compare, so a decision on it starts at a register), ``beats`` =
     ceil(nbytes / W), ``first_beat`` (the sub-block's first beat inside the chunk's segment range, before
     clipping to the payload tail) and the byte addresses ``in_addr`` / ``out_addr`` of the block's first byte,
     equal to the golden :func:`~syncfabric.sim.golden.chunking.block_buffer_ranges` ``lo * eb`` plus the base,
@@ -368,6 +369,7 @@ class BlockGeometry(wiring.Component):
             "sub": Out(_BLOCK_BITS),
             "is_last": Out(1),
             "nbytes": Out(wide),
+            "empty": Out(1),
             "beats": Out(_BEAT_BITS),
             "first_beat": Out(_BEAT_BITS),
             "in_addr": Out(cfg.addr_width),
@@ -475,6 +477,7 @@ class BlockGeometry(wiring.Component):
             self.is_last.eq(r3["is_last"]),
             self.in_range.eq(r3["in_range"]),
             self.nbytes.eq(nbytes),
+            self.empty.eq(hi == lo),
             self.beats.eq((hi - lo + (W - 1)) >> wb),
             self.first_beat.eq(r3["first"]),
             self.in_addr.eq(addrs["in"]),

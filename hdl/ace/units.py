@@ -508,6 +508,7 @@ class LoadSequencer(wiring.Component):
             "geo_chunk": Out(16),
             "geo_block": Out(11),
             "geo_nbytes": In(24),
+            "geo_empty": In(1),
             "geo_beats": In(16),
             "geo_addr": In(cfg.addr_width),
             "slot_beats": In(16),
@@ -574,7 +575,7 @@ class LoadSequencer(wiring.Component):
                                  self.skip.valid.eq(1), self.skip.buf.eq(cur.buf), self.skip.slot.eq(field("slot"))]
                     m.d.sync += pc.eq(pc + 1)
                     m.next = "FETCH"
-                with m.Elif(self.geo_nbytes == 0):      # an empty block: nothing to load, the slot is ready
+                with m.Elif(self.geo_empty):            # an empty block: nothing to load, the slot is ready
                     m.d.comb += [self.skip.valid.eq(1), self.skip.buf.eq(cur.buf), self.skip.slot.eq(field("slot"))]
                     m.d.sync += pc.eq(pc + 1)
                     m.next = "FETCH"

@@ -262,7 +262,7 @@ def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
                 j = blk.sub
                 expect = {
                     "segment": blk.segment, "sub": j, "is_last": int(c == d.n_chunks - 1),
-                    "nbytes": blk.nbytes, "beats": ceil_div(blk.nbytes, W),
+                    "nbytes": blk.nbytes, "empty": int(blk.nbytes == 0), "beats": ceil_div(blk.nbytes, W),
                     "first_beat": j * q + min(j, rem),
                     "in_addr": (in_base + send[0] * eb) & amask,
                     "out_addr": (out_base + recv[0] * eb) & amask,
@@ -299,7 +299,7 @@ def test_block_geometry_tiny_payloads_leave_trailing_blocks_empty():
         for b in range(8):
             ctx.set(bg.block, b)
             await ctx.tick().repeat(BlockGeometry.LATENCY)
-            assert ctx.get(bg.nbytes) == (4 if b == 0 else 0)
+            assert ctx.get(bg.nbytes) == (4 if b == 0 else 0) and ctx.get(bg.empty) == (b != 0)
             assert ctx.get(bg.beats) == (1 if b == 0 else 0)
             assert ctx.get(bg.in_addr) == (0x1000 if b == 0 else 0x1004)
             assert ctx.get(bg.out_addr) == (0x2000 if b == 0 else 0x2004)

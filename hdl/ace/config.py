@@ -66,6 +66,9 @@ class AceConfig:
                     forming it (at 45 nm too from 64-byte beats: ``tx_crc_stage``); the RX ports queue a
                     header a cycle after its flit; the DMA's burst splitter keeps its last-burst flag in a
                     flip-flop and its writer's previous-beat register is neither reset nor cleared. The same results; 0 = the 45 nm form (default).
+    wide_control    1 = the control unit's register stages of a wide engine (``control_stages``), 0 = without
+                    them, -1 (default) = with them from 16 FSMs or 32 buffers. The same results, some cycles
+                    later.
     """
 
     beat_bytes: int = 64
@@ -91,6 +94,7 @@ class AceConfig:
     replay_flits: int = 0
     dtypes: tuple = ALL_DTYPES
     fabric: int = 0
+    wide_control: int = -1
 
     def __post_init__(self):
         errors = []
@@ -125,6 +129,8 @@ class AceConfig:
             errors.append("landing_beats must be a power of two >= 4")
         if self.fabric not in (0, 1):
             errors.append(f"fabric={self.fabric} must be 0 or 1")
+        if self.wide_control not in (-1, 0, 1):
+            errors.append(f"wide_control={self.wide_control} must be -1 (by size), 0 or 1")
         if not 0 <= self.spill_entries <= 255:
             errors.append(f"spill_entries={self.spill_entries} must be 0..255")
         if self.landing_headers < 2 or not _pow2(self.landing_headers):
@@ -180,8 +186,11 @@ class AceConfig:
         design point's control unit: docs/results.md): the partition manager registers a move's grant and
         applies it a cycle later (at most one move every two cycles; a move reaches its FSM a cycle later), and
         the chunk leaving the terminal partition; the dispatcher takes a queued command's first FSM (its tag
-        modulo FSM_LIMIT) from a register computed while the command waited at the queue's head, so a command
-        arriving at an empty queue waits a cycle. The smaller engines keep the one-cycle forms."""
+        modulo FSM_LIMIT) from registers computed over two cycles while the command waited at the queue's head,
+        so a command arriving at an empty queue waits two cycles. The smaller engines keep the one-cycle forms; ``wide_control``
+        0 or 1 overrides the size rule."""
+        if self.wide_control >= 0:
+            return bool(self.wide_control)
         return self.n_fsms > 8 or self.n_buffers >= 32
 
     @property

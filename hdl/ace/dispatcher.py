@@ -13,11 +13,11 @@ from flip-flops, not from a command-table lookup and the tag's reduction modulo 
 next chunk is a register too. The next command is taken the cycle after its predecessor's last chunk goes (a
 cycle between commands), so the order queue's read does not hang off the dispatch decision. In a wide engine
 (``AceConfig.control_stages``: 16 FSMs, four steps of conditional subtraction) the modulo is itself a register,
-computed while the command waits at the queue's head: a command is taken once it has been the head for a
-cycle under the same ``FSM_LIMIT``.
+computed over two cycles while the command waits at the queue's head: a command is taken once it has been
+the head for two cycles under the same ``FSM_LIMIT``.
 """
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -105,12 +105,13 @@ class ChunkDispatcher(wiring.Component):
         m.d.comb += self.e_cmd.eq(order.r_data)
         # the tag's low bits reduced modulo FSM_LIMIT by conditional subtraction (as the command enters the head)
         tbits = max(1, (F - 1).bit_length())
-        t_mod = e.tag[:tbits]
-        for k in reversed(range(tbits)):
-            step = Signal(tbits + 7, name=f"tag_mod{k}")
-            lim = self.fsm_limit << k
-            m.d.comb += step.eq(Mux(t_mod >= lim, t_mod - lim, t_mod))
-            t_mod = step
+
+        def modulo(t, limit):
+            for k in reversed(range(tbits)):
+                step = Signal(tbits + 7, name=f"tag_mod{k}")
+                m.d.comb += step.eq(Mux(t >= (limit << k), t - (limit << k), t))
+                t = step
+            return t
         # the head command, registered
         h_valid, h_cmd = Signal(), Signal(_w(NC))
         h_chunks, h_first, h_end = Signal.like(e.geom.n_chunks), Signal(11), Signal(11)
@@ -120,12 +121,17 @@ class ChunkDispatcher(wiring.Component):
         # command), so the order queue's read does not hang off this cycle's dispatch decision
         take = order.r_rdy & ~h_valid
         if cfg.control_stages:
-            # the modulo registered while the command waits at the queue's head, and taken once it is of this
-            # head and this FSM_LIMIT (the head was there, not popped, a cycle ago, and the limit is unchanged)
-            t_reg, lim_reg, seen = Signal(tbits, name="tag_mod_q"), Signal.like(self.fsm_limit), Signal()
-            m.d.sync += [t_reg.eq(t_mod), lim_reg.eq(self.fsm_limit), seen.eq(order.r_rdy & ~order.r_en)]
-            take = take & seen & (lim_reg == self.fsm_limit)
-            t_mod = t_reg
+            # while the command waits at the queue's head: its tag's low bits and FSM_LIMIT into registers, the
+            # modulo of those into another; the command is taken once the second holds its modulo under this
+            # FSM_LIMIT (the head was there, not popped, for two cycles, and the limit is unchanged)
+            t_raw, lim_raw = Signal(tbits, name="tag_low"), Signal.like(self.fsm_limit, name="limit_used")
+            t_mod, lim_mod = Signal(tbits, name="tag_mod_q"), Signal.like(self.fsm_limit, name="limit_mod")
+            stay, seen = order.r_rdy & ~order.r_en, Signal(2)
+            m.d.sync += [t_raw.eq(e.tag[:tbits]), lim_raw.eq(self.fsm_limit),
+                         t_mod.eq(modulo(t_raw, lim_raw)), lim_mod.eq(lim_raw), seen.eq(Cat(stay, seen[0] & stay))]
+            take = take & seen[1] & (lim_mod == self.fsm_limit)
+        else:
+            t_mod = modulo(e.tag[:tbits], self.fsm_limit)
         m.d.comb += order.r_en.eq(take)
         with m.If(take):
             m.d.sync += [h_valid.eq(1), h_cmd.eq(order.r_data), h_chunks.eq(e.geom.n_chunks),

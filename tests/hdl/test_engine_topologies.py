@@ -13,7 +13,6 @@ import random
 import pytest
 
 from syncfabric.hdl.ace.config import AceConfig
-from syncfabric.hdl.ace.regs import STALL_CAUSES
 from syncfabric.host.run import engine_config_for, job_spec
 from syncfabric.sim.golden.topology import parse as parse_topology
 from syncfabric.sim.golden.types import DType, dtype_bytes
@@ -116,20 +115,19 @@ def test_torus_with_slow_inter_package_links_on_icarus():
 
 @pytest.mark.cocotb
 def test_registered_partition_moves_on_a_torus():
-    """The design point's partition manager (``control_stages``: a move granted from registers, applied a cycle
-    later, one every two cycles; the chunk leaving the terminal partition registered) on small engines with 32
-    buffers: 3-phase all-reduces and 2-phase reduce-scatters of 8-16 chunks whose moves wait for partition
-    room (the ``partition_full`` stall counts them), under AXI pauses."""
+    """The design point's control stages (``wide_control``: a partition move granted from registers, applied a
+    cycle later, one every two cycles; the chunk leaving the terminal partition registered; the dispatcher's
+    modulo from the queue's head) on small engines: 3-phase all-reduces and 2-phase reduce-scatters of 4-16
+    chunks whose moves wait for partition room (the ``partition_full`` stall counts them), under AXI pauses."""
     topo = "torus:2x2x1"
-    cfg = engine_config_for(AceConfig.small(n_buffers=32), topo)
+    cfg = engine_config_for(AceConfig.small(wide_control=1), topo)
     assert cfg.control_stages and not AceConfig.small().control_stages
     jobs = [job("allreduce", topo, 4096, "fp32", "sum", seed=5), job("reduce_scatter", topo, 1000, "bf16", "max",
                                                                     seed=6, tag=1),
             job("allreduce", topo, 2000, "int32", "sum", seed=7, tag=2)]
     res = run_system(cfg, topo, jobs, sim="verilator", latency=6, seed=3, pause=0.1)
     check(res, len(jobs))
-    full = STALL_CAUSES.index("partition_full")
-    assert all(c["STALL"][full] > 0 for c in res["counters"]), [c["STALL"] for c in res["counters"]]
+    assert all(c["STALL"]["partition_full"] > 0 for c in res["counters"]), [c["STALL"] for c in res["counters"]]
 
 
 @pytest.mark.cocotb

@@ -22,6 +22,7 @@ from sim_helpers import run_sim, seed_for
 CFG = AceConfig.small()
 #: the design point's form (``control_stages``) on the small engine's other parameters
 STAGED = AceConfig.small(n_fsms=16, n_buffers=32)
+assert STAGED.control_stages and not CFG.control_stages
 F, NB = CFG.n_fsms, CFG.n_buffers
 
 

@@ -67,12 +67,17 @@ def _cmd_build(args):
 
 def _cmd_report(args):
     from ..host.cli import engine_config_of
-    from .report import format_markdown, run_report
+    from .report import format_block, format_markdown, run_report, time_block
     from .tools import ToolError
 
     try:
         comps = [c.strip() for c in args.components.split(",")] if args.components else None
         config = engine_config_of(args)
+        if args.block:
+            rep = time_block(config, args.block, Path(args.out) / args.block, clock_mhz=args.clock_mhz,
+                             progress=None if args.quiet else (lambda t: print(t, flush=True)))
+            print(format_block(rep))
+            return 0 if rep["timing"]["meets"] else 1
         rep = run_report(config, components=comps, out_dir=args.out, fpga=not args.no_fpga,
                          power=not args.no_power, sweep=args.sweep, clock_mhz=args.clock_mhz,
                          pnr=not args.no_pnr, fpga_mhz=args.fpga_mhz,
@@ -88,6 +93,7 @@ def _cmd_report(args):
 def register(sub):
     """Add ``build`` and ``report`` to the ``syncfabric`` subcommands."""
     from ..hdl.ace.config import PROFILES
+    from .timing import BLOCKS
     from ..host.cli import _engine_field
 
     p = sub.add_parser("build", help="build a prototype board's bitstream (YoWASP tools) and print its resources")
@@ -125,5 +131,9 @@ def register(sub):
     r.add_argument("--no-power", action="store_true", help="skip the activity simulation and OpenSTA")
     r.add_argument("--sweep", action="store_true",
                    help="also sweep SRAM size, FSM count and ALU lanes (area growth; several syntheses)")
+    r.add_argument("--block", choices=list(BLOCKS), default=None,
+                   help="instead of the report: synthesize this engine block alone and time it at 45 nm (its "
+                        "worst path into each submodule; exits 1 when it misses the clock). The control "
+                        "component is otherwise timed only inside the whole engine")
     r.add_argument("--quiet", action="store_true", help="no progress output")
     r.set_defaults(func=_cmd_report)

@@ -3,7 +3,9 @@
 A dispatched chunk enters phase 0's partition. At the end of a phase that is not its last, it moves to the next
 phase's partition; after its last step it moves to the terminal partition (once no LOAD into its buffer is
 outstanding) and its FSM takes its next chunk; it leaves the terminal partition - it is done - when every STORE it
-posted is acknowledged (the lowest buffer first when several are). One move per cycle, oldest chunk first.
+posted is acknowledged (the lowest buffer first when several are). One move per cycle, oldest chunk first; a
+wide engine (``AceConfig.control_stages``) registers the grant and applies it a cycle later, granting one move
+per two cycles, and registers the chunk leaving the terminal partition.
 
 A move needs room in the target partition (fewer chunks than its PART register) - except for the oldest chunk
 held by any FSM, which always moves: every rank holds the same oldest chunk (same dispatch order), so it can never
@@ -53,7 +55,8 @@ class PartitionManager(wiring.Component):
     stores_pending : In(n_buffers)
         The buffer has posted STOREs without their write response.
     move_valid, move_fsm : Out
-        The FSM whose chunk moves this cycle (to its next phase, or to the terminal partition).
+        The FSM whose chunk moves this cycle (to its next phase, or to the terminal partition; in a wide engine
+        granted in the cycle before, while the FSM still asked).
     phase_wait, handoff_wait : Out(n_fsms)
         Requests refused for want of room.
     room0 : Out(1)

@@ -127,6 +127,7 @@ def parse_endpoints(text, q_of=None):
             out.append((q_of.get(inst, inst), float(m.group(5))))
     return out
 
+
 #: Engine blocks ``syncfabric report --block`` synthesizes and times alone
 #: (:func:`~syncfabric.fpga.report.time_block`): name -> (module of ``syncfabric.hdl.ace``, class). The
 #: ``control`` component is otherwise timed only inside the whole engine's synthesis, much longer at the design

@@ -139,7 +139,8 @@ class ControlUnit(wiring.Component):
         ls_entry = entry_of(seqr.geo_cmd, "load")
         m.d.comb += _drive_geometry(lgeo, ls_entry, seqr.geo_chunk, seqr.geo_block)
         m.d.comb += [
-            seqr.geo_nbytes.eq(lgeo.nbytes), seqr.geo_empty.eq(lgeo.empty), seqr.geo_beats.eq(lgeo.beats), seqr.geo_addr.eq(lgeo.in_addr),
+            seqr.geo_nbytes.eq(lgeo.nbytes), seqr.geo_empty.eq(lgeo.empty), seqr.geo_beats.eq(lgeo.beats),
+            seqr.geo_addr.eq(lgeo.in_addr),
             seqr.slot_beats.eq(ls_entry.geom.slot_beats),
             pmem.seq_imem_addr.eq(seqr.imem_addr), seqr.imem_data.eq(pmem.seq_imem_data),
         ]

@@ -6,14 +6,12 @@ A one-hot priority select of the lowest failed check gives the status and detail
 if/else chain, so the path is a few gates whatever the list's length); no failed check gives OK, detail 0.
 """
 
-import functools
-import operator
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Status
+from ..common.logic import or_tree
 from .units import STATUS_SHAPE
 
 __all__ = ["FirstFailing"]
@@ -68,7 +66,7 @@ class FirstFailing(wiring.Component):
             picked = any_of([i for i, (_, _, s) in enumerate(checks) if s == src])
             value = getattr(self.details, src) if isinstance(src, str) else Const(src, 32)
             det_terms.append(Mux(picked, value, 0))
-        m.d.comb += det.eq(functools.reduce(operator.or_, det_terms, Const(0, 32)))
+        m.d.comb += det.eq(or_tree(det_terms, 32))
         with m.If(self.capture):
             m.d.sync += [self.code.eq(code), self.det.eq(det), self.checks.eq(self.failed)]
         return m

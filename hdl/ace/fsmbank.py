@@ -158,11 +158,10 @@ class FsmBank(wiring.Component):
         m.d.comb += [pick.req.eq(Cat(*[fsm.fetch for fsm in fsms])), pick.older.eq(age.older)]
         req, wb = self.dec_req.payload, self.dec_wb
         m.d.comb += [self.dec_req.valid.eq(pick.valid), req.fsm.eq(pick.sel)]
-        with m.Switch(pick.sel):
-            for f, fsm in enumerate(fsms):
-                with m.Case(f):
-                    m.d.comb += [req.cmd.eq(fsm.ctx.cmd), req.chunk.eq(fsm.ctx.chunk), req.buf.eq(fsm.ctx.buf),
-                                 req.pc.eq(fsm.pc)]
+        # the picked FSM's fields by the one-hot pick (an AND-OR), not by its encoded number (encode, then decode)
+        for name, value in (("cmd", lambda f: fsms[f].ctx.cmd), ("chunk", lambda f: fsms[f].ctx.chunk),
+                            ("buf", lambda f: fsms[f].ctx.buf), ("pc", lambda f: fsms[f].pc)):
+            m.d.comb += getattr(req, name).eq(one_hot_mux([(pick.onehot[f], value(f)) for f in range(F)]))
 
         # issue: offers, and the granted FSM's step, context and view
         g = self.grant

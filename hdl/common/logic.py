@@ -1,11 +1,9 @@
 """Small combinational building blocks shared by the RTL."""
 
-import functools
-import operator
 
 from amaranth.hdl import Cat, Const, Mux, Signal
 
-__all__ = ["one_hot", "one_hot_mux", "late", "at_least_two", "up_down", "up_down_below", "split_product",
+__all__ = ["one_hot", "one_hot_mux", "or_tree", "late", "at_least_two", "up_down", "up_down_below", "split_product",
            "split_counter", "split_counter_lag"]
 
 
@@ -15,11 +13,23 @@ def one_hot(index, n):
     return Cat(*(index == i for i in range(n)))
 
 
+def or_tree(values, width=None):
+    """The OR of ``values`` as a balanced tree (``log2(len(values))`` levels). A left fold ``((a | b) | c) | ...``
+    is a chain of ``$or`` cells that the synthesis script maps as it stands: a 16-way select came out of the
+    45 nm flow as a chain of 10 AND-OR gates. ``width``: the result's width when ``values`` is empty."""
+    values = list(values)
+    if not values:
+        return Const(0, width or 1)
+    while len(values) > 1:
+        values = [values[i] | values[i + 1] if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+    return values[0]
+
+
 def one_hot_mux(choices):
     """The value of the one ``(select, value)`` pair of ``choices`` whose select is set (zero if none): an AND
-    per value and an OR tree, where a chain of ``If`` s would build a priority mux as deep as the choices are
-    many. At most one select may be set."""
-    return functools.reduce(operator.or_, [Mux(sel, value, 0) for sel, value in choices])
+    per value and a balanced OR tree (:func:`or_tree`), where a chain of ``If`` s would build a priority mux as
+    deep as the choices are many. At most one select may be set."""
+    return or_tree([Mux(sel, value, 0) for sel, value in choices])
 
 
 def late(m, value, name=None):

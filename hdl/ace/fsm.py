@@ -145,13 +145,16 @@ class ChunkFsm(wiring.Component):
         leave = granted | expire                # the current step leaves the FSM at the end of this cycle
         eff_cur_v, eff_nstep_v = Mux(leave, nstep_v, cur_v), nstep_v & ~leave
         eff_idle = (n_exec == 0) & ~issue_exec                  # nothing in flight
-        m.d.comb += [self.pc.eq(pc), self.fetch.eq((st == RUN) & ~in_dec & ~eff_nstep_v & (pc != stop))]
+        # more = (pc != stop), kept in a flip-flop where pc and stop move (a pick, a phase's bounds), so the
+        # decode request starts from flip-flops instead of an 11-bit compare ahead of the decoder's pick
+        more = Signal()
+        m.d.comb += [self.pc.eq(pc), self.fetch.eq((st == RUN) & ~in_dec & ~eff_nstep_v & more)]
         # pc + 1 from a flip-flop a cycle behind pc (the pick arrives late: it only selects). It is stale only
         # in the cycle after pc moved, when no pick can come (a pick sets in_dec; entering a phase is ADVANCE)
         pc1 = Signal(11)
         m.d.sync += pc1.eq(pc + 1)
         with m.If(self.picked):
-            m.d.sync += pc.eq(pc1)
+            m.d.sync += [pc.eq(pc1), more.eq(pc1 != stop)]
         m.d.sync += in_dec.eq((in_dec | self.picked) & ~self.wb.valid)
 
         # the issue conditions: nothing in flight; a SEND/RECV also behind one SEND/RECV in flight on the same
@@ -222,7 +225,7 @@ class ChunkFsm(wiring.Component):
         # the phase is the command's last: decided with the phase's bounds (entering it) and kept in a
         # flip-flop, so that ``at_end`` - the partition manager's move requests - starts from registers
         last_phase = Signal()
-        phase_done = (pc == stop) & ~in_dec & ~eff_cur_v & ~eff_nstep_v & eff_idle   # decoded and retired
+        phase_done = ~more & ~in_dec & ~eff_cur_v & ~eff_nstep_v & eff_idle   # decoded and retired
         # in ADVANCE past the bounds' load, pc == stop from a flip-flop (pc does not move in ADVANCE): set
         # from the bounds as they are loaded, and on leaving RUN (which needs pc == stop)
         at_stop = Signal()
@@ -243,7 +246,7 @@ class ChunkFsm(wiring.Component):
                 with m.If(enter):
                     # entering the phase: load its bounds (phase 0 after the LOADs the sequencer issued)
                     m.d.sync += [pc.eq(bounds.first), stop.eq(bounds.stop), enter.eq(0),
-                                 at_stop.eq(bounds.first == bounds.stop),
+                                 at_stop.eq(bounds.first == bounds.stop), more.eq(bounds.first != bounds.stop),
                                  last_phase.eq(ctx.phase + 1 >= e.n_phases)]
                 with m.Elif(at_stop):
                     with m.If(last_phase):

@@ -4,7 +4,9 @@ count lanes live with the FSM holding the chunk: :mod:`.slotcount`.)
 - **Loading.** When a chunk is dispatched into a buffer, the slots of its program's load mask are pending (the
   load sequencer loads them later); a LOAD an FSM issues sets its slot; the load unit finishing it (or the
   sequencer skipping an empty block) clears it. A step waits only for its own slot, so a chunk starts sending
-  as soon as its first block is in.
+  as soon as its first block is in. The step decoder asks (``probe``) whether one slot of one buffer will
+  still be loading in the next cycle: the registered masks selected by the probe, this cycle's events folded
+  in at the last gates.
 - **Stores pending.** STOREs posted into the buffer and not yet acknowledged: a chunk is done, and its buffer
   free again, only when none is left.
 """
@@ -44,6 +46,7 @@ class BufferState(wiring.Component):
             "store_issue": In(data.StructLayout({"valid": 1, "buf": buf})),
             "store_done": In(data.StructLayout({"valid": 1, "buf": buf})),
             "loading": Out(data.ArrayLayout(unsigned(NM), NB)),
+            "probe": In(data.StructLayout({"buf": buf, "slot": slot})), "probe_next": Out(1),
             "buf_loading": Out(NB),
             "stores_pending": Out(NB),
         })
@@ -78,6 +81,20 @@ class BufferState(wiring.Component):
         m.d.comb += [
             self.stores_pending.eq(Cat(*[s != 0 for s in spend])),
         ]
+
+        # the probe: slot `slot` of buffer `buf` in the next cycle's masks. The registered masks are selected by
+        # the probe alone; this cycle's events (which come late: the load sequencer's decision, the units'
+        # completions) only enter the last gates, each by a compare of its buffer and slot with the probe's
+        pb, ps = self.probe.buf, self.probe.slot[:SBITS]
+
+        def hit(ev):
+            return ev.valid & (ev.buf == pb) & (ev.slot[:SBITS] == ps)
+        held = Signal()
+        m.d.comb += held.eq(self.loading[pb].bit_select(ps, 1))
+        is_new = new.valid & (new.buf == pb)
+        m.d.comb += self.probe_next.eq((ps < NM) & Mux(is_new, new.load_mask.bit_select(ps, 1),
+                                                       (held & ~hit(self.load_done) & ~hit(self.skip))
+                                                       | hit(self.load_issue)))
         return m
 
 

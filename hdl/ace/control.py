@@ -189,7 +189,7 @@ class ControlUnit(wiring.Component):
             pmem.dec_imem_addr.eq(dec.imem_addr), dec.imem_data.eq(pmem.dec_imem_data),
             pmem.dec_route_addr.eq(dec.route_addr), dec.route_data.eq(pmem.dec_route_data),
             dec.e1.eq(entry_of(dec.e1_cmd, "dec1")),
-            dec.loading.eq(bufs.loading[dec.loading_buf]),
+            bufs.probe.eq(dec.probe), dec.probe_next.eq(bufs.probe_next),
         ]
         # the illegal-step report a cycle late (off the decoder's last stage, where the legality is decided): the
         # step retires at its grant, cycles after this, so its command cannot finish without the report

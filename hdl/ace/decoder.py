@@ -17,8 +17,10 @@ stage  work
 ====== =====================================================================================================
 
 The command table is read through one combinational lookup in stages 1 and 3 (``e<k>_cmd`` out, the entry
-back in ``e<k>``); in a design where it is a memory those become its read ports. ``loading_buf``/``loading``
-read the stage-3 buffer's mask of slots with a LOAD outstanding.
+back in ``e<k>``); in a design where it is a memory those become its read ports. ``probe``/``probe_next`` ask
+the buffer state whether the slot of the step entering stage 3 will have a LOAD outstanding in the next cycle
+(``BufferState.probe``): stage 3 has the answer in a flip-flop, so the step's ``wait`` (which the FSM's step
+register takes) starts there, not at a select among every buffer's mask.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -84,8 +86,9 @@ class StepDecoder(wiring.Component):
     e1_cmd/e1 : Out(cmd), In(cmd_entry_layout)
         The combinational command-table lookup of stage 1 (communicator, geometry, slot size and count: the
         last stage reads none of the entry).
-    loading_buf : Out(buf), loading : In(NMASK)
-        Combinational: the slots of the stage-3 buffer with a LOAD outstanding.
+    probe : Out(buf, slot), probe_next : In(1)
+        Combinational: whether the slot of the step entering stage 3 has a LOAD outstanding in the next cycle
+        (registered there).
     o : Out(stream(decoded_layout), always_ready)
     """
 
@@ -102,7 +105,8 @@ class StepDecoder(wiring.Component):
             "imem_addr": Out(10), "imem_data": In(64),
             "route_addr": Out(16), "route_data": In(4),
             "e1_cmd": Out(cmd), "e1": In(entry),
-            "loading_buf": Out(sram_read_layout(cfg).members["buf"]), "loading": In(self.nmask),
+            "probe": Out(data.StructLayout({"buf": sram_read_layout(cfg).members["buf"], "slot": unsigned(10)})),
+            "probe_next": In(1),
             "o": Out(stream.Signature(decoded_layout(cfg), always_ready=True)),
         })
 
@@ -110,7 +114,6 @@ class StepDecoder(wiring.Component):
         m = Module()
         cfg = self.cfg
         K = cfg.n_ports
-        sbits = max(1, (self.nmask - 1).bit_length())
         m.submodules.geo = geo = BlockGeometry(cfg)
         req = self.req.payload
         ctx = data.StructLayout({"v": 1, "fsm": req.shape().members["fsm"], "cmd": req.shape().members["cmd"],
@@ -148,6 +151,10 @@ class StepDecoder(wiring.Component):
             prev = nxt
         sa3, bad3 = Signal.like(sa2), Signal()
         m.d.sync += [a.eq(b) for a, b in zip((s3, w3, route3, sa3, bad3), prev)]
+        # whether the step's slot has a LOAD outstanding, as it will be when the step is at stage 3
+        loading3 = Signal()
+        m.d.comb += [self.probe.buf.eq(prev[0].buf), self.probe.slot.eq(_field(prev[1], "slot"))]
+        m.d.sync += loading3.eq(self.probe_next)
         # stage 3: the step
         w = w3
         op = _field(w, "op")
@@ -158,7 +165,6 @@ class StepDecoder(wiring.Component):
         out = self.o.payload
         st = out.step
         m.d.comb += [
-            self.loading_buf.eq(s3.buf),
             illegal.eq(~((op == StepOp.LOAD) | (op == StepOp.SEND) | (op == StepOp.RECV) | (op == StepOp.STORE)
                          | is_put)
                        | (_field(w, "port") >= K) | (_field(w, "fwd_port") >= K) | bad3
@@ -183,6 +189,6 @@ class StepDecoder(wiring.Component):
             st.sram_addr.eq(sa3),
             st.illegal.eq(illegal),
             st.noop.eq(illegal | (((op == StepOp.LOAD) | (op == StepOp.STORE)) & (geo.nbytes == 0))),
-            st.wait.eq(~st.noop & (op != StepOp.LOAD) & self.loading.bit_select(slot[:sbits], 1)),
+            st.wait.eq(~st.noop & (op != StepOp.LOAD) & loading3),
         ]
         return m

@@ -46,7 +46,12 @@ def test_loading_masks_and_pending_stores_follow_their_events():
             for port, value in ((dut.new, new), (dut.load_issue, issue), (dut.load_done, done), (dut.skip, skip),
                                 (dut.store_issue, st_in), (dut.store_done, st_out)):
                 ctx.set(port, value)
+            # the probe: a slot's bit in the masks after this edge (slots beyond the mask's width read 0)
+            probe = {"buf": rng.randrange(NB), "slot": rng.randrange(1 << max(1, (NM - 1).bit_length()))}
+            ctx.set(dut.probe, probe)
+            nxt = ctx.get(dut.probe_next)
             await ctx.tick()
+            assert nxt == ctx.get(dut.loading[probe["buf"]]) >> probe["slot"] & 1, cycle
 
             # the model: a dispatch wins over every other event on its buffer
             for x in range(NB):

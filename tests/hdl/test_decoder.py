@@ -46,10 +46,11 @@ class DecoderBench(Elaboratable):
             for i, e in enumerate(self.entries):
                 with m.Case(i):
                     m.d.comb += dec.e1.eq(e)
-        with m.Switch(dec.loading_buf):
+        sbits = max(1, (dec.nmask - 1).bit_length())
+        with m.Switch(dec.probe.buf):          # the masks are constant: the next cycle's are this cycle's
             for b, mask in enumerate(self.loading):
                 with m.Case(b):
-                    m.d.comb += dec.loading.eq(mask)
+                    m.d.comb += dec.probe_next.eq(mask.bit_select(dec.probe.slot[:sbits], 1))
         return m
 
 

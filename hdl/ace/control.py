@@ -202,12 +202,11 @@ class ControlUnit(wiring.Component):
         # (issuestage.py) registers the grant, and holds back what its job takes as it goes out
         m.submodules.issue = iss = IssueArbiter(cfg)
         m.submodules.istage = ist = IssueStage(cfg)
-        m.d.comb += [iss.load_ready.eq(dp.load_room2 & ~ist.hold_load),
-                     iss.store_ready.eq(dp.store_job.ready & ~ist.hold_store), iss.hold.eq(ist.hold_fsm),
+        m.d.comb += [iss.load_ready.eq(dp.load_room2), iss.store_ready.eq(dp.store_job.ready),
+                     iss.hold.eq(ist.hold_fsm), iss.held.eq(ist.take_q),
                      iss.fsm.eq(bank.offers), iss.age.eq(bank.age),
-                     ist.grant.valid.eq(iss.grant.valid), ist.grant.fsm.eq(iss.grant.fsm),
-                     ist.grant.ch.eq(iss.grant.ch), ist.grant.count.eq(iss.grant.count),
-                     ist.grant_oh.eq(iss.grant_oh), ist.take.eq(iss.take),
+                     ist.grant.eq(iss.grant), ist.grant_oh.eq(iss.grant_oh), ist.takes.eq(iss.takes),
+                     ist.cand.eq(iss.cand),
                      bank.grant.eq(ist.o.oh)]
         m.d.comb += [t for f in range(cfg.n_fsms)
                      for t in (ist.status[f].eq(bank.ctx[f].status), ist.counts[f].eq(bank.counts[f]),
@@ -216,11 +215,11 @@ class ControlUnit(wiring.Component):
         m.submodules.jobs = jb = JobBuilder(cfg)
         js, g, gv = ist.o, bank.g_step, bank.g_view
         for k, p in enumerate(ports):
-            _wire_port(m, p, iss, ist, jb, k)
+            _wire_port(m, p, iss, jb, k)
         m.d.comb += [
             jb.grant.valid.eq(js.grant.valid), jb.grant.fsm.eq(js.grant.fsm), jb.grant.ch.eq(js.grant.ch),
             jb.take.eq(ist.take_q),
-            jb.msg_count.eq(js.grant.count), jb.step.eq(g), jb.ctx.eq(bank.g_ctx), jb.ctx.status.eq(js.status),
+            jb.msg_count.eq(js.grant.count), jb.sum_count.eq(js.sum_count), jb.step.eq(g), jb.ctx.eq(bank.g_ctx), jb.ctx.status.eq(js.status),
             # (the fields the issue stage registers override the FSM's: the same values, from flip-flops)
             *[getattr(jb.step, n).eq(getattr(js.step, n)) for n in STEP_FIELDS],
             jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),
@@ -329,14 +328,13 @@ def _track_buffers(bufs, bank, jb, dp, seqr, chunk):
     ]
 
 
-def _wire_port(m, p, iss, ist, jb, k):
+def _wire_port(m, p, iss, jb, k):
     """Link port ``k``, ``p`` (:func:`~.datapath.port_signature`): its units', credits' and landing buffers'
-    state to issue arbiter ``iss`` (less what issue stage ``ist``'s job takes as it goes out), and job builder
-    ``jb``'s jobs, reservations and orders to it."""
+    state to issue arbiter ``iss`` (which holds back, per step, what the issue stage's job takes as it goes out),
+    and job builder ``jb``'s jobs, reservations and orders to it."""
     status = iss.port[k]
-    m.d.comb += [status.send_ready.eq(p.send_job.ready & ~ist.hold_send[k]),
-                 status.recv_ready.eq(p.recv_job.ready & ~ist.hold_recv[k]),
-                 status.order_ready.eq(p.order.ready & ~ist.hold_order[k])]
+    m.d.comb += [status.send_ready.eq(p.send_job.ready), status.recv_ready.eq(p.recv_job.ready),
+                 status.order_ready.eq(p.order.ready)]
     for name in ("dep_req", "tx_room", "beat_credits", "hdr_credits", "hdr_valid", "hdr_two", "unpopped", "heads",
                  "nexts"):
         m.d.comb += status[name].eq(getattr(p, name))

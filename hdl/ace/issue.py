@@ -12,7 +12,7 @@ A step is granted when every resource it needs is free (docs/engine.md section 4
   port that is the FSM's own channel: its head if the unit holds no job of the channel, its second header
   (``hdr_two``) if the unit holds one (``unpopped``: the job's header is the head until the job ends), so an
   FSM's next RECV waits in the unit, its operand read ahead, while the current message still streams
-  (``grant.second``: the header matched is the second; ``grant.count``: the count lane of the header matched,
+  (``cand.second``: the header matched is the second; ``cand.count``: the count lane of the header matched,
   which the job builder uses a cycle later, when the unit may have popped the head before it). Through a switch it is
   the first source's channel whose head matches the step's tag, chunk, phase and key and is not held. A
   forward also needs its output port as a SEND does;
@@ -21,10 +21,13 @@ A step is granted when every resource it needs is free (docs/engine.md section 4
 Of the FSMs whose step can go, the one whose chunk was dispatched first wins (:class:`~.arbiter.OldestPick` on the
 FSM bank's age matrix).
 The per-FSM wait causes feed the STALL counters. An FSM in ``hold`` is not granted (the issue stage is sending
-its previous step's job: :mod:`.issuestage`); its wait is not counted as a stall.
+its previous step's job: :mod:`.issuestage`); its wait is not counted as a stall. The units and order queues
+that job takes (``held``) are busy for every step that needs them: a step's request is masked by them last,
+after its checks (the stage selects the job's needs after its register, so they arrive later than the units'
+own status), and the wait causes count them as the port or DMA unit busy.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -36,7 +39,8 @@ from .arbiter import OldestPick, age_layout
 from .decoder import step_layout
 from .units import _w
 
-__all__ = ["IssueArbiter", "fsm_request_layout", "port_status_layout", "take_layout", "channel_of"]
+__all__ = ["IssueArbiter", "fsm_request_layout", "port_status_layout", "take_layout", "candidate_layout",
+           "channel_of"]
 
 
 def channel_of(cfg, f, peer):
@@ -74,10 +78,18 @@ def take_layout(cfg):
     return data.StructLayout({"send": K, "recv": K, "order": K, "load": 1, "store": 1})
 
 
+def candidate_layout():
+    """What a RECV of one FSM would take if granted now: the landing channel, whether the header matched is the
+    one behind the head, and that header's count lane."""
+    return data.StructLayout({"ch": unsigned(CHANNEL_BITS), "second": 1, "count": unsigned(COUNT_BITS)})
+
+
 class IssueArbiter(wiring.Component):
-    """Grants one step per cycle (``grant``: the FSM and, for a RECV, the landing channel it takes; the FSM
-    one-hot too, ``grant_oh``), what its job will take (``take``, for the issue stage's holds) and reports per
-    FSM why a ready step waits (``cause_port``/``cause_cred``/``cause_land``/``cause_dma``)."""
+    """Grants one step per cycle (``grant``: the FSM, ``grant_oh``: one-hot) and reports per FSM why a ready
+    step waits (``cause_port``/``cause_cred``/``cause_land``/``cause_dma``). Per FSM, apart from the grant, it
+    says what the step would take (``takes``: unit, order queue, load or store; ``cand``: for a RECV the
+    landing channel, second header and count lane): the issue stage registers them for every FSM and selects
+    the granted FSM's after its register, so the pick ends at the one-hot's flip-flops."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -85,10 +97,10 @@ class IssueArbiter(wiring.Component):
         super().__init__({
             "fsm": In(data.ArrayLayout(fsm_request_layout(cfg), F)),
             "port": In(data.ArrayLayout(port_status_layout(cfg), cfg.n_ports)),
-            "load_ready": In(1), "store_ready": In(1), "hold": In(F), "age": In(age_layout(F)),
-            "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F), "ch": unsigned(CHANNEL_BITS),
-                                            "second": 1, "count": unsigned(COUNT_BITS)})),
-            "grant_oh": Out(F), "take": Out(take_layout(cfg)),
+            "load_ready": In(1), "store_ready": In(1), "hold": In(F), "held": In(take_layout(cfg)),
+            "age": In(age_layout(F)),
+            "grant": Out(data.StructLayout({"valid": 1, "fsm": _w(F)})), "grant_oh": Out(F),
+            "takes": Out(data.ArrayLayout(take_layout(cfg), F)), "cand": Out(data.ArrayLayout(candidate_layout(), F)),
             "cause_port": Out(F), "cause_cred": Out(F), "cause_land": Out(F), "cause_dma": Out(F),
         })
 
@@ -118,7 +130,7 @@ class IssueArbiter(wiring.Component):
                         m.d.comb += [hit[k][f].eq(1), hit_ch[k][f].eq(c), hit_count[k][f].eq(h.count)]
 
         can = Signal(F)
-        takes = [Signal(take_layout(cfg), name=f"fsm{f}_take") for f in range(F)]
+        takes = self.takes
         for f, r in enumerate(self.fsm):
             s = r.step
             real_op = [~s.noop & (s.op == op) for op in (StepOp.SEND, StepOp.RECV, StepOp.LOAD, StepOp.STORE)]
@@ -151,24 +163,32 @@ class IssueArbiter(wiring.Component):
                                                      cred_ok.eq(cred_at[j])]
                             with m.Else():
                                 m.d.comb += [port_free.eq(rx_ok), cred_ok.eq(1)]
+            # what the issue stage's registered job takes as it goes out (``held``) blocks a step that needs it:
+            # applied to the request last, so the stage's select of that job (after its register) runs beside the
+            # checks, not ahead of them; the wait causes see the units as taken, as the rules state them
+            t, h = takes[f], self.held
+            blk_port = Cat(*[(t.send[k] & h.send[k]) | (t.recv[k] & h.recv[k]) | (t.order[k] & h.order[k])
+                             for k in range(K)]).any()
+            blk_dma = (t.load & h.load) | (t.store & h.store)
+            free_m, land_m = port_free & ~blk_port, land_ok & ~blk_dma
             offered = r.ready & ~self.hold[f]
             real = offered & ~s.noop
             m.d.comb += [
-                can[f].eq(offered & (s.noop | (port_free & cred_ok & land_ok))),
-                self.cause_port[f].eq(real & ~port_free),
-                self.cause_cred[f].eq(real & port_free & ~cred_ok),
-                self.cause_land[f].eq(real & port_free & cred_ok & ~land_ok & (s.op == StepOp.RECV)),
-                self.cause_dma[f].eq(real & ~land_ok & ((s.op == StepOp.LOAD) | (s.op == StepOp.STORE))),
+                can[f].eq(offered & (s.noop | (port_free & cred_ok & land_ok)) & ~blk_port & ~blk_dma),
+                self.cause_port[f].eq(real & ~free_m),
+                self.cause_cred[f].eq(real & free_m & ~cred_ok),
+                self.cause_land[f].eq(real & free_m & cred_ok & ~land_m & (s.op == StepOp.RECV)),
+                self.cause_dma[f].eq(real & ~land_m & ((s.op == StepOp.LOAD) | (s.op == StepOp.STORE))),
             ]
 
         m.submodules.oldest = arb = OldestPick(F)
         m.d.comb += [arb.req.eq(can), arb.older.eq(self.age),
                      self.grant.valid.eq(arb.valid), self.grant.fsm.eq(arb.sel), self.grant_oh.eq(arb.onehot)]
-        # the landing channel of the granted step and the count lane of the header it takes (for a RECV): an
-        # AND-OR over the one-hot winner
-        took = [(f, k, arb.onehot[f] & (r.step.port == k)) for f, r in enumerate(self.fsm) for k in range(K)]
-        m.d.comb += [self.take.eq(one_hot_mux([(arb.onehot[f], Value.cast(takes[f])) for f in range(F)])),
-                     self.grant.ch.eq(one_hot_mux([(t, hit_ch[k][f]) for f, k, t in took])),
-                     self.grant.second.eq(one_hot_mux([(t, second[k][f]) for f, k, t in took])),
-                     self.grant.count.eq(one_hot_mux([(t, hit_count[k][f]) for f, k, t in took]))]
+        # each FSM's RECV candidate: the landing channel and the count lane of the header its step's port offers
+        for f, r in enumerate(self.fsm):
+            on = [r.step.port == k for k in range(K)]
+            c = self.cand[f]
+            m.d.comb += [c.ch.eq(one_hot_mux([(on[k], hit_ch[k][f]) for k in range(K)])),
+                         c.second.eq(one_hot_mux([(on[k], second[k][f]) for k in range(K)])),
+                         c.count.eq(one_hot_mux([(on[k], hit_count[k][f]) for k in range(K)]))]
         return m

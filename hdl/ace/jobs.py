@@ -39,7 +39,8 @@ class JobBuilder(wiring.Component):
     Inputs: ``grant`` (valid, FSM, landing channel), what the granted step takes (``take``: its unit, order queue
     and reservation port, as the issue stage registered it), the granted FSM's ``step`` and ``ctx``, the fields of
     its command it needs (``rank``, ``tag``, ``dtype``, ``op``, ``null``), the granted slot's count
-    (``slot_count``), the count of the message a RECV takes (``msg_count``) and the load sequencer's LOAD
+    (``slot_count``), the count of the message a RECV takes (``msg_count``), the two added (``sum_count``,
+    a reducing RECV's count, added by the issue stage before its register) and the load sequencer's LOAD
     (``seq_load``: taken when the load unit takes a job and no FSM LOAD goes; ``seq_zero``). Outputs: the job
     streams (valid in the cycle after a grant, which the issue arbiter gives only when the unit will take the job
     then), reservations and order entries, and the events other blocks follow (``fsm_load``, ``recv``, ``fold``).
@@ -55,7 +56,7 @@ class JobBuilder(wiring.Component):
             "take": In(take_layout(cfg)),
             "step": In(step_layout(cfg)), "ctx": In(fsm_context_layout(cfg)),
             "rank": In(9), "tag": In(16), "dtype": In(DTYPE_SHAPE), "op": In(OP_SHAPE), "null": In(1),
-            "slot_count": In(COUNT_BITS), "msg_count": In(COUNT_BITS),
+            "slot_count": In(COUNT_BITS), "msg_count": In(COUNT_BITS), "sum_count": In(COUNT_BITS),
             "seq_load": In(stream.Signature(jl["load"])), "seq_zero": In(1),
             "send_job": Out(stream.Signature(jl["send"])).array(K),
             "recv_job": Out(stream.Signature(jl["recv"])).array(K),
@@ -78,7 +79,7 @@ class JobBuilder(wiring.Component):
         new_count = Signal(COUNT_BITS)
         out, exp = Signal(packet_header_layout()), Signal(packet_header_layout())
         m.d.comb += [
-            new_count.eq(Mux(g.reduce, self.msg_count + self.slot_count, self.msg_count)),
+            new_count.eq(Mux(g.reduce, self.sum_count, self.msg_count)),
             out.dst.eq(g.peer), out.src.eq(self.rank), out.vc.eq(gr.fsm), out.tag.eq(self.tag),
             out.chunk.eq(c.chunk), out.phase.eq(c.phase), out.length.eq(g.nbytes),
             out.key.eq(Mux(g.op == StepOp.SEND, g.key, g.fwd_key)), out.put.eq((g.op == StepOp.SEND) & g.put),

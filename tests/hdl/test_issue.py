@@ -1,8 +1,8 @@
 """IssueArbiter in Amaranth's simulator against a model of the grant rules (docs/engine.md section 4) and of
-what the granted step's job takes (the issue stage's holds): random
-steps of every kind offered by random FSMs against random unit readiness, credits, landing heads,
-TX_LOOKAHEAD room and held FSMs (the issue stage's), on point-to-point ports and through a switch (several
-landing channels per FSM).
+what each FSM's step would take (the issue stage's holds) and its RECV candidate: random steps of every kind
+offered by random FSMs against random unit readiness, credits, landing heads, TX_LOOKAHEAD room, held FSMs and
+held units (the issue stage's job: the rules see its units as busy), on point-to-point ports and through a
+switch (several landing channels per FSM).
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -132,29 +132,39 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
             ctx.set(dut.load_ready, load_ready)
             ctx.set(dut.store_ready, store_ready)
             await ctx.delay(1e-9)
+            # what the issue stage's job takes as it goes out: the rules see those units as busy
+            held = {"send": rng.randrange(1 << K) * (rng.random() < 0.3),
+                    "recv": rng.randrange(1 << K) * (rng.random() < 0.3),
+                    "order": rng.randrange(1 << K) * (rng.random() < 0.3),
+                    "load": int(rng.random() < 0.2), "store": int(rng.random() < 0.2)}
+            ctx.set(dut.held, held)
+            seen_ports = [dict(p, send_ready=p["send_ready"] & ~(held["send"] >> k) & 1,
+                               recv_ready=p["recv_ready"] & ~(held["recv"] >> k) & 1,
+                               order_ready=p["order_ready"] & ~(held["order"] >> k) & 1) for k, p in enumerate(ports)]
             # a held FSM is neither granted nor counted as waiting
             unheld = [dict(r, ready=r["ready"] & ~(hold >> f) & 1) for f, r in enumerate(fsms)]
-            g, ch, sec, count, causes = expected(cfg, unheld, ports, load_ready, store_ready)
+            g, ch, sec, count, causes = expected(cfg, unheld, seen_ports, load_ready and not held["load"],
+                                                 store_ready and not held["store"])
             got = ctx.get(dut.grant)
             assert bool(got.valid) == (g is not None), (cycle, fsms, ports)
             assert ctx.get(dut.grant_oh) == (0 if g is None else 1 << g), cycle
-            take = ctx.get(dut.take)
-            want = {"send": 0, "recv": 0, "order": 0, "load": 0, "store": 0}
-            if g is not None:
-                s = fsms[g]["step"]
+            # what every FSM's step would take (the issue stage registers them all and selects the granted one)
+            for f, r in enumerate(fsms):
+                take = ctx.get(dut.takes[f])
+                want = {"send": 0, "recv": 0, "order": 0, "load": 0, "store": 0}
+                s = r["step"]
                 if not s["noop"]:
                     op, k = s["op"], s["port"]
                     want.update(send=int(op == StepOp.SEND) << k, recv=int(op == StepOp.RECV) << k,
                                 load=int(op == StepOp.LOAD), store=int(op == StepOp.STORE))
                     want["order"] = want["send"] | (int(op == StepOp.RECV and s["fwd"]) << s["fwd_port"])
-            assert {n: getattr(take, n) for n in want} == want, (cycle, g)
+                assert {n: getattr(take, n) for n in want} == want, (cycle, f)
             if g is not None:
                 grants += 1
                 assert got.fsm == g, cycle
-                if ch is not None:
-                    assert got.ch == ch, cycle
-                    assert got.second == sec, cycle
-                    assert got.count == count, cycle
+                if ch is not None:      # the granted RECV's candidate: channel, second header, count lane
+                    cand = ctx.get(dut.cand[g])
+                    assert (cand.ch, cand.second, cand.count) == (ch, sec, count), cycle
                     seconds += sec
             for name, sig in (("port", dut.cause_port), ("cred", dut.cause_cred), ("land", dut.cause_land),
                               ("dma", dut.cause_dma)):

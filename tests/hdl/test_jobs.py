@@ -51,8 +51,9 @@ def test_each_granted_step_becomes_its_job_with_headers_counts_and_reservations(
                 take.update(send=bit * (op == StepOp.SEND), recv=bit * (op == StepOp.RECV),
                             load=int(op == StepOp.LOAD), store=int(op == StepOp.STORE))
                 take["order"] = take["send"] | ((1 << step["fwd_port"]) * (op == StepOp.RECV and step["fwd"]))
+            sum_count = (msg_count + slot_count) & ((1 << COUNT_BITS) - 1)     # the issue stage's add
             for name, v in (("step", step), ("ctx", c), ("grant", grant), ("take", take), ("slot_count", slot_count),
-                            ("msg_count", msg_count), ("seq_zero", seq_zero), *e.items()):
+                            ("msg_count", msg_count), ("sum_count", sum_count), ("seq_zero", seq_zero), *e.items()):
                 ctx.set(getattr(dut, name), v)
             ctx.set(dut.seq_load.payload, seq)
             ctx.set(dut.seq_load.valid, seq_valid)

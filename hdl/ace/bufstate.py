@@ -63,9 +63,15 @@ class BufferState(wiring.Component):
             return Mux(ev.valid & (ev.buf == b), 1 << ev.slot[:SBITS], 0)
 
         new = self.new
+        skip_slot = Signal(NM)
+        m.d.comb += skip_slot.eq(1 << self.skip.slot[:SBITS])
         for b in range(NB):
             is_new = new.valid & (new.buf == b)
-            kept = self.loading[b] & ~bit(self.load_done, b) & ~bit(self.skip, b)
+            # the slots kept loading: the load sequencer's skip (its decision arrives late) selects between the
+            # two outcomes at the end, rather than entering the slot mask ahead of the OR over the slots
+            kept_nd = self.loading[b] & ~bit(self.load_done, b)
+            skipped = self.skip.valid & (self.skip.buf == b)
+            kept = Mux(skipped, kept_nd & ~skip_slot, kept_nd)
             issued = self.load_issue.valid & (self.load_issue.buf == b) & ~is_new
             m.d.sync += self.loading[b].eq(Mux(is_new, new.load_mask, kept | bit(self.load_issue, b)))
             # buf_loading (= loading[b] != 0 in every cycle) from two flip-flops of its own: it decides the FSMs'
@@ -73,7 +79,8 @@ class BufferState(wiring.Component):
             # slots still loading apart from a LOAD issued now, and whether one is (the load sequencer's
             # issue decision reaches a flip-flop through one compare, not through the slot decode and OR)
             still, fresh = Signal(name=f"buf{b}_still_loading"), Signal(name=f"buf{b}_load_issued")
-            m.d.sync += [still.eq(Mux(is_new, new.load_mask.any(), kept.any())), fresh.eq(issued)]
+            any_kept = Mux(skipped, (kept_nd & ~skip_slot).any(), kept_nd.any())
+            m.d.sync += [still.eq(Mux(is_new, new.load_mask.any(), any_kept)), fresh.eq(issued)]
             m.d.comb += self.buf_loading[b].eq(still | fresh)
             inc = self.store_issue.valid & (self.store_issue.buf == b)
             dec = self.store_done.valid & (self.store_done.buf == b)

@@ -70,8 +70,9 @@ class BufferState(wiring.Component):
             # the slots kept loading: the load sequencer's skip (its decision arrives late) selects between the
             # two outcomes at the end, rather than entering the slot mask ahead of the OR over the slots
             kept_nd = self.loading[b] & ~bit(self.load_done, b)
+            kept_sk = kept_nd & ~skip_slot
             skipped = self.skip.valid & (self.skip.buf == b)
-            kept = Mux(skipped, kept_nd & ~skip_slot, kept_nd)
+            kept = Mux(skipped, kept_sk, kept_nd)
             issued = self.load_issue.valid & (self.load_issue.buf == b) & ~is_new
             m.d.sync += self.loading[b].eq(Mux(is_new, new.load_mask, kept | bit(self.load_issue, b)))
             # buf_loading (= loading[b] != 0 in every cycle) from two flip-flops of its own: it decides the FSMs'
@@ -79,7 +80,7 @@ class BufferState(wiring.Component):
             # slots still loading apart from a LOAD issued now, and whether one is (the load sequencer's
             # issue decision reaches a flip-flop through one compare, not through the slot decode and OR)
             still, fresh = Signal(name=f"buf{b}_still_loading"), Signal(name=f"buf{b}_load_issued")
-            any_kept = Mux(skipped, (kept_nd & ~skip_slot).any(), kept_nd.any())
+            any_kept = Mux(skipped, kept_sk.any(), kept_nd.any())
             m.d.sync += [still.eq(Mux(is_new, new.load_mask.any(), any_kept)), fresh.eq(issued)]
             m.d.comb += self.buf_loading[b].eq(still | fresh)
             inc = self.store_issue.valid & (self.store_issue.buf == b)

@@ -219,7 +219,8 @@ class ControlUnit(wiring.Component):
         m.d.comb += [
             jb.grant.valid.eq(js.grant.valid), jb.grant.fsm.eq(js.grant.fsm), jb.grant.ch.eq(js.grant.ch),
             jb.take.eq(ist.take_q),
-            jb.msg_count.eq(js.grant.count), jb.sum_count.eq(js.sum_count), jb.step.eq(g), jb.ctx.eq(bank.g_ctx), jb.ctx.status.eq(js.status),
+            jb.msg_count.eq(js.grant.count), jb.sum_count.eq(js.sum_count), jb.step.eq(g), jb.ctx.eq(bank.g_ctx),
+            jb.ctx.status.eq(js.status),
             # (the fields the issue stage registers override the FSM's: the same values, from flip-flops)
             *[getattr(jb.step, n).eq(getattr(js.step, n)) for n in STEP_FIELDS],
             jb.rank.eq(gv.rank), jb.tag.eq(gv.tag),

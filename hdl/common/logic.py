@@ -1,6 +1,5 @@
 """Small combinational building blocks shared by the RTL."""
 
-
 from amaranth.hdl import Cat, Const, Mux, Signal
 
 __all__ = ["one_hot", "one_hot_mux", "or_tree", "late", "at_least_two", "up_down", "up_down_below", "split_product",

@@ -36,6 +36,7 @@ from amaranth.lib.wiring import In, Out
 from ...sim.golden.program import StepOp
 from ...sim.golden.types import Status
 from .arbiter import SEQ_BITS
+from .bufstate import n_mask_slots
 from .cmdtable import fsm_view_layout
 from .decoder import step_layout
 from .sram import sram_read_layout
@@ -159,11 +160,12 @@ class ChunkFsm(wiring.Component):
 
         # the issue conditions: nothing in flight; a SEND/RECV also behind one SEND/RECV in flight on the same
         # unit that touches another slot (two SENDs may read the same one); a STORE behind steps that do not
-        # write its slot; a no-op at any time
+        # write its slot; a no-op at any time. The slot compares come from flip-flops (``same``: see below)
+        same = [Signal(init=1, name=f"same_slot{i}") for i in range(2)]
         overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & (s.op == ex_op) & (s.port == ex_port)
-                      & (Cat(s.fwd_port, s.fwd) == ex_fwd) & ((s.op == StepOp.SEND) | (s.slot != ex_slot[0])))
-        store_ok = ((s.op == StepOp.STORE) & ~((n_exec != 0) & ex_wr[0] & (ex_slot[0] == s.slot))
-                    & ~((n_exec == 2) & ex_wr[1] & (ex_slot[1] == s.slot)))
+                      & (Cat(s.fwd_port, s.fwd) == ex_fwd) & ((s.op == StepOp.SEND) | ~same[0]))
+        store_ok = ((s.op == StepOp.STORE) & ~((n_exec != 0) & ex_wr[0] & same[0])
+                    & ~((n_exec == 2) & ex_wr[1] & same[1]))
         issue_ok = (n_exec == 0) | ((n_exec == 1) & overlap_ok) | store_ok | s.noop
         m.d.comb += [self.offer.step.eq(step), self.offer.behind.eq(n_exec != 0),
                      self.offer.ready.eq((st == RUN) & cur_v & ~granted & ~s.wait & issue_ok & ~expiring & ~skip),
@@ -203,7 +205,22 @@ class ChunkFsm(wiring.Component):
                 m.d.sync += [ex_slot[1].eq(s.slot), ex_wr[1].eq(s.op == StepOp.RECV)]
         # the step registers: the granted step makes room for the next decoded one
         m.d.sync += [step.eq(cur_s), nstep.eq(nxt_s)]
-        with m.If(~cur_v | leave):
+        refill = ~cur_v | leave
+        # same[i] = (step.slot == ex_slot[i]) kept in flip-flops, so that the offer's hazard checks start from
+        # registers: the next cycle's step slot (this one, nstep's or the decoded one's) against the next
+        # cycle's in-flight slots (these, shifted by a retirement, or the issuing step's), every pair compared
+        # in parallel and selected by the same conditions as the registers. The compares use the slot bits a
+        # step that is not a no-op can have (slots < n_mask_slots, checked at validation).
+        sb = max(1, (n_mask_slots(self.cfg) - 1).bit_length())
+        nxt_slot = {"step": s.slot[:sb], "nstep": nstep.slot[:sb], "wb": self.wb.step.slot[:sb]}
+        pick_n, pick_w = refill & nstep_v, refill & ~nstep_v & self.wb.valid
+        lower = issue_exec & (n_exec - done == 0)         # the issuing step becomes in-flight entry 0
+        kept = [Mux(done, ex_slot[1], ex_slot[0])[:sb], ex_slot[1][:sb]]     # entries not written now
+        for i, new_ex in enumerate((lower, issue_exec & ~lower)):
+            # against the kept in-flight slot, or the issuing step's (the current step: it is leaving)
+            eq = {k: Mux(new_ex, 1 if k == "step" else v == s.slot[:sb], v == kept[i]) for k, v in nxt_slot.items()}
+            m.d.sync += same[i].eq(Mux(pick_n, eq["nstep"], Mux(pick_w, eq["wb"], eq["step"])))
+        with m.If(refill):
             with m.If(nstep_v):
                 m.d.sync += [step.eq(nxt_s), cur_v.eq(1), nstep_v.eq(0)]
             with m.Elif(self.wb.valid):

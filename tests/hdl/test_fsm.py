@@ -29,27 +29,33 @@ N_CHUNKS = 30
 OPS = (StepOp.LOAD, StepOp.SEND, StepOp.RECV, StepOp.STORE)
 
 
-def random_program(rng, n_steps):
+def random_program(rng, n_steps, weights=(1, 4, 4, 2), slots=2):
     prog = []
     for i in range(n_steps):
-        op = rng.choices(OPS, weights=(1, 4, 4, 2))[0]
+        op = rng.choices(OPS, weights=weights)[0]
         # (few ports and slots, so that steps often meet on one unit or one slot)
         prog.append({"op": op, "port": int(rng.random() < 0.2), "fwd": int(op == StepOp.RECV and rng.random() < 0.2),
-                     "fwd_port": 1, "slot": rng.randrange(2), "key": i, "beats": 4,
+                     "fwd_port": 1, "slot": rng.randrange(slots), "key": i, "beats": 4,
                      "wait": int(rng.random() < 0.15), "noop": 0, "illegal": 0})
     return prog
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
+# step mix (op weights, slots) and the units' chance to retire a step per cycle. The last: mostly RECVs and
+# STOREs over three slots and slow units, so that STOREs often come behind two RECVs in flight
+MIXES = {"default": ((1, 4, 4, 2), 2, 0.15), "recv_store": ((1, 1, 6, 4), 3, 0.04)}
+
+
+@pytest.mark.parametrize("seed,mix", [(0, "default"), (1, "default"), (2, "default"), (3, "recv_store")])
+def test_steps_are_granted_in_order_within_the_overlap_rules(seed, mix):
     rng = random.Random(seed_for(100 + seed))
     dut = ChunkFsm(CFG)
     chunks = []
-    stats = {"pairs": 0, "stores_behind": 0}      # two SEND/RECVs in flight; a STORE granted behind one
+    # two SEND/RECVs in flight; a STORE granted behind one; behind two
+    stats = {"pairs": 0, "stores_behind": 0, "stores_behind_two": 0}
     for n in range(N_CHUNKS):
         lens = [rng.randint(1, 12), rng.randint(0, 12)]
         load_end = rng.randint(0, min(2, lens[0]))
-        prog = random_program(rng, sum(lens))
+        prog = random_program(rng, sum(lens), *MIXES[mix][:2])
         if n % 3 == 2:                               # an illegal step retires as a no-op and is reported
             prog[-1].update(illegal=1, noop=1)
         chunks.append({"cmd": n % CFG.n_cmds, "chunk": 10 + n, "buf": n + 1, "seq": n, "final": n % 2, "lens": lens,
@@ -117,7 +123,7 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
                 for f in fills:
                     f[0] -= 1
                 # units: retire the oldest SEND/RECV in flight now and then
-                done = inflight and rng.random() < 0.15
+                done = inflight and rng.random() < MIXES[mix][2]
                 fail = done and ck["fail"] and inflight[0]["key"] == expected[0]
                 ctx.set(dut.unit_done, {"valid": bool(done), "status": Status.LINK_CRC if fail else 0})
                 # a LOAD of this chunk's buffer fails (load_fail), or one of another buffer's does
@@ -157,6 +163,7 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
                     if s["op"] == StepOp.STORE and not s["noop"]:      # (a no-op touches nothing)
                         assert not any(o["op"] == StepOp.RECV and o["slot"] == s["slot"] for o in inflight)
                         stats["stores_behind"] += bool(inflight)
+                        stats["stores_behind_two"] += len(inflight) == 2
                 if ctx.get(dut.state) == FsmState.IDLE:
                     break
             assert granted == expected, (ck, granted)
@@ -174,3 +181,4 @@ def test_steps_are_granted_in_order_within_the_overlap_rules(seed):
 
     run_sim(dut, bench)
     assert stats["pairs"] > 10 and stats["stores_behind"] > 10, stats
+    assert mix != "recv_store" or stats["stores_behind_two"] > 1, stats

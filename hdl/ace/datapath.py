@@ -16,7 +16,7 @@ The control plane (:class:`~.control.ControlUnit`) drives it through :func:`data
 the messages' order per output port). Nothing here decides what runs when: every unit does the job it is given.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -203,24 +203,27 @@ class Datapath(wiring.Component):
                 self.rx_flits[k].eq(rx.flits), self.rx_crc_errs[k].eq(crc_errs),
             ]
             # flits granted to the port and not yet sent (a header-only message is one flit): the control
-            # plane grants a message to the port only while this is at most TX_LOOKAHEAD
+            # plane grants a message to the port only while this is at most TX_LOOKAHEAD. The count's next
+            # value and the room from it are exact (the room registered from the next value: a room one cycle
+            # old let younger chunks' messages in ahead of the oldest chunk's forwards, 0.939 -> 0.887 of the
+            # link bound on the demo's ring). The count is two registers, ``queued + pend``: ``pend`` holds the
+            # last cycle's reservation, which arrives late (through the issue stage's grant and the job
+            # builder), so no adder waits for it; the port's send (its handshake, also late) picks between two
+            # sums of registers, and the room compares the reservation's flits with the room left before them.
             queued = Signal(17, name=f"tx{k}_queued")
+            pend = Signal(17, name=f"tx{k}_queued_pend")
+            total = Signal(17, name=f"tx{k}_queued_total")
+            left = Signal(signed(19), name=f"tx{k}_room_left")
             sent = tx.flit.valid & tx.flit.ready
             beats = p.reserve.beats
-            # The count's next value and the room from it are exact (the room registered from the next value:
-            # a room one cycle old let younger chunks' messages in ahead of the oldest chunk's forwards, 0.939
-            # -> 0.887 of the link bound on the demo's ring). The four sums and compares are made from
-            # registers; this cycle's reservation (through the job builder) and send (the port's handshake)
-            # only pick one.
-            granted = Signal(18, name=f"tx{k}_queued_granted")
-            m.d.comb += granted.eq(queued + Mux(beats == 0, 1, beats))
+            flits = Cat(beats[0] | (beats == 0), beats[1:])
             L = self.tx_lookahead
+            m.d.comb += [total.eq(queued + pend), left.eq(L - total)]
+            m.d.sync += [queued.eq(Mux(sent, total - 1, total)), pend.eq(Mux(p.reserve.valid, flits, 0))]
             with m.If(p.reserve.valid):
-                m.d.sync += [queued.eq(Mux(sent, granted - 1, granted)),
-                             p.tx_room.eq(Mux(sent, granted <= L + 1, granted <= L))]
+                m.d.sync += p.tx_room.eq(Mux(sent, flits <= left + 1, flits <= left))
             with m.Else():
-                m.d.sync += [queued.eq(Mux(sent, queued - 1, queued)),
-                             p.tx_room.eq(Mux(sent, queued <= L + 1, queued <= L))]
+                m.d.sync += p.tx_room.eq(Mux(sent, total <= L + 1, total <= L))
             # forwards: every receive unit offers its forward to every TX mux; the addressed one takes it
             for j, (hj, fj) in enumerate(zip(fwd_hdr, fwd)):
                 m.d.comb += [
@@ -284,10 +287,12 @@ class Datapath(wiring.Component):
             dep.spill_base.eq(self.spill_base), dep.spill_entries.eq(self.spill_entries),
         ]
 
-        # counters
+        # counters. The sums of several units' counters are registered, a cycle behind their parts: a 64-bit
+        # add between the units' counters and the register bank's high-word capture was a path of its own
+        m.d.sync += [self.payload_wr_bytes.eq(store.bytes + dep.deposit_bytes),
+                     self.alu_beats.eq(sum(ru.alu_beats for ru in recvs))]
         m.d.comb += [
-            self.payload_rd_bytes.eq(load.bytes), self.payload_wr_bytes.eq(store.bytes + dep.deposit_bytes),
-            self.alu_beats.eq(sum(ru.alu_beats for ru in recvs)),
+            self.payload_rd_bytes.eq(load.bytes),
             self.deposits.eq(dep.deposits), self.spills.eq(dep.spills), self.spill_bytes.eq(dep.spill_bytes),
         ]
         # per program phase: flits sent on every port by that phase's messages

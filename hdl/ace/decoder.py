@@ -1,8 +1,8 @@
 """The step decoder: one program step of one FSM per cycle, from instruction word to everything its grant needs.
 
 A pipeline behind the pick (the control unit's oldest-first choice of an FSM that has room for a decoded step),
-each stage holding another FSM's step; the geometry takes ``BlockGeometry.LATENCY`` cycles from stage 1
-(:attr:`LATENCY` is 1 + that from ``req`` to ``o``):
+each stage holding another FSM's step; the geometry takes ``BlockGeometry.latency_for(cfg)`` cycles from stage 1
+(:attr:`latency` is 1 + that from ``req`` to ``o``):
 
 ====== =====================================================================================================
 stage  work
@@ -74,7 +74,7 @@ def decoded_layout(cfg):
 
 
 class StepDecoder(wiring.Component):
-    """Decodes one step per cycle (:attr:`LATENCY` cycles from ``req`` to ``o``); neither stream can stall.
+    """Decodes one step per cycle (:attr:`latency` cycles from ``req`` to ``o``); neither stream can stall.
 
     Ports
     -----
@@ -92,11 +92,15 @@ class StepDecoder(wiring.Component):
     o : Out(stream(decoded_layout), always_ready)
     """
 
-    #: Cycles from a request to its decoded step: the IMEM read, then the geometry's pipeline.
-    LATENCY = 1 + BlockGeometry.LATENCY
+    @staticmethod
+    def latency_for(cfg):
+        """Cycles from a request to its decoded step: the IMEM read, then the geometry's pipeline."""
+        return 1 + BlockGeometry.latency_for(cfg)
 
     def __init__(self, cfg):
         self.cfg = cfg
+        #: Cycles from a request to its decoded step.
+        self.latency = self.latency_for(cfg)
         self.nmask = min(cfg.max_slots, LOAD_MASK_BITS)
         entry = cmd_entry_layout(cfg)
         cmd = _w(cfg.n_cmds)
@@ -144,7 +148,7 @@ class StepDecoder(wiring.Component):
         sa2, bad2 = Signal(self.o.payload.step.sram_addr.shape()), Signal()
         m.d.comb += [sa2.eq(_field(w2, "slot") * sb2), bad2.eq(_field(w2, "slot") >= ns2)]
         prev = (s2, w2, self.route_data, sa2, bad2)
-        for i in range(geo.LATENCY - 2):
+        for i in range(geo.latency - 2):
             nxt = (Signal(ctx, name=f"g{i}_ctx"), Signal(64, name=f"g{i}_word"), Signal(4, name=f"g{i}_route"),
                    Signal.like(sa2, name=f"g{i}_sram_addr"), Signal(name=f"g{i}_bad_slot"))
             m.d.sync += [a.eq(b) for a, b in zip(nxt, prev)]

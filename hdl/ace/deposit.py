@@ -52,7 +52,7 @@ class DepositUnit(wiring.Component):
     Ports: per RX port ``k`` the landing heads, header-valid bits, fill levels and error bits; ``req``/``own``
     and the borrowed read side (``sel``, ``land``, ``hdr_pop``, ``err_clear``); the command table's tags and
     which commands take deposits (``cmd_live``); the block geometry lookup (``geo_*``, answered
-    ``BlockGeometry.LATENCY`` cycles later); the spill window (``spill_base``, ``spill_entries``); DMA read and
+    ``BlockGeometry.latency_for(cfg)`` cycles later); the spill window (``spill_base``, ``spill_entries``); DMA read and
     write requests; ``arrived`` (one pulse per deposit written, with its command and status); counters.
     """
 
@@ -124,7 +124,7 @@ class DepositUnit(wiring.Component):
         # form it is registered here first, a cycle later, so that the range and length checks and the
         # writer's job enable start at flip-flops of this unit instead of behind a route from the control unit
         geo_addr, geo_nbytes, geo_in_range = self.geo_addr, self.geo_nbytes, self.geo_in_range
-        geo_latency = BlockGeometry.LATENCY
+        geo_latency = BlockGeometry.latency_for(cfg)
         if cfg.fabric:
             geo_addr, geo_nbytes, geo_in_range = (Signal.like(self.geo_addr, name="geo_addr_r"),
                                                   Signal.like(self.geo_nbytes, name="geo_nbytes_r"),
@@ -174,7 +174,7 @@ class DepositUnit(wiring.Component):
                     m.next = "GEO"
 
             # -- a landed message: to the output (posted) or to a spill record --------------------------------
-            with m.State("GEO"):         # geometry inputs are op_*; the result is valid LATENCY cycles later
+            with m.State("GEO"):         # geometry inputs are op_*; the result is valid geo_latency cycles later
                 m.d.sync += geo_wait.eq(geo_wait - 1)
                 with m.If(geo_wait == 0):
                     m.next = "CHECK"

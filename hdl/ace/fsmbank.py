@@ -7,7 +7,7 @@ every per-FSM event between them and the shared blocks (docs/engine.md section 4
   decode pick, the issue arbiter and the partition manager use to favour the oldest chunk.
 - Decode: of the FSMs asking for a step (``fetch``), the one holding the oldest chunk is picked
   (:class:`~.arbiter.OldestPick`) and handed to the decoder (``dec_req``); the decoded step comes back
-  ``StepDecoder.LATENCY`` cycles later (``dec_wb``) to the FSM it names.
+  ``StepDecoder.latency_for(cfg)`` cycles later (``dec_wb``) to the FSM it names.
 - Issue: every FSM's current step, with its chunk's identity, is offered to the issue arbiter (``offers``). The
   grant comes back a cycle later from the issue stage's register (``grant``), when its job goes out: the
   granted FSM still holds the step, so its step, context and view are selected for the job builder from the

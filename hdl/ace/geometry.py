@@ -29,6 +29,7 @@ from amaranth.utils import bits_for
 
 from ...sim.golden.program import FIELD_WIDTH
 from ..common.layouts import packet_header_layout
+from ..common.logic import split_product
 
 __all__ = ["SeqDivider", "geometry_layout", "geometry_error_layout", "CommandGeometry", "BlockGeometry",
            "slot_offset", "MAX_CHUNKS"]
@@ -321,14 +322,14 @@ class CommandGeometry(wiring.Component):
 
 class BlockGeometry(wiring.Component):
     """Size and addresses of block ``block`` of chunk ``chunk`` of a command, pipelined: a lookup presented in
-    one cycle is answered :attr:`LATENCY` cycles later, one lookup per cycle.
+    one cycle is answered :attr:`latency` cycles later, one lookup per cycle.
 
     Inputs: the command's ``geom`` (:func:`geometry_layout`), ``count``, ``elem_shift``, ``chunk``, ``block``
     (a header's whole ``key``), the send / receive buffer bases ``in_base`` / ``out_base`` and whether each is
     segmented for this collective (``in_seg``: reduce-scatter, all-to-all; ``out_seg``: all-gather,
     all-to-all).
 
-    Outputs, registered (valid :attr:`LATENCY` cycles after the inputs): ``segment`` and ``sub`` (block =
+    Outputs, registered (valid :attr:`latency` cycles after the inputs): ``segment`` and ``sub`` (block =
     segment*m + sub), ``is_last`` (the last chunk), ``nbytes`` (0 for an empty block; ``empty`` says so from
     a flip-flop of its own, the clipped ends' compare, so a decision on it starts at a register), ``beats`` =
     ceil(nbytes / W), ``first_beat`` (the sub-block's first beat inside the chunk's segment range, before
@@ -348,12 +349,21 @@ class BlockGeometry(wiring.Component):
        segment only as wide as the configuration's ``chunk_beats`` allows); min(sub, rem)
     3. the sub-block's first beat and end beat; each buffer's base plus segment and chunk offsets
     4. clip both ends to the chunk's bytes; size, beats and the two addresses
+
+    A wide engine (``cfg.control_stages``: the design point's 1,024-beat chunks make the chunk and segment
+    products 16 x 11 and 10 x 48 bits) takes stage 2 in two: the two address products as two half products
+    each (the low and high half of the narrower operand), then their sum, so :attr:`latency` is 5 there.
     """
 
-    LATENCY = 4
+    @staticmethod
+    def latency_for(cfg):
+        """Cycles from a lookup to its answer for an engine of configuration ``cfg``."""
+        return 5 if cfg.control_stages else 4
 
     def __init__(self, cfg):
         self.cfg = cfg
+        #: Cycles from a lookup to its answer.
+        self.latency = self.latency_for(cfg)
         wide = _BEAT_BITS + _log2(cfg.beat_bytes)
         super().__init__({
             "geom": In(geometry_layout(cfg)),
@@ -422,18 +432,26 @@ class BlockGeometry(wiring.Component):
         r2 = regs("s2", subq=_BLOCK_BITS + _BEAT_BITS, minsr=_BLOCK_BITS, extra=1, coff=_CHUNK_BITS + _BEAT_BITS,
                   in_soff=A, out_soff=A, q=_BEAT_BITS, cb=cbw, seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1,
                   in_base=A, out_base=A, in_range=1)
-        seg_off = Signal(A)
-        m.d.comb += seg_off.eq(r1["seg"][:sgb] * r1["seg_bytes"])
         extra = Signal()
         m.d.comb += extra.eq(r1["sub"] < r1["rem"])
+        subs = {"subq": r1["sub"] * r1["q"][:cbb], "minsr": Mux(extra, r1["sub"], r1["rem"]), "extra": extra}
+        passed = ("q", "cb", "seg", "sub", "is_last", "in_base", "out_base", "in_range", "in_seg", "out_seg")
+        if self.latency == 4:
+            seg_off, coff = r1["seg"][:sgb] * r1["seg_bytes"], r1["chunk"] * r1["scb"][:cbb]
+        else:
+            # stage 2a: each address product as two partial products (``split_product``: the second operand's
+            # low and high halves), and the sub-block's products, which stage 2b passes on
+            coff = split_product(m, r1["chunk"], r1["scb"][:cbb], "s2a_coff")
+            seg_off = split_product(m, r1["seg_bytes"], r1["seg"][:sgb], "s2a_soff")
+            r = regs("s2a", **{k: len(r2[k]) for k in subs}, **{k: len(r1[k]) for k in passed})
+            m.d.sync += [r[k].eq(v) for k, v in subs.items()] + [r[k].eq(r1[k]) for k in passed]
+            # stage 2b: their sums
+            subs, r1 = {k: r[k] for k in subs}, r
         m.d.sync += [
-            r2["subq"].eq(r1["sub"] * r1["q"][:cbb]),
-            r2["minsr"].eq(Mux(extra, r1["sub"], r1["rem"])),
-            r2["extra"].eq(extra),
-            r2["coff"].eq(r1["chunk"] * r1["scb"][:cbb]),
-            r2["in_soff"].eq(Mux(r1["in_seg"], seg_off, 0)),
-            r2["out_soff"].eq(Mux(r1["out_seg"], seg_off, 0)),
-        ] + [r2[k].eq(r1[k]) for k in ("q", "cb", "seg", "sub", "is_last", "in_base", "out_base", "in_range")]
+            r2["coff"].eq(coff),
+            r2["in_soff"].eq(Mux(r1["in_seg"], seg_off[:A], 0)),
+            r2["out_soff"].eq(Mux(r1["out_seg"], seg_off[:A], 0)),
+        ] + [r2[k].eq(v) for k, v in subs.items()] + [r2[k].eq(r1[k]) for k in passed if k in r2]
 
         # ---- stage 3: the sub-block's beats, and the buffers' offsets up to the chunk -------------------------
         r3 = regs("s3", first=_BEAT_BITS + 1, end=_BEAT_BITS + 2, in_part=A, out_part=A, cb=cbw,

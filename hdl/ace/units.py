@@ -489,14 +489,15 @@ class LoadSequencer(wiring.Component):
     a cycle in which no FSM issues a LOAD of its own.
 
     Per LOAD it needs the block's geometry: it names the command on ``geo_cmd`` and the control unit answers on
-    ``geo_*`` :attr:`GEO_LATENCY` cycles later (a pipelined ``BlockGeometry``). An instruction that is not a
-    LOAD is reported on ``error`` (ILLEGAL_INSTRUCTION) and skipped; zero-byte blocks are skipped."""
-
-    #: Cycles from the geometry inputs (the word in hand) to its outputs: the ``BlockGeometry`` pipeline.
-    GEO_LATENCY = BlockGeometry.LATENCY
+    ``geo_*`` :attr:`geo_latency` cycles later (a pipelined ``BlockGeometry``). An instruction that is not a
+    LOAD is reported on ``error`` (ILLEGAL_INSTRUCTION) and skipped; zero-byte blocks are skipped. A skip
+    (``skip``: the slot is ready without a LOAD) goes out in the cycle of the decision, or, in a wide engine
+    (``cfg.control_stages``, whose skip reaches every buffer's loading flags), from flip-flops a cycle later."""
 
     def __init__(self, cfg):
         self.cfg = cfg
+        #: Cycles from the geometry inputs (the word in hand) to its outputs: the ``BlockGeometry`` pipeline.
+        self.geo_latency = BlockGeometry.latency_for(cfg)
         rl = sram_read_layout(cfg)
         super().__init__({
             "entry": In(stream.Signature(data.StructLayout({
@@ -523,10 +524,14 @@ class LoadSequencer(wiring.Component):
         cur = Signal.like(self.entry.payload)
         pc = Signal(11)
         word = Signal(64)
-        geo_wait = Signal(range(max(2, self.GEO_LATENCY)))
+        geo_wait = Signal(range(max(2, self.geo_latency)))
         sram_addr = Signal.like(self.issue.payload.sram_addr)   # the slot's place: multiplied while geometry runs
         slot_beats = Signal.like(self.slot_beats)   # the command's, registered: the lookup is in the control unit
         fields = {name: (lsb, width) for name, lsb, width in FIELDS}
+        skip = self.skip
+        if self.cfg.control_stages:
+            skip = Signal.like(self.skip, name="skip_now")
+            m.d.sync += self.skip.eq(skip)
 
         def field(name):
             lsb, width = fields[name]
@@ -559,10 +564,10 @@ class LoadSequencer(wiring.Component):
                     m.next = "WORD"
             with m.State("WORD"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [word.eq(self.imem_data), geo_wait.eq(self.GEO_LATENCY - 1),
+                m.d.sync += [word.eq(self.imem_data), geo_wait.eq(self.geo_latency - 1),
                              slot_beats.eq(self.slot_beats)]
                 m.next = "GEO"
-            with m.State("GEO"):         # the block's geometry is BlockGeometry.LATENCY cycles away
+            with m.State("GEO"):         # the block's geometry is geo_latency cycles away
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [geo_wait.eq(geo_wait - 1), sram_addr.eq(field("slot") * slot_beats)]
                 with m.If(geo_wait == 0):
@@ -572,11 +577,11 @@ class LoadSequencer(wiring.Component):
                 with m.If(field("op") != StepOp.LOAD):
                     # reported, and its slot released as if loaded, so that no step waits for it forever
                     m.d.comb += [self.error.valid.eq(1), self.error.cmd.eq(cur.cmd),
-                                 self.skip.valid.eq(1), self.skip.buf.eq(cur.buf), self.skip.slot.eq(field("slot"))]
+                                 skip.valid.eq(1), skip.buf.eq(cur.buf), skip.slot.eq(field("slot"))]
                     m.d.sync += pc.eq(pc + 1)
                     m.next = "FETCH"
                 with m.Elif(self.geo_empty):            # an empty block: nothing to load, the slot is ready
-                    m.d.comb += [self.skip.valid.eq(1), self.skip.buf.eq(cur.buf), self.skip.slot.eq(field("slot"))]
+                    m.d.comb += [skip.valid.eq(1), skip.buf.eq(cur.buf), skip.slot.eq(field("slot"))]
                     m.d.sync += pc.eq(pc + 1)
                     m.next = "FETCH"
                 with m.Else():

@@ -1,12 +1,14 @@
 """StepDecoder in Amaranth's simulator: the steps of golden programs (and malformed words) decoded one per
 cycle for random FSMs, commands, chunks and buffers, each compared with the word's fields, the golden block
-geometry, the LOAD-outstanding mask and the illegal-step rules; latency exactly StepDecoder.LATENCY.
+geometry, the LOAD-outstanding mask and the illegal-step rules; latency exactly StepDecoder.latency_for(cfg), with the small engine's geometry (four stages) and
+the wide engine's (five).
 
 ``SEED=<n>`` replaces the random seed.
 """
 
 import random
 
+import pytest
 from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.lib.memory import Memory
 
@@ -20,8 +22,8 @@ from syncfabric.sim.golden.program import Step, StepOp
 from sim_helpers import run_sim, seed_for
 from test_geometry import ceil_div, expected_geometry, golden_decomposition
 
-CFG = AceConfig.small()
-LATENCY = StepDecoder.LATENCY        # 1 + the block geometry pipeline's
+#: the small engine, and the same with the wide engine's control stages (its block geometry over five stages)
+CONFIGS = {"small": AceConfig.small(), "wide": AceConfig.small(wide_control=1)}
 
 
 class DecoderBench(Elaboratable):
@@ -54,7 +56,7 @@ class DecoderBench(Elaboratable):
         return m
 
 
-def _commands(rng):
+def _commands(CFG, rng):
     """Two all-reduce commands of 4 blocks (ring:4) with different sizes, bases and communicators (no rank of
     communicator 0 has a route: its messages are illegal)."""
     out = []
@@ -77,7 +79,7 @@ def _words():
     return words + bad
 
 
-def _expect(word, cmd, chunk, loading, routes):
+def _expect(CFG, word, cmd, chunk, loading, routes):
     op = word & 0x7
     c = cmd["d"].chunk(chunk)
     block = (word >> 21) & 0x3FF
@@ -106,13 +108,16 @@ def _expect(word, cmd, chunk, loading, routes):
     return exp
 
 
-def test_decoder_decodes_one_step_per_cycle_against_fields_and_golden_geometry():
+@pytest.mark.parametrize("cfg_name", list(CONFIGS))
+def test_decoder_decodes_one_step_per_cycle_against_fields_and_golden_geometry(cfg_name):
+    CFG = CONFIGS[cfg_name]
+    LATENCY = StepDecoder.latency_for(CFG)        # 1 + the block geometry pipeline's
     rng = random.Random(seed_for(77))
     words = _words()
     routes = [0] * (CFG.n_comms * CFG.max_ranks)
     for r in range(4):              # communicator 1 has ranks 0..3 (port 0); communicator 0 has none
         routes[1 * CFG.max_ranks + r] = 8
-    cmds = _commands(rng)
+    cmds = _commands(CFG, rng)
     dut = DecoderBench(CFG, words, routes)
     dec = dut.dec
     nb = CFG.n_buffers
@@ -159,7 +164,7 @@ def test_decoder_decodes_one_step_per_cycle_against_fields_and_golden_geometry()
     for (t, r), (_, head, step) in zip(issued, seen):
         word = words[r["pc"]]
         assert head == {"fsm": r["fsm"], "cmd": r["cmd"], "buf": r["buf"], "word_lo": word & 0xFFFFFFFF}
-        exp = _expect(word, cmds[r["cmd"]], r["chunk"], masks[r["buf"]], routes)
+        exp = _expect(CFG, word, cmds[r["cmd"]], r["chunk"], masks[r["buf"]], routes)
         got = {k: step[k] for k in exp}
         assert got == exp, f"cycle {t}: word {word:#018x}, request {r}"
         n_illegal += exp["illegal"]

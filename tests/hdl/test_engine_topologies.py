@@ -117,7 +117,7 @@ def test_torus_with_slow_inter_package_links_on_icarus():
 def test_registered_partition_moves_on_a_torus():
     """The design point's control stages (``wide_control``: a partition move granted from registers, applied a
     cycle later, one every two cycles; the chunk leaving the terminal partition registered; the dispatcher's
-    modulo from the queue's head) on small engines: 3-phase all-reduces and 2-phase reduce-scatters of 4-16
+    modulo from the queue's head; the block geometry's products over two stages) on small engines: 3-phase all-reduces and 2-phase reduce-scatters of 4-16
     chunks whose moves wait for partition room (the ``partition_full`` stall counts them), under AXI pauses."""
     topo = "torus:2x2x1"
     cfg = engine_config_for(AceConfig.small(wide_control=1), topo)

@@ -18,6 +18,7 @@ from syncfabric.sim.golden.chunking import Decomposition, block_buffer_ranges, s
 
 from sim_helpers import run_sim, seed_for
 
+#: the small engine (geometry in four stages) and the design point (five: its wide products over two)
 CONFIGS = {"W16": AceConfig.small(), "W64": AceConfig()}
 #: Collectives whose buffers the engine addresses, with (in_seg, out_seg).
 SEG_FLAGS = {"allreduce": (0, 0), "reduce_scatter": (1, 0), "allgather": (0, 1), "alltoall": (1, 1)}
@@ -203,7 +204,7 @@ class GeometryPair(Elaboratable):
 def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
     """Every block of sampled chunks (first, second, last two, random) of random commands: geometry fields,
     block sizes and both buffer addresses against the golden model, one lookup per cycle, each answered
-    BlockGeometry.LATENCY cycles later."""
+    BlockGeometry.latency_for(cfg) cycles later (5 for the wide engine: its products over two stages)."""
     cfg = CONFIGS[cfg_name]
     rng = random.Random(seed_for(1 if cfg_name == "W16" else 2))
     dut = GeometryPair(cfg)
@@ -239,7 +240,7 @@ def test_block_geometry_matches_golden_ranges_for_random_commands(cfg_name):
             lookups += [(rng.randrange(d.n_chunks), rng.choice([n_blocks, rng.randrange(n_blocks, 1 << 12)]))
                         for _ in range(3)]
             rng.shuffle(lookups)        # inputs change every cycle: each answer must be the one LATENCY back
-            L = BlockGeometry.LATENCY
+            L = bg.latency
             for i in range(len(lookups) + L - 1):
                 if i < len(lookups):
                     ctx.set(bg.chunk, lookups[i][0])
@@ -298,7 +299,7 @@ def test_block_geometry_tiny_payloads_leave_trailing_blocks_empty():
         ctx.set(bg.chunk, 0)
         for b in range(8):
             ctx.set(bg.block, b)
-            await ctx.tick().repeat(BlockGeometry.LATENCY)
+            await ctx.tick().repeat(BlockGeometry.latency_for(cfg))
             assert ctx.get(bg.nbytes) == (4 if b == 0 else 0) and ctx.get(bg.empty) == (b != 0)
             assert ctx.get(bg.beats) == (1 if b == 0 else 0)
             assert ctx.get(bg.in_addr) == (0x1000 if b == 0 else 0x1004)

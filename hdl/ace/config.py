@@ -186,9 +186,11 @@ class AceConfig:
         design point's control unit: docs/results.md): the partition manager registers a move's grant and
         applies it a cycle later (at most one move every two cycles; a move reaches its FSM a cycle later), and
         the chunk leaving the terminal partition; the dispatcher takes a queued command's first FSM (its tag
-        modulo FSM_LIMIT) from registers computed over two cycles while the command waited at the queue's head,
-        so a command arriving at an empty queue waits two cycles. The smaller engines keep the one-cycle forms;
-        ``wide_control`` 0 or 1 overrides the size rule."""
+        modulo FSM_LIMIT) from registers computed over three cycles while the command waited at the queue's head,
+        so a command arriving at an empty queue waits three cycles; the block geometry's wide products take two
+        stages (its lookups one cycle more) and the load sequencer's skip of an empty block leaves from
+        flip-flops. The smaller engines keep the one-cycle forms; ``wide_control`` 0 or 1 overrides the size
+        rule."""
         if self.wide_control >= 0:
             return bool(self.wide_control)
         return self.n_fsms > 8 or self.n_buffers >= 32

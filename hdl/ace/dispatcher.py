@@ -13,8 +13,9 @@ from flip-flops, not from a command-table lookup and the tag's reduction modulo 
 next chunk is a register too. The next command is taken the cycle after its predecessor's last chunk goes (a
 cycle between commands), so the order queue's read does not hang off the dispatch decision. In a wide engine
 (``AceConfig.control_stages``: 16 FSMs, four steps of conditional subtraction) the modulo is itself a register,
-computed over two cycles while the command waits at the queue's head: a command is taken once it has been
-the head for two cycles under the same ``FSM_LIMIT``.
+computed over three cycles while the command waits at the queue's head (the tag and limit registered, then
+two subtractions per cycle): a command is taken once it has been the head for three cycles under the same
+``FSM_LIMIT``.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
@@ -106,15 +107,16 @@ class ChunkDispatcher(wiring.Component):
         # the tag's low bits reduced modulo FSM_LIMIT by conditional subtraction (as the command enters the head)
         tbits = max(1, (F - 1).bit_length())
 
-        def modulo(t, limit):
-            for k in reversed(range(tbits)):
+        def modulo(t, limit, ks=tuple(reversed(range(tbits)))):
+            for k in ks:
                 step = Signal(tbits + 7, name=f"tag_mod{k}")
                 m.d.comb += step.eq(Mux(t >= (limit << k), t - (limit << k), t))
                 t = step
             return t
         # the head command, registered
         h_valid, h_cmd = Signal(), Signal(_w(NC))
-        h_chunks, h_first, h_end = Signal.like(e.geom.n_chunks), Signal(11), Signal(11)
+        # (the last chunk's number, not the count: the final-chunk flag is then an equality, no increment)
+        h_last, h_first, h_end = Signal.like(e.geom.last_chunk), Signal(11), Signal(11)
         h_mask = Signal(LOAD_MASK_BITS)
         last = Signal()
         # the next command becomes the head a cycle after the last chunk of this one went (a cycle per
@@ -122,19 +124,24 @@ class ChunkDispatcher(wiring.Component):
         take = order.r_rdy & ~h_valid
         if cfg.control_stages:
             # while the command waits at the queue's head: its tag's low bits and FSM_LIMIT into registers, the
-            # modulo of those into another; the command is taken once the second holds its modulo under this
-            # FSM_LIMIT (the head was there, not popped, for two cycles, and the limit is unchanged)
+            # first half of the modulo's subtractions into the next, the rest into a third; the command is taken
+            # once the third holds its modulo under this FSM_LIMIT (the head was there, not popped, for three
+            # cycles, and the limit is unchanged)
             t_raw, lim_raw = Signal(tbits, name="tag_low"), Signal.like(self.fsm_limit, name="limit_used")
+            t_half, lim_half = Signal(tbits, name="tag_mod_half"), Signal.like(self.fsm_limit, name="limit_half")
             t_mod, lim_mod = Signal(tbits, name="tag_mod_q"), Signal.like(self.fsm_limit, name="limit_mod")
-            stay, seen = order.r_rdy & ~order.r_en, Signal(2)
+            ks = tuple(reversed(range(tbits)))
+            stay, seen = order.r_rdy & ~order.r_en, Signal(3)
             m.d.sync += [t_raw.eq(e.tag[:tbits]), lim_raw.eq(self.fsm_limit),
-                         t_mod.eq(modulo(t_raw, lim_raw)), lim_mod.eq(lim_raw), seen.eq(Cat(stay, seen[0] & stay))]
-            take = take & seen[1] & (lim_mod == self.fsm_limit)
+                         t_half.eq(modulo(t_raw, lim_raw, ks[:len(ks) // 2])), lim_half.eq(lim_raw),
+                         t_mod.eq(modulo(t_half, lim_half, ks[len(ks) // 2:])), lim_mod.eq(lim_half),
+                         seen.eq(Cat(stay, seen[:2] & Cat(stay, stay)))]
+            take = take & seen[2] & (lim_mod == self.fsm_limit)
         else:
             t_mod = modulo(e.tag[:tbits], self.fsm_limit)
         m.d.comb += order.r_en.eq(take)
         with m.If(take):
-            m.d.sync += [h_valid.eq(1), h_cmd.eq(order.r_data), h_chunks.eq(e.geom.n_chunks),
+            m.d.sync += [h_valid.eq(1), h_cmd.eq(order.r_data), h_last.eq(e.geom.last_chunk),
                          h_first.eq(e.phase_start[0]), h_end.eq(e.phase_start[0] + e.load_end),
                          h_mask.eq(e.load_mask)]
         with m.Elif(last):
@@ -147,7 +154,7 @@ class ChunkDispatcher(wiring.Component):
         final = Signal()            # the head command's next chunk is its last
         m.d.comb += [
             go.eq(head & self.buf.valid & self.room & q_ready),
-            final.eq(chunk + 1 == h_chunks),
+            final.eq(chunk == h_last),
             last.eq(go & final),
             self.stall_part.eq(head & ~(self.room & self.buf.valid)),
             self.stall_queue.eq(head & self.room & self.buf.valid & ~q_ready),

@@ -79,6 +79,7 @@ def test_chunks_go_in_command_order_to_fsm_tag_plus_chunk_under_backpressure(cfg
                 e = bench.entries[slot]
                 ctx.set(e.tag, tag)
                 ctx.set(e.geom.n_chunks, n_chunks)
+                ctx.set(e.geom.last_chunk, n_chunks - 1)     # as CommandGeometry stores it
                 ctx.set(e.phase_start[0], start)
                 ctx.set(e.load_end, load_end)
                 ctx.set(e.load_mask, mask)
@@ -135,6 +136,7 @@ def test_nothing_is_dispatched_while_disabled():
     async def bench_fn(ctx):
         ctx.set(dut.fsm_limit, CFG.n_fsms)
         ctx.set(bench.entries[0].geom.n_chunks, 2)
+        ctx.set(bench.entries[0].geom.last_chunk, 1)
         ctx.set(dut.cmd.valid, 1)
         await ctx.tick()
         ctx.set(dut.cmd.valid, 0)

@@ -160,10 +160,12 @@ class ChunkFsm(wiring.Component):
 
         # the issue conditions: nothing in flight; a SEND/RECV also behind one SEND/RECV in flight on the same
         # unit that touches another slot (two SENDs may read the same one); a STORE behind steps that do not
-        # write its slot; a no-op at any time. The slot compares come from flip-flops (``same``: see below)
+        # write its slot; a no-op at any time. The compares with the steps in flight come from flip-flops
+        # (``same``, ``same_unit``: see below)
         same = [Signal(init=1, name=f"same_slot{i}") for i in range(2)]
-        overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & (s.op == ex_op) & (s.port == ex_port)
-                      & (Cat(s.fwd_port, s.fwd) == ex_fwd) & ((s.op == StepOp.SEND) | ~same[0]))
+        same_unit = Signal(init=1)
+        overlap_ok = (((s.op == StepOp.SEND) | (s.op == StepOp.RECV)) & same_unit
+                      & ((s.op == StepOp.SEND) | ~same[0]))
         store_ok = ((s.op == StepOp.STORE) & ~((n_exec != 0) & ex_wr[0] & same[0])
                     & ~((n_exec == 2) & ex_wr[1] & same[1]))
         issue_ok = (n_exec == 0) | ((n_exec == 1) & overlap_ok) | store_ok | s.noop
@@ -206,20 +208,28 @@ class ChunkFsm(wiring.Component):
         # the step registers: the granted step makes room for the next decoded one
         m.d.sync += [step.eq(cur_s), nstep.eq(nxt_s)]
         refill = ~cur_v | leave
-        # same[i] = (step.slot == ex_slot[i]) kept in flip-flops, so that the offer's hazard checks start from
-        # registers: the next cycle's step slot (this one, nstep's or the decoded one's) against the next
-        # cycle's in-flight slots (these, shifted by a retirement, or the issuing step's), every pair compared
-        # in parallel and selected by the same conditions as the registers. The compares use the slot bits a
-        # step that is not a no-op can have (slots < n_mask_slots, checked at validation).
-        sb = max(1, (n_mask_slots(self.cfg) - 1).bit_length())
-        nxt_slot = {"step": s.slot[:sb], "nstep": nstep.slot[:sb], "wb": self.wb.step.slot[:sb]}
+        # same[i] = (step.slot == ex_slot[i]) and same_unit = (the step's op, port and forward == the in-flight
+        # steps') kept in flip-flops, so that the offer's hazard checks start from registers: the next cycle's
+        # step (this one, nstep or the decoded one) against the next cycle's in-flight entries (these, shifted
+        # by a retirement, or the issuing step, which is the current one), every pair compared in parallel
+        # and selected by the same conditions as the registers. The slot compares use the slot bits a step
+        # that is not a no-op can have (slots < n_mask_slots, checked at validation).
         pick_n, pick_w = refill & nstep_v, refill & ~nstep_v & self.wb.valid
+
+        def next_eq(of, kept, issued):
+            """Whether the next cycle's step will have ``of(step)`` equal to an in-flight value that will be
+            ``kept`` (a value of this cycle) or the issuing step's when ``issued``."""
+            eq = {k: Mux(issued, 1 if k == "step" else of(c) == of(s), of(c) == kept)
+                  for k, c in (("step", s), ("nstep", nstep), ("wb", self.wb.step))}
+            return Mux(pick_n, eq["nstep"], Mux(pick_w, eq["wb"], eq["step"]))
+
+        sb = max(1, (n_mask_slots(self.cfg) - 1).bit_length())
         lower = issue_exec & (n_exec - done == 0)         # the issuing step becomes in-flight entry 0
-        kept = [Mux(done, ex_slot[1], ex_slot[0])[:sb], ex_slot[1][:sb]]     # entries not written now
-        for i, new_ex in enumerate((lower, issue_exec & ~lower)):
-            # against the kept in-flight slot, or the issuing step's (the current step: it is leaving)
-            eq = {k: Mux(new_ex, 1 if k == "step" else v == s.slot[:sb], v == kept[i]) for k, v in nxt_slot.items()}
-            m.d.sync += same[i].eq(Mux(pick_n, eq["nstep"], Mux(pick_w, eq["wb"], eq["step"])))
+        kept = [Mux(done, ex_slot[1], ex_slot[0]), ex_slot[1]]     # the entries if not written now
+        for i, issued in enumerate((lower, issue_exec & ~lower)):
+            m.d.sync += same[i].eq(next_eq(lambda x: x.slot[:sb], kept[i][:sb], issued))
+        m.d.sync += same_unit.eq(next_eq(lambda x: Cat(x.op, x.port, x.fwd_port, x.fwd),
+                                         Cat(ex_op, ex_port, ex_fwd), issue_exec))
         with m.If(refill):
             with m.If(nstep_v):
                 m.d.sync += [step.eq(nxt_s), cur_v.eq(1), nstep_v.eq(0)]

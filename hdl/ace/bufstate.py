@@ -19,12 +19,18 @@ from ..common.layouts import LOAD_MASK_BITS
 from .sram import sram_read_layout
 from .units import StoreUnit
 
-__all__ = ["BufferState", "BufferPool", "n_mask_slots"]
+__all__ = ["BufferState", "BufferPool", "n_mask_slots", "mask_slot_bits"]
 
 
 def n_mask_slots(cfg):
     """Slots tracked per buffer (programs have at most this many, checked at validation)."""
     return min(cfg.max_slots, LOAD_MASK_BITS)
+
+
+def mask_slot_bits(cfg):
+    """The low bits of a step's 10-bit slot that a tracked slot can have: a step that is not a no-op names a
+    slot below :func:`n_mask_slots`, so compares and decodes of its slot need no more."""
+    return max(1, (n_mask_slots(cfg) - 1).bit_length())
 
 
 class BufferState(wiring.Component):
@@ -54,7 +60,7 @@ class BufferState(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         NB, NM = self.cfg.n_buffers, n_mask_slots(self.cfg)
-        SBITS = max(1, (NM - 1).bit_length())
+        SBITS = mask_slot_bits(self.cfg)
         spend = [Signal(range(StoreUnit.QUEUE + StoreUnit.IN_FLIGHT + 2), name=f"buf{b}_stores")
                  for b in range(NB)]
 

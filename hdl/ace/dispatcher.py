@@ -106,8 +106,9 @@ class ChunkDispatcher(wiring.Component):
         m.d.comb += self.e_cmd.eq(order.r_data)
         # the tag's low bits reduced modulo FSM_LIMIT by conditional subtraction (as the command enters the head)
         tbits = max(1, (F - 1).bit_length())
+        ks = tuple(reversed(range(tbits)))          # the subtractions of limit << k, largest first
 
-        def modulo(t, limit, ks=tuple(reversed(range(tbits)))):
+        def modulo(t, limit, ks=ks):
             for k in ks:
                 step = Signal(tbits + 7, name=f"tag_mod{k}")
                 m.d.comb += step.eq(Mux(t >= (limit << k), t - (limit << k), t))
@@ -130,7 +131,6 @@ class ChunkDispatcher(wiring.Component):
             t_raw, lim_raw = Signal(tbits, name="tag_low"), Signal.like(self.fsm_limit, name="limit_used")
             t_half, lim_half = Signal(tbits, name="tag_mod_half"), Signal.like(self.fsm_limit, name="limit_half")
             t_mod, lim_mod = Signal(tbits, name="tag_mod_q"), Signal.like(self.fsm_limit, name="limit_mod")
-            ks = tuple(reversed(range(tbits)))
             stay, seen = order.r_rdy & ~order.r_en, Signal(3)
             m.d.sync += [t_raw.eq(e.tag[:tbits]), lim_raw.eq(self.fsm_limit),
                          t_half.eq(modulo(t_raw, lim_raw, ks[:len(ks) // 2])), lim_half.eq(lim_raw),

@@ -36,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 from ...sim.golden.program import StepOp
 from ...sim.golden.types import Status
 from .arbiter import SEQ_BITS
-from .bufstate import n_mask_slots
+from .bufstate import mask_slot_bits
 from .cmdtable import fsm_view_layout
 from .decoder import step_layout
 from .sram import sram_read_layout
@@ -213,7 +213,7 @@ class ChunkFsm(wiring.Component):
         # step (this one, nstep or the decoded one) against the next cycle's in-flight entries (these, shifted
         # by a retirement, or the issuing step, which is the current one), every pair compared in parallel
         # and selected by the same conditions as the registers. The slot compares use the slot bits a step
-        # that is not a no-op can have (slots < n_mask_slots, checked at validation).
+        # that is not a no-op can have (``mask_slot_bits``).
         pick_n, pick_w = refill & nstep_v, refill & ~nstep_v & self.wb.valid
 
         def next_eq(of, kept, issued):
@@ -223,7 +223,7 @@ class ChunkFsm(wiring.Component):
                   for k, c in (("step", s), ("nstep", nstep), ("wb", self.wb.step))}
             return Mux(pick_n, eq["nstep"], Mux(pick_w, eq["wb"], eq["step"]))
 
-        sb = max(1, (n_mask_slots(self.cfg) - 1).bit_length())
+        sb = mask_slot_bits(self.cfg)
         lower = issue_exec & (n_exec - done == 0)         # the issuing step becomes in-flight entry 0
         kept = [Mux(done, ex_slot[1], ex_slot[0]), ex_slot[1]]     # the entries if not written now
         for i, issued in enumerate((lower, issue_exec & ~lower)):

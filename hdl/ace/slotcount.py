@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.layouts import COUNT_BITS
 from ..common.logic import one_hot, one_hot_mux
-from .bufstate import n_mask_slots
+from .bufstate import mask_slot_bits, n_mask_slots
 
 __all__ = ["SlotCounts"]
 
@@ -63,7 +63,6 @@ class SlotCounts(wiring.Component):
         # case mux over the whole 10-bit slot was half a nanosecond of the design point's issue stage). A
         # slot beyond the tracked ones reads 0 or the count of the slot its low bits name; only an illegal
         # step (a no-op) names one, and nothing uses its count.
-        sbits = max(1, (NM - 1).bit_length())
-        sel = one_hot(self.rd_slot[:sbits], NM)
+        sel = one_hot(self.rd_slot[:mask_slot_bits(self.cfg)], NM)
         m.d.comb += self.rd.eq(one_hot_mux((sel[k], Mux(written[k], cnt[k], ~self.null)) for k in range(NM)))
         return m

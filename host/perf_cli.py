@@ -155,6 +155,9 @@ def register(subparsers):
                         "each) instead of reading the recorded cycles")
     p.add_argument("--config", action="append", choices=("small", "paper"),
                    help="only the rows of this engine configuration (repeatable; default all)")
+    p.add_argument("--topology", action="append", metavar="SPEC",
+                   help="only the rows on this topology, as the table writes it (e.g. ring:8; repeatable; "
+                        "default all)")
     p.add_argument("--backend", choices=("verilator", "icarus"), default="verilator",
                    help="simulator of --measure (default %(default)s)")
     _add_common(p)
@@ -336,7 +339,14 @@ def _dispatch(args):
         from ..sim.perf.calibrate import RTL_POINTS, calibrate
         from .run import measure_point
 
-        points = [p for p in RTL_POINTS if not args.config or p.config in args.config]
+        points = [p for p in RTL_POINTS if (not args.config or p.config in args.config)
+                  and (not args.topology or p.topology in args.topology)]
+        if not points:
+            known = sorted({p.topology for p in RTL_POINTS})
+            print(f"syncfabric perf calibrate: error: no row on {', '.join(args.topology or [])} with "
+                  f"{', '.join(args.config or ['any configuration'])} (the table's topologies: "
+                  f"{', '.join(known)})", file=sys.stderr)
+            return 2
 
         def show(i, n, row):
             if not args.quiet:

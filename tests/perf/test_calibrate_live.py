@@ -66,3 +66,21 @@ def test_each_row_is_a_run_command_with_its_job():
         assert (kw["topology"], kw["nbytes"]) == (p.topology, p.nbytes)
         assert ("--latency" in p.run_command) == (p.latency is not None)
         assert ("--partitions" in p.run_command) == (kw["partitions"] is not None)
+
+
+def test_calibrate_topology_selects_rows_and_an_unknown_one_is_refused(monkeypatch, tmp_path, capsys):
+    """--topology keeps the rows on the topologies given (with --config, the rows on both); a topology without
+    a row is an error that lists the table's topologies, not an empty table."""
+    import syncfabric.host.run as run
+
+    seen = []
+    monkeypatch.setattr(run, "run_collective", lambda **kw: seen.append(kw) or _fake_run(2000)(**kw))
+    args = ["perf", "calibrate", "--measure", "--config", "paper", "--topology", "ring:8", "--topology",
+            "bidir-ring:4", "--out", str(tmp_path), "--quiet"]
+    assert main(args) == 0
+    want = [p for p in RTL_POINTS if p.config == "paper" and p.topology in ("ring:8", "bidir-ring:4")]
+    assert len(want) >= 3 and [kw["topology"] for kw in seen] == [p.topology for p in want]
+    assert main(["perf", "calibrate", "--config", "small", "--topology", "torus:4x4x4", "--out",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no row on torus:4x4x4" in err and "ring:8" in err

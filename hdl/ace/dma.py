@@ -120,8 +120,13 @@ class _BurstSplitter(wiring.Component):
         page_beats = 1 << (_PAGE_BITS - lw)
         to_page = Signal(range(page_beats + 1))
         m.d.comb += to_page.eq(page_beats - addr[lw:_PAGE_BITS])
+        # the burst clamp min(to_page, dma_max_burst) in a register beside the address it belongs to, computed
+        # with the address for the state it takes next, so that a burst's length starts at flip-flops
         limit = Signal(range(max(cfg.dma_max_burst, page_beats) + 1))
-        m.d.comb += limit.eq(Mux(to_page < cfg.dma_max_burst, to_page, cfg.dma_max_burst))
+
+        def clamp(beat_in_page):
+            rest = page_beats - beat_in_page
+            return Mux(rest < cfg.dma_max_burst, rest, cfg.dma_max_burst)
         n = Signal(range(max(cfg.dma_max_burst, 1) + 1))
         m.d.comb += n.eq(Mux(left < limit, left, limit))
 
@@ -139,7 +144,7 @@ class _BurstSplitter(wiring.Component):
             self.run.ready.eq(idle | (burst.ready & last)),
         ]
         if not cfg.fabric:
-            m.d.comb += [last.eq((left <= cfg.dma_max_burst) & (left <= to_page)), idle.eq(left == 0)]
+            m.d.comb += [last.eq(left <= limit), idle.eq(left == 0)]
         # the next burst's address: a burst that is not the run's last ends at its page's end or after
         # dma_max_burst beats, both made from flip-flops, and the page clamp (a compare against a constant)
         # picks one; after a run's last burst the address is not used
@@ -149,9 +154,11 @@ class _BurstSplitter(wiring.Component):
         else:                                                           # to_page < dma_max_burst
             m.d.comb += at_page.eq(addr[lw:_PAGE_BITS] > page_beats - cfg.dma_max_burst)
         next_page = Cat(Const(0, _PAGE_BITS), addr[_PAGE_BITS:] + 1)
+        step_beat = (addr[lw:_PAGE_BITS] + cfg.dma_max_burst)[:_PAGE_BITS - lw]    # in the next page: wraps
         with m.If(burst.valid & burst.ready):
             m.d.sync += [
                 addr.eq(Mux(at_page, next_page, addr + (cfg.dma_max_burst << lw))),
+                limit.eq(clamp(Mux(at_page, 0, step_beat))),
                 # a run's last burst takes what is left, any other one the clamp: the flag picks, the
                 # count does not wait for n's compare (n == limit when not last)
                 left.eq(Mux(last, 0, left - limit)),
@@ -160,7 +167,8 @@ class _BurstSplitter(wiring.Component):
         run_addr = Cat(Const(0, lw), run.addr[lw:])
         run_left = (run.addr[:lw] + run.length + (cfg.beat_bytes - 1))[lw:]
         with m.If(self.run.valid & self.run.ready):
-            m.d.sync += [addr.eq(run_addr), left.eq(run_left), domain.eq(run.domain)]
+            m.d.sync += [addr.eq(run_addr), left.eq(run_left), domain.eq(run.domain),
+                         limit.eq(clamp(run.addr[lw:_PAGE_BITS]))]
         if cfg.fabric:
             # (an FPGA's LUTs) the last-burst and idle flags in flip-flops, each computed for the state the
             # registers take next, for a run taken now and for a burst taken now side by side (the handshakes

@@ -455,7 +455,7 @@ class BlockGeometry(wiring.Component):
 
         # ---- stage 3: the sub-block's beats, and the buffers' offsets up to the chunk -------------------------
         r3 = regs("s3", first=_BEAT_BITS + 1, end=_BEAT_BITS + 2, in_part=A, out_part=A, cb=cbw,
-                  seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1, in_range=1)
+                  cbeats=_BEAT_BITS + 1, seg=_SEGMENT_BITS, sub=_BLOCK_BITS, is_last=1, in_range=1)
         chunk_off = Signal(A)
         first = Signal(_BEAT_BITS + 1)
         m.d.comb += [
@@ -467,23 +467,25 @@ class BlockGeometry(wiring.Component):
             r3["end"].eq(r2["subq"] + r2["minsr"] + r2["q"] + r2["extra"]),
             r3["in_part"].eq(r2["in_base"] + r2["in_soff"] + chunk_off),
             r3["out_part"].eq(r2["out_base"] + r2["out_soff"] + chunk_off),
+            r3["cbeats"].eq((r2["cb"] + (W - 1)) >> wb),          # the chunk's bytes in beats, rounded up
         ] + [r3[k].eq(r2[k]) for k in ("cb", "seg", "sub", "is_last", "in_range")]
 
         # ---- stage 4: clip to the chunk's bytes; size and addresses -------------------------------------------
+        # The sub-block's beats [first, end) clipped to the chunk's cb bytes: first * W < cb exactly when
+        # first < ceil(cb / W) (cbeats), likewise end, so the compares are on beat counts, and every result is
+        # computed for each outcome while the compares run (the compares only pick): size in beats
+        # min(end, cbeats) - first, in bytes min(end * W, cb) - first * W, both 0 when the block starts past cb.
         lo_raw = Signal(_BEAT_BITS + 1 + ext)
-        hi_raw = Signal(_BEAT_BITS + 2 + ext)
-        lo = Signal(cbw)
-        hi = Signal(cbw)
-        nbytes = Signal(cbw)
-        lo_in = Signal()
+        lo_in, hi_in = Signal(), Signal()
         m.d.comb += [
             lo_raw.eq(r3["first"] << wb),
-            hi_raw.eq(r3["end"] << wb),
-            lo_in.eq(lo_raw < r3["cb"]),
-            lo.eq(Mux(lo_in, lo_raw, r3["cb"])),
-            hi.eq(Mux(hi_raw < r3["cb"], hi_raw, r3["cb"])),
-            nbytes.eq(hi - lo),
+            lo_in.eq(r3["first"] < r3["cbeats"]),
+            hi_in.eq(r3["end"] < r3["cbeats"]),
         ]
+        d_end = (r3["end"] - r3["first"])[:_BEAT_BITS + 1]
+        d_cb = (r3["cbeats"] - r3["first"])[:_BEAT_BITS + 1]
+        nbytes = Mux(lo_in, Mux(hi_in, d_end << wb, (r3["cb"] - lo_raw)[:cbw]), 0)
+        beats = Mux(lo_in, Mux(hi_in, d_end, d_cb), 0)
         # each address is summed with both clip candidates while the compare runs, and the compare picks one
         # (a compare, a mux and a 32-bit add in series missed 1 GHz by a fraction of a picosecond)
         addrs = {}
@@ -495,8 +497,8 @@ class BlockGeometry(wiring.Component):
             self.is_last.eq(r3["is_last"]),
             self.in_range.eq(r3["in_range"]),
             self.nbytes.eq(nbytes),
-            self.empty.eq(hi == lo),
-            self.beats.eq((hi - lo + (W - 1)) >> wb),
+            self.empty.eq(~lo_in | (r3["end"] == r3["first"])),
+            self.beats.eq(beats),
             self.first_beat.eq(r3["first"]),
             self.in_addr.eq(addrs["in"]),
             self.out_addr.eq(addrs["out"]),

@@ -29,6 +29,8 @@ CONFIGS = {
     "w8_burst4_out2": AceConfig.small(beat_bytes=8, packet_bytes=64, dma_max_burst=4, dma_outstanding=2),
     "burst1_out1": AceConfig.small(dma_max_burst=1, dma_outstanding=1),
     "w64": AceConfig.small(beat_bytes=64, packet_bytes=256, dma_max_burst=16, dma_outstanding=4),
+    # bursts longer than a page holds: every burst of a run but the last ends at a page's end
+    "w64_burst128": AceConfig.small(beat_bytes=64, packet_bytes=256, dma_max_burst=128),
     # the FPGA form (last-burst flags in flip-flops): the boards' DMA and one with single-beat bursts
     "board_fabric": AceConfig.board(fabric=1),
     "burst1_fabric": AceConfig.small(dma_max_burst=1, dma_outstanding=1, fabric=1),
@@ -60,6 +62,13 @@ def random_commands(rng, cfg, n, mem_bytes=MEM_BYTES, max_beats=20):
             addr = rng.randrange(0, mem_bytes - length)
         cmds.append((addr, length))
     return cmds
+
+
+def max_beats_for(cfg):
+    """Longest command of the random tests, in beats: 20, or two pages and more where a burst may be longer
+    than a page (so that runs have bursts from one page's start to its end)."""
+    page_beats = 4096 // cfg.beat_bytes
+    return 2 * page_beats + 5 if cfg.dma_max_burst >= page_beats else 20
 
 
 def make_sim(dut):
@@ -126,7 +135,8 @@ def watch_domains(dut, ch, out):
 
 
 def check_domains(cfg, cmds, bursts):
-    """Each command's bursts (in command order, covering its AXI beats) carry its domain."""
+    """Each command's bursts (in command order, covering its AXI beats) carry its domain, and each is as long
+    as the rules let it be: the beats left, ``dma_max_burst``, the beats to the end of its 4 KiB page."""
     w = cfg.beat_bytes
     k = 0
     for i, (addr, length) in enumerate(cmds):
@@ -135,6 +145,8 @@ def check_domains(cfg, cmds, bursts):
             a, beats, d = bursts[k]
             k += 1
             assert d == domain_of(cfg, i), f"command {i} ({addr:#x}, {length}): a burst at {a:#x} in domain {d}"
+            longest = min(left, cfg.dma_max_burst, (4096 - a % 4096) // w)
+            assert beats == longest, f"command {i} ({addr:#x}, {length}): {beats} beats at {a:#x}, not {longest}"
             left -= beats
         assert left == 0
     assert k == len(bursts)
@@ -198,7 +210,7 @@ def test_reader_random_ranges_match_memory_under_random_stalls(name):
     cfg = CONFIGS[name]
     seed = seed_for(1000 + list(CONFIGS).index(name))
     rng = random.Random(seed)
-    cmds = random_commands(rng, cfg, 30 if cfg.beat_bytes >= 64 else 100)
+    cmds = random_commands(rng, cfg, 30 if cfg.beat_bytes >= 64 else 100, max_beats=max_beats_for(cfg))
     beats, _, ram, counters = run_reader(cfg, cmds, seed=seed, ram_kw=SLOW_RAM, ready_prob=0.7, idle_prob=0.3)
     check_read_beats(cfg, cmds, beats, ram)
     assert any(a // 4096 != (a + n - 1) // 4096 for a, n in cmds), "no 4 KiB crossing tested"
@@ -380,7 +392,7 @@ def test_writer_random_ranges_write_exactly_their_bytes_under_random_stalls(name
     cfg = CONFIGS[name]
     seed = seed_for(2000 + list(CONFIGS).index(name))
     rng = random.Random(seed)
-    cmds = random_commands(rng, cfg, 30 if cfg.beat_bytes >= 64 else 100)
+    cmds = random_commands(rng, cfg, 30 if cfg.beat_bytes >= 64 else 100, max_beats=max_beats_for(cfg))
     before, payloads, done, _, _, ram, counters = run_writer(cfg, cmds, seed=seed, ram_kw=SLOW_RAM,
                                                              ready_prob=0.7, idle_prob=0.3)
     check_memory(ram, expected_memory(before, cmds, payloads))

@@ -226,7 +226,9 @@ def calibrate(points=RTL_POINTS, *, measure=None, on_row=None):
     ``measure``: a function running a point's job on the RTL and returning its result (``cycles``, ``wall_s``;
     :func:`syncfabric.host.run.measure_point`); the model is then compared with the cycles measured now
     (``recorded_cycles`` and ``drift`` say how far the recorded figure is from them); without it, with the
-    recorded cycles. ``on_row(i, n, row)`` is called after each row (progress of long measurements)."""
+    recorded cycles. ``on_row(i, n, row)`` is called after each row (progress of long measurements). A row whose
+    run fails (``measure`` raises RuntimeError) is kept with ``failed`` (the reason) and compared with its
+    recorded cycles, so one failed run does not lose the others' hours; the mean covers the rows that ran."""
     rows = []
     for i, p in enumerate(points):
         m = predict_cycles(p.config, p.collective, p.topology, p.nbytes, p.latency, p.rate, p.buffers, p.fsms,
@@ -235,11 +237,16 @@ def calibrate(points=RTL_POINTS, *, measure=None, on_row=None):
                "bytes": p.nbytes, "rtl_cycles": p.cycles, "model_cycles": round(m), "error": m / p.cycles - 1,
                "measured": False}
         if measure is not None:
-            r = measure(p)
-            row.update(rtl_cycles=r["cycles"], error=m / r["cycles"] - 1, measured=True, recorded_cycles=p.cycles,
-                       drift=r["cycles"] / p.cycles - 1, wall_s=r["wall_s"])
+            try:
+                r = measure(p)
+            except RuntimeError as exc:
+                row.update(failed=str(exc))
+            else:
+                row.update(rtl_cycles=r["cycles"], error=m / r["cycles"] - 1, measured=True,
+                           recorded_cycles=p.cycles, drift=r["cycles"] / p.cycles - 1, wall_s=r["wall_s"])
         rows.append(row)
         if on_row:
             on_row(i, len(points), row)
-    mae = sum(abs(r["error"]) for r in rows) / len(rows)
+    ran = [r for r in rows if not r.get("failed")]
+    mae = sum(abs(r["error"]) for r in ran) / len(ran) if ran else float("nan")
     return rows, mae

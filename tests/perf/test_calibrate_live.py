@@ -20,6 +20,7 @@ SMALL_RING_TOLERANCE = 0.05
 @pytest.mark.cocotb
 def test_model_and_the_rtl_measured_now_agree_on_the_small_ring():
     [row], mae = calibrate([SMALL_RING], measure=measure_point)
+    assert not row.get("failed"), row["failed"]
     assert row["measured"] and mae == pytest.approx(abs(row["error"]))
     # the recorded figure is the RTL's own: a change of the engine's cycles must re-record it (RTL_POINTS)
     assert row["rtl_cycles"] == SMALL_RING.cycles, row
@@ -51,12 +52,29 @@ def test_calibrate_measure_prints_each_row_and_writes_the_measured_cycles(monkey
     assert all(r["rtl_cycles"] == 2000 and r["recorded_cycles"] == p.cycles for r, p in zip(rows["rows"], small))
 
 
-def test_calibrate_measure_stops_on_a_failed_run(monkeypatch, tmp_path, capsys):
+def test_a_failed_run_is_reported_and_the_other_rows_still_run(monkeypatch, tmp_path, capsys):
+    """A run that fails (a byte wrong, a status not OK) makes the command exit 1 naming it, after every other
+    row has run and the outputs are written with the failed row marked: hours of measurements are not lost."""
     import syncfabric.host.run as run
+
+    small = [p for p in RTL_POINTS if p.config == "small"]
+    bad = small[1]
+    monkeypatch.setattr(run, "run_collective", lambda **kw: _fake_run(
+        2000, status="PROTOCOL" if kw["topology"] == bad.topology and kw["nbytes"] == bad.nbytes
+        and kw["collective"] == bad.collective and kw["chunk_bytes"] == (bad.chunk_bytes or "max")
+        and kw["latency"] == bad.latency else "OK")(**kw))
+    assert main(["perf", "calibrate", "--measure", "--config", "small", "--out", str(tmp_path), "--quiet"]) == 1
+    cap = capsys.readouterr()
+    assert "the RTL run failed" in cap.err and bad.run_command in cap.err and "FAILED" in cap.out
+    assert f"{len(small) - 1} of {len(small)} rows ran" in cap.out
+    out = json.loads((tmp_path / "calibrate.json").read_text())
+    assert out["meta"]["failed"] == 1 and len(out["rows"]) == len(small)
+    assert [bool(r.get("failed")) for r in out["rows"]] == [p is bad for p in small]
+    assert all(r["rtl_cycles"] == 2000 for r in out["rows"] if not r.get("failed"))
 
     monkeypatch.setattr(run, "run_collective", _fake_run(2000, status="PROTOCOL"))
     assert main(["perf", "calibrate", "--measure", "--config", "small", "--out", str(tmp_path), "--quiet"]) == 1
-    assert "the RTL run failed" in capsys.readouterr().err
+    assert json.loads((tmp_path / "calibrate.json").read_text())["meta"]["mean_abs_error"] is None
 
 
 def test_each_row_is_a_run_command_with_its_job():

@@ -118,8 +118,6 @@ class _BurstSplitter(wiring.Component):
 
         # Beats to the end of the page; a power of two page over a power of two beat: never 0.
         page_beats = 1 << (_PAGE_BITS - lw)
-        to_page = Signal(range(page_beats + 1))
-        m.d.comb += to_page.eq(page_beats - addr[lw:_PAGE_BITS])
         # the burst clamp min(to_page, dma_max_burst) in a register beside the address it belongs to, computed
         # with the address for the state it takes next, so that a burst's length starts at flip-flops
         limit = Signal(range(max(cfg.dma_max_burst, page_beats) + 1))
@@ -178,6 +176,8 @@ class _BurstSplitter(wiring.Component):
             m.d.comb += [last.eq(last_r), idle.eq(idle_r)]
 
             mb = cfg.dma_max_burst
+            to_page = Signal(range(page_beats + 1))
+            m.d.comb += to_page.eq(page_beats - addr[lw:_PAGE_BITS])
             run_last = (run_left <= mb) & (run_left <= page_beats - run.addr[lw:_PAGE_BITS])
             # after a burst that is not the run's last (after the last one the flag is not used): one that
             # reached its page's end (to_page <= mb) leaves left - to_page beats and a whole page, the next

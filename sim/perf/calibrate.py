@@ -65,7 +65,7 @@ _P = "syncfabric bench sweep --config paper --bytes 1M"
 #: Measured on Verilator (docs/results.md); cycles from the descriptor fetch to the last completion. The `paper`
 #: engine's rows on rings (ring:8, bidir-ring:8, bidir-ring:4) were measured again in session 74 on d721c22 (the
 #: RTL of 3bfb135; `syncfabric perf calibrate --measure --config paper --topology ring:8 --topology bidir-ring:8
-#: --topology bidir-ring:4`, 25 min): they had been recorded before the TX CRC stage and the wide engine's control
+#: --topology bidir-ring:4`, 22 min of runs): they had been recorded before the TX CRC stage and the wide engine's control
 #: stages (-6.7 % to +2.7 %); the torus and switch rows keep the figures of their sessions.
 RTL_POINTS = (
     RtlPoint("syncfabric bench efficiency --config paper --bytes 1M --topology ring:8", "paper", "allreduce",

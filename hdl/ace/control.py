@@ -40,7 +40,7 @@ from .dispatcher import ChunkDispatcher
 from .fsm import FsmState
 from .fsmbank import FsmBank
 from .geometry import BlockGeometry
-from .issue import IssueArbiter
+from .issue import MATCH_FIELDS, IssueArbiter
 from .issuestage import STEP_FIELDS, IssueStage
 from .jobs import JobBuilder
 from .partition import PartitionManager
@@ -336,9 +336,11 @@ def _wire_port(m, p, iss, jb, k):
     status = iss.port[k]
     m.d.comb += [status.send_ready.eq(p.send_job.ready), status.recv_ready.eq(p.recv_job.ready),
                  status.order_ready.eq(p.order.ready)]
-    for name in ("dep_req", "tx_room", "beat_credits", "hdr_credits", "hdr_valid", "hdr_two", "unpopped", "heads",
-                 "nexts"):
+    for name in ("dep_req", "tx_room", "beat_credits", "hdr_credits", "hdr_valid", "hdr_two", "unpopped"):
         m.d.comb += status[name].eq(getattr(p, name))
+    for c in range(len(status.heads)):          # the fields the arbiter compares (MATCH_FIELDS)
+        m.d.comb += [status.heads[c][f].eq(p.heads[c][f]) for f in MATCH_FIELDS]
+        m.d.comb += status.next_counts[c].eq(p.nexts[c].count)
     wiring.connect(m, jb.send_job[k], wiring.flipped(p.send_job))
     wiring.connect(m, jb.recv_job[k], wiring.flipped(p.recv_job))
     m.d.comb += [p.reserve.eq(jb.reserve[k]), p.order.valid.eq(jb.order[k].valid),

@@ -39,8 +39,8 @@ from .arbiter import OldestPick, age_layout
 from .decoder import step_layout
 from .units import _w
 
-__all__ = ["IssueArbiter", "fsm_request_layout", "port_status_layout", "take_layout", "candidate_layout",
-           "channel_of"]
+__all__ = ["IssueArbiter", "fsm_request_layout", "port_status_layout", "header_match_layout", "MATCH_FIELDS",
+           "take_layout", "candidate_layout", "channel_of"]
 
 
 def channel_of(cfg, f, peer):
@@ -67,8 +67,20 @@ def port_status_layout(cfg):
         "beat_credits": data.ArrayLayout(unsigned(cfg.landing_beats.bit_length()), n),
         "hdr_credits": data.ArrayLayout(unsigned(cfg.landing_headers.bit_length()), n),
         "hdr_valid": unsigned(n), "hdr_two": unsigned(n), "unpopped": unsigned(n),
-        "heads": data.ArrayLayout(packet_header_layout(), n), "nexts": data.ArrayLayout(packet_header_layout(), n),
+        "heads": data.ArrayLayout(header_match_layout(), n), "next_counts": data.ArrayLayout(unsigned(COUNT_BITS), n),
     })
+
+
+#: The fields of a landing channel's head the arbiter compares with an FSM's awaited message (and its count
+#: lane): the rest of the 128-bit header stays in the datapath, so the port status of an engine with many
+#: channels (16 FSMs x 16 sources on a 16-port switch: 256) is about a third as wide.
+MATCH_FIELDS = ("tag", "chunk", "phase", "key", "count")
+
+
+def header_match_layout():
+    """What the arbiter sees of a landing channel's head: :data:`MATCH_FIELDS` of the packet header."""
+    members = packet_header_layout().members
+    return data.StructLayout({name: members[name] for name in MATCH_FIELDS})
 
 
 def take_layout(cfg):
@@ -120,7 +132,7 @@ class IssueArbiter(wiring.Component):
                     m.d.comb += [second[k][f].eq(p.unpopped[f] & p.hdr_two[f]),
                                  hit[k][f].eq((p.hdr_valid[f] & ~p.unpopped[f]) | second[k][f]),
                                  hit_ch[k][f].eq(f),
-                                 hit_count[k][f].eq(Mux(p.unpopped[f], p.nexts[f].count, p.heads[f].count))]
+                                 hit_count[k][f].eq(Mux(p.unpopped[f], p.next_counts[f], p.heads[f].count))]
                     continue
                 for src in reversed(range(S)):          # the first source whose head is the awaited message
                     c = f + F * src

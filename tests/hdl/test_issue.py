@@ -80,7 +80,8 @@ def expected(cfg, fsms, ports, load_ready, store_ready):
     ch = hit_ch[g, fsms[g]["step"]["port"]] if recv else None
     sec = recv and second[g, fsms[g]["step"]["port"]]
     # the count lane of the header matched: the one behind the head when it is the second
-    count = None if ch is None else ports[fsms[g]["step"]["port"]]["nexts" if sec else "heads"][ch]["count"]
+    port = None if ch is None else ports[fsms[g]["step"]["port"]]
+    count = None if ch is None else port["next_counts"][ch] if sec else port["heads"][ch]["count"]
     return g, ch, sec, count, causes
 
 
@@ -120,7 +121,7 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
                     "hdr_credits": [rng.choice([0, 1, lh]) for _ in range(n)],
                     "hdr_valid": rng.randrange(1 << n), "unpopped": rng.randrange(1 << n) & rng.randrange(1 << n),
                     "hdr_two": rng.randrange(1 << n),
-                    "heads": [header() for _ in range(n)], "nexts": [header() for _ in range(n)]})
+                    "heads": [header() for _ in range(n)], "next_counts": [rng.randrange(4) for _ in range(n)]})
             load_ready, store_ready = rng.random() < 0.7, rng.random() < 0.7
             hold = sum(int(rng.random() < 0.2) << f for f in range(F))      # the issue stage's FSM
             ctx.set(dut.hold, hold)

@@ -287,3 +287,20 @@ def test_a_log_file_in_a_directory_not_made_yet_is_written(tmp_path):
     summary = run_cocotb(Counter, {"width": 4}, toplevel="counter", test_module="syncfabric.tb.smoke",
                          sim="icarus", tb_params={"cycles": 6}, testcase="counts_enabled_cycles", log_file=log)
     assert summary["tests"] == 1 and "counts_enabled_cycles" in log.read_text()
+
+
+def test_an_assertion_without_a_message_is_reported_with_where_it_failed(monkeypatch):
+    """A design check that asserts without a message (Amaranth's own, deep in a conversion) is reported by
+    the system runner with the frames where it failed, not as an empty error."""
+    from syncfabric.hdl.ace.config import AceConfig
+    from syncfabric.host.transports import harness
+    from syncfabric.host.transports.ace import run_system
+
+    def converting_fails(*args, **kwargs):
+        raise AssertionError()          # what a bare ``assert`` outside the test modules raises
+
+    monkeypatch.setattr(harness, "run_cocotb", converting_fails)
+    out = run_system(AceConfig.profile("small"), "ring:2", [], npu_mem=None, check=False)
+    assert out["error"].startswith("AssertionError at") and "converting_fails" in out["error"], out["error"]
+    with pytest.raises(AssertionError):
+        run_system(AceConfig.profile("small"), "ring:2", [], npu_mem=None)

@@ -144,7 +144,8 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
         except AssertionError as exc:
             if check:
                 raise
-            run, error = {"sim": sim}, str(exc)
+            # an assertion without a message (the design's own checks) still says where it failed
+            run, error = {"sim": sim}, str(exc) or _where(exc)
         finally:
             stop.set()
             if watcher is not None:
@@ -157,6 +158,14 @@ cycles after the others are ready. ``log_file``: the simulator's output goes the
             result["error"] = error
     result["run"] = run
     return result
+
+
+def _where(exc):
+    """``AssertionError`` at its innermost frames, for an assertion that has no message."""
+    import traceback
+
+    frames = traceback.format_tb(exc.__traceback__)[-3:]
+    return "AssertionError at\n" + "".join(frames).rstrip()
 
 
 def _watch_progress(path, callback, stop):

@@ -71,6 +71,10 @@ def port_status_layout(cfg):
     })
 
 
+#: The widest value Amaranth's netlist holds (bits).
+MAX_VALUE_BITS = 1 << 16
+
+
 #: The fields of a landing channel's head the arbiter compares with an FSM's awaited message (and its count
 #: lane): the rest of the 128-bit header stays in the datapath, so the port status of an engine with many
 #: channels (16 FSMs x 16 sources on a 16-port switch: 256) is about a third as wide.
@@ -106,6 +110,11 @@ class IssueArbiter(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         F = cfg.n_fsms
+        width = port_status_layout(cfg).size
+        if width > MAX_VALUE_BITS:
+            raise ValueError(f"{cfg.n_channels} landing channels per port ({F} FSMs x {cfg.rx_sources} sources) "
+                             f"make the issue arbiter's port status {width} bits wide, more than one Amaranth "
+                             f"value holds ({MAX_VALUE_BITS}): use fewer FSMs or fewer sources (switch ports)")
         super().__init__({
             "fsm": In(data.ArrayLayout(fsm_request_layout(cfg), F)),
             "port": In(data.ArrayLayout(port_status_layout(cfg), cfg.n_ports)),

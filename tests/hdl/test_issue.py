@@ -176,3 +176,16 @@ def test_grants_follow_the_resource_rules_and_the_oldest_chunk_wins(name):
     sim = Simulator(dut)            # combinational: no clock
     sim.add_testbench(bench)
     sim.run()
+
+
+def test_an_engine_too_wide_for_one_port_status_is_refused_with_the_reason():
+    """The design point fits a 32-port switch (512 channels per port); 1024 channels would not fit one
+    Amaranth value, and the arbiter says so instead of failing deep in the conversion."""
+    from syncfabric.hdl.ace.issue import MAX_VALUE_BITS, port_status_layout
+    from syncfabric.host.run import engine_config_for
+
+    fits = engine_config_for(AceConfig.profile("paper"), "switch:32")
+    assert port_status_layout(fits).size <= MAX_VALUE_BITS
+    IssueArbiter(fits)
+    with pytest.raises(ValueError, match="1024 landing channels per port .16 FSMs x 64 sources"):
+        IssueArbiter(engine_config_for(AceConfig.profile("paper"), "switch:64"))

@@ -138,6 +138,11 @@ RTL_POINTS = (
     # (8 KiB): 0.795 of the link bound; 44 min wall with the conversion and a 937 s build beside another run
     RtlPoint("syncfabric run --config paper --collective alltoall --topology switch:8 --bytes 1M "
              "--chunk-bytes 8K", "paper", "alltoall", "switch:8", 1 << 20, 18249, chunk_bytes=8 << 10),
+    # 16 paper engines on switch:16 (session 75, on a1edf1a: the issue arbiter's narrowed port status, without
+    # which the engine did not convert; 62 min wall: 28 min converting, a 1,724 s Verilator build, 129
+    # cycles/s; peak RSS 5.7 GB), the chunk the driver chooses (32 KiB): 0.880 of the link bound
+    RtlPoint("syncfabric run --config paper --collective allreduce --topology switch:16 --bytes 1M "
+             "--chunk-bytes 32K", "paper", "allreduce", "switch:16", 1 << 20, 35099, chunk_bytes=32 << 10),
     # the design point on torus:4x4x4 (64 paper engines, the paper's links, two partitions: `--partitions 2
     # --threads 1`), 32 KiB chunks (the driver's choice): 1 MiB per NPU in session 66 (0.772 of the link bound;
     # 16 min of simulation), 4 MiB in session 68 on 6776cdd (0.930; 55 min wall, 42 cycles/s, builds cached)

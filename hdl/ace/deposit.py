@@ -17,19 +17,26 @@ Nothing is ever dropped: when the spill table is full (or ``SPILL_ENTRIES`` is 0
 landing buffer, and so does its sender, until the receiver posts. A command with deposits completes when its
 own chunks are done and ``arrivals`` deposits have been written (docs/engine.md section 12).
 
-The unit handles one message at a time. It borrows an RX port's read side from the port's RECV unit
+The unit looks at one message at a time, but a deposit's write need not be acknowledged before the next
+message is looked at: while the writer moves one message's beats the unit scans for the next and looks up its
+block, and the writes of up to ``MAX_PENDING`` deposits may await their acknowledgements, each deposit's
+arrival counted at its acknowledgement (in order, from a queue of what each arrival reports). Spills and
+copies from the spill window run alone (no deposit in flight), so that a record is never read before its
+write is acknowledged nor picked twice. The unit borrows an RX port's read side from the port's RECV unit
 (``req``/``own``: the control unit hands it over when the RECV unit is idle and grants no RECV on the port
-meanwhile) for the duration of one message.
+meanwhile) for the duration of one message's beats, and lets go of it for at least a cycle between two
+messages, so that a waiting RECV gets the port.
 
 Blocks: :class:`LandingScan` (one landing channel per cycle: is its head a complete PUT message, is the
 channel full, which command has its tag), :class:`SpillTable` (the spilled headers, their scan and the free-entry
-pick), :class:`DepositWriter` (one message's DMA writes, from the landing buffer or a spill record, or its
-drain) and :class:`DepositCounters` (``arrived`` and the counters). ``DepositUnit`` itself sequences them:
-scan, geometry lookup and range and length check, port hand-over, write, then the arrival or the spill entry.
+pick), :class:`DepositWriter` (one message's DMA writes at a time, from the landing buffer or a spill record,
+or its drain; the acknowledgements of earlier writes still to come) and :class:`DepositCounters` (``arrived``
+and the counters). ``DepositUnit`` itself sequences them: scan, geometry lookup and range and length check,
+port hand-over, write, then the arrival (at the acknowledgement) or the spill entry.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -37,7 +44,7 @@ from ...sim.golden.types import Status
 from ..common.layouts import CHANNEL_BITS, packet_header_layout
 from .deposit_count import DepositCounters, counter_ports
 from .deposit_scan import LandingScan, landing_ports
-from .deposit_write import DepositSource, DepositWriter, dma_ports
+from .deposit_write import MAX_PENDING, DepositSource, DepositWriter, dma_ports
 from .dma import DOMAIN_ENGINE
 from .geometry import BlockGeometry
 from .spill_table import SpillTable, spill_entry_layout
@@ -120,6 +127,12 @@ class DepositUnit(wiring.Component):
         op_drain = Signal()              # do not write (out of range, length mismatch): take the beats, drop them
         op_src = Signal(DepositSource)   # where the writer takes the beats from (a drain: nowhere), from CHECK
         op_spill = Signal()              # this message goes to the spill window
+        # the deposits handed to the writer whose arrival is not counted yet, in order: what each one reports
+        # at its acknowledgement (its status so far, and its bytes: 0 for a drain)
+        arrival = data.StructLayout({"cmd": _w(cfg.n_cmds), "status": STATUS_SHAPE, "bytes": unsigned(20)})
+        m.submodules.inflight = inflight = fifo.SyncFIFO(width=arrival.size, depth=MAX_PENDING)
+        head, push = data.View(arrival, inflight.r_data), data.View(arrival, inflight.w_data)
+        quiet = ~inflight.r_rdy          # no deposit in flight (spills and copies run alone)
         # the geometry's answer (from the control unit's lookup) and the cycles to wait for it: in the fabric
         # form it is registered here first, a cycle later, so that the range and length checks and the
         # writer's job enable start at flip-flops of this unit instead of behind a route from the control unit
@@ -134,39 +147,54 @@ class DepositUnit(wiring.Component):
             geo_latency += 1
         geo_wait = Signal(range(max(2, geo_latency)))     # cycles until the geometry is valid
         m.d.comb += [self.geo_cmd.eq(op_cmd), self.geo_chunk.eq(op_hdr.chunk), self.geo_block.eq(op_hdr.key),
-                     self.sel.eq(op_ch)]
-        with m.Switch(op_port):
+                     self.sel.eq(wr.ch)]
+        with m.Switch(wr.port):          # the channel the writer holds (the unit may look at the next message)
             for k in range(K):
                 with m.Case(k):
-                    m.d.comb += wr.ch_err.eq(self.errs[k].bit_select(op_ch, 1))
+                    m.d.comb += wr.ch_err.eq(self.errs[k].bit_select(wr.ch, 1))
         job = wr.job.payload
         # the write's protection domain: the command's (its output buffer), the engine's (a spill record)
         m.d.comb += [job.wr_domain.eq(Mux(op_spill, DOMAIN_ENGINE, op_cmd + 1)),
+                     job.port.eq(op_port), job.ch.eq(op_ch),
                      job.wr_addr.eq(op_addr), job.rd_addr.eq(self.spill_base + (op_e << rec_shift)),
                      job.length.eq(op_hdr.length), job.beats.eq(op_beats),
                      spill.fill.e.eq(op_e), spill.clear.e.eq(op_e), spill.fill.entry.bad.eq(op_status),
-                     cnt.arrive.cmd.eq(op_cmd), cnt.spill.bytes.eq(op_hdr.length)]
+                     cnt.arrive.cmd.eq(op_cmd), cnt.spill.bytes.eq(op_hdr.length),
+                     push.cmd.eq(op_cmd), push.status.eq(op_status),
+                     push.bytes.eq(Mux(op_src == DepositSource.DRAIN, 0, op_hdr.length))]
         for f in ("tag", "chunk", "key", "length"):
             m.d.comb += spill.fill.entry[f].eq(op_hdr[f])
         # the port request leaves from a flip-flop (it blocks RECV grants in the issue arbiter, and ``own``
-        # follows from it, a cycle later again)
-        req = Signal(K)
-        m.d.sync += self.req.eq(req)
-        with m.If(wr.hold):
-            m.d.comb += req.eq(1 << op_port)
+        # follows from it, a cycle later again): the writer's port while it holds it, else the port of the
+        # message handed over next, not in the cycle after the writer let go (a waiting RECV gets its chance)
+        req, own_req, held = Signal(K), Signal(K), Signal()
+        m.d.sync += [self.req.eq(req), held.eq(wr.hold)]
+        m.d.comb += req.eq(Mux(wr.hold, 1 << wr.port, Mux(held, 0, own_req)))
+
+        # a deposit's arrival is counted at its acknowledgement (a drain's at its last beat)
+        with m.If(wr.done.valid & inflight.r_rdy):
+            m.d.comb += [inflight.r_en.eq(1), cnt.arrive.valid.eq(1), cnt.arrive.cmd.eq(head.cmd),
+                         cnt.arrive.status.eq(Mux(wr.done.status != Status.OK, wr.done.status, head.status)),
+                         cnt.arrive.bytes.eq(head.bytes)]
+        # the scan's view of a channel is a cycle old: not the channel the writer holds, nor any in the cycle
+        # after a header pop (the popped message may still look complete)
+        popped = Signal()
+        m.d.sync += popped.eq(wr.hdr_pop)
+        stale = popped | (wr.hold & (scan.port == wr.port) & (scan.ch == wr.ch))
 
         with m.FSM():
             with m.State("SCAN"):
-                m.d.comb += self.idle.eq(1)
+                m.d.comb += self.idle.eq(quiet)
                 cur = spill.cur
                 with m.If(spill.ready):
-                    m.d.sync += [op_e.eq(spill.cur_e), op_cmd.eq(spill.cmd), op_spill.eq(0),
-                                 op_hdr.tag.eq(cur.tag), op_hdr.chunk.eq(cur.chunk),
-                                 op_hdr.key.eq(cur.key), op_hdr.length.eq(cur.length),
-                                 op_status.eq(cur.bad), op_beats.eq((cur.length + W - 1) >> exact_log2(W)),
-                                 geo_wait.eq(geo_latency - 1)]
-                    m.next = "COPY_GEO"
-                with m.Elif(scan.complete & (scan.hit | (scan.full & spill.free))):
+                    with m.If(quiet):         # (no deposit is taken meanwhile)
+                        m.d.sync += [op_e.eq(spill.cur_e), op_cmd.eq(spill.cmd), op_spill.eq(0),
+                                     op_hdr.tag.eq(cur.tag), op_hdr.chunk.eq(cur.chunk),
+                                     op_hdr.key.eq(cur.key), op_hdr.length.eq(cur.length),
+                                     op_status.eq(cur.bad), op_beats.eq((cur.length + W - 1) >> exact_log2(W)),
+                                     geo_wait.eq(geo_latency - 1)]
+                        m.next = "COPY_GEO"
+                with m.Elif(scan.complete & ~stale & (scan.hit | (scan.full & spill.free & quiet))):
                     m.d.sync += [op_hdr.eq(scan.head), op_port.eq(scan.port), op_ch.eq(scan.ch),
                                  op_cmd.eq(scan.cmd), op_spill.eq(~scan.hit), op_e.eq(spill.free_e),
                                  op_beats.eq(scan.beats), op_status.eq(Mux(scan.head.poison, Status.PROTOCOL, 0)),
@@ -189,21 +217,24 @@ class DepositUnit(wiring.Component):
                     m.d.sync += op_status.eq(Status.PROTOCOL)
                 m.next = "OWN"
             with m.State("OWN"):         # borrow the RX port's read side, then hand the message to the writer
-                m.d.comb += [req.eq(1 << op_port), wr.job.valid.eq(self.own.bit_select(op_port, 1)),
-                             job.src.eq(op_src)]
+                # taken once the port has been asked for in this cycle and the one before, and ``own`` answers
+                # it: it is then held from the request on (not an ``own`` still left from the writer's job)
+                m.d.comb += [own_req.eq(1 << op_port), job.src.eq(op_src),
+                             wr.job.valid.eq((req & self.req & self.own).bit_select(op_port, 1)
+                                             & (op_spill | inflight.w_rdy))]
                 with m.If(wr.job.valid & wr.job.ready):
-                    m.next = "WRITE"
-            with m.State("WRITE"):
+                    with m.If(op_spill):
+                        m.next = "WRITE"
+                    with m.Else():       # its arrival is counted at its acknowledgement: look at the next one
+                        m.d.comb += inflight.w_en.eq(1)
+                        m.next = "SCAN"
+            with m.State("WRITE"):       # a spill: its write acknowledged, then its entry filled
                 with m.If(wr.done.valid):
                     with m.If(wr.done.status != Status.OK):
                         m.d.sync += op_status.eq(wr.done.status)
                     m.next = "FINISH"
             with m.State("FINISH"):
-                with m.If(op_spill):
-                    m.d.comb += [spill.fill.valid.eq(1), cnt.spill.valid.eq(1)]
-                with m.Else():
-                    m.d.comb += [cnt.arrive.valid.eq(1), cnt.arrive.status.eq(op_status),
-                                 cnt.arrive.bytes.eq(Mux(op_drain, 0, op_hdr.length))]
+                m.d.comb += [spill.fill.valid.eq(1), cnt.spill.valid.eq(1)]
                 m.next = "SCAN"
 
             # -- a spilled message whose command is posted: window -> output -----------------------------------

@@ -2,29 +2,38 @@
 
 A job names where the payload comes from (``src``):
 
-* ``LANDING``: the borrowed landing channel (``land``): one write command, then ``beats`` beats from the
-  landing buffer to the writer, the header popped with the last beat;
+* ``LANDING``: the borrowed landing channel (``land``; the job's ``port`` and ``ch``, which the writer shows
+  while it holds them): one write command, then ``beats`` beats from the landing buffer to the writer, the
+  header popped with the last beat;
 * ``SPILL``: a spill record: one write command, one read command of record ``rd_addr``, then the read beats
   straight into the writer (a read error marks the copy bad);
 * ``DRAIN``: nothing is written (an empty message, or one that cannot be placed): the landing channel's
   ``beats`` beats are taken and dropped and its header popped.
 
-A write is complete when the writer acknowledges it (``wr_done``). ``done`` pulses (combinationally, in the
-cycle of the acknowledgement, or of the last drained beat) with the status the move adds: ``AXI_ERROR`` if the
-write or a read failed, else ``LINK_CRC`` if the landing channel flagged an error (``ch_err``) when its header
-was popped, else ``OK``. ``hold`` is high while the job uses the landing channel (its read side is borrowed).
+The writer moves one job's beats at a time but does not wait for a write's acknowledgement (``wr_done``)
+before it takes the next job: up to ``MAX_PENDING`` writes may await theirs (``pending``), each with the flags
+its status needs, and the acknowledgements come back in the order of the writes (the RX DMA and its mux are in
+order). ``done`` pulses (combinationally) once per job, in the order of the jobs: in the cycle of a write's
+acknowledgement, or of a drain's last beat, which waits until no write is pending so that the order holds. Its
+status is ``AXI_ERROR`` if the write or a read failed, else ``LINK_CRC`` if the landing channel flagged an error
+(``ch_err``) when its header was popped, else ``OK``. ``hold`` is high while the job uses the landing channel
+(its read side is borrowed).
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.types import Status
 from .dma import (DOMAIN_ENGINE, dma_cmd_layout, dma_done_layout, dma_read_data_layout, dma_write_data_layout,
                   domain_shape)
+from ..common.layouts import CHANNEL_BITS
 from .units import STATUS_SHAPE
 
-__all__ = ["DepositSource", "DepositWriter", "deposit_job_layout", "dma_ports"]
+__all__ = ["DepositSource", "DepositWriter", "deposit_job_layout", "dma_ports", "MAX_PENDING"]
+
+#: Writes that may await their acknowledgement while the writer moves the next job's beats.
+MAX_PENDING = 4
 
 
 class DepositSource(enum.Enum, shape=2):
@@ -35,10 +44,11 @@ class DepositSource(enum.Enum, shape=2):
 
 
 def deposit_job_layout(cfg):
-    """A write-engine job: the source, the write and (``SPILL``) read addresses, the payload bytes and beats,
-    and the write's protection domain (the receiving command's, or the engine's for a spill record; a spill
-    record is read in the engine's)."""
-    return data.StructLayout({"src": DepositSource, "wr_addr": unsigned(cfg.addr_width),
+    """A write-engine job: the source, the landing channel (RX ``port`` and ``ch``; ``LANDING`` and ``DRAIN``),
+    the write and (``SPILL``) read addresses, the payload bytes and beats, and the write's protection domain
+    (the receiving command's, or the engine's for a spill record; a spill record is read in the engine's)."""
+    return data.StructLayout({"src": DepositSource, "port": range(max(2, cfg.n_ports)), "ch": CHANNEL_BITS,
+                              "wr_addr": unsigned(cfg.addr_width),
                               "rd_addr": unsigned(cfg.addr_width), "length": unsigned(20), "beats": unsigned(16),
                               "wr_domain": domain_shape(cfg)})
 
@@ -56,11 +66,14 @@ def dma_ports(cfg):
 
 
 class DepositWriter(wiring.Component):
-    """One deposit job at a time, from start to its write acknowledgement (see the module docstring).
+    """One job's beats at a time, up to ``MAX_PENDING`` writes awaiting their acknowledgement (see the module
+    docstring).
 
-    Ports: ``job`` (ready only when idle; the job starts the cycle after it is taken); the landing channel's
-    read side (``land``, ``ch_err`` in, ``hdr_pop``, ``err_clear`` out) and ``hold``; the DMA read command and
-    data, write command, data and acknowledgement; ``done`` (valid, status).
+    Ports: ``job`` (ready when no job is moving its beats and a write may still be pending; the job starts the
+    cycle after it is taken); the landing channel's read side (``land``, ``ch_err`` in, ``hdr_pop``,
+    ``err_clear`` out), ``hold`` and the held channel (``port``, ``ch``: the job's); the DMA read command and
+    data, write command, data and acknowledgement; ``pending`` (a write awaits its acknowledgement); ``done``
+    (valid, status).
     """
 
     def __init__(self, cfg):
@@ -72,7 +85,10 @@ class DepositWriter(wiring.Component):
             "hdr_pop": Out(1),
             "err_clear": Out(1),
             "hold": Out(1),
+            "port": Out(range(max(2, cfg.n_ports))),
+            "ch": Out(CHANNEL_BITS),
             **dma_ports(cfg),
+            "pending": Out(1),
             "done": Out(data.StructLayout({"valid": 1, "status": STATUS_SHAPE})),
         })
 
@@ -81,22 +97,35 @@ class DepositWriter(wiring.Component):
         job = Signal(deposit_job_layout(self.cfg))
         count = Signal(16)
         last_beat = Signal(17)           # job.beats - 1, taken with the job: the last beat is a compare, no add
-        crc = Signal()                   # the landing channel flagged an error when the header was popped
         rd_err = Signal()
         land, wr_data = self.land, self.wr_data
+        # per write awaiting its acknowledgement: the landing channel's error flag at the pop, a read error
+        flags = data.StructLayout({"crc": 1, "rd_err": 1})
+        m.submodules.pend = pend = fifo.SyncFIFO(width=flags.size, depth=MAX_PENDING)
+        head = data.View(flags, pend.r_data)
+        push = data.View(flags, pend.w_data)
+        m.d.comb += [self.port.eq(job.port), self.ch.eq(job.ch), self.pending.eq(pend.r_rdy)]
+
+        # acknowledgements, in the order of the writes (a drain reports only while none is pending)
+        m.d.comb += self.wr_done.ready.eq(pend.r_rdy)
+        with m.If(self.wr_done.valid & pend.r_rdy):
+            m.d.comb += [pend.r_en.eq(1), self.done.valid.eq(1)]
+            with m.If(self.wr_done.payload.err | head.rd_err):
+                m.d.comb += self.done.status.eq(Status.AXI_ERROR)
+            with m.Elif(head.crc):
+                m.d.comb += self.done.status.eq(Status.LINK_CRC)
 
         def pop_header():
             m.d.comb += [self.hdr_pop.eq(1), self.err_clear.eq(self.ch_err)]
-            m.d.sync += crc.eq(self.ch_err)
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += self.job.ready.eq(1)
-                with m.If(self.job.valid):
+                # (room for the job's write: nothing else is pushed before it, so it stays)
+                m.d.comb += self.job.ready.eq(pend.w_rdy)
+                with m.If(self.job.valid & pend.w_rdy):
                     # (count is 0 here: it is cleared on the way back to IDLE, so that the job's valid, which
                     # the deposit unit decides late, selects no count)
-                    m.d.sync += [job.eq(self.job.payload), crc.eq(0), rd_err.eq(0),
-                                 last_beat.eq(self.job.payload.beats - 1)]
+                    m.d.sync += [job.eq(self.job.payload), rd_err.eq(0), last_beat.eq(self.job.payload.beats - 1)]
                     with m.If(self.job.payload.src == DepositSource.DRAIN):
                         m.next = "DRAIN"
                     with m.Else():
@@ -118,7 +147,9 @@ class DepositWriter(wiring.Component):
                     m.d.sync += count.eq(count + 1)
                     with m.If(last):
                         pop_header()
-                        m.next = "WDONE"
+                        m.d.comb += [pend.w_en.eq(1), push.crc.eq(self.ch_err)]
+                        m.d.sync += count.eq(0)
+                        m.next = "IDLE"
             with m.State("RCMD"):
                 m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.addr.eq(job.rd_addr),
                              self.rd_cmd.payload.length.eq(job.length), self.rd_cmd.payload.domain.eq(DOMAIN_ENGINE)]
@@ -132,25 +163,16 @@ class DepositWriter(wiring.Component):
                     with m.If(rd.payload.err):
                         m.d.sync += rd_err.eq(1)
                     with m.If(rd.payload.last):
-                        m.next = "WDONE"
+                        m.d.comb += [pend.w_en.eq(1), push.rd_err.eq(rd_err | rd.payload.err)]
+                        m.next = "IDLE"
             with m.State("DRAIN"):
                 m.d.comb += [self.hold.eq(1), land.ready.eq(count != job.beats)]
                 with m.If(land.valid & (count != job.beats)):
                     m.d.sync += count.eq(count + 1)
-                with m.If((count == job.beats) | ((count == last_beat) & land.valid)):
+                with m.If(~pend.r_rdy & ((count == job.beats) | ((count == last_beat) & land.valid))):
                     pop_header()
                     m.d.comb += [self.done.valid.eq(1),
                                  self.done.status.eq(Mux(self.ch_err, Status.LINK_CRC, Status.OK))]
-                    m.d.sync += count.eq(0)
-                    m.next = "IDLE"
-            with m.State("WDONE"):
-                m.d.comb += self.wr_done.ready.eq(1)
-                with m.If(self.wr_done.valid):
-                    m.d.comb += self.done.valid.eq(1)
-                    with m.If(self.wr_done.payload.err | rd_err):
-                        m.d.comb += self.done.status.eq(Status.AXI_ERROR)
-                    with m.Elif(crc):
-                        m.d.comb += self.done.status.eq(Status.LINK_CRC)
                     m.d.sync += count.eq(0)
                     m.next = "IDLE"
         return m

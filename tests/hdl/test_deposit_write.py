@@ -1,6 +1,6 @@
 """The deposit unit's write engine and counters in Amaranth's simulator: random jobs from the landing buffer,
-from spill records and drains, against random stalls on every stream and random read/write/link errors; each
-job checked against what it should have done.
+from spill records and drains, against random stalls on every stream, random read/write/link errors and
+acknowledgements that come late; each job checked against what it should have done.
 
 ``SEED=<n>`` replaces the random seed.
 """
@@ -9,7 +9,7 @@ import random
 
 from syncfabric.hdl.ace.config import AceConfig
 from syncfabric.hdl.ace.deposit_count import DepositCounters
-from syncfabric.hdl.ace.deposit_write import DepositSource, DepositWriter
+from syncfabric.hdl.ace.deposit_write import MAX_PENDING, DepositSource, DepositWriter
 from syncfabric.sim.golden.types import Status
 
 from sim_helpers import run_sim, seed_for
@@ -18,100 +18,140 @@ CFG = AceConfig.small()
 W, MMB = CFG.beat_bytes, CFG.max_message_beats
 
 
+def _random_job(rng):
+    length = rng.choice([0, 1, W, rng.randrange(1, MMB * W + 1)])
+    src = rng.choice(list(DepositSource))
+    if src != DepositSource.DRAIN and length == 0:
+        length = 1                      # the unit drains empty messages
+    beats = -(-length // W)
+    job = {"src": src, "port": rng.randrange(max(2, CFG.n_ports)), "ch": rng.randrange(CFG.n_channels),
+           "wr_addr": rng.randrange(1 << 20) * W, "rd_addr": rng.randrange(1 << 20) * W, "length": length,
+           "beats": beats}
+    return {"job": job, "land": [rng.randrange(1 << (8 * W)) for _ in range(beats)],
+            "rd": [(rng.randrange(1 << (8 * W)), int(rng.random() < 0.05)) for _ in range(beats)],
+            "ch_err": int(rng.random() < 0.2), "wr_err": int(rng.random() < 0.1),
+            "wr_cmd": None, "rd_cmd": None, "n_land": 0, "n_rd": 0, "written": [], "pops": [], "acked": False}
+
+
+def _check_done(j, status):
+    """A job reported done: everything it should have done, and its status."""
+    job = j["job"]
+    beats, src = job["beats"], job["src"]
+    lasts = [int(i == beats - 1) for i in range(beats)]
+    if src == DepositSource.DRAIN:
+        assert j["wr_cmd"] is None and j["written"] == [] and j["n_land"] == beats
+        assert j["pops"] == [j["ch_err"]]
+        assert status == (Status.LINK_CRC if j["ch_err"] else Status.OK)
+    elif src == DepositSource.LANDING:
+        assert j["wr_cmd"] == (job["wr_addr"], job["length"]) and j["acked"]
+        assert j["written"] == list(zip(j["land"], lasts)) and j["pops"] == [j["ch_err"]]
+        assert status == (Status.AXI_ERROR if j["wr_err"] else Status.LINK_CRC if j["ch_err"] else Status.OK)
+    else:
+        assert j["wr_cmd"] == (job["wr_addr"], job["length"]) and j["acked"]
+        assert j["rd_cmd"] == (job["rd_addr"], job["length"]) and j["pops"] == []
+        assert j["written"] == list(zip([d for d, _ in j["rd"]], lasts)) and j["n_land"] == 0
+        rd_err = any(e for _, e in j["rd"])
+        assert status == (Status.AXI_ERROR if j["wr_err"] or rd_err else Status.OK)
+
+
 def test_writer_moves_each_jobs_beats_once_pops_its_header_and_reports_the_right_status():
+    """Jobs one after another, each write's acknowledgement coming back at random later (up to ``MAX_PENDING``
+    writes awaiting theirs while the next job moves its beats): each job moves its beats once, in order, pops
+    its header, and is reported done once, in the order of the jobs, with its status."""
     rng = random.Random(seed_for(93))
     dut = DepositWriter(CFG)
 
     async def bench(ctx):
-        jobs_done = 0
-        job = None              # the job offered, then in progress
+        reported = 0
+        offer = _random_job(rng)        # offered until taken
+        active = None                   # taken, moving its beats
+        order = []                      # every job taken and not reported done, in order
+        awaiting = []                   # jobs whose write awaits its acknowledgement, in order
+        most_pending = 0
         cycle = 0
-        while jobs_done < 150:
+        while reported < 300:
             cycle += 1
-            if job is None:
-                length = rng.choice([0, 1, W, rng.randrange(1, MMB * W + 1)])
-                src = rng.choice(list(DepositSource))
-                if src != DepositSource.DRAIN and length == 0:
-                    length = 1                  # the unit drains empty messages
-                job = {"src": src, "wr_addr": rng.randrange(1 << 20) * W, "rd_addr": rng.randrange(1 << 20) * W,
-                       "length": length, "beats": -(-length // W)}
-                land = [rng.randrange(1 << (8 * W)) for _ in range(job["beats"])]
-                rd = [(rng.randrange(1 << (8 * W)), int(rng.random() < 0.05)) for _ in range(job["beats"])]
-                ch_err, wr_err = int(rng.random() < 0.2), int(rng.random() < 0.1)
-                taken = False
-                st = {"wr_cmd": None, "rd_cmd": None, "land": 0, "rd": 0, "written": [], "pops": [],
-                      "acked": False}
+            ack_rate = 0.05 if cycle // 400 % 2 else 0.6       # slow spells fill the pending writes
             # inputs: the job, sources with random valid, sinks with random ready
-            ctx.set(dut.job.valid, not taken)
-            ctx.set(dut.job.payload, job)
-            ctx.set(dut.ch_err, ch_err)
-            land_v = st["land"] < len(land) and rng.random() < 0.7
+            offering = rng.random() < 0.8
+            ctx.set(dut.job.valid, offering)
+            ctx.set(dut.job.payload, offer["job"])
+            a = active or offer
+            ctx.set(dut.ch_err, a["ch_err"])
+            land_v = active is not None and active["n_land"] < len(active["land"]) and rng.random() < 0.7
             ctx.set(dut.land.valid, land_v)
-            ctx.set(dut.land.payload, land[st["land"]] if land_v else 0)
-            rd_v = st["rd_cmd"] is not None and st["rd"] < len(rd) and rng.random() < 0.7
+            ctx.set(dut.land.payload, active["land"][active["n_land"]] if land_v else 0)
+            rd_v = (active is not None and active["rd_cmd"] is not None and active["n_rd"] < len(active["rd"])
+                    and rng.random() < 0.7)
             ctx.set(dut.rd_data.valid, rd_v)
             if rd_v:
-                ctx.set(dut.rd_data.payload, {"data": rd[st["rd"]][0], "err": rd[st["rd"]][1],
-                                              "last": int(st["rd"] == len(rd) - 1)})
+                r = active["rd"][active["n_rd"]]
+                ctx.set(dut.rd_data.payload, {"data": r[0], "err": r[1], "last": int(active["n_rd"] == len(active["rd"]) - 1)})
             for port in (dut.wr_cmd, dut.rd_cmd, dut.wr_data):
                 ctx.set(port.ready, rng.random() < 0.7)
-            all_written = len(st["written"]) == job["beats"] and job["src"] != DepositSource.DRAIN
-            ctx.set(dut.wr_done.valid, all_written and not st["acked"] and rng.random() < 0.5)
-            ctx.set(dut.wr_done.payload.err, wr_err)
+            ack_v = bool(awaiting) and rng.random() < ack_rate
+            ctx.set(dut.wr_done.valid, ack_v)
+            ctx.set(dut.wr_done.payload.err, awaiting[0]["wr_err"] if awaiting else 0)
 
             # outputs in this cycle
-            if not taken:
-                assert ctx.get(dut.job.ready)
-                taken = True
-                assert not ctx.get(dut.done.valid)
-                await ctx.tick()
-                continue
-            assert not ctx.get(dut.job.ready)                   # one job at a time
+            assert ctx.get(dut.pending) == bool(awaiting), cycle
+            ready = ctx.get(dut.job.ready)
+            # a job is taken when none moves its beats and a write may still await its acknowledgement
+            assert ready == (active is None and len(awaiting) < MAX_PENDING), cycle
             hold = ctx.get(dut.hold)            # the landing channel is borrowed from the start to the pop
-            assert hold == (job["src"] != DepositSource.SPILL and not st["pops"]), cycle
+            if active is not None:
+                assert hold == (active["job"]["src"] != DepositSource.SPILL), cycle
+                if hold:
+                    assert (ctx.get(dut.port), ctx.get(dut.ch)) == (active["job"]["port"], active["job"]["ch"])
+            else:
+                assert not hold
             if ctx.get(dut.wr_cmd.valid) and ctx.get(dut.wr_cmd.ready):
-                assert st["wr_cmd"] is None and job["src"] != DepositSource.DRAIN
-                st["wr_cmd"] = (ctx.get(dut.wr_cmd.payload.addr), ctx.get(dut.wr_cmd.payload.length))
+                assert active["wr_cmd"] is None and active["job"]["src"] != DepositSource.DRAIN
+                active["wr_cmd"] = (ctx.get(dut.wr_cmd.payload.addr), ctx.get(dut.wr_cmd.payload.length))
             if ctx.get(dut.rd_cmd.valid) and ctx.get(dut.rd_cmd.ready):
-                assert st["rd_cmd"] is None and st["wr_cmd"] is not None and job["src"] == DepositSource.SPILL
-                st["rd_cmd"] = (ctx.get(dut.rd_cmd.payload.addr), ctx.get(dut.rd_cmd.payload.length))
+                assert active["rd_cmd"] is None and active["wr_cmd"] is not None
+                assert active["job"]["src"] == DepositSource.SPILL
+                active["rd_cmd"] = (ctx.get(dut.rd_cmd.payload.addr), ctx.get(dut.rd_cmd.payload.length))
             if ctx.get(dut.land.ready):
-                assert hold and job["src"] != DepositSource.SPILL
+                assert hold and active["job"]["src"] != DepositSource.SPILL
             if ctx.get(dut.land.ready) and land_v:
-                st["land"] += 1
+                active["n_land"] += 1
             if ctx.get(dut.rd_data.ready) and rd_v:
-                st["rd"] += 1
+                active["n_rd"] += 1
             if ctx.get(dut.wr_data.valid) and ctx.get(dut.wr_data.ready):
-                assert st["wr_cmd"] is not None                 # data only after its command
-                st["written"].append((ctx.get(dut.wr_data.payload.data), ctx.get(dut.wr_data.payload.last)))
+                assert active["wr_cmd"] is not None                 # data only after its command
+                active["written"].append((ctx.get(dut.wr_data.payload.data), ctx.get(dut.wr_data.payload.last)))
             if ctx.get(dut.hdr_pop):
                 assert hold
-                st["pops"].append(ctx.get(dut.err_clear))
-            if ctx.get(dut.wr_done.valid) and ctx.get(dut.wr_done.ready):
-                st["acked"] = True
+                active["pops"].append(ctx.get(dut.err_clear))
+            acked = ack_v and ctx.get(dut.wr_done.ready)
             done, status = ctx.get(dut.done.valid), ctx.get(dut.done.status)
+            taken = offering and ready
             await ctx.tick()
-            if not done:
-                continue
-            # the whole job, checked when it reports done
-            beats, src = job["beats"], job["src"]
-            lasts = [int(i == beats - 1) for i in range(beats)]
-            if src == DepositSource.DRAIN:
-                assert st["wr_cmd"] is None and st["written"] == [] and st["land"] == beats
-                assert st["pops"] == [ch_err]
-                assert status == (Status.LINK_CRC if ch_err else Status.OK)
-            elif src == DepositSource.LANDING:
-                assert st["wr_cmd"] == (job["wr_addr"], job["length"]) and st["acked"]
-                assert st["written"] == list(zip(land, lasts)) and st["pops"] == [ch_err]
-                assert status == (Status.AXI_ERROR if wr_err else Status.LINK_CRC if ch_err else Status.OK)
-            else:
-                assert st["wr_cmd"] == (job["wr_addr"], job["length"]) and st["acked"]
-                assert st["rd_cmd"] == (job["rd_addr"], job["length"]) and st["pops"] == []
-                assert st["written"] == list(zip([d for d, _ in rd], lasts)) and st["land"] == 0
-                rd_err = any(e for _, e in rd)
-                assert status == (Status.AXI_ERROR if wr_err or rd_err else Status.OK)
-            jobs_done += 1
-            job = None
+
+            if acked:
+                awaiting.pop(0)["acked"] = True
+            if done:
+                # once per job, in the order of the jobs: a write's at its acknowledgement, a drain's at its end
+                assert order, cycle
+                j = order.pop(0)
+                if j["job"]["src"] == DepositSource.DRAIN:
+                    assert j is active and not acked and not awaiting
+                    active = None
+                else:
+                    assert acked and j["acked"]
+                _check_done(j, status)
+                reported += 1
+            if active is not None and active["job"]["src"] != DepositSource.DRAIN:
+                if len(active["written"]) == active["job"]["beats"]:
+                    awaiting.append(active)     # its beats are out: the writer takes the next job
+                    active = None
+            most_pending = max(most_pending, len(awaiting))
+            if taken:
+                active = offer
+                order.append(active)
+                offer = _random_job(rng)
+        assert most_pending == MAX_PENDING      # the slow spells filled every pending write
 
     run_sim(dut, bench)
 

@@ -154,6 +154,10 @@ def synthesize(il_path, top, liberty, workdir, *, clock_mhz=None):
         (work / "abc.constr").write_text(f"set_driving_cell {ABC_DRIVER}\nset_load {ABC_LOAD_FF}\n")
         d = f"{ABC_PERIOD_FRACTION * 1e6 / clock_mhz:.0f}"
         abc = f"abc -D {d} -constr abc.constr -liberty {lib} -script +{ABC_DELAY_SCRIPT.format(D=d)}"
+    # The ports stay buses (no ``splitnets -ports``): Yosys 0.23's write_verilog lists a module's ports by
+    # scanning every wire once per port, so a flattened design point (1.4 M cells, tens of thousands of port
+    # bits with the SRAM macros' read data exposed) did not finish writing in 35 minutes. Nets that join a port
+    # to a wire of another name get a BUF_X1 from insbuf (port buffers, as a placer's flow would insert).
     script = f"""
 read_verilog -lib sf_sram_bb.v
 read_rtlil {Path(il_path).resolve()}
@@ -173,7 +177,6 @@ delete t:sf_sram
 expose -input @srout
 hilomap -hicell LOGIC1_X1 Z -locell LOGIC0_X1 Z
 setundef -zero
-splitnets -ports
 opt_clean -purge
 insbuf -buf BUF_X1 A Z
 write_verilog -noattr -noexpr -nohex -nodec -norename netlist.v

@@ -209,9 +209,11 @@ class Datapath(wiring.Component):
             # link bound on the demo's ring). The count is two registers, ``queued + pend``: ``pend`` holds the
             # last cycle's reservation, which arrives late (through the issue stage's grant and the job
             # builder), so no adder waits for it; the port's send (its handshake, also late) picks between two
-            # sums of registers, and the room compares the reservation's flits with the room left before them.
+            # sums of registers (``pend - 1`` is a register beside ``pend``, so no decrement follows the add),
+            # and the room compares the reservation's flits with the room left before them.
             queued = Signal(17, name=f"tx{k}_queued")
             pend = Signal(17, name=f"tx{k}_queued_pend")
+            pend_m1 = Signal(17, name=f"tx{k}_queued_pend_m1", init=(1 << 17) - 1)     # pend - 1 mod 2**17
             total = Signal(17, name=f"tx{k}_queued_total")
             left = Signal(signed(19), name=f"tx{k}_room_left")
             sent = tx.flit.valid & tx.flit.ready
@@ -219,7 +221,8 @@ class Datapath(wiring.Component):
             flits = Cat(beats[0] | (beats == 0), beats[1:])
             L = self.tx_lookahead
             m.d.comb += [total.eq(queued + pend), left.eq(L - total)]
-            m.d.sync += [queued.eq(Mux(sent, total - 1, total)), pend.eq(Mux(p.reserve.valid, flits, 0))]
+            m.d.sync += [queued.eq(Mux(sent, queued + pend_m1, total)), pend.eq(Mux(p.reserve.valid, flits, 0)),
+                         pend_m1.eq(Mux(p.reserve.valid, flits - 1, -1))]
             with m.If(p.reserve.valid):
                 m.d.sync += p.tx_room.eq(Mux(sent, flits <= left + 1, flits <= left))
             with m.Else():

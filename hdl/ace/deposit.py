@@ -124,7 +124,6 @@ class DepositUnit(wiring.Component):
         op_beats = Signal(16)
         op_addr = Signal(cfg.addr_width)
         op_status = Signal(STATUS_SHAPE)
-        op_drain = Signal()              # do not write (out of range, length mismatch): take the beats, drop them
         op_src = Signal(DepositSource)   # where the writer takes the beats from (a drain: nowhere), from CHECK
         op_spill = Signal()              # this message goes to the spill window
         # the deposits handed to the writer whose arrival is not counted yet, in order: what each one reports
@@ -210,7 +209,6 @@ class DepositUnit(wiring.Component):
                 # a block outside the command's chunks and blocks would be written outside its output buffer
                 bad = ~op_spill & ((geo_nbytes != op_hdr.length) | ~geo_in_range)
                 m.d.sync += [op_addr.eq(Mux(op_spill, self.spill_base + (op_e << rec_shift), geo_addr)),
-                             op_drain.eq(bad),
                              op_src.eq(Mux((op_hdr.length == 0) | bad, DepositSource.DRAIN,
                                            DepositSource.LANDING))]
                 with m.If(bad):

@@ -7,13 +7,15 @@ of every source file under ``hdl/`` and ``sim/golden/``, so an unchanged design 
 Verilator builds are cached by content too: one build directory per (Verilog text, flags), shared by every test
 and command that simulates that design (``build/verilator/``; the least recently used are pruned beyond
 ``SYNCFABRIC_VERILATOR_KEEP``, default 24); a design's hierarchical blocks (the engine) are built once per
-content and linked into every design that holds them (:mod:`.verilator_blocks`). Icarus builds in
-milliseconds and builds in the run directory.
+content, in the user's cache shared by every clone, and linked into every design that holds them
+(:mod:`.verilator_blocks`). Icarus builds in the run directory.
 
 Environment:
   ``SIM``        ``verilator`` (default) or ``icarus``;
   ``WAVES=1``    dump waveforms (VCD on Verilator, FST on Icarus) in the test's build directory;
-  ``SYNCFABRIC_BUILD``  root of build outputs (default ``build/`` in the repository, or the working directory).
+  ``SYNCFABRIC_BUILD``  root of build outputs (default ``build/`` in the repository, or the working directory);
+  ``SYNCFABRIC_BLOCK_CACHE``  where hierarchical blocks are built (default ``~/.cache/syncfabric/verilator-blocks``;
+  ``build`` for ``<build root>/verilator/blocks``).
 """
 
 import fcntl
@@ -438,12 +440,13 @@ def _build_once(build_dir, toplevel, verilog, vlt, build_args, flags, cc, hier_b
 def _build_with_shared_blocks(build_dir, toplevel, source, vlt_file, build_args, flags, hier_blocks, public,
                               scratch, ldflags, cpp, log_path):
     """Build ``toplevel`` against its ``hier_blocks`` built once per content (:mod:`.verilator_blocks`): each
-    block is found (or built) under ``build/verilator/blocks/``, then the top alone (the design's Verilog
-    without the blocks' modules) is Verilated against their wrappers and linked with their libraries.
+    block is found (or built) in the block cache (:func:`.verilator_blocks.block_cache`), then the top alone
+    (the design's Verilog without the blocks' modules) is Verilated against their wrappers and linked with
+    their libraries.
     Returns the make's CompletedProcess (or the first failing step's)."""
     from . import verilator_blocks as vb
 
-    root = build_root() / "verilator"
+    root = vb.block_cache()
     rest, texts = vb.split_blocks(source.read_text(), hier_blocks)
     top_source = build_dir / f"{toplevel}.top.v"
     _sync_text(top_source, rest)
@@ -451,8 +454,8 @@ def _build_with_shared_blocks(build_dir, toplevel, source, vlt_file, build_args,
     try:
         with open(log_path, "w") as log:
             for b in hier_blocks:
-                print(f"block {b}: {len(texts[b]):,} bytes of Verilog, built once per content under "
-                      f"{root / 'blocks'}", file=log, flush=True)
+                print(f"block {b}: {len(texts[b]):,} bytes of Verilog, built once per content under {root}",
+                      file=log, flush=True)
                 d, lk = vb.build_block(root, b, texts[b], public, build_args, flags)
                 blocks[b] = d
                 locks.append(lk)

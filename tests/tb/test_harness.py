@@ -249,29 +249,71 @@ def test_a_design_is_split_into_its_blocks_modules_and_the_rest():
         split_blocks(text, ("missing",))
 
 
+def test_a_block_key_names_the_verilator_version_not_its_path(tmp_path, monkeypatch):
+    """Two clones' Verilators of one version give a block the same key (the cache is shared across clones);
+    another version, text or flag gives another key; the default cache is the user's, ``build`` the build
+    root's."""
+    from syncfabric.host.transports.verilator_blocks import block_cache, block_key
+
+    def tool(name, version):
+        path = tmp_path / name / "verilator"
+        path.parent.mkdir()
+        path.write_text(f"#!/bin/sh\necho 'Verilator {version} 2025-01-01'\n")
+        path.chmod(0o755)
+        return str(path)
+
+    args = ["-Wno-fatal", "--hierarchical"]
+    one, two, other = tool("clone1", "5.036"), tool("clone2", "5.036"), tool("clone3", "5.040")
+    key = block_key("eng", "module eng; endmodule", "cfg", args, "OPT_FAST=-O1", one)
+    assert block_key("eng", "module eng; endmodule", "cfg", args, "OPT_FAST=-O1", two) == key
+    assert block_key("eng", "module eng; endmodule", "cfg", args, "OPT_FAST=-O1", other) != key
+    assert block_key("eng", "module eng; endmodule ", "cfg", args, "OPT_FAST=-O1", one) != key
+    assert block_key("eng", "module eng; endmodule", "cfg", args, "OPT_FAST=-O2", one) != key
+    monkeypatch.delenv("SYNCFABRIC_BLOCK_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert block_cache() == tmp_path / "cache" / "syncfabric" / "verilator-blocks"
+    monkeypatch.setenv("SYNCFABRIC_BLOCK_CACHE", "build")
+    monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path / "b"))
+    assert block_cache() == tmp_path / "b" / "verilator" / "blocks"
+
+
 @pytest.mark.cocotb
 def test_a_hierarchical_block_is_built_once_for_every_design_that_holds_it(tmp_path, monkeypatch):
-    """Two designs that differ only outside their block ``counter`` build the block once (one directory under
-    ``verilator/blocks``, one Verilation in its log) and both run right; a block of other content is a build
-    of its own; Verilator's own ``--hierarchical`` flow (``SYNCFABRIC_SHARED_BLOCKS=0``) runs the same test to
-    the same result without the block directory."""
+    """Two designs that differ only outside their block ``counter`` build the block once (one directory in the
+    block cache, one Verilation in its log) and both run right; another build root (a second clone) links the
+    same block instead of building it again; a block of other content is a build of its own; Verilator's own
+    ``--hierarchical`` flow (``SYNCFABRIC_SHARED_BLOCKS=0``) runs the same test to the same result without the
+    block cache."""
     from syncfabric.tb.smoke import counter_top_verilog
 
-    monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path))
+    blocks = tmp_path / "blocks"
+    monkeypatch.setenv("SYNCFABRIC_BLOCK_CACHE", str(blocks))
+    monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path / "clone1"))
     kw = dict(toplevel="counter_top", test_module="syncfabric.tb.smoke", sim="verilator",
               tb_params={"cycles": 11}, testcase="counts_enabled_cycles", hier_blocks=("counter",))
     a = run_cocotb(counter_top_verilog, {"width": 6, "spare": 2}, build_tag="blocks-a", **kw)
     b = run_cocotb(counter_top_verilog, {"width": 6, "spare": 3}, build_tag="blocks-b", **kw)
     assert a["tests"] == b["tests"] == 1 and a["build_dir"] != b["build_dir"]
-    blocks = tmp_path / "verilator" / "blocks"
     [block] = [d for d in blocks.iterdir() if d.is_dir()]
     assert (block / "built").exists() and (block / "obj" / "libcounter.a").exists()
-    for build in (a, b):
+    lib = (block / "obj" / "libcounter.a").stat()
+    monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path / "clone2"))
+    e = run_cocotb(counter_top_verilog, {"width": 6, "spare": 2}, build_tag="blocks-e", **kw)
+    assert e["tests"] == 1 and str(tmp_path / "clone2") in e["build_dir"]
+    again = (block / "obj" / "libcounter.a").stat()       # not built again: the same library file
+    assert [d for d in blocks.iterdir() if d.is_dir()] == [block]
+    assert (again.st_ino, again.st_mtime_ns) == (lib.st_ino, lib.st_mtime_ns)
+    for build in (a, b, e):
         log = (Path(build["build_dir"]) / "build.log").read_text()
         assert f"block counter: {block}" in log
         assert "module counter(" not in (Path(build["build_dir"]) / "counter_top.top.v").read_text()
     c = run_cocotb(counter_top_verilog, {"width": 5, "spare": 2}, build_tag="blocks-c", **kw)
     assert c["tests"] == 1 and len([d for d in blocks.iterdir() if d.is_dir()]) == 2
+    monkeypatch.setenv("SYNCFABRIC_BLOCK_CACHE", "build")
+    monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path / "local"))
+    f = run_cocotb(counter_top_verilog, {"width": 6, "spare": 2}, build_tag="blocks-f", **kw)
+    assert f["tests"] == 1 and f"block counter: {tmp_path / 'local' / 'verilator' / 'blocks'}" in \
+        (Path(f["build_dir"]) / "build.log").read_text()
     monkeypatch.setenv("SYNCFABRIC_SHARED_BLOCKS", "0")
     monkeypatch.setenv("SYNCFABRIC_BUILD", str(tmp_path / "plain"))
     d = run_cocotb(counter_top_verilog, {"width": 6, "spare": 2}, build_tag="blocks-d", **kw)

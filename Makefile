@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.syncfabric-setup
 
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup demo test test-slow test-all clean
+.PHONY: setup demo test test-slow test-all clean clean-cache
 
 setup: $(STAMP)
 
@@ -32,3 +32,9 @@ test-all: setup
 
 clean:
 	rm -rf build .pytest_cache .hypothesis
+
+# The Verilator blocks (engines) every clone on this machine shares (~/.cache/syncfabric/verilator-blocks, or
+# SYNCFABRIC_BLOCK_CACHE); not while a simulation runs.
+clean-cache: setup
+	$(VENV)/bin/python -c "import shutil; from syncfabric.host.transports.verilator_blocks import block_cache; \
+	d = block_cache(); shutil.rmtree(d, ignore_errors=True); print('removed', d)"

@@ -12,7 +12,7 @@ this with ``--dist worksteal`` so that an idle worker takes queued tests from a 
 Tests that share a module-scoped fixture (the host API's ``ring2`` system, one per backend) move as one block,
 weighed by the sum of their durations: sorted one by one, they were interleaved with other modules' tests, and
 pytest tears a module's fixtures down whenever the next test is another module's, so the same system was built
-again (the Amaranth-simulator system five times in one run, about 30 s each).
+again (the Amaranth-simulator system five times in one run, 20-33 s of set-up each).
 
 Simulation threads: the suite runs a simulator per worker, so a Verilator run that asks for ``"auto"`` threads
 (``syncfabric run``/``bench`` through ``main``) gets one here: more threads than free cores spin, and each thread

@@ -25,7 +25,9 @@ copies from the spill window run alone (no deposit in flight), so that a record 
 write is acknowledged nor picked twice. The unit borrows an RX port's read side from the port's RECV unit
 (``req``/``own``: the control unit hands it over when the RECV unit is idle and grants no RECV on the port
 meanwhile) for the duration of one message's beats, and lets go of it for at least a cycle between two
-messages, so that a waiting RECV gets the port.
+messages, so that a waiting RECV gets the port. Messages on the port the writer holds are handed to it while it moves the one before
+(it keeps a next job), so the port is not let go between them, up to ``MAX_CHAIN`` messages in a row; then the
+unit lets go of it for a cycle as after any other message.
 
 Blocks: :class:`LandingScan` (one landing channel per cycle: is its head a complete PUT message, is the
 channel full, which command has its tag), :class:`SpillTable` (the spilled headers, their scan and the free-entry
@@ -50,7 +52,11 @@ from .geometry import BlockGeometry
 from .spill_table import SpillTable, spill_entry_layout
 from .units import STATUS_SHAPE, _w
 
-__all__ = ["DepositUnit", "spill_entry_layout"]
+__all__ = ["DepositUnit", "spill_entry_layout", "MAX_CHAIN"]
+
+#: Messages the deposit unit moves in a row on a port it keeps (each handed to the writer while it moves the one
+#: before); then it lets go of the port for a cycle, so that a RECV waiting for the port waits at most that long.
+MAX_CHAIN = 4
 
 
 class DepositUnit(wiring.Component):
@@ -169,17 +175,24 @@ class DepositUnit(wiring.Component):
         req, own_req, held = Signal(K), Signal(K), Signal()
         m.d.sync += [self.req.eq(req), held.eq(wr.hold)]
         m.d.comb += req.eq(Mux(wr.hold, 1 << wr.port, Mux(held, 0, own_req)))
+        # messages handed to the writer since it took the port (a next one is handed over only below MAX_CHAIN)
+        chain = Signal(range(MAX_CHAIN + 1))
+        with m.If(wr.job.valid & wr.job.ready):
+            m.d.sync += chain.eq(Mux(wr.hold, chain + 1, 1))
+        with m.Elif(~wr.hold):
+            m.d.sync += chain.eq(0)
 
         # a deposit's arrival is counted at its acknowledgement (a drain's at its last beat)
         with m.If(wr.done.valid & inflight.r_rdy):
             m.d.comb += [inflight.r_en.eq(1), cnt.arrive.valid.eq(1), cnt.arrive.cmd.eq(head.cmd),
                          cnt.arrive.status.eq(Mux(wr.done.status != Status.OK, wr.done.status, head.status)),
                          cnt.arrive.bytes.eq(head.bytes)]
-        # the scan's view of a channel is a cycle old: not the channel the writer holds, nor any in the cycle
-        # after a header pop (the popped message may still look complete)
+        # the scan's view of a channel is a cycle old: not the channel the writer holds, nor the one of the job
+        # it keeps next, nor any in the cycle after a header pop (the popped message may still look complete)
         popped = Signal()
         m.d.sync += popped.eq(wr.hdr_pop)
-        stale = popped | (wr.hold & (scan.port == wr.port) & (scan.ch == wr.ch))
+        stale = (popped | (wr.hold & (scan.port == wr.port) & (scan.ch == wr.ch))
+                 | (wr.next_valid & (scan.port == wr.next_port) & (scan.ch == wr.next_ch)))
 
         with m.FSM():
             with m.State("SCAN"):
@@ -219,7 +232,7 @@ class DepositUnit(wiring.Component):
                 # it: it is then held from the request on (not an ``own`` still left from the writer's job)
                 m.d.comb += [own_req.eq(1 << op_port), job.src.eq(op_src),
                              wr.job.valid.eq((req & self.req & self.own).bit_select(op_port, 1)
-                                             & (op_spill | inflight.w_rdy))]
+                                             & (op_spill | inflight.w_rdy) & (chain != MAX_CHAIN))]
                 with m.If(wr.job.valid & wr.job.ready):
                     with m.If(op_spill):
                         m.next = "WRITE"

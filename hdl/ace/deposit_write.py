@@ -13,7 +13,9 @@ A job names where the payload comes from (``src``):
 The writer moves one job's beats at a time but does not wait for a write's acknowledgement (``wr_done``)
 before it takes the next job: up to ``MAX_PENDING`` writes may await theirs (``pending``), each with the flags
 its status needs, and the acknowledgements come back in the order of the writes (the RX DMA and its mux are in
-order). ``done`` pulses (combinationally) once per job, in the order of the jobs: in the cycle of a write's
+order). While it moves a job's beats it takes the next job into a one-job slot (``job.ready`` is a function of
+registers: the slot empty and room for both writes), and starts it in the cycle after the last beat, so that
+back-to-back jobs cost one cycle of write command each and no cycle in between. ``done`` pulses (combinationally) once per job, in the order of the jobs: in the cycle of a write's
 acknowledgement, or of a drain's last beat, which waits until no write is pending so that the order holds. Its
 status is ``AXI_ERROR`` if the write or a read failed, else ``LINK_CRC`` if the landing channel flagged an error
 (``ch_err``) when its header was popped, else ``OK``. ``hold`` is high while the job uses the landing channel
@@ -69,9 +71,11 @@ class DepositWriter(wiring.Component):
     """One job's beats at a time, up to ``MAX_PENDING`` writes awaiting their acknowledgement (see the module
     docstring).
 
-    Ports: ``job`` (ready when no job is moving its beats and a write may still be pending; the job starts the
-    cycle after it is taken); the landing channel's read side (``land``, ``ch_err`` in, ``hdr_pop``,
-    ``err_clear`` out), ``hold`` and the held channel (``port``, ``ch``: the job's); the DMA read command and
+    Ports: ``job`` (ready when the next-job slot is empty and the pending writes leave room for its write
+    besides the one moving; taken while the writer is idle, the job starts the cycle after, else in the cycle
+    after the current job's last beat); the landing channel's read side (``land``, ``ch_err`` in, ``hdr_pop``,
+    ``err_clear`` out), ``hold`` and the held channel (``port``, ``ch``: the job's), the next job's channel
+(``next_valid``, ``next_port``, ``next_ch``: taken, not started, its message not popped); the DMA read command and
     data, write command, data and acknowledgement; ``pending`` (a write awaits its acknowledgement); ``done``
     (valid, status).
     """
@@ -87,6 +91,9 @@ class DepositWriter(wiring.Component):
             "hold": Out(1),
             "port": Out(range(max(2, cfg.n_ports))),
             "ch": Out(CHANNEL_BITS),
+            "next_valid": Out(1),
+            "next_port": Out(range(max(2, cfg.n_ports))),
+            "next_ch": Out(CHANNEL_BITS),
             **dma_ports(cfg),
             "pending": Out(1),
             "done": Out(data.StructLayout({"valid": 1, "status": STATUS_SHAPE})),
@@ -118,18 +125,42 @@ class DepositWriter(wiring.Component):
         def pop_header():
             m.d.comb += [self.hdr_pop.eq(1), self.err_clear.eq(self.ch_err)]
 
-        with m.FSM():
+        # the next job, taken while the current one moves its beats; ``job.ready`` needs room for its write
+        # besides the pending ones and the one moving (pushed before it), so the room stays until it is pushed
+        nxt = Signal(deposit_job_layout(self.cfg))
+        nxt_valid = Signal()
+        moving = Signal()                # a job in hand whose write is not pushed yet (WCMD to its last beat)
+        taken = self.job.valid & self.job.ready
+        m.d.comb += [self.next_valid.eq(nxt_valid), self.next_port.eq(nxt.port), self.next_ch.eq(nxt.ch)]
+        m.d.comb += self.job.ready.eq(~nxt_valid & (pend.level + moving < MAX_PENDING))
+
+        def start(payload):
+            """Take ``payload`` as the job in hand (count is 0: it is cleared at every job's end, so that the
+            job's valid, which the deposit unit decides late, selects no count)."""
+            m.d.sync += [job.eq(payload), rd_err.eq(0), last_beat.eq(payload.beats - 1)]
+            with m.If(payload.src == DepositSource.DRAIN):
+                m.next = "DRAIN"
+            with m.Else():
+                m.next = "WCMD"
+
+        ending = Signal()                # the job in hand ends in this cycle
+
+        def finish():
+            """The job in hand is over: the next one from the slot, or the one taken in this cycle, else idle
+            (no cycle without a job in between: the landing channel stays held)."""
+            m.d.comb += ending.eq(1)
+            with m.If(nxt_valid):
+                m.d.sync += nxt_valid.eq(0)
+                start(nxt)
+            with m.Elif(taken):
+                start(self.job.payload)
+            with m.Else():
+                m.next = "IDLE"
+
+        with m.FSM() as fsm:
             with m.State("IDLE"):
-                # (room for the job's write: nothing else is pushed before it, so it stays)
-                m.d.comb += self.job.ready.eq(pend.w_rdy)
-                with m.If(self.job.valid & pend.w_rdy):
-                    # (count is 0 here: it is cleared on the way back to IDLE, so that the job's valid, which
-                    # the deposit unit decides late, selects no count)
-                    m.d.sync += [job.eq(self.job.payload), rd_err.eq(0), last_beat.eq(self.job.payload.beats - 1)]
-                    with m.If(self.job.payload.src == DepositSource.DRAIN):
-                        m.next = "DRAIN"
-                    with m.Else():
-                        m.next = "WCMD"
+                with m.If(taken):
+                    start(self.job.payload)
             with m.State("WCMD"):
                 m.d.comb += [self.hold.eq(job.src == DepositSource.LANDING), self.wr_cmd.valid.eq(1),
                              self.wr_cmd.payload.addr.eq(job.wr_addr), self.wr_cmd.payload.length.eq(job.length),
@@ -149,7 +180,7 @@ class DepositWriter(wiring.Component):
                         pop_header()
                         m.d.comb += [pend.w_en.eq(1), push.crc.eq(self.ch_err)]
                         m.d.sync += count.eq(0)
-                        m.next = "IDLE"
+                        finish()
             with m.State("RCMD"):
                 m.d.comb += [self.rd_cmd.valid.eq(1), self.rd_cmd.payload.addr.eq(job.rd_addr),
                              self.rd_cmd.payload.length.eq(job.length), self.rd_cmd.payload.domain.eq(DOMAIN_ENGINE)]
@@ -164,7 +195,7 @@ class DepositWriter(wiring.Component):
                         m.d.sync += rd_err.eq(1)
                     with m.If(rd.payload.last):
                         m.d.comb += [pend.w_en.eq(1), push.rd_err.eq(rd_err | rd.payload.err)]
-                        m.next = "IDLE"
+                        finish()
             with m.State("DRAIN"):
                 m.d.comb += [self.hold.eq(1), land.ready.eq(count != job.beats)]
                 with m.If(land.valid & (count != job.beats)):
@@ -174,5 +205,8 @@ class DepositWriter(wiring.Component):
                     m.d.comb += [self.done.valid.eq(1),
                                  self.done.status.eq(Mux(self.ch_err, Status.LINK_CRC, Status.OK))]
                     m.d.sync += count.eq(0)
-                    m.next = "IDLE"
+                    finish()
+        m.d.comb += moving.eq(fsm.ongoing("WCMD") | fsm.ongoing("WDATA") | fsm.ongoing("RCMD") | fsm.ongoing("RDATA"))
+        with m.If(taken & ~fsm.ongoing("IDLE") & ~ending):
+            m.d.sync += [nxt.eq(self.job.payload), nxt_valid.eq(1)]
         return m

@@ -65,6 +65,8 @@ def test_writer_moves_each_jobs_beats_once_pops_its_header_and_reports_the_right
         reported = 0
         offer = _random_job(rng)        # offered until taken
         active = None                   # taken, moving its beats
+        nxt = None                      # taken while another one moved its beats, not started yet
+        chained = 0                     # jobs started in the cycle after the one before ended
         order = []                      # every job taken and not reported done, in order
         awaiting = []                   # jobs whose write awaits its acknowledgement, in order
         most_pending = 0
@@ -73,7 +75,7 @@ def test_writer_moves_each_jobs_beats_once_pops_its_header_and_reports_the_right
             cycle += 1
             ack_rate = 0.05 if cycle // 400 % 2 else 0.6       # slow spells fill the pending writes
             # inputs: the job, sources with random valid, sinks with random ready
-            offering = rng.random() < 0.8
+            offering = rng.random() < (0.8 if cycle // 200 % 2 else 0.98)
             ctx.set(dut.job.valid, offering)
             ctx.set(dut.job.payload, offer["job"])
             a = active or offer
@@ -96,8 +98,13 @@ def test_writer_moves_each_jobs_beats_once_pops_its_header_and_reports_the_right
             # outputs in this cycle
             assert ctx.get(dut.pending) == bool(awaiting), cycle
             ready = ctx.get(dut.job.ready)
-            # a job is taken when none moves its beats and a write may still await its acknowledgement
-            assert ready == (active is None and len(awaiting) < MAX_PENDING), cycle
+            # a job is taken when the next-job slot is empty and there is room for its write besides the writes
+            # awaiting their acknowledgement and the one moving (a drain writes nothing)
+            moving = active is not None and active["job"]["src"] != DepositSource.DRAIN
+            assert ready == (nxt is None and len(awaiting) + moving < MAX_PENDING), cycle
+            assert ctx.get(dut.next_valid) == (nxt is not None), cycle
+            if nxt is not None:
+                assert (ctx.get(dut.next_port), ctx.get(dut.next_ch)) == (nxt["job"]["port"], nxt["job"]["ch"])
             hold = ctx.get(dut.hold)            # the landing channel is borrowed from the start to the pop
             if active is not None:
                 assert hold == (active["job"]["src"] != DepositSource.SPILL), cycle
@@ -142,16 +149,24 @@ def test_writer_moves_each_jobs_beats_once_pops_its_header_and_reports_the_right
                     assert acked and j["acked"]
                 _check_done(j, status)
                 reported += 1
+            ended = active is None              # (a drain reported done above)
             if active is not None and active["job"]["src"] != DepositSource.DRAIN:
                 if len(active["written"]) == active["job"]["beats"]:
                     awaiting.append(active)     # its beats are out: the writer takes the next job
-                    active = None
+                    active, ended = None, True
             most_pending = max(most_pending, len(awaiting))
+            if active is None and nxt is not None:      # the next job starts right after the one before
+                active, nxt = nxt, None
+                chained += ended
             if taken:
-                active = offer
-                order.append(active)
+                order.append(offer)
+                if active is None:
+                    active = offer
+                else:
+                    nxt = offer
                 offer = _random_job(rng)
         assert most_pending == MAX_PENDING      # the slow spells filled every pending write
+        assert chained > 50                     # and jobs followed each other without a cycle in between
 
     run_sim(dut, bench)
 

@@ -56,8 +56,9 @@ def _check_done(j, status):
 
 def test_writer_moves_each_jobs_beats_once_pops_its_header_and_reports_the_right_status():
     """Jobs one after another, each write's acknowledgement coming back at random later (up to ``MAX_PENDING``
-    writes awaiting theirs while the next job moves its beats): each job moves its beats once, in order, pops
-    its header, and is reported done once, in the order of the jobs, with its status."""
+    writes awaiting theirs while the next job moves its beats), the next job taken into the writer's slot while
+    one moves its beats and started in the cycle after that one's end: each job moves its beats once, in order,
+    pops its header, and is reported done once, in the order of the jobs, with its status."""
     rng = random.Random(seed_for(93))
     dut = DepositWriter(CFG)
 

@@ -25,9 +25,9 @@ copies from the spill window run alone (no deposit in flight), so that a record 
 write is acknowledged nor picked twice. The unit borrows an RX port's read side from the port's RECV unit
 (``req``/``own``: the control unit hands it over when the RECV unit is idle and grants no RECV on the port
 meanwhile) for the duration of one message's beats, and lets go of it for at least a cycle between two
-messages, so that a waiting RECV gets the port. Messages on the port the writer holds are handed to it while it moves the one before
-(it keeps a next job), so the port is not let go between them, up to ``MAX_CHAIN`` messages in a row; then the
-unit lets go of it for a cycle as after any other message.
+messages, so that a waiting RECV gets the port. Messages on the port the writer holds are handed to it while
+it moves the one before (it keeps a next job), so the port is not let go between them, up to ``MAX_CHAIN``
+messages in a row; then the unit lets go of it for a cycle as after any other message.
 
 Blocks: :class:`LandingScan` (one landing channel per cycle: is its head a complete PUT message, is the
 channel full, which command has its tag), :class:`SpillTable` (the spilled headers, their scan and the free-entry

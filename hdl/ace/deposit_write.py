@@ -15,11 +15,12 @@ before it takes the next job: up to ``MAX_PENDING`` writes may await theirs (``p
 its status needs, and the acknowledgements come back in the order of the writes (the RX DMA and its mux are in
 order). While it moves a job's beats it takes the next job into a one-job slot (``job.ready`` is a function of
 registers: the slot empty and room for both writes), and starts it in the cycle after the last beat, so that
-back-to-back jobs cost one cycle of write command each and no cycle in between. ``done`` pulses (combinationally) once per job, in the order of the jobs: in the cycle of a write's
-acknowledgement, or of a drain's last beat, which waits until no write is pending so that the order holds. Its
-status is ``AXI_ERROR`` if the write or a read failed, else ``LINK_CRC`` if the landing channel flagged an error
-(``ch_err``) when its header was popped, else ``OK``. ``hold`` is high while the job uses the landing channel
-(its read side is borrowed).
+back-to-back jobs cost one cycle of write command each and no cycle in between. ``done`` pulses
+(combinationally) once per job, in the order of the jobs: in the cycle of a write's acknowledgement, or of a
+drain's last beat, which waits until no write is pending so that the order holds. Its status is ``AXI_ERROR``
+if the write or a read failed, else ``LINK_CRC`` if the landing channel flagged an error (``ch_err``) when its
+header was popped, else ``OK``. ``hold`` is high while the job uses the landing channel (its read side is
+borrowed).
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -71,13 +72,12 @@ class DepositWriter(wiring.Component):
     """One job's beats at a time, up to ``MAX_PENDING`` writes awaiting their acknowledgement (see the module
     docstring).
 
-    Ports: ``job`` (ready when the next-job slot is empty and the pending writes leave room for its write
-    besides the one moving; taken while the writer is idle, the job starts the cycle after, else in the cycle
-    after the current job's last beat); the landing channel's read side (``land``, ``ch_err`` in, ``hdr_pop``,
-    ``err_clear`` out), ``hold`` and the held channel (``port``, ``ch``: the job's), the next job's channel
-(``next_valid``, ``next_port``, ``next_ch``: taken, not started, its message not popped); the DMA read command and
-    data, write command, data and acknowledgement; ``pending`` (a write awaits its acknowledgement); ``done``
-    (valid, status).
+    Ports: ``job`` (ready when the next-job slot is empty and the pending writes leave room for its write besides
+    the one moving; taken while the writer is idle, the job starts the cycle after, else in the cycle after the
+    current job's last beat); the landing channel's read side (``land``, ``ch_err`` in, ``hdr_pop``, ``err_clear``
+    out), ``hold`` and the held channel (``port``, ``ch``: the job's), the next job's channel (``next_valid``,
+    ``next_port``, ``next_ch``: taken, not started, its message not popped); the DMA read command and data, write
+    command, data and acknowledgement; ``pending`` (a write awaits its acknowledgement); ``done`` (valid, status).
     """
 
     def __init__(self, cfg):

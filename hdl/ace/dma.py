@@ -367,9 +367,12 @@ class DmaReader(wiring.Component):
         wiring.connect(m, data_slice.o, wiring.flipped(self.data))
         dout = data_slice.i
         adv = ~dout.valid | dout.ready
-        is_last = left == 1
+        # left == 1 and off == 0 are kept in flip-flops beside the registers they test: the compares sat
+        # between the output register's ready and the rbuf pop on the design point's critical path
+        is_last = Signal()
+        off_zero = Signal()
         # The last stream beat needs an AXI beat of its own only if the range spills into one more AXI beat.
-        need = (off == 0) | ~is_last | extra
+        need = off_zero | ~is_last | extra
         emit = Signal()
         # Plain expressions rather than an m.If chain: Icarus does not evaluate a comb process whose inputs
         # never change after time 0, which would leave `pop` (and so the credit count) X.
@@ -384,7 +387,7 @@ class DmaReader(wiring.Component):
 
         cur = Mux(need, head, 0)
         shifted = Cat(prev, cur).bit_select(Cat(Const(0, 3), off), dw)
-        word = Mux(off == 0, cur, shifted)
+        word = Mux(off_zero, cur, shifted)
         mask = _byte_mask(w, lambda j: Mux(is_last, j <= tail, 1))
         err = err_acc | (need & head_err)
         with m.If(adv):
@@ -398,6 +401,7 @@ class DmaReader(wiring.Component):
                 prev.eq(cur),
                 err_acc.eq(err),
                 left.eq(left - 1),
+                is_last.eq(left == 2),
             ]
         with m.If(act & ~loaded & pop):
             m.d.sync += [prev.eq(head), err_acc.eq(head_err), loaded.eq(1)]
@@ -408,7 +412,9 @@ class DmaReader(wiring.Component):
                 act.eq(1),
                 loaded.eq(nxt.off == 0),
                 off.eq(nxt.off),
+                off_zero.eq(nxt.off == 0),
                 left.eq(nxt.beats),
+                is_last.eq(nxt.beats == 1),
                 extra.eq(nxt.extra),
                 tail.eq(nxt.tail),
                 err_acc.eq(0),

@@ -156,26 +156,34 @@ class LandingBuffer(wiring.Component):
         # -- consumer side: a one-beat read pipeline (sync read, `en` holds the beat while stalled).
         # `osel` is the VC of the beat in the read port's output; a beat of another VC than `sel` is not
         # shown and may be overwritten: the ring's read pointer only moves when a beat is taken.
-        rp_s, count = Signal.like(rp[0]), Signal.like(rp[0])
+        # `sel` arrives late (the consumers' ownership mux is in front of it), so everything per channel is
+        # computed from the registers beside the channel select, not after it: each read pointer's increment,
+        # its level's "at least one" and "at least two"; `sel` only picks among them.
+        rp1 = Signal(data.ArrayLayout(unsigned(abits + 1), n))
+        any1, any2 = Signal(n), Signal(n)
+        for v in range(n):
+            m.d.comb += [
+                self.levels[v].eq(wp[v] - rp[v]), self.hdr_levels[v].eq(hwp[v] - hrp[v]),
+                rp1[v].eq(rp[v] + 1),
+                any1[v].eq(wp[v] != rp[v]),
+                any2[v].eq(self.levels[v] >= 2),
+            ]
+            with m.If(take & (sel_idx == v)):
+                m.d.sync += rp[v].eq(rp1[v])
         m.d.comb += [
             mine.eq(out_valid & (osel == self.sel)),
             take.eq(mine & self.data.ready),
             can_issue.eq(~mine | self.data.ready),
-            rp_s.eq(rp[sel_idx]),
-            count.eq(wp[sel_idx] - rp_s),
             self.data.valid.eq(mine),
             self.data_pending.eq(out_valid), self.data_ch.eq(osel),
             self.data.payload.eq(rd.data),
             rd.en.eq(can_issue),
-            rd.addr.eq(Cat((rp_s + mine)[:abits], sel_idx)),
+            rd.addr.eq(Cat(Mux(mine, rp1[sel_idx], rp[sel_idx])[:abits], sel_idx)),
         ]
         with m.If(can_issue):
-            m.d.sync += [out_valid.eq(sel_ok & (count > mine)), osel.eq(self.sel)]
-        with m.If(take):
-            m.d.sync += rp[sel_idx].eq(rp_s + 1)
-
-        for v in range(n):
-            m.d.comb += [self.levels[v].eq(wp[v] - rp[v]), self.hdr_levels[v].eq(hwp[v] - hrp[v])]
+            # the selected channel holds more than the beat already shown (`count > mine`)
+            more = Mux(mine, any2.bit_select(sel_idx, 1), any1.bit_select(sel_idx, 1))
+            m.d.sync += [out_valid.eq(sel_ok & more), osel.eq(self.sel)]
 
         with m.If(pop):
             m.d.sync += hrp[sel_idx].eq(hrp[sel_idx] + 1)

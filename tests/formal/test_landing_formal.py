@@ -115,13 +115,12 @@ def test_landing_buffer_rings_and_header_queues_are_exact_fifos_per_channel():
 # -- broken variants: source mutants of the real block, each must fail the same proof ----------------------------
 
 MUTANTS = {
-    "prefetch_rereads_head": ("rd.addr.eq(Cat((rp_s + mine)[:abits], sel_idx))",
-                              "rd.addr.eq(Cat(rp_s[:abits], sel_idx))"),
-    "shows_beat_past_the_last": ("out_valid.eq(sel_ok & (count > mine))", "out_valid.eq(sel_ok & (count > 0))"),
-    "moves_read_pointer_untaken": ("m.If(take)", "m.If(mine)"),
+    "prefetch_rereads_head": ("Mux(mine, rp1[sel_idx], rp[sel_idx])", "Mux(mine, rp[sel_idx], rp[sel_idx])"),
+    "shows_beat_past_the_last": ("more = Mux(mine, any2.bit_select(sel_idx, 1), any1.bit_select(sel_idx, 1))",
+                                 "more = any1.bit_select(sel_idx, 1)"),
+    "moves_read_pointer_untaken": ("m.If(take & (sel_idx == v))", "m.If(mine & (sel_idx == v))"),
     "shows_other_channels_beat": ("mine.eq(out_valid & (osel == self.sel))", "mine.eq(out_valid)"),
-    "bubble_after_each_beat": ("out_valid.eq(sel_ok & (count > mine))",
-                               "out_valid.eq(sel_ok & (count > mine) & ~mine)"),
+    "bubble_after_each_beat": ("out_valid.eq(sel_ok & more)", "out_valid.eq(sel_ok & more & ~mine)"),
     "nexts_shows_the_head": ("hn_port.addr.eq((hrp[v] + 1)[:hbits])", "hn_port.addr.eq(hrp[v][:hbits])"),
     "header_full_flag_ignores_pops": ("nh, h_push, h_pop)", "nh, h_push, 0)"),
     "beat_full_flag_ignores_pushes": ("lb, b_push, b_pop)", "lb, 0, b_pop)"),

@@ -32,9 +32,12 @@ class ReadMux(wiring.Component):
         m.submodules.route = route = fifo.SyncFIFOBuffered(width=1, depth=self.depth)
         use_a = Signal()
         m.d.comb += use_a.eq(self.a_cmd.valid)
+        # ``a``'s ready does not wait for its own valid (``a`` has priority, so it is taken whenever the reader
+        # and the route queue have room): ``a``'s late valid, the command processor's request, then does not
+        # go through the payload mux's select and back (once a path of the design-point engine's worst)
+        m.d.comb += self.a_cmd.ready.eq(self.cmd.ready & route.w_rdy)
         with m.If(use_a):
-            m.d.comb += [self.cmd.valid.eq(route.w_rdy), self.cmd.payload.eq(self.a_cmd.payload),
-                         self.a_cmd.ready.eq(self.cmd.ready & route.w_rdy)]
+            m.d.comb += [self.cmd.valid.eq(route.w_rdy), self.cmd.payload.eq(self.a_cmd.payload)]
         with m.Else():
             m.d.comb += [self.cmd.valid.eq(self.b_cmd.valid & route.w_rdy), self.cmd.payload.eq(self.b_cmd.payload),
                          self.b_cmd.ready.eq(self.cmd.ready & route.w_rdy)]

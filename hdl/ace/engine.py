@@ -150,7 +150,10 @@ class AceEngine(wiring.Component):
             wiring.connect(m, cu.port[k], dp.port[k])
 
         # links (the engine's ports keep their tx<k>/rx<k> names: system tops and testbenches use them); during
-        # an abort a port sends nothing and drops what arrives, flits and credits alike
+        # an abort a port sends nothing and drops what arrives, flits and credits alike. Credits in are not
+        # gated: the ports' credit counters count them until the units' reset (the abort ends in it) returns
+        # the counters to their initial values, so a gate would change nothing but add the fence's state net
+        # in front of the counters' adders (once a path of the design-point engine's worst)
         for k in range(K):
             tx, rx = getattr(self, f"tx{k}"), getattr(self, f"rx{k}")
             m.d.comb += [
@@ -158,7 +161,7 @@ class AceEngine(wiring.Component):
                 dp.tx[k].ready.eq(tx.ready & ~gated),
                 dp.rx[k].payload.eq(rx.payload), dp.rx[k].valid.eq(rx.valid & ~gated),
                 rx.ready.eq(dp.rx[k].ready | gated),
-                dp.tx_credit[k].eq(Mux(gated, 0, getattr(self, f"tx{k}_credit"))),
+                dp.tx_credit[k].eq(getattr(self, f"tx{k}_credit")),
                 getattr(self, f"rx{k}_credit").eq(Mux(gated, 0, dp.rx_credit[k])),
             ]
 

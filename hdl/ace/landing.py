@@ -110,13 +110,17 @@ class LandingBuffer(wiring.Component):
         mine, take, can_issue = Signal(), Signal(), Signal()
         pop = self.hdr_pop & sel_ok & self.hdr_valid.bit_select(sel_idx, 1)
         hdr_full, beat_full = Signal(n), Signal(n)
-        hdr_ok = self.hdr_in.valid & ~hdr_full.bit_select(h_idx, 1)
-        beat_ok = self.beat_in.valid & ~beat_full.bit_select(v_idx, 1)
+        # a push per queue from the deframer's valid (late: it decodes the arriving flit), the channel's decode
+        # and the queue's own full flag, so the valid meets one AND in front of each pointer; the memory's
+        # write enable is their OR
+        h_pushes = Cat(*[self.hdr_in.valid & (h_idx == v) & ~hdr_full[v] for v in range(n)])
+        b_pushes = Cat(*[self.beat_in.valid & (v_idx == v) & ~beat_full[v] for v in range(n)])
+        hdr_ok, beat_ok = h_pushes.any(), b_pushes.any()
         hdr_drop, beat_drop = self.hdr_in.valid & ~hdr_ok, self.beat_in.valid & ~beat_ok
         out_valid = Signal()
         osel = Signal(CHANNEL_BITS)
         for v in range(n):
-            h_push, b_push = hdr_ok & (h_idx == v), beat_ok & (v_idx == v)
+            h_push, b_push = h_pushes[v], b_pushes[v]
             # take & (sel_idx == v), without the osel == sel compare in series: a valid output beat's osel
             # is a channel < n, so it equals sel == v exactly when osel == v (a decode of a register)
             h_pop = pop & (sel_idx == v)
@@ -142,7 +146,7 @@ class LandingBuffer(wiring.Component):
                 self.hdr_two[v].eq((hwp[v] - hrp[v])[:hbits + 1] >= 2),
                 hw_port.addr.eq(hwp[v][:hbits]),
                 hw_port.data.eq(self.hdr_in.payload.hdr),
-                hw_port.en.eq(hdr_ok & (h_idx == v)),
+                hw_port.en.eq(h_pushes[v]),
             ]
         m.d.comb += [
             wr.addr.eq(Cat(wp[v_idx][:abits], v_idx)),

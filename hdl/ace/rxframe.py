@@ -142,15 +142,22 @@ class RxDeframer(wiring.Component):
         nonempty = Signal()
         framed = Signal()                            # the flit belongs to a packet
         left = Signal.like(pkt_left)
-        rest = Signal(LENGTH_BITS)                   # message bytes from this packet on
-        pkt_flits = ceil_beats(Mux(rest > pb, pb, rest), w)
+        # flits after a first flit: ceil(min(rest, pb) / w) - 1 for the rest = length - offset bytes from this
+        # packet on, as floor((rest - 1) / w) from one subtraction, a compare with a constant and a pick (a
+        # chain of subtract, compare, clamp, round up and decrement was the deframer's path at the design
+        # point); a rest of 0 (a malformed header, flagged below) gives -1 as the chain did
+        rest_m1 = Signal(LENGTH_BITS)                # rest - 1 (modulo)
+        first_left = Signal.like(pkt_left)
         m.d.comb += [
-            rest.eq(hdr.length - hdr.offset),
+            rest_m1.eq(hdr.length + ~hdr.offset),
+            first_left.eq(Mux(hdr.length == 0, 0,
+                              Mux(hdr.length == hdr.offset, -1,
+                                  Mux(rest_m1 >= pb, (pb + w - 1) // w - 1, rest_m1 >> exact_log2(w))))),
             vc.eq(Mux(f.first, hdr_ch, pkt_vc)),
             vc_ok.eq(Mux(f.first, hdr_ok, pkt_vc_ok)),
             nonempty.eq(Mux(f.first, hdr.length != 0, pkt_nonempty)),
             framed.eq(f.first | in_pkt),
-            left.eq(Mux(f.first, Mux(hdr.length == 0, 0, pkt_flits - 1), pkt_left)),
+            left.eq(Mux(f.first, first_left, pkt_left)),
         ]
         v_idx = vc[:vbits]
         # A packet cut short (no last flit) or a flit outside any packet: blame the open packet's VC.

@@ -11,14 +11,14 @@ decoder; the unit's ``job.ready`` says it has room) and report ``done`` with the
 :class:`~syncfabric.sim.golden.types.Status`.
 """
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...sim.golden.program import FIELDS, StepOp
 from ...sim.golden.types import Status
 from ..common.layouts import CHANNEL_BITS, DTYPE_SHAPE, OP_SHAPE, packet_header_layout
-from ..common.logic import late, one_hot
+from ..common.logic import late, one_hot, one_hot_mux
 from ..common.skid import SkidBuffer
 from .dma import dma_cmd_layout
 from .geometry import BlockGeometry
@@ -339,12 +339,11 @@ class RecvUnit(wiring.Component):
         # That header does not change while the job waits (the pop that ends the front end's job makes the
         # header behind the head), so the check runs from the queue's registers into registers (``chk``),
         # valid from the job's second cycle in the queue: the hand-over below only reads its outcome.
+        # (selected by the jobs' one-hot channel registers, an AND-OR: a decode of the channel number and a mux
+        # tree over the design point's 52 channels were the unit's worst path)
         head = Signal(packet_header_layout())
-        behind = fe_v & (fe.ch == nxt.ch)
-        with m.Switch(nxt.ch):
-            for c in range(cfg.n_channels):
-                with m.Case(c):
-                    m.d.comb += head.eq(Mux(behind, self.nexts[c], self.heads[c]))
+        pick = [Value.cast(Mux(fe_v & fe_oh[c], self.nexts[c], self.heads[c])) for c in range(cfg.n_channels)]
+        m.d.comb += head.eq(one_hot_mux([(nxt_oh[c], pick[c]) for c in range(cfg.n_channels)]))
         # ``order``: the message is not the one the step waits for (another tag, chunk, phase or key: the ranks'
         # messages are out of order, PROTOCOL). ``mismatch``: it cannot be processed (out of order, or another
         # length): drained. ``disagree``: the sender's command disagrees with this one - on the element count

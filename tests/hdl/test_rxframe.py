@@ -1,6 +1,7 @@
 """RxDeframer in Amaranth's simulator against a model of the receive checks: random messages on random
 channels, their packets interleaved on the link with idle cycles, and faults injected now and then (a payload
-or CRC bit flipped, a flit lost or repeated, a later packet's header changed, a VC or source out of range).
+or CRC bit flipped, a flit lost or repeated, a later packet's header changed or its offset at the message's
+end, a VC or source out of range).
 Every cycle the header pushes, beat writes and out-of-range flits are compared with the model, and the
 per-channel error flags with the model's of the cycle before (the checks are registered); the model takes
 its CRCs from the golden link model.
@@ -114,7 +115,7 @@ def link_traffic(rng, cfg, n_msgs, p_fault):
         if not queues[key]:
             del queues[key]
         if rng.random() < p_fault:
-            fault = rng.choice(["data", "crc", "lose", "repeat", "header"])
+            fault = rng.choice(["data", "crc", "lose", "repeat", "header", "at_end"])
             i = rng.randrange(len(pkt))
             if fault == "data":
                 pkt[i]["data"] ^= 1 << rng.randrange(8 * cfg.beat_bytes)
@@ -124,6 +125,10 @@ def link_traffic(rng, cfg, n_msgs, p_fault):
                 del pkt[i]
             elif fault == "repeat":
                 pkt.insert(i, dict(pkt[i]))
+            elif fault == "at_end":         # a header whose offset is its message's length: no bytes left
+                h = unpack(HDR, pkt[0]["hdr"])
+                h["offset"] = h["length"]
+                pkt[0]["hdr"] = pack(HDR, h)
             else:
                 h = unpack(HDR, pkt[0]["hdr"])
                 h[rng.choice(["tag", "offset", "last", "key"])] ^= 1
